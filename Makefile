@@ -1,0 +1,37 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HPA := $(VENV)/bin/hpa
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint bench bench-ingest samples clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(HPA) demo --out build/demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check analyzer tests bench
+	$(VENV)/bin/ruff format --check analyzer tests bench
+
+bench: bench-ingest
+
+bench-ingest: $(STAMP)
+	$(PY) bench/bench_ingest.py
+
+samples: $(STAMP)
+	PATH=$(abspath $(VENV))/bin:$$PATH bash sample_traces/make_samples.sh
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache

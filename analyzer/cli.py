@@ -1,0 +1,166 @@
+"""The `hpa` command line: each command parses options, calls one library function, prints."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from analyzer.errors import AnalyzerError
+from analyzer.store.db import DEFAULT_DB
+
+db_option = click.option(
+    "--db",
+    "db_path",
+    default=DEFAULT_DB,
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="DuckDB file holding the tables.",
+)
+
+
+class _Group(click.Group):
+    """Turns library errors into one-line messages with the error's exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except AnalyzerError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="hybrid-prefix-analyzer")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Find the prefix-cache hits a hybrid model lost, and why."""
+    ctx.ensure_object(dict)["debug"] = debug
+
+
+def _progress_bar(label: str):
+    """A byte progress bar on a terminal; nothing when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        return None, None
+    state: dict = {}
+
+    def update(done: int, total: int) -> None:
+        bar = state.get("bar")
+        if bar is None:
+            bar = state["bar"] = click.progressbar(length=max(total, 1), label=label,
+                                                   file=sys.stderr)
+            bar.__enter__()
+        bar.update(done - bar.pos)
+
+    def close() -> None:
+        if state.get("bar") is not None:
+            state.pop("bar").__exit__(None, None, None)
+
+    return update, close
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@db_option
+@click.option("--format", "fmt", default="auto", show_default=True,
+              type=click.Choice(["auto", "jsonl", "parquet", "csv"]),
+              help="Input format; auto reads the suffix (.jsonl/.parquet/.csv, also .gz/.zst).")
+@click.option("--allow-rejects", is_flag=True,
+              help="Exit 0 even when some records were rejected.")
+def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) -> None:
+    """Store request records from FILES in the database; list every rejected record.
+
+    Exit status: 0 when every record was stored (or --allow-rejects), 1 when some were
+    rejected, 2 when a file is missing or cannot be parsed at all.
+    """
+    from analyzer.store.ingest import ingest as ingest_files
+
+    update, close = _progress_bar("ingest")
+    try:
+        result = ingest_files(files, db_path=db_path, fmt=fmt, progress=update)
+    finally:
+        if close:
+            close()
+    for src in result.sources:
+        if src.duplicate_of is not None:
+            click.echo(f"{src.path}: identical to source {src.duplicate_of} "
+                       f"(sha256 {src.sha256[:12]}), nothing added")
+            continue
+        click.echo(f"{src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
+                   f"rejected {src.num_rejected:,} ({src.num_prompt_tokens:,} prompt tokens)")
+        for rej in src.rejects:
+            field = f"{rej.field}: " if rej.field else ""
+            click.echo(f"  rejected {src.path}:{rej.line_no}: {field}{rej.reason}", err=True)
+        if src.num_rejected > len(src.rejects):
+            click.echo(f"  ... and {src.num_rejected - len(src.rejects):,} more: "
+                       f"hpa query \"SELECT * FROM rejects WHERE source_id = {src.source_id}\"",
+                       err=True)
+    if len(result.sources) > 1:
+        click.echo(f"total: read {result.num_read:,} = stored {result.num_stored:,} + "
+                   f"rejected {result.num_rejected:,}")
+    if result.num_rejected and not allow_rejects:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("sql")
+@db_option
+@click.option("--format", "fmt", default="table", show_default=True,
+              type=click.Choice(["table", "csv", "json"]), help="Output format.")
+def query(sql: str, db_path: str, fmt: str) -> None:
+    """Run SQL over the stored tables (requests, rejects, sources, ...) and print the result."""
+    from analyzer.report.tables import render
+    from analyzer.store.query import run_query
+
+    click.echo(render(run_query(sql, db_path=db_path), fmt), nl=False)
+
+
+@cli.command("synth")
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--scenario", default="mixed", show_default=True,
+              help="diagnostic, groups or mixed.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Random seed.")
+@click.option("--num-requests", type=int, default=None, help="Same as --param num_requests=N.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="A scenario parameter (repeatable), e.g. shared_tokens=1088.")
+@click.option("--block-size", type=int, default=None,
+              help="Write block_hash_ids of this many tokens instead of token ids.")
+def synth_cmd(out: str, scenario: str, seed: int, num_requests: int | None,
+              params: tuple[str, ...], block_size: int | None) -> None:
+    """Write a seeded synthetic trace to OUT (JSONL; .gz/.zst compress)."""
+    from analyzer.traces.synth import generate, parse_params, write_jsonl
+
+    values = parse_params(scenario, params)
+    if num_requests is not None:
+        values["num_requests"] = num_requests
+    records = generate(scenario, seed=seed, block_size=block_size, arrays=True, **values)
+    stats = write_jsonl(records, out)
+    click.echo(f"synth: {stats.records} records, {stats.prompt_tokens} prompt tokens -> {out}")
+
+
+@cli.command()
+@click.option("--out", "out_dir", default="build/demo", show_default=True,
+              type=click.Path(file_okay=False), help="Folder for the demo databases (replaced).")
+@click.option("--samples", "samples_dir", default=None, type=click.Path(file_okay=False),
+              help="Folder of sample traces [default: sample_traces/ here or above].")
+def demo(out_dir: str, samples_dir: str | None) -> None:
+    """Run the whole pipeline on the bundled sample traces."""
+    from analyzer.demo import run_demo
+    from analyzer.report.tables import render
+
+    result = run_demo(out_dir, samples_dir=samples_dir)
+    src = result.ingested.sources[0]
+    click.echo(f"{src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
+               f"rejected {src.num_rejected:,} -> {result.db_path}")
+    click.echo(render(result.summary), nl=False)
+    for name, case in result.cases.items():
+        click.echo(f"case {name}: {case.num_stored:,} requests stored")
+    click.echo(f"database: {result.db_path}  (try: hpa query \"SELECT * FROM sources\" "
+               f"--db {result.db_path})")
+
+
+def main() -> None:
+    cli(prog_name="hpa")

@@ -1,0 +1,1 @@
+"""Outputs for people: CLI tables now; HTML, Prometheus and exports as they land."""

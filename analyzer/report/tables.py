@@ -1,0 +1,71 @@
+"""Plain-text, CSV and JSON renderings of an Arrow table for the terminal."""
+
+from __future__ import annotations
+
+import csv
+import io
+from decimal import Decimal
+
+import orjson
+import pyarrow as pa
+
+FORMATS = ("table", "csv", "json")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        value = int(value)  # SUM over integers comes back as a DECIMAL
+    if isinstance(value, float):
+        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
+            return f"{value:.4g}"
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, list | dict):
+        text = orjson.dumps(value, default=str).decode()
+        return text if len(text) <= 60 else text[:57] + "..."
+    return str(value)
+
+
+def _json_default(value):
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return str(value)
+
+
+def render(table: pa.Table, fmt: str = "table") -> str:
+    """`table` as aligned text (numbers right-aligned), CSV, or JSON lines."""
+    if fmt == "json":
+        return "".join(
+            orjson.dumps(row, default=_json_default).decode() + "\n" for row in table.to_pylist()
+        )
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(table.column_names)
+        for row in table.to_pylist():
+            writer.writerow(["" if v is None else v for v in row.values()])
+        return out.getvalue()
+    return _aligned(table)
+
+
+def _aligned(table: pa.Table) -> str:
+    names = table.column_names
+    rows = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
+    numeric = [
+        pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+        for t in table.schema.types
+    ]
+    widths = [max([len(n)] + [len(r[i]) for r in rows]) for i, n in enumerate(names)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if num else c.ljust(w)
+            for c, w, num in zip(cells, widths, numeric, strict=True)
+        ).rstrip()
+
+    out = [line(names), line(["-" * w for w in widths])]
+    out.extend(line(r) for r in rows)
+    return "\n".join(out) + "\n"

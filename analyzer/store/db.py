@@ -1,0 +1,86 @@
+"""Opening the DuckDB file, creating the schema, and loading named SQL statements."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from analyzer.errors import StoreError
+
+SCHEMA_VERSION = "1"
+DEFAULT_DB = "hpa.duckdb"
+
+
+@cache
+def load_sql(name: str) -> str:
+    """The text of `analyzer/store/sql/<name>.sql`."""
+    return resources.files("analyzer.store").joinpath("sql", f"{name}.sql").read_text()
+
+
+def connect(path: str | Path = DEFAULT_DB, *, create: bool = True) -> duckdb.DuckDBPyConnection:
+    """Open (and, with `create`, initialise) the store at `path`.
+
+    Raises:
+        StoreError: the file is missing while `create` is false, is not a DuckDB file,
+            or was written by another schema version.
+    """
+    path = Path(path)
+    if not create and not path.exists():
+        raise StoreError(f"{path}: no such database; run `hpa ingest FILE --db {path}` first")
+    try:
+        con = duckdb.connect(str(path))
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: cannot open as a DuckDB database ({_first_line(exc)})") from None
+    try:
+        _ensure_schema(con, path)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    has_meta = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
+    ).fetchall()[0][0]
+    if has_meta:
+        found = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+        if found and found[0][0] != SCHEMA_VERSION:
+            raise StoreError(
+                f"{path}: schema version {found[0][0]}, this hpa needs {SCHEMA_VERSION}; "
+                "re-ingest into a new database"
+            )
+    con.execute(load_sql("schema"))
+    con.execute(
+        "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
+        [SCHEMA_VERSION],
+    )
+
+
+def require_tables(con: duckdb.DuckDBPyConnection, *names: str) -> None:
+    """Raise StoreError naming the first missing table and the command that writes it."""
+    present = {
+        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    }
+    writers = {"prefix_matches": "hpa match", "junctions": "hpa match"}
+    for name in names:
+        if name not in present:
+            hint = writers.get(name, "hpa ingest")
+            raise StoreError(f"table {name!r} is not in the database; run `{hint}` first")
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def query_arrow(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> pa.Table:
+    """The rows of one SQL statement as a pyarrow Table (empty when it returns none)."""
+    relation = con.sql(sql, params=params)
+    if relation is None:
+        return pa.table({})
+    to_table = getattr(relation, "to_arrow_table", None) or relation.arrow
+    return to_table()

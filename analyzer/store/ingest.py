@@ -1,0 +1,272 @@
+"""Ingest: trace files into the `requests`, `sources` and `rejects` tables.
+
+Guarantees (SPEC 4.3): for every file, records read = stored + rejected; a file
+already ingested (same sha256) adds nothing; a file that fails midway leaves nothing
+behind (its rows are removed, and a killed ingest is cleaned up by the next one).
+Batches are committed as they go so that memory does not grow with the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from analyzer.errors import InputFileError
+from analyzer.store.db import DEFAULT_DB, connect, load_sql
+from analyzer.traces.batches import Batch, Reject
+from analyzer.traces.readers import READERS, CountingReader, detect_format, open_binary
+
+Progress = Callable[[int, int], None]  # (bytes read so far, total bytes) of the current file
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """What one file added; `duplicate_of` is set when an identical file was stored before."""
+
+    path: str
+    sha256: str
+    format: str
+    source_id: int | None = None
+    num_read: int = 0
+    num_stored: int = 0
+    num_rejected: int = 0
+    num_prompt_tokens: int = 0
+    duplicate_of: int | None = None
+    rejects: tuple[Reject, ...] = ()  # the first few, for the CLI to show
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    sources: tuple[SourceResult, ...]
+
+    @property
+    def num_read(self) -> int:
+        return sum(s.num_read for s in self.sources)
+
+    @property
+    def num_stored(self) -> int:
+        return sum(s.num_stored for s in self.sources)
+
+    @property
+    def num_rejected(self) -> int:
+        return sum(s.num_rejected for s in self.sources)
+
+
+@dataclass
+class _Tally:
+    """Running counts of one file, and where each request id was first seen."""
+
+    source_id: int
+    path: str
+    first_seen: dict[str, tuple[int, int]]
+    sources: dict[int, str]
+    num_read: int = 0
+    num_stored: int = 0
+    num_prompt_tokens: int = 0
+    rejects: list[Reject] = field(default_factory=list)
+    num_rejected: int = 0
+    num_undecodable: int = 0  # rejects that were not a JSON object at all
+
+
+MAX_REJECTS_KEPT = 20
+INGEST_MEMORY_LIMIT = "512MB"
+_UNDECODABLE = ("malformed JSON", "expected a JSON object")
+
+
+def ingest(
+    paths: Iterable[str | Path],
+    *,
+    db_path: str | Path = DEFAULT_DB,
+    fmt: str = "auto",
+    progress: Progress | None = None,
+) -> IngestResult:
+    """Store every record of `paths` or list it as rejected; files in the order given.
+
+    Raises:
+        InputFileError: a file is missing, unreadable, or not parseable at all (exit 2).
+        ConfigError: an unknown format name.
+    """
+    _check_format(fmt)
+    paths = [Path(p) for p in paths]
+    for path in paths:
+        if not path.is_file():
+            raise InputFileError(f"{path}: no such file")
+    con = connect(db_path)
+    # DuckDB caches written blocks up to its memory limit (80% of RAM by default);
+    # capping it keeps ingest memory flat however large the file is.
+    con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
+    results: list[SourceResult] = []
+    try:
+        _forget_unfinished(con)
+        known = _known_sources(con)
+        first_seen = {
+            rid: (sid, line)
+            for rid, sid, line in con.execute(
+                "SELECT request_id, source_id, line_no FROM requests"
+            ).fetchall()
+        }
+        for path in paths:
+            results.append(_ingest_file(con, path, fmt, known, first_seen, progress))
+    finally:
+        if any(r.num_stored for r in results):
+            con.execute(load_sql("arrival_order"))
+        con.close()
+    return IngestResult(tuple(results))
+
+
+def _check_format(fmt: str) -> None:
+    from analyzer.errors import ConfigError
+
+    if fmt != "auto" and fmt not in READERS:
+        raise ConfigError(f"unknown format {fmt!r}; known: auto, {', '.join(READERS)}")
+
+
+def _forget_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
+    """Remove what an unfinished ingest of `source_id` stored (batches commit one by one,
+    so memory stays bounded; a file is complete only once its sources row exists)."""
+    con.execute("DELETE FROM requests WHERE source_id = ?", [source_id])
+    con.execute("DELETE FROM rejects WHERE source_id = ?", [source_id])
+
+
+def _forget_unfinished(con: duckdb.DuckDBPyConnection) -> None:
+    """Rows of an ingest that was killed midway have no sources row: drop them."""
+    con.execute("DELETE FROM requests WHERE source_id NOT IN (SELECT source_id FROM sources)")
+    con.execute("DELETE FROM rejects WHERE source_id NOT IN (SELECT source_id FROM sources)")
+
+
+def _known_sources(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, str]]:
+    rows = con.execute("SELECT sha256, source_id, path FROM sources").fetchall()
+    return {sha: (sid, p) for sha, sid, p in rows}
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _ingest_file(con, path, fmt, known, first_seen, progress) -> SourceResult:
+    try:
+        sha = _sha256(path)
+    except OSError as exc:
+        raise InputFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    fmt = detect_format(path) if fmt == "auto" else fmt
+    if sha in known:
+        return SourceResult(str(path), sha, fmt, duplicate_of=known[sha][0])
+    source_id = con.execute("SELECT coalesce(max(source_id), 0) + 1 FROM sources").fetchall()[0][0]
+    sources = {sid: p for sid, p in known.values()}
+    sources[source_id] = str(path)
+    tally = _Tally(source_id, str(path), dict(first_seen), sources)
+    try:
+        _read_into(con, path, fmt, tally, progress)
+        _check_parseable(path, fmt, tally)
+    except BaseException:
+        _forget_source(con, source_id)
+        raise
+    # The sources row is written last: it marks the file as complete.
+    con.execute(
+        "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp)",
+        [
+            source_id,
+            str(path),
+            sha,
+            fmt,
+            tally.num_read,
+            tally.num_stored,
+            tally.num_rejected,
+            tally.num_prompt_tokens,
+        ],
+    )
+    first_seen.update(tally.first_seen)
+    known[sha] = (source_id, str(path))
+    return SourceResult(
+        str(path),
+        sha,
+        fmt,
+        source_id,
+        tally.num_read,
+        tally.num_stored,
+        tally.num_rejected,
+        tally.num_prompt_tokens,
+        rejects=tuple(tally.rejects),
+    )
+
+
+def _read_into(con, path: Path, fmt: str, tally: _Tally, progress: Progress | None) -> None:
+    total = path.stat().st_size
+    with open(path, "rb") as raw:
+        counter = CountingReader(raw)
+        report = (lambda: progress(counter.num_bytes, total)) if progress else (lambda: None)
+        stream = open_binary(path, counter)
+        batches = READERS[fmt](path, stream, report)
+        try:
+            for batch in batches:
+                _store_batch(con, batch, tally)
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+            where = f"after line {tally.num_read}" if tally.num_read else "at the start"
+            raise InputFileError(f"{path}: cannot be read {where} ({exc})") from None
+        except Exception as exc:
+            if type(exc).__module__.startswith("zstd"):
+                raise InputFileError(f"{path}: corrupt zstd stream ({exc})") from None
+            raise
+        if progress:
+            progress(total, total)
+
+
+def _store_batch(con, batch: Batch, tally: _Tally) -> None:
+    rows, rejects = _drop_duplicates(batch, tally)
+    tally.num_read += batch.num_read
+    if rows.num_rows:
+        con.register("batch_rows", rows)
+        con.execute(load_sql("insert_requests"), {"source_id": tally.source_id})
+        con.unregister("batch_rows")
+        tally.num_stored += rows.num_rows
+        tally.num_prompt_tokens += pa.compute.sum(rows.column("prompt_tokens")).as_py()
+    if rejects:
+        con.executemany(
+            "INSERT INTO rejects VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                [tally.source_id, tally.path, r.line_no, r.field, r.reason, r.raw_excerpt]
+                for r in rejects
+            ],
+        )
+        tally.num_rejected += len(rejects)
+        tally.num_undecodable += sum(r.reason.startswith(_UNDECODABLE) for r in rejects)
+        tally.rejects.extend(rejects[: MAX_REJECTS_KEPT - len(tally.rejects)])
+
+
+def _drop_duplicates(batch: Batch, tally: _Tally) -> tuple[pa.Table, list[Reject]]:
+    """Keep the first record of each request id (in this and earlier files); reject the rest."""
+    ids = batch.rows.column("request_id").to_pylist()
+    lines = batch.rows.column("line_no").to_pylist()
+    keep: list[int] = []
+    rejects = list(batch.rejects)
+    for i, (rid, line) in enumerate(zip(ids, lines, strict=True)):
+        seen = tally.first_seen.get(rid)
+        if seen is None:
+            tally.first_seen[rid] = (tally.source_id, line)
+            keep.append(i)
+            continue
+        where = (
+            f"line {seen[1]}"
+            if seen[0] == tally.source_id
+            else f"{tally.sources.get(seen[0], f'source {seen[0]}')}:{seen[1]}"
+        )
+        rejects.append(Reject(line, "request_id", f"duplicate {rid!r}, first seen at {where}", rid))
+    rejects.sort(key=lambda r: r.line_no)
+    rows = batch.rows if len(keep) == len(ids) else batch.rows.take(pa.array(keep, pa.int64()))
+    return rows, rejects
+
+
+def _check_parseable(path: Path, fmt: str, tally: _Tally) -> None:
+    """A JSONL file in which no line is a JSON object cannot be parsed at all."""
+    if fmt != "jsonl" or tally.num_stored or not tally.num_read:
+        return
+    if tally.num_undecodable == tally.num_read:
+        first = tally.rejects[0]
+        raise InputFileError(f"{path}: not JSON Lines (line {first.line_no}: {first.reason})")

@@ -1,0 +1,52 @@
+-- Tables written by `hpa ingest`. Token ids are int32 lists; hash ids int64 lists.
+CREATE TABLE IF NOT EXISTS meta (
+    key VARCHAR PRIMARY KEY,
+    value VARCHAR NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS sources (
+    source_id INTEGER PRIMARY KEY,
+    path VARCHAR NOT NULL,
+    sha256 VARCHAR NOT NULL,
+    format VARCHAR NOT NULL,
+    num_read BIGINT NOT NULL,
+    num_stored BIGINT NOT NULL,
+    num_rejected BIGINT NOT NULL,
+    num_prompt_tokens BIGINT NOT NULL,
+    ingested_at TIMESTAMP NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS requests (
+    request_id VARCHAR NOT NULL,
+    source_id INTEGER NOT NULL,
+    line_no BIGINT NOT NULL,
+    arrival_seq BIGINT,
+    timestamp_s DOUBLE,
+    prompt_tokens INTEGER NOT NULL,
+    prompt_token_ids INTEGER[],
+    block_hash_ids BIGINT[],
+    block_size INTEGER,
+    output_tokens INTEGER,
+    output_token_ids INTEGER[],
+    model_revision VARCHAR,
+    prompt_family VARCHAR,
+    prompt_family_source VARCHAR,
+    replica VARCHAR,
+    conversation_id VARCHAR,
+    parent_request_id VARCHAR,
+    cache_salt VARCHAR,
+    lora_name VARCHAR,
+    spec_decode VARCHAR,
+    tenant VARCHAR,
+    ttft_ms DOUBLE,
+    extra JSON
+);
+
+CREATE TABLE IF NOT EXISTS rejects (
+    source_id INTEGER NOT NULL,
+    path VARCHAR NOT NULL,
+    line_no BIGINT NOT NULL,
+    field VARCHAR,
+    reason VARCHAR NOT NULL,
+    raw_excerpt VARCHAR
+);

@@ -1,0 +1,1 @@
+"""Trace readers and formats: files in, canonical request records out."""

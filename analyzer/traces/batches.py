@@ -1,0 +1,218 @@
+"""Batches of stored rows: a vectorised fast path over Arrow and the exact per-record path.
+
+`fast_rows` accepts an Arrow batch only when every row provably passes
+`records.validate_record`; it returns None otherwise and the caller re-reads the batch
+record by record, so every reject carries the exact reason of the per-record path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analyzer.traces.records import (
+    ROW_SCHEMA,
+    STRING_FIELDS,
+    TOKEN_ID_LIMIT,
+    RecordError,
+    validate_record,
+)
+
+RAW_EXCERPT_CHARS = 200
+
+# What the fast path reads: every known field with one fixed JSON type.
+FAST_INPUT_SCHEMA = pa.schema(
+    [(name, pa.string()) for name in STRING_FIELDS]
+    + [
+        ("replica", pa.string()),
+        ("timestamp", pa.float64()),
+        ("ttft_ms", pa.float64()),
+        ("prompt_token_ids", pa.list_(pa.int64())),
+        ("output_token_ids", pa.list_(pa.int64())),
+        ("block_hash_ids", pa.list_(pa.int64())),
+        ("block_size", pa.int64()),
+        ("prompt_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Reject:
+    """One record that was not stored: where it was, which field, and why."""
+
+    line_no: int
+    field: str | None
+    reason: str
+    raw_excerpt: str
+
+
+@dataclass
+class Batch:
+    """Rows to store (ROW_SCHEMA), rejects, and how many records were read."""
+
+    rows: pa.Table
+    rejects: list[Reject] = field(default_factory=list)
+
+    @property
+    def num_read(self) -> int:
+        return self.rows.num_rows + len(self.rejects)
+
+
+def excerpt(raw: bytes | str) -> str:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return text[:RAW_EXCERPT_CHARS]
+
+
+def exact_batch(items: list[tuple[int, Any, bytes | str]]) -> Batch:
+    """Validate records one by one; items are (line_no, decoded object or RecordError, raw)."""
+    rows: list[dict[str, Any]] = []
+    rejects: list[Reject] = []
+    for line_no, obj, raw in items:
+        try:
+            if isinstance(obj, RecordError):
+                raise obj
+            rows.append(validate_record(obj, line_no))
+        except RecordError as err:
+            rejects.append(Reject(line_no, err.field, err.reason, excerpt(raw)))
+    return Batch(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), rejects)
+
+
+def fast_rows(table: pa.Table, line_nos: pa.Array) -> pa.Table | None:
+    """Stored rows from a batch typed as FAST_INPUT_SCHEMA, or None if any row is invalid."""
+    table = _complete(table)
+    if table is None or not _all_valid(table):
+        return None
+    col = table.column
+    has_ids = pc.is_valid(col("prompt_token_ids"))
+    hash_tokens = pc.coalesce(
+        col("prompt_tokens"),
+        pc.multiply(
+            pc.list_value_length(col("block_hash_ids")).cast(pa.int64()), col("block_size")
+        ),
+    )
+    prompt_tokens = pc.if_else(
+        has_ids, pc.list_value_length(col("prompt_token_ids")).cast(pa.int64()), hash_tokens
+    )
+    output_tokens = pc.coalesce(
+        col("output_tokens"), pc.list_value_length(col("output_token_ids")).cast(pa.int64())
+    )
+    family = col("prompt_family")
+    columns = {
+        "line_no": line_nos,
+        "timestamp_s": col("timestamp"),
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+        "prompt_family_source": pc.if_else(
+            pc.is_valid(family), pa.scalar("trace"), pa.scalar(None, pa.string())
+        ),
+        "extra": pa.nulls(table.num_rows, pa.string()),
+    }
+    arrays = [
+        columns[name].cast(typ) if name in columns else col(name).cast(typ)
+        for name, typ in zip(ROW_SCHEMA.names, ROW_SCHEMA.types, strict=True)
+    ]
+    return pa.Table.from_arrays(arrays, schema=ROW_SCHEMA)
+
+
+def _complete(table: pa.Table) -> pa.Table | None:
+    """The batch with every fast-path column present and typed; None if it has others."""
+    if set(table.column_names) - set(FAST_INPUT_SCHEMA.names):
+        return None  # unknown fields go to `extra`, which the exact path builds
+    arrays = []
+    for f in FAST_INPUT_SCHEMA:
+        if f.name not in table.column_names:
+            arrays.append(pa.nulls(table.num_rows, f.type))
+            continue
+        column = table.column(f.name)
+        if column.type != f.type:
+            try:
+                column = column.cast(f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+        arrays.append(column)
+    return pa.Table.from_arrays(arrays, schema=FAST_INPUT_SCHEMA)
+
+
+def _all_valid(t: pa.Table) -> bool:
+    """True when every row would pass `validate_record` (checked column by column)."""
+    col = t.column
+    rid = col("request_id")
+    if rid.null_count or _any(pc.equal(pc.binary_length(rid), 0)):
+        return False
+    ids, hashes = col("prompt_token_ids"), col("block_hash_ids")
+    if not _all(pc.xor(pc.is_valid(ids), pc.is_valid(hashes))):
+        return False
+    for name in ("timestamp", "ttft_ms"):
+        if not _all_or_null(pc.is_finite(col(name))):
+            return False
+    if _any(pc.less(col("ttft_ms"), 0)):
+        return False
+    return (
+        _ids_ok(ids, allow_empty=False)
+        and _ids_ok(col("output_token_ids"), allow_empty=True)
+        and _hashes_ok(t)
+        and _counts_ok(t)
+    )
+
+
+def _ids_ok(ids: pa.ChunkedArray, *, allow_empty: bool) -> bool:
+    if ids.null_count == len(ids):
+        return True
+    if not allow_empty and _any(pc.equal(pc.list_value_length(ids), 0)):
+        return False
+    flat = pc.list_flatten(ids)
+    if flat.null_count:
+        return False
+    if len(flat) == 0:
+        return True
+    lo_hi = pc.min_max(flat)
+    return lo_hi["min"].as_py() >= 0 and lo_hi["max"].as_py() < TOKEN_ID_LIMIT
+
+
+def _hashes_ok(t: pa.Table) -> bool:
+    hashes = t.column("block_hash_ids")
+    if hashes.null_count == len(hashes):
+        return True
+    if _any(pc.equal(pc.list_value_length(hashes), 0)) or pc.list_flatten(hashes).null_count:
+        return False
+    needs_size = pc.and_kleene(pc.is_valid(hashes), pc.is_null(t.column("block_size")))
+    return not _any(needs_size)
+
+
+def _counts_ok(t: pa.Table) -> bool:
+    """block_size, prompt_tokens, output_tokens in range and consistent with the lists."""
+    col = t.column
+    for name, minimum in (("block_size", 1), ("prompt_tokens", 1), ("output_tokens", 0)):
+        if _any(pc.less(col(name), minimum)) or _any(pc.greater_equal(col(name), TOKEN_ID_LIMIT)):
+            return False
+    ids_len = pc.list_value_length(col("prompt_token_ids"))
+    if _any(pc.not_equal(col("prompt_tokens"), ids_len)):
+        return False
+    hash_len = pc.list_value_length(col("block_hash_ids"))
+    size = col("block_size")
+    needed = pc.divide(pc.add(col("prompt_tokens"), pc.subtract(size, 1)), size)
+    if _any(pc.not_equal(needed, hash_len)):
+        return False
+    implied = pc.multiply(hash_len.cast(pa.int64()), size)
+    if _any(
+        pc.and_kleene(pc.is_null(col("prompt_tokens")), pc.greater_equal(implied, TOKEN_ID_LIMIT))
+    ):
+        return False
+    out_len = pc.list_value_length(col("output_token_ids"))
+    return not _any(pc.not_equal(col("output_tokens"), out_len))
+
+
+def _any(mask) -> bool:
+    return bool(pc.any(mask).as_py())
+
+
+def _all(mask) -> bool:
+    return bool(pc.all(mask).as_py())
+
+
+def _all_or_null(mask) -> bool:
+    return not _any(pc.invert(mask))

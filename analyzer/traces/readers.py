@@ -1,0 +1,192 @@
+"""Readers: one trace file in, a stream of `Batch`es out (JSONL, Parquet, CSV).
+
+Each reader streams in bounded batches, so memory does not grow with the file. A file
+that cannot be read at all raises InputFileError; a bad record becomes a Reject.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from analyzer.errors import InputFileError
+from analyzer.traces.batches import FAST_INPUT_SCHEMA, Batch, exact_batch, fast_rows
+from analyzer.traces.csv_rows import read_csv
+from analyzer.traces.records import RecordError
+
+BATCH_BYTES = 8 << 20
+BATCH_ROWS = 8192
+_COMPRESSED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+_SUFFIX_FORMATS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+}
+_BLANK_START = np.array([10, 13, 32, 9], dtype=np.uint8)  # \n \r space tab
+
+
+class CountingReader(io.RawIOBase):
+    """Counts the bytes read from the underlying file, for progress on compressed input."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw, self.num_bytes = raw, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.raw.readinto(buffer)
+        self.num_bytes += n or 0
+        return n
+
+
+def detect_format(path: Path) -> str:
+    """Format name from the suffix (after .gz/.zst), else from the first bytes."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in _COMPRESSED:
+        suffixes = suffixes[:-1]
+    if suffixes and suffixes[-1] in _SUFFIX_FORMATS:
+        return _SUFFIX_FORMATS[suffixes[-1]]
+    with open_binary(path, CountingReader(open(path, "rb"))) as f:
+        head = f.read(4)
+    if head == b"PAR1":
+        return "parquet"
+    if head.lstrip()[:1] == b"{":
+        return "jsonl"
+    raise InputFileError(
+        f"{path}: cannot tell the format from the name or content; "
+        f"pass --format ({', '.join(READERS)})"
+    )
+
+
+def open_binary(path: Path, counter: CountingReader) -> BinaryIO:
+    """The decompressed byte stream of `path` read through `counter`."""
+    kind = _COMPRESSED.get(path.suffix.lower())
+    buffered = io.BufferedReader(counter, 1 << 20)
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=buffered, mode="rb")
+    if kind == "zstd":
+        import zstandard  # only needed for .zst input
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(buffered), 1 << 20)
+    return buffered
+
+
+def read_jsonl(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> Iterator[Batch]:
+    """Batches of a JSON Lines stream; lines are numbered from 1, blank lines skipped."""
+    first_line, tail = 1, b""
+    while True:
+        progress()
+        chunk = stream.read(BATCH_BYTES)
+        if first_line == 1 and not tail and chunk.lstrip()[:1] == b"[":
+            raise InputFileError(
+                f"{path}: a JSON array, not JSON Lines (one object per line); "
+                "convert it first, e.g. jq -c '.[]'"
+            )
+        data = tail + chunk
+        if not chunk:
+            if data.strip():
+                yield _jsonl_batch(data + b"\n", first_line)
+            return
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            tail = data
+            continue
+        body, tail = data[:cut], data[cut:]
+        yield _jsonl_batch(body, first_line)
+        first_line += body.count(b"\n")
+
+
+def _jsonl_batch(body: bytes, first_line: int) -> Batch:
+    """One batch of whole lines (ending in newline) starting at line `first_line`."""
+    buf = np.frombuffer(body, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    # The fast reader skips blank lines silently, so any line starting with white space
+    # sends the batch to the exact path, which numbers lines itself.
+    if not np.isin(buf[starts], _BLANK_START).any():
+        try:
+            table = pajson.read_json(
+                io.BytesIO(body),
+                read_options=pajson.ReadOptions(block_size=1 << 20),
+                parse_options=pajson.ParseOptions(
+                    explicit_schema=FAST_INPUT_SCHEMA, unexpected_field_behavior="infer"
+                ),
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            table = None
+        if table is not None and table.num_rows == len(ends):
+            line_nos = pa.array(np.arange(first_line, first_line + len(ends), dtype=np.int64))
+            rows = fast_rows(table, line_nos)
+            if rows is not None:
+                return Batch(rows)
+    return exact_batch(list(_decoded_lines(body, first_line)))
+
+
+def _decoded_lines(body: bytes, first_line: int):
+    for offset, raw in enumerate(body.split(b"\n")[:-1]):
+        if not raw.strip():
+            continue
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            obj = RecordError(None, f"malformed JSON ({exc})")
+        yield first_line + offset, obj, raw
+
+
+def read_parquet(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> Iterator[Batch]:
+    """Batches of a Parquet file; rows are numbered from 1 as `line_no`.
+
+    Parquet needs random access, so `stream` is not used: the file is opened by path.
+    """
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputFileError(f"{path}: not a readable Parquet file ({exc})") from None
+    first = 1
+    for record_batch in parquet.iter_batches(batch_size=BATCH_ROWS):
+        table = _timestamps_as_seconds(pa.Table.from_batches([record_batch]))
+        line_nos = pa.array(np.arange(first, first + table.num_rows, dtype=np.int64))
+        rows = fast_rows(table, line_nos)
+        if rows is not None:
+            yield Batch(rows)
+        else:
+            records = table.to_pylist()
+            yield exact_batch(
+                [(first + i, rec, orjson.dumps(rec, default=str)) for i, rec in enumerate(records)]
+            )
+        first += table.num_rows
+        progress()
+
+
+def _timestamps_as_seconds(table: pa.Table) -> pa.Table:
+    """A Parquet timestamp column becomes float seconds since the epoch."""
+    if "timestamp" not in table.column_names:
+        return table
+    column = table.column("timestamp")
+    if not pa.types.is_timestamp(column.type):
+        return table
+    micros = column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64())
+    seconds = pc.divide(micros.cast(pa.float64()), 1e6)
+    return table.set_column(table.schema.get_field_index("timestamp"), "timestamp", seconds)
+
+
+Reader = Callable[[Path, BinaryIO, Callable[[], None]], Iterator[Batch]]
+READERS: dict[str, Reader] = {
+    "jsonl": read_jsonl,
+    "parquet": read_parquet,
+    "csv": read_csv,
+}

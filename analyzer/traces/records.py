@@ -1,0 +1,227 @@
+"""The canonical request record (SPEC 4.1): field types, and validation of one record.
+
+This is the exact, per-record path and the single source of truth for what a valid
+record is and for every reject reason. The vectorised path in `batches.py` accepts a
+batch only when it can prove every row would pass here; otherwise it defers to this.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+TOKEN_ID_LIMIT = 2**31
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+STRING_FIELDS = (
+    "request_id",
+    "model_revision",
+    "prompt_family",
+    "conversation_id",
+    "parent_request_id",
+    "cache_salt",
+    "lora_name",
+    "spec_decode",
+    "tenant",
+)
+TOKEN_LIST_FIELDS = ("prompt_token_ids", "output_token_ids")
+COUNT_FIELDS = ("block_size", "prompt_tokens", "output_tokens")
+KNOWN_FIELDS = frozenset(
+    STRING_FIELDS
+    + TOKEN_LIST_FIELDS
+    + COUNT_FIELDS
+    + ("replica", "timestamp", "block_hash_ids", "ttft_ms")
+)
+
+# Column order and types of a stored row (the `requests` table minus store-owned columns).
+ROW_SCHEMA = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("line_no", pa.int64()),
+        ("timestamp_s", pa.float64()),
+        ("prompt_tokens", pa.int32()),
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("block_hash_ids", pa.list_(pa.int64())),
+        ("block_size", pa.int32()),
+        ("output_tokens", pa.int32()),
+        ("output_token_ids", pa.list_(pa.int32())),
+        ("model_revision", pa.string()),
+        ("prompt_family", pa.string()),
+        ("prompt_family_source", pa.string()),
+        ("replica", pa.string()),
+        ("conversation_id", pa.string()),
+        ("parent_request_id", pa.string()),
+        ("cache_salt", pa.string()),
+        ("lora_name", pa.string()),
+        ("spec_decode", pa.string()),
+        ("tenant", pa.string()),
+        ("ttft_ms", pa.float64()),
+        ("extra", pa.string()),
+    ]
+)
+
+
+class RecordError(ValueError):
+    """One invalid field of one record: `field` is a JSON path, `reason` says why."""
+
+    def __init__(self, field: str | None, reason: str) -> None:
+        super().__init__(f"{field}: {reason}" if field else reason)
+        self.field, self.reason = field, reason
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(value), type(value).__name__)
+
+
+def _int_list(name: str, value: Any, lo: int, hi: int) -> list[int]:
+    if not isinstance(value, list):
+        raise RecordError(name, f"expected an array of integers, got {_type_name(value)}")
+    if not value:
+        raise RecordError(name, "empty array (a request needs at least one token)")
+    for i, v in enumerate(value):
+        if type(v) is not int:
+            raise RecordError(f"{name}[{i}]", f"expected an integer, got {_type_name(v)}")
+        if not lo <= v < hi:
+            raise RecordError(f"{name}[{i}]", f"{v} is outside [{lo}, {_bound(hi)})")
+    return value
+
+
+def _bound(hi: int) -> str:
+    return {TOKEN_ID_LIMIT: "2^31", INT64_MAX + 1: "2^63"}.get(hi, str(hi))
+
+
+def _count(name: str, value: Any, minimum: int) -> int:
+    if type(value) is not int:
+        raise RecordError(name, f"expected an integer, got {_type_name(value)}")
+    if not minimum <= value < TOKEN_ID_LIMIT:
+        raise RecordError(name, f"{value} is outside [{minimum}, 2^31)")
+    return value
+
+
+def _number(name: str, value: Any) -> float:
+    if type(value) not in (int, float):
+        raise RecordError(name, f"expected a number, got {_type_name(value)}")
+    if not math.isfinite(value):
+        raise RecordError(name, f"{value} is not a finite number")
+    return float(value)
+
+
+def parse_timestamp(value: Any) -> float:
+    """Seconds from a number (seconds) or an RFC 3339 string with a UTC offset."""
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise RecordError("timestamp", f"{value!r} is not an RFC 3339 date-time") from None
+        if moment.tzinfo is None:
+            raise RecordError("timestamp", f"{value!r} has no UTC offset (RFC 3339 needs one)")
+        return moment.timestamp()
+    return _number("timestamp", value)
+
+
+def _string(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise RecordError(name, f"expected a string, got {_type_name(value)}")
+    return value
+
+
+def validate_record(obj: Any, line_no: int) -> dict[str, Any]:
+    """A stored row (keys of ROW_SCHEMA) from one decoded record; raises RecordError."""
+    if not isinstance(obj, dict):
+        raise RecordError(None, f"expected a JSON object, got {_type_name(obj)}")
+    rec = {k: v for k, v in obj.items() if v is not None}
+    if "request_id" not in rec:
+        raise RecordError("request_id", "missing (required)")
+    row: dict[str, Any] = {name: None for name in ROW_SCHEMA.names}
+    row["line_no"] = line_no
+    for name in STRING_FIELDS:
+        if name in rec:
+            row[name] = _string(name, rec[name])
+    if row["request_id"] == "":
+        raise RecordError("request_id", "empty string")
+    if "replica" in rec:
+        replica = rec["replica"]
+        if type(replica) is int:
+            replica = str(replica)  # documented: integer replicas are stored as text
+        row["replica"] = _string("replica", replica)
+    if row["prompt_family"] is not None:
+        row["prompt_family_source"] = "trace"
+    if "timestamp" in rec:
+        row["timestamp_s"] = parse_timestamp(rec["timestamp"])
+    if "ttft_ms" in rec:
+        row["ttft_ms"] = _number("ttft_ms", rec["ttft_ms"])
+        if row["ttft_ms"] < 0:
+            raise RecordError("ttft_ms", f"{rec['ttft_ms']} is negative")
+    _prompt(rec, row)
+    _output(rec, row)
+    extra = {k: v for k, v in rec.items() if k not in KNOWN_FIELDS}
+    if extra:
+        row["extra"] = orjson.dumps(extra, option=orjson.OPT_SORT_KEYS).decode()
+    return row
+
+
+def _prompt(rec: dict[str, Any], row: dict[str, Any]) -> None:
+    has_ids, has_hashes = "prompt_token_ids" in rec, "block_hash_ids" in rec
+    if has_ids and has_hashes:
+        raise RecordError("block_hash_ids", "give prompt_token_ids or block_hash_ids, not both")
+    if not has_ids and not has_hashes:
+        raise RecordError(
+            "prompt_token_ids", "missing (give prompt_token_ids, or block_hash_ids with block_size)"
+        )
+    if "block_size" in rec:
+        row["block_size"] = _count("block_size", rec["block_size"], 1)
+    claimed = _count("prompt_tokens", rec["prompt_tokens"], 1) if "prompt_tokens" in rec else None
+    if has_ids:
+        row["prompt_token_ids"] = ids = _int_list(
+            "prompt_token_ids", rec["prompt_token_ids"], 0, TOKEN_ID_LIMIT
+        )
+        if claimed is not None and claimed != len(ids):
+            raise RecordError("prompt_tokens", f"{claimed} but prompt_token_ids has {len(ids)}")
+        row["prompt_tokens"] = len(ids)
+        return
+    hashes = _int_list("block_hash_ids", rec["block_hash_ids"], INT64_MIN, INT64_MAX + 1)
+    if row["block_size"] is None:
+        raise RecordError("block_size", "missing (required with block_hash_ids)")
+    size = row["block_size"]
+    if claimed is not None and -(-claimed // size) != len(hashes):
+        raise RecordError(
+            "prompt_tokens",
+            f"{claimed} tokens need {-(-claimed // size)} blocks of {size}, "
+            f"block_hash_ids has {len(hashes)}",
+        )
+    row["block_hash_ids"] = hashes
+    row["prompt_tokens"] = claimed if claimed is not None else len(hashes) * size
+    if row["prompt_tokens"] >= TOKEN_ID_LIMIT:
+        raise RecordError("block_hash_ids", "prompt longer than 2^31 tokens")
+
+
+def _output(rec: dict[str, Any], row: dict[str, Any]) -> None:
+    if "output_tokens" in rec:
+        row["output_tokens"] = _count("output_tokens", rec["output_tokens"], 0)
+    if "output_token_ids" not in rec:
+        return
+    ids = rec["output_token_ids"]
+    if isinstance(ids, list) and not ids:
+        row["output_token_ids"] = []  # an empty output is a fact, not an error
+    else:
+        row["output_token_ids"] = _int_list("output_token_ids", ids, 0, TOKEN_ID_LIMIT)
+    if row["output_tokens"] is None:
+        row["output_tokens"] = len(row["output_token_ids"])
+    elif row["output_tokens"] != len(row["output_token_ids"]):
+        raise RecordError(
+            "output_tokens",
+            f"{row['output_tokens']} but output_token_ids has {len(row['output_token_ids'])}",
+        )

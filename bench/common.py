@@ -1,0 +1,67 @@
+"""Shared pieces of the benchmarks: a cached generated trace and child-process timing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data"
+
+# Runs in a fresh interpreter so peak RSS belongs to one contender only.
+_CHILD = """
+import json, resource, sys, time
+setup, body = sys.argv[1], sys.argv[2]
+scope = {}
+exec(setup, scope)
+start = time.perf_counter()
+exec(body, scope)
+elapsed = time.perf_counter() - start
+peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": elapsed, "peak_mib": peak_kib / 1024,
+                  "result": scope.get("result")}))
+"""
+
+
+def measure(setup: str, body: str) -> dict:
+    """Seconds of `body` (after `setup`) and the peak RSS of its own process, in MiB."""
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, setup, body], check=True, capture_output=True, text=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def mixed_trace(min_tokens: int, *, seed: int = 7) -> tuple[Path, int, int]:
+    """A `mixed` synthetic JSONL trace of at least `min_tokens` prompt tokens (cached).
+
+    Returns (path, number of requests, prompt tokens).
+    """
+    from analyzer.traces.synth import generate, write_jsonl
+
+    DATA.mkdir(exist_ok=True)
+    path = DATA / f"mixed_{min_tokens}_{seed}.jsonl"
+    meta = path.with_suffix(".json")
+    if path.exists() and meta.exists():
+        info = json.loads(meta.read_text())
+        return path, info["num_requests"], info["prompt_tokens"]
+    counts = {"num_requests": 0, "prompt_tokens": 0}
+
+    def until_enough():
+        for record in generate("mixed", seed=seed, num_requests=10**9):
+            yield record
+            counts["num_requests"] += 1
+            counts["prompt_tokens"] += len(record["prompt_token_ids"])
+            if counts["prompt_tokens"] >= min_tokens:
+                return
+
+    started = time.perf_counter()
+    write_jsonl(until_enough(), path)
+    print(
+        f"generated {path} ({counts['prompt_tokens']:,} prompt tokens, "
+        f"{counts['num_requests']:,} requests) in {time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
+    meta.write_text(json.dumps(counts))
+    return path, counts["num_requests"], counts["prompt_tokens"]

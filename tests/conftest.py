@@ -1,0 +1,24 @@
+"""Shared fixtures: a temporary database path and a helper to write trace files."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import orjson
+import pytest
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "test.duckdb"
+
+
+def write_jsonl(path: Path, records: list) -> Path:
+    """Records (dicts, or raw strings written as-is) as JSON Lines; .gz compresses."""
+    lines = [r if isinstance(r, str) else orjson.dumps(r).decode() for r in records]
+    data = ("\n".join(lines) + "\n").encode()
+    if path.suffix == ".gz":
+        data = gzip.compress(data, mtime=0)
+    path.write_bytes(data)
+    return path

@@ -1,0 +1,204 @@
+"""Ingest into DuckDB: every record stored or rejected, arrival order, re-ingest, formats."""
+
+from __future__ import annotations
+
+import gzip
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from analyzer.errors import InputFileError
+from analyzer.store.ingest import ingest
+from tests.conftest import write_jsonl
+
+
+def rows(db, sql):
+    con = duckdb.connect(str(db))
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_stores_fields_and_counts(tmp_path, db):
+    path = write_jsonl(
+        tmp_path / "t.jsonl",
+        [
+            {
+                "request_id": "a",
+                "timestamp": 2.0,
+                "prompt_token_ids": [1, 2, 3],
+                "output_token_ids": [9],
+                "model_revision": "m1",
+                "prompt_family": "chat",
+                "replica": 3,
+                "ttft_ms": 12.5,
+                "custom": {"x": 1},
+            },
+            {
+                "request_id": "b",
+                "timestamp": 1.0,
+                "block_hash_ids": [7, 8],
+                "block_size": 16,
+                "prompt_tokens": 20,
+            },
+        ],
+    )
+    result = ingest([path], db_path=db)
+    assert (result.num_read, result.num_stored, result.num_rejected) == (2, 2, 0)
+    got = rows(
+        db,
+        "SELECT request_id, arrival_seq, prompt_tokens, prompt_token_ids, "
+        "block_hash_ids, output_tokens, replica, prompt_family_source, extra "
+        "FROM requests ORDER BY arrival_seq",
+    )
+    assert got == [
+        ("b", 0, 20, None, [7, 8], None, None, None, None),
+        ("a", 1, 3, [1, 2, 3], None, 1, "3", "trace", '{"custom":{"x":1}}'),
+    ]
+    assert rows(
+        db, "SELECT num_read, num_stored, num_rejected, num_prompt_tokens, format FROM sources"
+    ) == [(2, 2, 0, 23, "jsonl")]
+
+
+def test_arrival_order_ties_and_missing_timestamps(tmp_path, db):
+    first = write_jsonl(
+        tmp_path / "1.jsonl",
+        [
+            {"request_id": "a", "timestamp": 5, "prompt_token_ids": [1]},
+            {"request_id": "b", "prompt_token_ids": [1]},  # inherits 5, stays after a
+            {"request_id": "c", "timestamp": 1, "prompt_token_ids": [1]},
+        ],
+    )
+    second = write_jsonl(
+        tmp_path / "2.jsonl",
+        [
+            {"request_id": "d", "timestamp": 5, "prompt_token_ids": [1]},  # tie: later file
+            {"request_id": "e", "timestamp": "1970-01-01T00:00:03Z", "prompt_token_ids": [1]},
+        ],
+    )
+    ingest([first, second], db_path=db)
+    order = rows(db, "SELECT request_id FROM requests ORDER BY arrival_seq")
+    assert [r[0] for r in order] == ["c", "e", "a", "b", "d"]
+
+
+def test_reingest_identical_file_adds_nothing(tmp_path, db):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"request_id": "a", "prompt_token_ids": [1]}])
+    ingest([path], db_path=db)
+    again = ingest([path], db_path=db).sources[0]
+    assert again.duplicate_of == 1 and again.num_read == 0
+    assert rows(db, "SELECT count(*) FROM requests") == [(1,)]
+    assert rows(db, "SELECT count(*) FROM sources") == [(1,)]
+
+
+def test_duplicate_ids_within_and_across_files(tmp_path, db):
+    one = write_jsonl(
+        tmp_path / "1.jsonl",
+        [
+            {"request_id": "a", "prompt_token_ids": [1]},
+            {"request_id": "a", "prompt_token_ids": [2]},
+        ],
+    )
+    two = write_jsonl(tmp_path / "2.jsonl", [{"request_id": "a", "prompt_token_ids": [3]}])
+    result = ingest([one, two], db_path=db)
+    assert result.num_stored == 1 and result.num_rejected == 2
+    assert rows(db, "SELECT path, line_no, field, reason FROM rejects ORDER BY source_id") == [
+        (str(one), 2, "request_id", "duplicate 'a', first seen at line 1"),
+        (str(two), 1, "request_id", f"duplicate 'a', first seen at {one}:1"),
+    ]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
+def test_compressed_jsonl(tmp_path, db, suffix):
+    data = b'{"request_id": "a", "prompt_token_ids": [1, 2]}\n'
+    path = tmp_path / f"t{suffix}"
+    if suffix.endswith("gz"):
+        path.write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(zstandard.ZstdCompressor().compress(data))
+    assert ingest([path], db_path=db).num_stored == 1
+
+
+def test_truncated_gzip_is_a_file_error_and_leaves_nothing(tmp_path, db):
+    data = gzip.compress(b'{"request_id": "a", "prompt_token_ids": [1, 2]}\n' * 1000)
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputFileError, match="cannot be read"):
+        ingest([path], db_path=db)
+    assert rows(db, "SELECT count(*) FROM requests") == [(0,)]
+    assert rows(db, "SELECT count(*) FROM sources") == [(0,)]
+
+
+def test_parquet_fast_and_exact_paths(tmp_path, db):
+    good = pa.table(
+        {
+            "request_id": ["a", "b"],
+            "prompt_token_ids": pa.array([[1, 2], [3]], pa.list_(pa.int32())),
+            "timestamp": pa.array([0, 1_000_000], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    pq.write_table(good, tmp_path / "good.parquet")
+    bad = pa.table({"request_id": ["c", "d"], "prompt_token_ids": [[1], [-5]], "note": ["x", None]})
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    result = ingest([tmp_path / "good.parquet", tmp_path / "bad.parquet"], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (3, 1)
+    assert rows(db, "SELECT request_id, timestamp_s, extra FROM requests ORDER BY request_id") == [
+        ("a", 0.0, None),
+        ("b", 1.0, None),
+        ("c", None, '{"note":"x"}'),
+    ]
+    assert rows(db, "SELECT line_no, field FROM rejects") == [(2, "prompt_token_ids[0]")]
+
+
+def test_csv(tmp_path, db):
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "request_id,timestamp,prompt_token_ids,output_tokens,model_revision,route\n"
+        "a,1.5,1 2 3,4,m1,/chat\n"
+        'b,,"[4, 5]",,,\n'
+        "c,2,1 x 3,,,\n"
+        "d,2,1,,\n"
+    )
+    result = ingest([path], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (2, 2)
+    assert rows(
+        db,
+        "SELECT request_id, timestamp_s, prompt_token_ids, output_tokens, extra "
+        "FROM requests ORDER BY request_id",
+    ) == [("a", 1.5, [1, 2, 3], 4, '{"route":"/chat"}'), ("b", None, [4, 5], None, None)]
+    assert rows(db, "SELECT line_no, field, reason FROM rejects ORDER BY line_no") == [
+        (4, "prompt_token_ids[1]", "expected an integer, got 'x'"),
+        (5, None, "row has 5 fields, the header has 6"),
+    ]
+
+
+def test_not_json_lines_at_all(tmp_path, db):
+    path = tmp_path / "t.jsonl"
+    path.write_text("request_id,prompt\nx,1 2\n")
+    with pytest.raises(InputFileError, match=r"not JSON Lines \(line 1: malformed JSON"):
+        ingest([path], db_path=db)
+    assert rows(db, "SELECT count(*) FROM rejects") == [(0,)]
+    array = tmp_path / "a.json"
+    array.write_text('[\n  {"request_id": "a"}\n]\n')
+    with pytest.raises(InputFileError, match="a JSON array, not JSON Lines"):
+        ingest([array], db_path=db)
+
+
+def test_batches_keep_line_numbers(tmp_path, db, monkeypatch):
+    import analyzer.traces.readers as readers
+
+    monkeypatch.setattr(readers, "BATCH_BYTES", 64)
+    records = [
+        {"request_id": f"r{i}", "prompt_token_ids": [i % 7 + 1] * (i % 5 + 1)} for i in range(40)
+    ]
+    records[17] = {"request_id": "bad", "prompt_token_ids": []}
+    path = write_jsonl(tmp_path / "t.jsonl", records)
+    result = ingest([path], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (39, 1)
+    assert rows(db, "SELECT line_no FROM rejects") == [(18,)]
+    assert rows(db, "SELECT min(line_no), max(line_no), count(DISTINCT line_no) FROM requests") == [
+        (1, 40, 39)
+    ]

@@ -1,0 +1,188 @@
+"""The command line: exact messages and exit codes for every bad-input case of ingest/query."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from tests.conftest import write_jsonl
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_ingest_then_query(tmp_path, db):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"request_id": "a", "prompt_token_ids": [1, 2]}])
+    result = run("ingest", path, "--db", db)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{path}: read 1 = stored 1 + rejected 0 (2 prompt tokens)\n"
+    again = run("ingest", path, "--db", db)
+    assert again.exit_code == 0
+    assert again.stdout.startswith(f"{path}: identical to source 1 (sha256 ")
+    assert again.stdout.endswith("), nothing added\n")
+    out = run(
+        "query", "SELECT request_id, prompt_tokens FROM requests", "--db", db, "--format", "csv"
+    )
+    assert (out.exit_code, out.stdout) == (0, "request_id,prompt_tokens\na,2\n")
+    out = run(
+        "query", "SELECT request_id, prompt_token_ids FROM requests", "--db", db, "--format", "json"
+    )
+    assert out.stdout == '{"request_id":"a","prompt_token_ids":[1,2]}\n'
+
+
+BAD_RECORDS = [
+    (
+        '{"request_id": "a", "prompt_token_ids": [1]}\n'
+        '{"request_id": "a", "prompt_token_ids": [2]}',
+        2,
+        "request_id: duplicate 'a', first seen at line 1",
+    ),
+    (
+        '{"request_id": "a", "prompt_token_ids": [1]\n{"request_id": "b", "prompt_token_ids": [2]}',
+        1,
+        "malformed JSON (unexpected end of data: line 1 column 44 (char 43))",
+    ),
+    ('{"request_id": 5, "prompt_token_ids": [1]}', 1, "request_id: expected a string, got integer"),
+    (
+        '{"request_id": "a", "prompt_token_ids": [1, "x"]}',
+        1,
+        "prompt_token_ids[1]: expected an integer, got string",
+    ),
+    (
+        '{"request_id": "a", "prompt_token_ids": [1, -2]}',
+        1,
+        "prompt_token_ids[1]: -2 is outside [0, 2^31)",
+    ),
+    (
+        '{"request_id": "a", "prompt_token_ids": [2147483648]}',
+        1,
+        "prompt_token_ids[0]: 2147483648 is outside [0, 2^31)",
+    ),
+    (
+        '{"request_id": "a", "prompt_token_ids": []}',
+        1,
+        "prompt_token_ids: empty array (a request needs at least one token)",
+    ),
+    (
+        '{"request_id": "a", "output_token_ids": [1]}',
+        1,
+        "prompt_token_ids: missing (give prompt_token_ids, or block_hash_ids with block_size)",
+    ),
+    (
+        '{"request_id": "a", "block_hash_ids": [1, 2]}',
+        1,
+        "block_size: missing (required with block_hash_ids)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "message"), BAD_RECORDS)
+def test_bad_record_is_listed_with_file_line_field(tmp_path, db, text, line, message):
+    path = tmp_path / "t.jsonl"
+    path.write_text(text + "\n")
+    result = run("ingest", path, "--db", db)
+    assert result.exit_code == 1
+    assert f"  rejected {path}:{line}: {message}\n" in result.stderr
+    assert "Traceback" not in result.output
+    lines = text.count("\n") + 1
+    assert result.stdout == (
+        f"{path}: read {lines} = stored {lines - 1} + rejected 1 ({lines - 1} prompt tokens)\n"
+    )
+    assert run("ingest", path, "--db", db, "--allow-rejects").exit_code == 0
+
+
+def test_duplicate_across_files_names_the_first(tmp_path, db):
+    one = write_jsonl(tmp_path / "1.jsonl", [{"request_id": "a", "prompt_token_ids": [1]}])
+    two = write_jsonl(tmp_path / "2.jsonl", [{"request_id": "a", "prompt_token_ids": [1, 2]}])
+    result = run("ingest", one, two, "--db", db)
+    assert result.exit_code == 1
+    assert (
+        f"  rejected {two}:1: request_id: duplicate 'a', first seen at {one}:1\n" in result.stderr
+    )
+    assert result.stdout.endswith("total: read 2 = stored 1 + rejected 1\n")
+
+
+def test_many_rejects_are_summarised(tmp_path, db):
+    path = write_jsonl(
+        tmp_path / "t.jsonl",
+        [{"request_id": f"r{i}", "prompt_token_ids": []} for i in range(25)]
+        + [{"request_id": "ok", "prompt_token_ids": [1]}],
+    )
+    result = run("ingest", path, "--db", db)
+    assert result.exit_code == 1
+    assert result.stderr.count("  rejected ") == 20
+    assert (
+        '  ... and 5 more: hpa query "SELECT * FROM rejects WHERE source_id = 1"\n' in result.stderr
+    )
+
+
+FILE_ERRORS = [
+    ("missing.jsonl", None, "Error: {path}: no such file\n"),
+    ("garbage.jsonl", b"\x00\x01binary\n", "Error: {path}: not JSON Lines (line 1: malformed JSON"),
+    (
+        "t.jsonl.gz",
+        gzip.compress(b'{"request_id": "a", "prompt_token_ids": [1]}\n' * 500)[:60],
+        "Error: {path}: cannot be read at the start (Compressed file ended before the "
+        "end-of-stream marker was reached)\n",
+    ),
+    ("t.parquet", b"PAR1 not really", "Error: {path}: not a readable Parquet file ("),
+    (
+        "t.csv",
+        b"id,prompt_token_ids\nx,1\n",
+        "Error: {path}:1: the CSV header must name request_id and each column once, "
+        "got ['id', 'prompt_token_ids']\n",
+    ),
+    (
+        "t.json",
+        b'[{"request_id": "a"}]\n',
+        "Error: {path}: a JSON array, not JSON Lines (one object per line); "
+        "convert it first, e.g. jq -c '.[]'\n",
+    ),
+    (
+        "t.bin",
+        b"\x89PNG....",
+        "Error: {path}: cannot tell the format from the name or content; "
+        "pass --format (jsonl, parquet, csv)\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "message"), FILE_ERRORS)
+def test_unreadable_file_is_one_line_and_exit_2(tmp_path, db, name, content, message):
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    result = run("ingest", path, "--db", db)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(message.format(path=path))
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+
+
+def test_bad_format_option(tmp_path, db):
+    result = run("ingest", tmp_path / "x", "--format", "xml", "--db", db)
+    assert result.exit_code == 2
+    assert "Invalid value for '--format': 'xml' is not one of" in result.stderr
+
+
+def test_query_errors(tmp_path, db):
+    result = run("query", "SELECT 1", "--db", tmp_path / "none.duckdb")
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: {tmp_path / 'none.duckdb'}: no such database; run `hpa ingest FILE "
+        f"--db {tmp_path / 'none.duckdb'}` first\n",
+    )
+    path = write_jsonl(tmp_path / "t.jsonl", [{"request_id": "a", "prompt_token_ids": [1]}])
+    run("ingest", path, "--db", db)
+    result = run("query", "SELECT nope FROM requests", "--db", db)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: query failed: Binder Error: Referenced column")
+
+
+def test_every_command_has_help():
+    for name, command in cli.commands.items():
+        assert command.help, name
+        assert run(name, "--help").exit_code == 0

@@ -1,0 +1,178 @@
+"""The canonical record: each reject reason, table-driven, and agreement with the schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from analyzer.traces.records import RecordError, validate_record
+
+SCHEMA = json.loads((Path(__file__).parents[2] / "schemas" / "trace.schema.json").read_text())
+OK = {"request_id": "a", "prompt_token_ids": [1, 2]}
+
+BAD = [
+    # (record, field, reason, schema can tell)
+    ([1, 2], None, "expected a JSON object, got array", True),
+    ({"prompt_token_ids": [1]}, "request_id", "missing (required)", True),
+    (
+        {"request_id": 7, "prompt_token_ids": [1]},
+        "request_id",
+        "expected a string, got integer",
+        True,
+    ),
+    ({"request_id": ""}, "request_id", "empty string", True),
+    (
+        {"request_id": "a"},
+        "prompt_token_ids",
+        "missing (give prompt_token_ids, or block_hash_ids with block_size)",
+        True,
+    ),
+    (
+        {"request_id": "a", "prompt_token_ids": []},
+        "prompt_token_ids",
+        "empty array (a request needs at least one token)",
+        True,
+    ),
+    (
+        {"request_id": "a", "prompt_token_ids": "1 2"},
+        "prompt_token_ids",
+        "expected an array of integers, got string",
+        True,
+    ),
+    (
+        {"request_id": "a", "prompt_token_ids": [1, "2"]},
+        "prompt_token_ids[1]",
+        "expected an integer, got string",
+        True,
+    ),
+    (
+        {"request_id": "a", "prompt_token_ids": [1, 2.0]},
+        "prompt_token_ids[1]",
+        "expected an integer, got number",
+        False,
+    ),  # JSON Schema counts 2.0 as an integer
+    (
+        {"request_id": "a", "prompt_token_ids": [True]},
+        "prompt_token_ids[0]",
+        "expected an integer, got boolean",
+        True,
+    ),
+    (
+        {"request_id": "a", "prompt_token_ids": [-1]},
+        "prompt_token_ids[0]",
+        "-1 is outside [0, 2^31)",
+        True,
+    ),
+    (
+        {"request_id": "a", "prompt_token_ids": [2**31]},
+        "prompt_token_ids[0]",
+        "2147483648 is outside [0, 2^31)",
+        True,
+    ),
+    (
+        {"request_id": "a", "block_hash_ids": [1]},
+        "block_size",
+        "missing (required with block_hash_ids)",
+        True,
+    ),
+    (
+        {"request_id": "a", "block_hash_ids": [1], "prompt_token_ids": [1], "block_size": 4},
+        "block_hash_ids",
+        "give prompt_token_ids or block_hash_ids, not both",
+        True,
+    ),
+    (
+        {"request_id": "a", "block_hash_ids": [1, 2], "block_size": 16, "prompt_tokens": 40},
+        "prompt_tokens",
+        "40 tokens need 3 blocks of 16, block_hash_ids has 2",
+        False,
+    ),
+    (
+        {"request_id": "a", "block_hash_ids": [1], "block_size": 0},
+        "block_size",
+        "0 is outside [1, 2^31)",
+        True,
+    ),
+    ({**OK, "prompt_tokens": 3}, "prompt_tokens", "3 but prompt_token_ids has 2", False),
+    (
+        {**OK, "output_token_ids": [5], "output_tokens": 2},
+        "output_tokens",
+        "2 but output_token_ids has 1",
+        False,
+    ),
+    ({**OK, "output_tokens": -1}, "output_tokens", "-1 is outside [0, 2^31)", True),
+    (
+        {**OK, "timestamp": "yesterday"},
+        "timestamp",
+        "'yesterday' is not an RFC 3339 date-time",
+        False,
+    ),
+    (
+        {**OK, "timestamp": "2026-11-29T10:00:00"},
+        "timestamp",
+        "'2026-11-29T10:00:00' has no UTC offset (RFC 3339 needs one)",
+        False,
+    ),
+    ({**OK, "timestamp": [1]}, "timestamp", "expected a number, got array", True),
+    ({**OK, "ttft_ms": -3}, "ttft_ms", "-3 is negative", True),
+    ({**OK, "replica": 1.5}, "replica", "expected a string, got number", True),
+    (
+        {**OK, "model_revision": {"name": "x"}},
+        "model_revision",
+        "expected a string, got object",
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("record", "field", "reason", "schema_knows"), BAD)
+def test_rejects_with_field_and_reason(record, field, reason, schema_knows):
+    with pytest.raises(RecordError) as info:
+        validate_record(record, 1)
+    assert (info.value.field, info.value.reason) == (field, reason)
+    if schema_knows:
+        assert not jsonschema.Draft202012Validator(SCHEMA).is_valid(record)
+
+
+GOOD = [
+    OK,
+    {**OK, "timestamp": "2026-11-29T10:00:00+01:00", "replica": 2, "ttft_ms": 0},
+    {**OK, "output_token_ids": [], "output_tokens": 0, "extra_field": [1, {"a": None}]},
+    {"request_id": "h", "block_hash_ids": [-5, 2**63 - 1], "block_size": 512, "prompt_tokens": 513},
+    {**OK, "model_revision": None, "prompt_family": None},
+]
+
+
+@pytest.mark.parametrize("record", GOOD)
+def test_accepts_valid_records(record):
+    row = validate_record(record, 3)
+    assert row["line_no"] == 3 and row["request_id"] == record["request_id"]
+    jsonschema.validate(record, SCHEMA, cls=jsonschema.Draft202012Validator)
+
+
+def test_row_values():
+    row = validate_record(
+        {
+            "request_id": "h",
+            "block_hash_ids": [1, 2],
+            "block_size": 16,
+            "timestamp": "1970-01-01T00:01:00Z",
+            "zeta": 1,
+            "alpha": None,
+        },
+        9,
+    )
+    assert row["prompt_tokens"] == 32 and row["timestamp_s"] == 60.0
+    assert row["extra"] == '{"zeta":1}'  # null-valued fields count as absent
+    assert row["prompt_family_source"] is None
+
+
+def test_schema_examples_are_valid():
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    validator.check_schema(SCHEMA)
+    for example in SCHEMA["examples"]:
+        validator.validate(example)
+        validate_record(example, 1)
