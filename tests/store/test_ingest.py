@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import tempfile
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from analyzer.errors import InputFileError
 from analyzer.store.ingest import ingest
@@ -202,3 +206,71 @@ def test_batches_keep_line_numbers(tmp_path, db, monkeypatch):
     assert rows(db, "SELECT min(line_no), max(line_no), count(DISTINCT line_no) FROM requests") == [
         (1, 40, 39)
     ]
+
+
+GOOD = '{{"request_id": "{rid}", "prompt_token_ids": [1, {n}]}}'
+BAD = [
+    "{{broken",
+    '{{"request_id": "{rid}", "prompt_token_ids": []}}',
+    '{{"request_id": "{rid}", "prompt_token_ids": [-{n}]}}',
+    '{{"request_id": {n}, "prompt_token_ids": [1]}}',
+    '{{"request_id": "{rid}", "block_hash_ids": [{n}]}}',
+    '{{"request_id": "{rid}"}}',
+]
+
+
+@st.composite
+def mixtures(draw):
+    """Lines of one or two files: good records, bad records, repeated ids, blank lines."""
+    files = []
+    for _ in range(draw(st.integers(1, 2))):
+        lines = []
+        for _ in range(draw(st.integers(0, 30))):
+            rid = f"r{draw(st.integers(0, 25))}"  # small id space: duplicates happen
+            n = draw(st.integers(0, 9))
+            kind = draw(st.integers(0, 9))
+            if kind < 6:
+                lines.append(GOOD.format(rid=rid, n=n))
+            elif kind < 9:
+                lines.append(draw(st.sampled_from(BAD)).format(rid=rid, n=n + 1))
+            else:
+                lines.append("")
+        files.append(lines)
+    return files
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mixtures(), st.sampled_from([64, 300, 1 << 20]))
+def test_read_equals_stored_plus_rejected(files, batch_bytes):
+    import analyzer.traces.readers as readers
+
+    saved = readers.BATCH_BYTES
+    readers.BATCH_BYTES = batch_bytes
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = []
+            for i, lines in enumerate(files):
+                path = Path(tmp) / f"{i}.jsonl"
+                path.write_text(
+                    "".join(line + "\n" for line in lines)
+                    + f'{{"request_id": "tail{i}", "prompt_token_ids": [9]}}\n'
+                )
+                paths.append(path)
+            db = Path(tmp) / "t.duckdb"
+            result = ingest(paths, db_path=db)
+            expected_read = sum(sum(1 for line in lines if line) + 1 for lines in files)
+            assert result.num_read == expected_read
+            assert result.num_read == result.num_stored + result.num_rejected
+            assert rows(db, "SELECT count(*) FROM requests") == [(result.num_stored,)]
+            assert rows(db, "SELECT count(*) FROM rejects") == [(result.num_rejected,)]
+            assert rows(db, "SELECT sum(num_read) FROM sources") == [(result.num_read,)]
+            good_ids = {
+                line.split('"')[3]
+                for lines in files
+                for line in lines
+                if line.startswith('{"request_id": "') and "[1, " in line
+            }
+            stored = {r[0] for r in rows(db, "SELECT request_id FROM requests")}
+            assert stored == good_ids | {f"tail{i}" for i in range(len(files))}
+    finally:
+        readers.BATCH_BYTES = saved
