@@ -1,0 +1,1 @@
+"""Replay: cache groups, the hybrid coordinator, policies; pure (records in, results out)."""

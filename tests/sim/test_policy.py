@@ -1,0 +1,142 @@
+"""Replay policies: defaults, presets, overrides, and one-line errors for bad keys/values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from analyzer.errors import ConfigError
+from analyzer.sim.policy import SCHEMAS, load_model, load_policy, make_policy, presets
+
+SCHEMA = json.loads((SCHEMAS / "policy.schema.json").read_text())
+
+
+def test_defaults_and_model_preset():
+    p = make_policy({"model": "qwen3-next-80b-a3b"})
+    assert (p.engine, p.groups, p.block_size, p.retention_interval) == (
+        "vllm",
+        ("full_attention", "mamba"),
+        544,
+        0,
+    )
+    assert p.hash_block_tokens == 544
+    assert make_policy({"block_size": 64, "prefix_match_unit": 16}).hash_block_tokens == 16
+
+
+def test_overrides_parse_json_values(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text('{"block_size": 544, "retention_interval": 1088}')
+    p = load_policy(
+        str(path),
+        [
+            "retention_interval=null",
+            "groups=full_attention,mamba",
+            "num_blocks=200",
+            "spec_decode=eagle_drop",
+        ],
+    )
+    assert (p.retention_interval, p.num_blocks, p.spec_decode) == (None, 200, "eagle_drop")
+    toml = tmp_path / "p.toml"
+    toml.write_text('block_size = 528\ngroups = ["mamba", "full_attention"]\n')
+    assert load_policy(str(toml)).groups == ("full_attention", "mamba")
+
+
+def test_presets_load_and_validate():
+    assert {"vllm-default", "vllm-dense"} <= set(presets())
+    for name in presets():
+        data = json.loads((SCHEMAS / "policies" / f"{name}.json").read_text())
+        jsonschema.validate(data, SCHEMA)
+        assert load_policy(name, ["block_size=544"]).block_size == 544
+
+
+def test_model_presets_are_consistent():
+    for path in sorted((SCHEMAS / "models").glob("*.json")):
+        model = load_model(path.stem)
+        assert model["name"] == path.stem and model["block_size"] > 0 and model["source"]
+        if model["bytes_per_block"] is not None:
+            assert model["bytes_per_block"] == (
+                model["layers_per_group"]
+                * model["block_size"]
+                * model["kv_bytes_per_token_per_layer"]
+            )
+            assert (
+                model["bytes_per_state"] == model["num_groups"]["mamba"] * model["bytes_per_block"]
+            )
+
+
+def test_schema_examples_are_valid_policies():
+    for example in SCHEMA["examples"]:
+        jsonschema.validate(example, SCHEMA)
+        make_policy(example)
+
+
+BAD = [
+    ({"block_size": 544, "colour": "red"}, "unknown policy key 'colour'; known: engine, groups,"),
+    ({}, "policy key 'block_size': required (or give 'model' with a preset)"),
+    ({"block_size": 544, "engine": "sglang"}, "policy key 'engine': 'sglang' is not one of vllm"),
+    (
+        {"block_size": 544, "groups": ["mamba"]},
+        "policy key 'groups': each group once, full_attention included",
+    ),
+    (
+        {"block_size": 544, "groups": ["full_attention", "gdn"]},
+        "policy key 'groups': 'gdn' is not one of full_attention, sliding_window, mamba",
+    ),
+    (
+        {"block_size": 544, "retention_interval": 100},
+        "policy key 'retention_interval': 100 must be a multiple of block_size 544",
+    ),
+    (
+        {"block_size": 544, "retention_interval": -1},
+        "policy key 'retention_interval': expected an integer >= 0 or null, got -1",
+    ),
+    (
+        {"block_size": 544, "prefix_match_unit": 100},
+        "policy key 'prefix_match_unit': 100 must divide block_size 544",
+    ),
+    (
+        {"block_size": 544, "groups": ["full_attention"], "prefix_match_unit": 32},
+        "a single full-attention group matches at its block size only",
+    ),
+    (
+        {"block_size": 544, "groups": ["full_attention", "sliding_window"]},
+        "policy key 'sliding_window': give a window exactly when groups include sliding_window",
+    ),
+    (
+        {"block_size": 544, "spec_decode": "mtp"},
+        "policy key 'spec_decode': 'mtp' is not one of none, eagle_lookahead, eagle_drop",
+    ),
+    (
+        {"block_size": 544, "routing": "random"},
+        "policy key 'routing': 'random' is not one of trace, round_robin, session, prefix_aware",
+    ),
+    (
+        {"block_size": 544, "num_blocks": "many"},
+        "policy key 'num_blocks': expected an integer >= 1 or null, got 'many'",
+    ),
+    ({"model": "gpt-9"}, "unknown model preset 'gpt-9'; known: nemotron-nano-9b-v2,"),
+]
+
+
+@pytest.mark.parametrize(("values", "message"), BAD)
+def test_bad_policy_is_a_config_error(values, message):
+    with pytest.raises(ConfigError) as info:
+        make_policy(values)
+    assert message in str(info.value)
+
+
+def test_bad_overrides_and_sources(tmp_path):
+    with pytest.raises(ConfigError, match="--set 'block_size': expected KEY=VALUE"):
+        load_policy(None, ["block_size"])
+    with pytest.raises(ConfigError, match="unknown policy key 'size'"):
+        load_policy(None, ["size=3"])
+    with pytest.raises(ConfigError, match="policy 'nope': no such file or preset; presets: "):
+        load_policy("nope")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_policy(str(bad))
+    assert Path(SCHEMAS).is_dir()
