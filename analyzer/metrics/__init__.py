@@ -1,0 +1,1 @@
+"""Lost-token accounting: the loss waterfall per request and its aggregates."""

@@ -1,0 +1,96 @@
+"""Routing: which replica serves each request (decided before the replay, so each
+(model revision, replica) partition replays independently of the others).
+
+- `trace`: the record's own `replica` (a record without one goes to replica "0");
+- `round_robin`: request i (arrival order) -> replica i mod n;
+- `session`: every request of a conversation to one replica; conversations (and requests
+  without one) take replicas round robin in order of first appearance;
+- `prefix_aware`: the replica whose earlier requests share the longest prefix with this
+  prompt, counted in whole match units; ties go to the replica with fewer requests so
+  far, then the lowest number (a cache-blind, eviction-blind router, like a gateway that
+  tracks prefixes it has sent where).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def route(
+    routing: str,
+    num_replicas: int,
+    *,
+    trace_replicas: Sequence[str | None],
+    conversation_ids: Sequence[str | None],
+    sequences: Sequence[np.ndarray] | None = None,
+    namespaces: Sequence[object] | None = None,
+    unit_tokens: int = 1,
+) -> list[str]:
+    """The replica label of every request, in arrival order."""
+    n = len(trace_replicas)
+    if routing == "trace":
+        return [r if r is not None else "0" for r in trace_replicas]
+    if routing == "round_robin":
+        return [str(i % num_replicas) for i in range(n)]
+    if routing == "session":
+        return _session(conversation_ids, num_replicas)
+    if routing == "prefix_aware":
+        if sequences is None or namespaces is None:
+            raise ValueError("prefix_aware routing needs the prompt token sequences")
+        return _prefix_aware(sequences, namespaces, num_replicas, unit_tokens)
+    raise ValueError(f"unknown routing {routing!r}")
+
+
+def _session(conversation_ids: Sequence[str | None], num_replicas: int) -> list[str]:
+    assigned: dict[str, str] = {}
+    turn = 0
+    out = []
+    for conv in conversation_ids:
+        if conv is not None and conv in assigned:
+            out.append(assigned[conv])
+            continue
+        replica = str(turn % num_replicas)
+        turn += 1
+        if conv is not None:
+            assigned[conv] = replica
+        out.append(replica)
+    return out
+
+
+def _prefix_aware(sequences, namespaces, num_replicas: int, unit: int) -> list[str]:
+    # One set of chained unit-block ids per replica: a block id stands for the whole
+    # prefix up to its end, so "replica holds id" means "replica saw that prefix".
+    ids: dict[tuple, int] = {}
+    held: list[set[int]] = [set() for _ in range(num_replicas)]
+    load = [0] * num_replicas
+    out = []
+    for seq, ns in zip(sequences, namespaces, strict=True):
+        chain = _chain_ids(np.asarray(seq), ns, unit, ids)
+        best = min(range(num_replicas), key=lambda r: (-_depth(chain, held[r]), load[r], r))
+        held[best].update(chain)
+        load[best] += 1
+        out.append(str(best))
+    return out
+
+
+def _chain_ids(seq: np.ndarray, ns: object, unit: int, ids: dict[tuple, int]) -> list[int]:
+    data = seq.astype(np.int64, copy=False).tobytes()
+    step = unit * 8
+    parent: object = ("ns", ns)
+    chain = []
+    for start in range(0, len(data) - step + 1, step):
+        key = (parent, data[start : start + step])
+        parent = ids.setdefault(key, len(ids))
+        chain.append(parent)
+    return chain
+
+
+def _depth(chain: list[int], held: set[int]) -> int:
+    depth = 0
+    for block in chain:
+        if block not in held:
+            break
+        depth += 1
+    return depth
