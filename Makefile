@@ -35,3 +35,14 @@ samples: $(STAMP)
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache
+
+.PHONY: bench-match bench-gpu
+# Prefix matcher: NumPy vs a plain Python dict-trie on a >= 50 M-token trace (a few minutes,
+# ~9 GiB for the trie); `make bench-match TOKENS=5e6` for a quick run.
+TOKENS ?= 50e6
+bench-match: $(STAMP)
+	$(PY) bench/bench_match.py --tokens $(TOKENS)
+
+# On a GPU machine: CuPy tests and CuPy vs NumPy throughput; installs nothing (see the script).
+bench-gpu:
+	bash bench/gpu_check.sh

@@ -1,0 +1,188 @@
+"""Runs the views of the prefix matcher over a source, chunk by chunk in arrival order.
+
+Three views share each chunk read: `any` (namespace = kind, block size, cache_salt, LoRA),
+`replica` (+ replica) and `conversation` (+ conversation_id; requests without one are left
+out). A view whose namespaces are the `any` ones (no replicas in the trace) is not run
+twice. Chunk size changes memory use only, never a result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from analyzer.backend import to_numpy
+from analyzer.errors import StoreError
+from analyzer.prefixes.exact import ExactPath
+from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, HashParams, PowerTables
+from analyzer.prefixes.matcher import ChunkView, ViewMatcher
+from analyzer.prefixes.source import Archive, Chunk, RequestMeta, SequenceSource
+
+DEFAULT_CHUNK_TOKENS = 1 << 22
+DEFAULT_ARCHIVE_TOKENS = 1 << 26
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatchOptions:
+    """How to run (never what is computed): chunking, archive size, hash constants."""
+
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    chunk_requests: int | None = None
+    archive_tokens: int = DEFAULT_ARCHIVE_TOKENS
+    hash_params: HashParams = DEFAULT_HASH
+
+
+@dataclass
+class MatchArrays:
+    """Per request (arrival order), in units (tokens, or blocks for hash-id traces).
+
+    `shared_conversation` is -1 for requests without a conversation; parents are request
+    indices (arrival_seq) or -1. `insert_*` describe the inserted sequences (any view)."""
+
+    shared_any: np.ndarray
+    parent: np.ndarray
+    shared_replica: np.ndarray
+    shared_conversation: np.ndarray
+    insert_shared: np.ndarray
+    insert_parent: np.ndarray
+    exact_fallbacks: int
+    archive_rereads: int
+
+
+@dataclass
+class _View:
+    name: str
+    ns: np.ndarray
+    matcher: ViewMatcher
+    exact: ExactPath
+    shared: np.ndarray
+    insert_shared: np.ndarray | None = None
+    insert_parent: np.ndarray | None = None
+    parent: np.ndarray | None = None
+
+
+def chunk_bounds(insert_len: np.ndarray, options: MatchOptions) -> list[tuple[int, int]]:
+    """Consecutive [start, stop) request ranges of about `chunk_tokens` units each
+    (or exactly `chunk_requests` requests when that is set)."""
+    n = int(insert_len.shape[0])
+    if options.chunk_requests is not None:
+        step = max(1, options.chunk_requests)
+        return [(a, min(a + step, n)) for a in range(0, n, step)]
+    ends = np.cumsum(insert_len)
+    cuts = (
+        np.searchsorted(
+            ends,
+            np.arange(1, int(ends[-1]) // options.chunk_tokens + 1) * options.chunk_tokens,
+            side="right",
+        )
+        if n
+        else np.zeros(0, int)
+    )
+    edges = np.unique(np.concatenate([[0], np.minimum(cuts, n), [n]]))
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+
+
+def run_matcher(source: SequenceSource, *, xp: Any, options: MatchOptions) -> MatchArrays:
+    """Match every request of `source` (see `matcher` for the definitions)."""
+    meta = source.meta
+    archive = Archive(source, options.archive_tokens)
+    views = _make_views(meta, archive, options, xp=xp)
+    tables = PowerTables(options.hash_params, xp=xp)
+    for start, stop in chunk_bounds(meta.insert_len, options):
+        chunk = source.read(start, stop)
+        _check_chunk(chunk, meta)
+        archive.add(chunk)
+        flat = xp.asarray(chunk.flat.astype(np.int64, copy=False).view(np.uint64))
+        hasher = ChunkHash(flat, tables, xp=xp)
+        for view in views:
+            _run_view(view, chunk, flat, hasher, meta, archive, xp=xp)
+    return _collect(views, meta, archive)
+
+
+def _make_views(meta: RequestMeta, archive: Archive, options: MatchOptions, *, xp) -> list[_View]:
+    specs = [("any", meta.ns_any, True, False)]
+    if meta.n and meta.ns_replica.max() != meta.ns_any.max():
+        specs.append(("replica", meta.ns_replica, False, False))
+    if meta.n and meta.ns_conversation.max() >= 0:
+        specs.append(("conversation", meta.ns_conversation, False, True))
+    views = []
+    for name, ns, want_parent, prune in specs:
+        exact = ExactPath(ns, meta.insert_len, archive.fetch)
+        matcher = ViewMatcher(
+            ns_all=xp.asarray(ns),
+            insert_len_all=xp.asarray(meta.insert_len),
+            exact=exact,
+            params=options.hash_params,
+            want_parent=want_parent,
+            ns_last=xp.asarray(_last_per_namespace(ns)) if prune else None,
+            xp=xp,
+        )
+        views.append(_View(name, ns, matcher, exact, np.full(meta.n, -1, dtype=np.int64)))
+    views[0].insert_shared = np.zeros(meta.n, dtype=np.int64)
+    views[0].insert_parent = np.full(meta.n, -1, dtype=np.int64)
+    views[0].parent = np.full(meta.n, -1, dtype=np.int64)
+    return views
+
+
+def _last_per_namespace(ns: np.ndarray) -> np.ndarray:
+    last = np.full(int(ns.max()) + 1, -1, dtype=np.int64)
+    inside = np.flatnonzero(ns >= 0)
+    np.maximum.at(last, ns[inside], inside)
+    return last
+
+
+def _check_chunk(chunk: Chunk, meta: RequestMeta) -> None:
+    lens = np.diff(chunk.offsets)
+    if lens.shape[0] != chunk.stop - chunk.start or not np.array_equal(
+        lens, meta.insert_len[chunk.start : chunk.stop]
+    ):
+        raise StoreError("requests changed while `hpa match` was reading them; run it again")
+
+
+def _run_view(
+    view: _View, chunk: Chunk, flat, hasher: ChunkHash, meta: RequestMeta, archive: Archive, *, xp
+) -> None:
+    ns = view.ns[chunk.start : chunk.stop]
+    rows = np.flatnonzero(ns >= 0)
+    if rows.size == 0:
+        return
+    ids = rows + chunk.start
+    v = ChunkView(
+        flat=flat,
+        hasher=hasher,
+        starts=xp.asarray(chunk.offsets[rows]),
+        lens=xp.asarray(meta.insert_len[ids]),
+        qlens=xp.asarray(meta.query_len[ids]),
+        ids=xp.asarray(ids),
+        ns=xp.asarray(ns[rows]),
+        first_id=chunk.start,
+    )
+    result = view.matcher.process(v, archive.fetch, chunk.stop)
+    view.shared[ids] = to_numpy(result.query_shared)
+    if view.parent is not None:
+        view.parent[ids] = to_numpy(result.query_parent)
+        view.insert_shared[ids] = to_numpy(result.insert_shared)
+        view.insert_parent[ids] = to_numpy(result.insert_parent)
+
+
+def _collect(views: list[_View], meta: RequestMeta, archive: Archive) -> MatchArrays:
+    by_name = {v.name: v for v in views}
+    any_view = by_name["any"]
+    replica = by_name.get("replica", any_view).shared
+    conversation = (
+        by_name["conversation"].shared
+        if "conversation" in by_name
+        else np.full(meta.n, -1, dtype=np.int64)
+    )
+    return MatchArrays(
+        shared_any=any_view.shared,
+        parent=any_view.parent,
+        shared_replica=replica,
+        shared_conversation=conversation,
+        insert_shared=any_view.insert_shared,
+        insert_parent=any_view.insert_parent,
+        exact_fallbacks=sum(v.exact.calls for v in views),
+        archive_rereads=archive.num_reread,
+    )

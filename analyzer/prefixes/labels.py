@@ -1,0 +1,73 @@
+"""Stable names: junction ids and the prompt-family labels derived from them.
+
+A junction id is the 16-hex-digit prefix hash of the junction's prefix (its first
+request's first `position` units), seeded by its namespace *values* (kind, block size,
+cache_salt, LoRA), so the same system prompt gets the same id in every database. Two
+different junctions never share an id in one table: in the (2^-64-unlikely) event of a
+clash, the later ones get a `-2`, `-3` ... suffix.
+
+Derived family label (rule `derived:first_junction`): a request without a trace family is
+labelled by the shallowest junction on its prompt's path whose position is at least
+`min_family_tokens` tokens, i.e. the end of the system prompt it shares with other
+requests, as `j<position>-<first 8 hex digits of the junction id>` (the whole id when
+two anchors would otherwise share a label); a request with no such junction is
+`unshared`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+
+import numpy as np
+
+from analyzer.prefixes.exact import Fetch
+from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, PowerTables
+
+UNSHARED = "unshared"
+FAMILY_SOURCE = "derived:first_junction"
+
+
+def namespace_seed(namespace: tuple) -> int:
+    """A 63-bit seed from a namespace's values (stable across databases and runs)."""
+    digest = hashlib.blake2b(repr(tuple(namespace)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def junction_ids(
+    owners: np.ndarray,
+    depths: np.ndarray,
+    owner_ns: np.ndarray,
+    namespaces: tuple,
+    fetch: Fetch,
+) -> list[str]:
+    """Ids of junctions (owner request, depth in units), in the given order."""
+    if owners.size == 0:
+        return []
+    uniq, row = np.unique(owners, return_inverse=True)
+    flat, offsets = fetch(uniq)
+    seeds = np.asarray([namespace_seed(namespaces[int(k)]) for k in owner_ns], dtype=np.int64)
+    hasher = ChunkHash(flat, PowerTables(DEFAULT_HASH, xp=np), xp=np)
+    starts = offsets[:-1][row]
+    const = hasher.constants(starts, seeds)
+    keys = hasher.keys(starts + depths - 1, const)
+    return _dedupe([f"{int(k):016x}" for k in keys])
+
+
+def family_labels(ids: list[str], positions: np.ndarray) -> list[str]:
+    """The derived family label of each junction (unique among junctions)."""
+    short = [f"j{int(p)}-{i[:8]}" for i, p in zip(ids, positions, strict=True)]
+    counts = Counter(short)
+    return [
+        s if counts[s] == 1 else f"j{int(p)}-{i}"
+        for s, i, p in zip(short, ids, positions, strict=True)
+    ]
+
+
+def _dedupe(ids: list[str]) -> list[str]:
+    seen: Counter = Counter()
+    out = []
+    for i in ids:
+        seen[i] += 1
+        out.append(i if seen[i] == 1 else f"{i}-{seen[i]}")
+    return out

@@ -1,0 +1,64 @@
+"""Backend selection: names, errors, and the CuPy path when CuPy is absent."""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+import pytest
+
+from analyzer.backend import BACKENDS, backend_name, get_xp, to_numpy
+from analyzer.errors import BackendUnavailable, ConfigError
+
+
+def _no_cupy(monkeypatch):
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "cupy" or name.startswith("cupy."):
+            raise ImportError("No module named 'cupy'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+
+
+def test_numpy_is_always_there():
+    assert get_xp("numpy") is np
+    assert backend_name(np) == "numpy"
+
+
+def test_unknown_backend_lists_the_names():
+    expected = "unknown backend 'torch'; choose one of auto, numpy, cupy"
+    with pytest.raises(ConfigError, match=expected):
+        get_xp("torch")
+    assert BACKENDS == ("auto", "numpy", "cupy")
+
+
+def test_auto_falls_back_to_numpy_without_cupy(monkeypatch):
+    _no_cupy(monkeypatch)
+    assert get_xp("auto") is np
+
+
+def test_demanding_cupy_without_it_says_what_to_do(monkeypatch):
+    _no_cupy(monkeypatch)
+    with pytest.raises(BackendUnavailable) as err:
+        get_xp("cupy")
+    message = str(err.value)
+    assert message.startswith("CuPy requested but not usable: cannot import cupy")
+    assert message.endswith("install hybrid-prefix-analyzer[gpu] or use --backend numpy")
+    assert err.value.exit_code == 2
+
+
+def test_module_never_imports_cupy_at_import_time():
+    import sys
+
+    import analyzer.backend  # noqa: F401
+    import analyzer.prefixes.api  # noqa: F401
+
+    assert "cupy" not in sys.modules or sys.modules["cupy"] is not None
+
+
+def test_to_numpy_accepts_other_array_libraries():
+    xp = pytest.importorskip("array_api_strict")
+    out = to_numpy(xp.asarray([1, 2, 3], dtype=xp.uint64))
+    assert isinstance(out, np.ndarray) and out.tolist() == [1, 2, 3]

@@ -1,0 +1,68 @@
+"""`--derive-families`: requests without a trace family get their system prompt's junction."""
+
+from __future__ import annotations
+
+import duckdb
+
+from analyzer.prefixes.api import match_prefixes
+from analyzer.prefixes.labels import FAMILY_SOURCE, family_labels
+from analyzer.prefixes.memory import Request
+
+from .helpers import store
+
+SYS_A = tuple(range(100, 140))  # 40-token system prompts
+SYS_B = tuple(range(200, 250))
+
+
+def _trace() -> list[Request]:
+    return [
+        Request("a1", prompt=SYS_A + (1, 2)),
+        Request("a2", prompt=SYS_A + (3, 4, 5)),
+        Request("b1", prompt=SYS_B + (1,)),
+        Request("b2", prompt=SYS_B + (7, 7)),
+        Request("a3", prompt=SYS_A + (1, 9)),  # deeper junction at 41: still family a
+        Request("lone", prompt=(9, 9, 9)),
+        Request("given", prompt=SYS_A + (8,), prompt_family="chat"),  # kept as is
+    ]
+
+
+def _families(db) -> dict:
+    con = duckdb.connect(str(db))
+    rows = con.execute(
+        "SELECT request_id, prompt_family, prompt_family_source FROM requests ORDER BY arrival_seq"
+    ).fetchall()
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def test_first_junction_labels_the_system_prompt(tmp_path):
+    db = store(tmp_path / "f.duckdb", _trace())
+    summary = match_prefixes(db, backend="numpy", derive_families=True, min_family_tokens=32)
+    fam = _families(db)
+    a, b = fam["a1"][0], fam["b1"][0]
+    assert a.startswith("j40-") and b.startswith("j50-") and a != b
+    assert fam["a2"][0] == fam["a3"][0] == a and fam["b2"][0] == b
+    assert fam["lone"] == ("unshared", FAMILY_SOURCE)
+    assert fam["given"] == ("chat", "trace")
+    assert {fam[k][1] for k in ("a1", "a2", "b1", "b2", "a3")} == {FAMILY_SOURCE}
+    assert (summary.num_derived, summary.num_families) == (6, 3)
+
+
+def test_min_family_tokens_skips_shallow_junctions_and_rederives(tmp_path):
+    db = store(tmp_path / "f.duckdb", _trace())
+    match_prefixes(db, backend="numpy", derive_families=True, min_family_tokens=1)
+    match_prefixes(db, backend="numpy", derive_families=True, min_family_tokens=45)
+    fam = _families(db)
+    # family a's junctions are at 40 and 41 tokens: below 45, so a1 is unshared now
+    assert fam["a1"][0] == "unshared" and fam["b1"][0].startswith("j50-")
+
+
+def test_without_the_flag_families_stay(tmp_path):
+    db = store(tmp_path / "f.duckdb", _trace())
+    match_prefixes(db, backend="numpy")
+    assert _families(db)["a1"] == (None, None)
+
+
+def test_labels_are_unique():
+    ids = ["abcdef0123456789", "abcdef01ffffffff", "1234567800000000"]
+    labels = family_labels(ids, [40, 40, 40])
+    assert labels == ["j40-abcdef0123456789", "j40-abcdef01ffffffff", "j40-12345678"]

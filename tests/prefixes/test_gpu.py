@@ -1,0 +1,52 @@
+"""CuPy against NumPy, bit for bit (needs CuPy and a CUDA device: `pytest -m gpu`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from analyzer.prefixes.api import compute
+from analyzer.prefixes.engine import MatchOptions
+from analyzer.prefixes.hashing import HashParams
+from analyzer.prefixes.memory import MemorySource
+
+from .helpers import assert_same_as_trie, requests_
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cupy_xp():
+    pytest.importorskip("cupy")
+    from analyzer.backend import get_xp
+    from analyzer.errors import BackendUnavailable
+
+    try:
+        return get_xp("cupy")
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(requests_(max_requests=20))
+def test_cupy_equals_numpy(cupy_xp, requests):
+    for params in (HashParams(), HashParams(key_mask=0xFF)):
+        options = MatchOptions(chunk_requests=5, hash_params=params)
+        a = compute(MemorySource.from_requests(requests), xp=np, options=options)
+        b = compute(MemorySource.from_requests(requests), xp=cupy_xp, options=options)
+        for field in (
+            "shared_any",
+            "parent",
+            "shared_replica",
+            "shared_conversation",
+            "insert_shared",
+            "insert_parent",
+        ):
+            assert np.array_equal(getattr(a.arrays, field), getattr(b.arrays, field))
+        assert np.array_equal(a.path_junctions, b.path_junctions)
+        assert_same_as_trie(requests, b.arrays)
