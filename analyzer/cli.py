@@ -50,8 +50,9 @@ def _progress_bar(label: str):
     def update(done: int, total: int) -> None:
         bar = state.get("bar")
         if bar is None:
-            bar = state["bar"] = click.progressbar(length=max(total, 1), label=label,
-                                                   file=sys.stderr)
+            bar = state["bar"] = click.progressbar(
+                length=max(total, 1), label=label, file=sys.stderr
+            )
             bar.__enter__()
         bar.update(done - bar.pos)
 
@@ -65,11 +66,15 @@ def _progress_bar(label: str):
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @db_option
-@click.option("--format", "fmt", default="auto", show_default=True,
-              type=click.Choice(["auto", "jsonl", "parquet", "csv"]),
-              help="Input format; auto reads the suffix (.jsonl/.parquet/.csv, also .gz/.zst).")
-@click.option("--allow-rejects", is_flag=True,
-              help="Exit 0 even when some records were rejected.")
+@click.option(
+    "--format",
+    "fmt",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "jsonl", "parquet", "csv"]),
+    help="Input format; auto reads the suffix (.jsonl/.parquet/.csv, also .gz/.zst).",
+)
+@click.option("--allow-rejects", is_flag=True, help="Exit 0 even when some records were rejected.")
 def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) -> None:
     """Store request records from FILES in the database; list every rejected record.
 
@@ -86,21 +91,29 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
             close()
     for src in result.sources:
         if src.duplicate_of is not None:
-            click.echo(f"{src.path}: identical to source {src.duplicate_of} "
-                       f"(sha256 {src.sha256[:12]}), nothing added")
+            click.echo(
+                f"{src.path}: identical to source {src.duplicate_of} "
+                f"(sha256 {src.sha256[:12]}), nothing added"
+            )
             continue
-        click.echo(f"{src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
-                   f"rejected {src.num_rejected:,} ({src.num_prompt_tokens:,} prompt tokens)")
+        click.echo(
+            f"{src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
+            f"rejected {src.num_rejected:,} ({src.num_prompt_tokens:,} prompt tokens)"
+        )
         for rej in src.rejects:
             field = f"{rej.field}: " if rej.field else ""
             click.echo(f"  rejected {src.path}:{rej.line_no}: {field}{rej.reason}", err=True)
         if src.num_rejected > len(src.rejects):
-            click.echo(f"  ... and {src.num_rejected - len(src.rejects):,} more: "
-                       f"hpa query \"SELECT * FROM rejects WHERE source_id = {src.source_id}\"",
-                       err=True)
+            click.echo(
+                f"  ... and {src.num_rejected - len(src.rejects):,} more: "
+                f'hpa query "SELECT * FROM rejects WHERE source_id = {src.source_id}"',
+                err=True,
+            )
     if len(result.sources) > 1:
-        click.echo(f"total: read {result.num_read:,} = stored {result.num_stored:,} + "
-                   f"rejected {result.num_rejected:,}")
+        click.echo(
+            f"total: read {result.num_read:,} = stored {result.num_stored:,} + "
+            f"rejected {result.num_rejected:,}"
+        )
     if result.num_rejected and not allow_rejects:
         sys.exit(1)
 
@@ -108,8 +121,14 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
 @cli.command()
 @click.argument("sql")
 @db_option
-@click.option("--format", "fmt", default="table", show_default=True,
-              type=click.Choice(["table", "csv", "json"]), help="Output format.")
+@click.option(
+    "--format",
+    "fmt",
+    default="table",
+    show_default=True,
+    type=click.Choice(["table", "csv", "json"]),
+    help="Output format.",
+)
 def query(sql: str, db_path: str, fmt: str) -> None:
     """Run SQL over the stored tables (requests, rejects, sources, ...) and print the result."""
     from analyzer.report.tables import render
@@ -120,16 +139,30 @@ def query(sql: str, db_path: str, fmt: str) -> None:
 
 @cli.command("synth")
 @click.argument("out", type=click.Path(dir_okay=False))
-@click.option("--scenario", default="mixed", show_default=True,
-              help="diagnostic, groups or mixed.")
+@click.option("--scenario", default="mixed", show_default=True, help="diagnostic, groups or mixed.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Random seed.")
 @click.option("--num-requests", type=int, default=None, help="Same as --param num_requests=N.")
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="A scenario parameter (repeatable), e.g. shared_tokens=1088.")
-@click.option("--block-size", type=int, default=None,
-              help="Write block_hash_ids of this many tokens instead of token ids.")
-def synth_cmd(out: str, scenario: str, seed: int, num_requests: int | None,
-              params: tuple[str, ...], block_size: int | None) -> None:
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A scenario parameter (repeatable), e.g. shared_tokens=1088.",
+)
+@click.option(
+    "--block-size",
+    type=int,
+    default=None,
+    help="Write block_hash_ids of this many tokens instead of token ids.",
+)
+def synth_cmd(
+    out: str,
+    scenario: str,
+    seed: int,
+    num_requests: int | None,
+    params: tuple[str, ...],
+    block_size: int | None,
+) -> None:
     """Write a seeded synthetic trace to OUT (JSONL; .gz/.zst compress)."""
     from analyzer.traces.synth import generate, parse_params, write_jsonl
 
@@ -142,10 +175,21 @@ def synth_cmd(out: str, scenario: str, seed: int, num_requests: int | None,
 
 
 @cli.command()
-@click.option("--out", "out_dir", default="build/demo", show_default=True,
-              type=click.Path(file_okay=False), help="Folder for the demo databases (replaced).")
-@click.option("--samples", "samples_dir", default=None, type=click.Path(file_okay=False),
-              help="Folder of sample traces [default: sample_traces/ here or above].")
+@click.option(
+    "--out",
+    "out_dir",
+    default="build/demo",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder for the demo databases (replaced).",
+)
+@click.option(
+    "--samples",
+    "samples_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Folder of sample traces [default: sample_traces/ here or above].",
+)
 def demo(out_dir: str, samples_dir: str | None) -> None:
     """Run the whole pipeline on the bundled sample traces."""
     from analyzer.demo import run_demo
@@ -153,13 +197,145 @@ def demo(out_dir: str, samples_dir: str | None) -> None:
 
     result = run_demo(out_dir, samples_dir=samples_dir)
     src = result.ingested.sources[0]
-    click.echo(f"{src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
-               f"rejected {src.num_rejected:,} -> {result.db_path}")
+    click.echo(
+        f"{src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
+        f"rejected {src.num_rejected:,} -> {result.db_path}"
+    )
     click.echo(render(result.summary), nl=False)
     for name, case in result.cases.items():
         click.echo(f"case {name}: {case.num_stored:,} requests stored")
-    click.echo(f"database: {result.db_path}  (try: hpa query \"SELECT * FROM sources\" "
-               f"--db {result.db_path})")
+    click.echo(
+        f'database: {result.db_path}  (try: hpa query "SELECT * FROM sources" '
+        f"--db {result.db_path})"
+    )
+
+
+@cli.command("match")
+@db_option
+@click.option(
+    "--backend",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "numpy", "cupy"]),
+    help="Array backend: auto uses CuPy when it imports and sees a GPU.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also export prefix_matches to FILE (.parquet, .jsonl or .csv).",
+)
+@click.option(
+    "--derive-families",
+    is_flag=True,
+    help="Label requests without a prompt_family by the first junction on their "
+    "prompt path at >= --min-family-tokens tokens (their shared system "
+    "prompt) as j<position>-<id>, or 'unshared'; source derived:first_junction.",
+)
+@click.option(
+    "--min-family-tokens",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Shallowest junction position (tokens) that can anchor a derived family.",
+)
+@click.option(
+    "--chunk-tokens",
+    default=1 << 22,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Tokens read per chunk: bounds memory, never changes a result.",
+)
+def match_cmd(
+    db_path: str,
+    backend: str,
+    out: str | None,
+    derive_families: bool,
+    min_family_tokens: int,
+    chunk_tokens: int,
+) -> None:
+    """Find each request's longest prefix shared with earlier requests, and the junctions.
+
+    Writes table prefix_matches (shared_any_tokens, shared_parent_request_id,
+    shared_replica_tokens, shared_conversation_tokens per request) and table junctions
+    (branch points of the prefix tree). Exact at token level.
+    """
+    from analyzer.prefixes.api import match_prefixes
+    from analyzer.prefixes.engine import MatchOptions
+
+    summary = match_prefixes(
+        db_path,
+        backend=backend,
+        out=out,
+        derive_families=derive_families,
+        min_family_tokens=min_family_tokens,
+        options=MatchOptions(chunk_tokens=chunk_tokens),
+    )
+    for line in summary.lines():
+        click.echo(line)
+
+
+@cli.command()
+@db_option
+@click.option(
+    "--policy",
+    "policy_source",
+    default="vllm-default",
+    show_default=True,
+    help="A policy file (.json/.toml) or preset name (schemas/policies/).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override one policy key; VALUE is JSON (null, 0, [..]) or a string.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="Also export this run's replay_requests (.parquet, .jsonl or .csv).",
+)
+def replay(db_path: str, policy_source: str, overrides: tuple[str, ...], out: str | None) -> None:
+    """Replay the stored trace through a hybrid prefix cache and account for every token.
+
+    Writes replay_runs, replay_requests (one row per request: hits, sparse-retention
+    misses and the loss waterfall) and replay_summary (per prompt family x model
+    revision), then prints the summary.
+    """
+    from analyzer.replay import run_replay
+    from analyzer.report.tables import render
+    from analyzer.sim.policy import load_policy
+    from analyzer.store.export import check_export_path
+
+    policy = load_policy(policy_source, list(overrides))
+    if out is not None:
+        check_export_path(out)
+    result = run_replay(policy, db_path=db_path, out=out)
+    cols = [
+        "prompt_family",
+        "model_revision",
+        "num_requests",
+        "prompt_tokens",
+        "hit_tokens",
+        "sparse_retention_miss_tokens",
+        "useful_hit_ratio",
+        "sparse_loss_ratio",
+    ]
+    click.echo(render(result.summary.select(cols)), nl=False)
+    click.echo(
+        f"run {result.run_id}: {result.num_requests:,} requests replayed in "
+        f"{result.seconds:.2f} s; policy {policy.to_json()}"
+    )
+    if result.num_errors:
+        click.echo(
+            f"warning: {result.num_errors:,} requests could not be scheduled at all "
+            f"(num_blocks {policy.num_blocks} is too small for them); see "
+            f"replay_requests.error",
+            err=True,
+        )
+    if out is not None:
+        click.echo(f"wrote {out}")
 
 
 def main() -> None:

@@ -106,7 +106,7 @@ def make_policy(values: dict[str, Any]) -> Policy:
         max_num_batched_tokens=_int_or_none(
             "max_num_batched_tokens", v["max_num_batched_tokens"], 1
         ),
-        num_blocks=_int_or_none("num_blocks", v["num_blocks"], 1),
+        num_blocks=_int_or_none("num_blocks", v["num_blocks"], 2),
         spec_decode=_choice("spec_decode", v["spec_decode"], SPEC_DECODE),
         replicas=_int_or_none("replicas", v["replicas"], 1) or 1,
         routing=_choice("routing", v["routing"], ROUTING),

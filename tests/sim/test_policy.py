@@ -115,7 +115,7 @@ BAD = [
     ),
     (
         {"block_size": 544, "num_blocks": "many"},
-        "policy key 'num_blocks': expected an integer >= 1 or null, got 'many'",
+        "policy key 'num_blocks': expected an integer >= 2 or null, got 'many'",
     ),
     ({"model": "gpt-9"}, "unknown model preset 'gpt-9'; known: nemotron-nano-9b-v2,"),
 ]

@@ -1,0 +1,316 @@
+"""`hpa replay`: route, match, replay each (model revision, replica) partition, account.
+
+Stages: requests (store) -> routing (sim.routing) -> shared prefixes L1/L2 (prefixes)
+-> the cache replay per partition (sim) -> the waterfall (metrics) -> tables (store).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from analyzer.errors import StoreError
+from analyzer.metrics.waterfall import build_levels
+from analyzer.prefixes.engine import MatchOptions, run_matcher
+from analyzer.prefixes.memory import MemorySource
+from analyzer.prefixes.source import RequestMeta
+from analyzer.sim.policy import Policy, load_model
+from analyzer.sim.records import SimRequest
+from analyzer.sim.replay import replay
+from analyzer.sim.routing import route
+from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow, require_tables
+from analyzer.store.export import export_table
+
+VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    run_id: int
+    num_requests: int
+    summary: pa.Table
+    seconds: float
+    num_errors: int  # requests vLLM could not schedule at all (pool too small)
+
+
+@dataclass
+class _Trace:
+    """The stored requests as columns (arrival order) plus per-request token arrays."""
+
+    columns: dict[str, list]
+    prompts: list[np.ndarray]  # token ids, or block hash ids for hash-id requests
+    outputs: list[np.ndarray | None]
+
+    @property
+    def n(self) -> int:
+        return len(self.prompts)
+
+
+def run_replay(
+    policy: Policy, *, db_path: str | Path = DEFAULT_DB, out: str | Path | None = None
+) -> ReplayOutcome:
+    """Replay the stored trace under `policy`; store and return the run.
+
+    Raises:
+        StoreError: no database or no requests. ConfigError: a policy the trace cannot
+            be replayed under (e.g. a match unit finer than a hash-id trace's blocks).
+    """
+    con = connect(db_path, create=False)
+    try:
+        require_tables(con, "requests")
+        trace = _load(con)
+        if trace.n == 0:
+            raise StoreError("no requests in the database; run `hpa ingest FILE` first")
+        started = time.perf_counter()
+        rows = _replay_rows(trace, policy)
+        seconds = time.perf_counter() - started
+        run_id = _store(con, policy, rows, seconds)
+        summary = query_arrow(
+            con,
+            "SELECT * EXCLUDE (run_id) FROM replay_summary "
+            "WHERE run_id = ? ORDER BY prompt_tokens DESC, "
+            "prompt_family, model_revision",
+            [run_id],
+        )
+        if out is not None:
+            export_table(
+                con,
+                "SELECT * EXCLUDE (run_id) FROM replay_requests WHERE run_id = "
+                f"{int(run_id)} ORDER BY arrival_seq",
+                out,
+            )
+        num_errors = sum(e is not None for e in rows["error"])
+        return ReplayOutcome(run_id, trace.n, summary, seconds, num_errors)
+    finally:
+        con.close()
+
+
+def _load(con) -> _Trace:
+    table = query_arrow(con, load_sql("replay_load"))
+    columns = {
+        name: table.column(name).to_pylist()
+        for name in table.column_names
+        if name not in ("prompt_token_ids", "block_hash_ids", "output_token_ids")
+    }
+    prompts = _arrays(table.column("prompt_token_ids"), table.column("block_hash_ids"))
+    outputs = _arrays(table.column("output_token_ids"), None)
+    return _Trace(columns, prompts, outputs)
+
+
+def _arrays(primary: pa.ChunkedArray, fallback: pa.ChunkedArray | None) -> list:
+    """One numpy array (or None) per row from list columns, without per-token Python."""
+    out = []
+    for i, chunk in enumerate(primary.chunks):
+        other = fallback.chunks[i] if fallback is not None else None
+        out.extend(_chunk_arrays(chunk, other))
+    return out
+
+
+def _chunk_arrays(chunk: pa.ListArray, other: pa.ListArray | None) -> list:
+    values = chunk.values.to_numpy(zero_copy_only=False)
+    offsets = chunk.offsets.to_numpy()
+    valid = chunk.is_valid().to_numpy(zero_copy_only=False)
+    if other is not None:
+        o_values = other.values.to_numpy(zero_copy_only=False)
+        o_offsets = other.offsets.to_numpy()
+    result = []
+    for i in range(len(chunk)):
+        if valid[i]:
+            result.append(values[offsets[i] : offsets[i + 1]])
+        elif other is not None and other[i].is_valid:
+            result.append(o_values[o_offsets[i] : o_offsets[i + 1]])
+        else:
+            result.append(None)
+    return result
+
+
+def _namespaces(trace: _Trace) -> list[tuple]:
+    c = trace.columns
+    return [
+        (bs, salt, lora)
+        for bs, salt, lora in zip(c["block_size"], c["cache_salt"], c["lora_name"], strict=True)
+    ]
+
+
+def _replay_rows(trace: _Trace, policy: Policy) -> dict[str, np.ndarray | list]:
+    c = trace.columns
+    ns = _namespaces(trace)
+    replicas = route(
+        policy.routing,
+        policy.replicas,
+        trace_replicas=c["replica"],
+        conversation_ids=c["conversation_id"],
+        sequences=trace.prompts,
+        namespaces=ns,
+        unit_tokens=policy.hash_block_tokens,
+    )
+    partitions = [(rev, rep) for rev, rep in zip(c["model_revision"], replicas, strict=True)]
+    shared_any, shared_replica = _shared_prefixes(trace, ns, partitions)
+    results = _replay_partitions(trace, policy, ns, partitions)
+    prompt_tokens = np.asarray(c["prompt_tokens"], dtype=np.int64)
+    levels = build_levels(
+        prompt_tokens=prompt_tokens,
+        shared_any_tokens=shared_any,
+        shared_replica_tokens=shared_replica,
+        align_tokens=_alignment(policy),
+        attention_match_tokens=[r.attention_match_tokens for r in results],
+        sparse_retention_miss_tokens=[r.sparse_retention_miss_tokens for r in results],
+        hit_tokens=[r.hit_tokens for r in results],
+    )
+    rows = {
+        "arrival_seq": c["arrival_seq"],
+        "request_id": c["request_id"],
+        "prompt_family": c["prompt_family"],
+        "model_revision": c["model_revision"],
+        "replica": replicas,
+        "timestamp_s": c["timestamp_s"],
+        "prompt_tokens": prompt_tokens,
+        "shared_any_tokens": levels.shared_any_tokens,
+        "shared_replica_tokens": levels.shared_replica_tokens,
+        "matchable_tokens": levels.matchable_tokens,
+        "attention_match_tokens": levels.attention_match_tokens,
+    }
+    for name in (
+        "sparse_retention_miss_never_kept_tokens",
+        "sparse_retention_miss_evicted_tokens",
+        "junction_tokens",
+    ):
+        rows[name] = np.asarray([getattr(r, name) for r in results], dtype=np.int64)
+    rows["error"] = [r.error for r in results]
+    rows.update(levels.causes())
+    rows["fresh_prefill_tokens"] = prompt_tokens - levels.hit_tokens
+    return rows
+
+
+def _alignment(policy: Policy) -> int:
+    """Tokens every hit is a multiple of: the match unit when fine-grained hits are on
+    (a Mamba group with blocks larger than the unit, and no sliding window), else the block."""
+    unit = policy.hash_block_tokens
+    fine = (
+        "mamba" in policy.groups
+        and unit < policy.block_size
+        and "sliding_window" not in policy.groups
+    )
+    return unit if fine else policy.block_size
+
+
+def _shared_prefixes(trace: _Trace, ns: list[tuple], partitions: list[tuple]):
+    """L1 (any earlier request, same namespace) and L2 (+ same revision and replica), tokens.
+
+    An earlier request offers the tokens whose KV it computed: its prompt and its output
+    but the last output token, which is sampled and never fed back (so never cached).
+    """
+    lens_q = np.asarray([len(p) for p in trace.prompts], dtype=np.int64)
+    inserted = [
+        p
+        if trace.columns["block_size"][i] is not None or trace.outputs[i] is None
+        else np.concatenate([p, trace.outputs[i][:-1]])
+        for i, p in enumerate(trace.prompts)
+    ]
+    lens_i = np.asarray([len(s) for s in inserted], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lens_i)]).astype(np.int64)
+    flat = np.concatenate(inserted).astype(np.int64) if inserted else np.zeros(0, np.int64)
+    block = np.asarray([b or 0 for b in trace.columns["block_size"]], dtype=np.int64)
+    prompt_tokens = np.asarray(trace.columns["prompt_tokens"], dtype=np.int64)
+    meta = RequestMeta(
+        ns_any=_dense(ns),
+        ns_replica=_dense([(a, b) for a, b in zip(ns, partitions, strict=True)]),
+        ns_conversation=np.full(trace.n, -1, dtype=np.int64),
+        query_len=lens_q,
+        insert_len=lens_i,
+        block_size=block,
+        prompt_tokens=prompt_tokens,
+    )
+    found = run_matcher(MemorySource(meta, flat, offsets), xp=np, options=MatchOptions())
+    unit = np.where(block > 0, block, 1)
+    return (
+        np.minimum(found.shared_any * unit, prompt_tokens),
+        np.minimum(found.shared_replica * unit, prompt_tokens),
+    )
+
+
+def _dense(keys: list) -> np.ndarray:
+    ids: dict = {}
+    return np.asarray([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
+
+
+def _replay_partitions(trace: _Trace, policy: Policy, ns, partitions) -> list:
+    c = trace.columns
+    members: dict[tuple, list[int]] = {}
+    for i, key in enumerate(partitions):
+        members.setdefault(key, []).append(i)
+    results: list = [None] * trace.n
+    num_groups = _num_groups(policy)
+    for indices in members.values():
+        requests = [_sim_request(trace, i, ns[i]) for i in indices]
+        for i, result in zip(indices, replay(requests, policy, num_groups=num_groups), strict=True):
+            results[i] = result
+    del c
+    return results
+
+
+def _num_groups(policy: Policy) -> dict[str, int] | None:
+    """KV-cache groups per type from the model preset (they share the pool's blocks)."""
+    if policy.model is None:
+        return None
+    preset = load_model(policy.model)["num_groups"]
+    return {group: preset.get(group, 1) for group in policy.groups}
+
+
+def _sim_request(trace: _Trace, i: int, namespace: tuple) -> SimRequest:
+    c = trace.columns
+    if c["block_size"][i] is not None:
+        return SimRequest(
+            request_id=c["request_id"][i],
+            block_hash_ids=trace.prompts[i],
+            trace_block_size=c["block_size"][i],
+            prompt_tokens=c["prompt_tokens"][i],
+            output_tokens=c["output_tokens"][i] or 0,
+            namespace=namespace,
+        )
+    return SimRequest(
+        request_id=c["request_id"][i],
+        prompt_token_ids=trace.prompts[i],
+        output_token_ids=trace.outputs[i],
+        output_tokens=c["output_tokens"][i] or 0,
+        namespace=namespace,
+    )
+
+
+def _fingerprint(con) -> str:
+    sources, num = con.execute(load_sql("trace_fingerprint")).fetchall()[0]
+    return hashlib.sha256(f"{sources}|{num}".encode()).hexdigest()
+
+
+def _store(con, policy: Policy, rows: dict, seconds: float) -> int:
+    con.execute(load_sql("replay_schema"))
+    run_id = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM replay_runs").fetchall()[0][0]
+    table = pa.table(
+        {
+            "run_id": pa.array([run_id] * len(rows["request_id"]), pa.int32()),
+            **{k: pa.array(v) for k, v in rows.items()},
+        }
+    )
+    con.register("replay_rows", table)
+    con.execute("INSERT INTO replay_requests BY NAME SELECT * FROM replay_rows")
+    con.unregister("replay_rows")
+    con.execute(load_sql("replay_summary"), {"run_id": run_id})
+    con.execute(
+        "INSERT INTO replay_runs VALUES (?, ?, ?, ?, ?, ?, ?, current_timestamp, ?)",
+        [
+            run_id,
+            policy.to_json(),
+            _fingerprint(con),
+            len(rows["request_id"]),
+            int(np.sum(rows["prompt_tokens"])),
+            int(np.sum(rows["hit_tokens"])),
+            seconds,
+            VERSION,
+        ],
+    )
+    return run_id

@@ -1,0 +1,91 @@
+"""What a replay consumes and produces: one `SimRequest` in, one `SimResult` out, per request.
+
+Pure data, shared by every engine's replay. All lengths are in tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+TokenIds = np.ndarray | Sequence[int]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class SimRequest:
+    """One request as the replay sees it.
+
+    Either `prompt_token_ids` (token ids, a numpy int array or a list) or `block_hash_ids` with
+    `trace_block_size` (a hash-id trace: one chained id per trace block of that many tokens;
+    equal ids at equal positions mean equal prefixes) and optionally `prompt_tokens` (exact
+    length, the last block may be partial; default `len(block_hash_ids) * trace_block_size`).
+
+    Outputs: `output_token_ids` when the trace has them (decode appends them, so a later prompt
+    can match prompt + output), else `output_tokens` (a count): decode then produces tokens
+    that match nothing. `namespace` isolates caches (cache_salt, LoRA): requests in different
+    namespaces never share a block, from block 0 on.
+    """
+
+    request_id: str
+    prompt_token_ids: TokenIds | None = None
+    output_token_ids: TokenIds | None = None
+    output_tokens: int = 0
+    namespace: Hashable = None
+    block_hash_ids: Sequence[int] | None = None
+    trace_block_size: int | None = None
+    prompt_tokens: int | None = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        if self.prompt_token_ids is not None:
+            return len(self.prompt_token_ids)
+        if self.prompt_tokens is not None:
+            return self.prompt_tokens
+        if self.block_hash_ids is None:
+            return 0
+        return len(self.block_hash_ids) * (self.trace_block_size or 0)
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Output tokens the request samples (ids when known, else the count)."""
+        if self.output_token_ids is not None:
+            return len(self.output_token_ids)
+        return self.output_tokens
+
+
+class SimResult(NamedTuple):
+    """Per-request figures of one replay (SPEC section 3), all in tokens. Immutable.
+
+    Ordering that always holds: hit <= attention_match_after_spec <= attention_match
+    <= prompt_tokens - 1 (0 for an empty or one-token prompt).
+
+    - `hit_tokens`: reused by the hybrid cache (vLLM `prefix_cache_hits` increment).
+    - `sparse_retention_miss_tokens`: full attention matched these but a sparse group (Mamba,
+      sliding window) had no state there (= attention_match_after_spec - hit_tokens); split into
+      `..._evicted_tokens` (the hit had they never been evicted) and `..._never_kept_tokens`.
+    - `attention_match_tokens`: what the full-attention group had resident, matched with plain
+      hashes (no lookahead, no EAGLE drop), capped at prompt_tokens - 1 and aligned like vLLM.
+    - `attention_match_after_spec_tokens`: the same match as vLLM computes it (lookahead hashes
+      or EAGLE drop applied); attention_match - this = tokens lost to speculative decoding.
+    - `junction_tokens`: vLLM's `shared_prefix_boundary` (hit + miss when the miss is > 0).
+    - `chunks`: tokens scheduled per step for this request (prefill chunks, then 1 per decode).
+    - `error`: set when vLLM could not schedule the request at all (KV pool too small); the
+      counters are then those vLLM recorded (0 when it was never admitted).
+
+    A NamedTuple rather than a dataclass: one is built per request, and this is ~4x cheaper.
+    """
+
+    request_id: str
+    prompt_tokens: int
+    hit_tokens: int
+    sparse_retention_miss_tokens: int
+    sparse_retention_miss_never_kept_tokens: int
+    sparse_retention_miss_evicted_tokens: int
+    attention_match_tokens: int
+    attention_match_after_spec_tokens: int
+    junction_tokens: int
+    chunks: tuple[int, ...]
+    error: str | None = None

@@ -1,0 +1,239 @@
+"""The hybrid coordinator: one lookup over all groups, and each step's allocate/cache/free.
+
+Lookup (vLLM `HybridKVCacheCoordinator.find_longest_cache_hit`), a fixed point:
+
+    hit = cap (prompt - 1); longest = 0
+    repeat:
+        cur = hit
+        for each group type, full attention first:
+            full attention, second pass: cur = min(cur, its first result)   (downward-closed)
+            otherwise: cur = that type's longest_hit(hashes, cur)           (only shrinks)
+            longest = max(longest, cur)
+        stop when cur == hit (or after one pass with exactly two types, full attention first)
+        hit = cur
+    sparse-retention miss = longest - hit   (attention matched it, a sparse group vetoed it)
+
+Copies of one type (several groups with one spec) are looked up jointly: a block must be
+resident in every copy. Units: tokens.
+"""
+
+from __future__ import annotations
+
+from analyzer.sim.policy import GROUPS
+from analyzer.sim.vllm.block_pool import NULL, BlockPool
+from analyzer.sim.vllm.layout import CacheLayout, cdiv
+from analyzer.sim.vllm.mamba import MambaManager
+from analyzer.sim.vllm.managers import FullAttentionManager, Manager, ReqState
+from analyzer.sim.vllm.sliding_window import SlidingWindowManager
+
+FULL, SWA, MAMBA = GROUPS
+MANAGERS: dict[str, type[Manager]] = {
+    FULL: FullAttentionManager,
+    SWA: SlidingWindowManager,
+    MAMBA: MambaManager,
+}
+
+
+class Coordinator:
+    """All groups of one replay, over one shared pool."""
+
+    def __init__(self, layout: CacheLayout) -> None:
+        self.layout = layout
+        types = layout.group_types
+        sparse = frozenset(g for g, t in enumerate(types) if t != FULL)
+        self.pool = BlockPool(layout.num_blocks, len(types), sparse)
+        self.managers = [MANAGERS[t](g, self.pool, layout) for g, t in enumerate(types)]
+        # Spec groups in lookup order: full attention first, then the others in group order.
+        self.spec_groups: list[list[Manager]] = []
+        for kind in (FULL, SWA, MAMBA):
+            members = [m for m in self.managers if m.kind == kind]
+            if members:
+                self.spec_groups.append(members)
+        for m in self.spec_groups[0]:
+            m.use_eagle = layout.eagle_drop  # the drafter shares full-attention group 0
+        self.hybrid = layout.hybrid
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def _probe(self, members: list[Manager], index=None):
+        """probe(hash_id) -> row of blocks (one per member) or None, against `index`."""
+        groups = self.pool.num_groups
+        if index is None:
+            cached = self.pool.cached
+            if len(members) == 1:
+                gid = members[0].gid
+
+                def probe(h):
+                    found = cached.get(h * groups + gid)
+                    if found is None:
+                        return None
+                    return (found if type(found) is int else found[0],)
+
+                return probe
+            get = self.pool.get
+
+            def probe_all(h):
+                row = tuple(get(h * groups + m.gid) for m in members)
+                return None if None in row else row
+
+            return probe_all
+        gids = [m.gid for m in members]
+
+        def probe_index(h):
+            return (0,) * len(gids) if all(h * groups + g in index for g in gids) else None
+
+        return probe_index
+
+    def lookup(self, hashes: list[int], max_len: int, indexes=None, first=None):
+        """(hit, longest attention-side match, rows per spec group) for a request.
+
+        `indexes` replaces the hash map per spec group (membership only) for the diagnostic
+        re-lookups, and `first` then gives full attention's already known (hit, rows).
+        """
+        layout = self.layout
+        attention, rows = first if first is not None else self._attention_hit(hashes, max_len)
+        found = [rows] + [None] * (len(self.spec_groups) - 1)
+        hit = max_len
+        while True:
+            cur = min(hit, attention)  # full attention is downward-closed: looked up once
+            for idx in range(1, len(self.spec_groups)):
+                members = self.spec_groups[idx]
+                probe = self._probe(members, None if indexes is None else indexes[idx])
+                cur, found[idx] = members[0].longest_hit(probe, hashes, cur, False, layout)
+            shrunk = cur < hit
+            hit = cur
+            if not shrunk or len(self.spec_groups) == 2:
+                break  # fixed point (two types: one pass suffices)
+        del found[0][cdiv(hit, layout.block_size) :]
+        return hit, attention, found
+
+    def _attention_hit(self, hashes: list[int], max_len: int):
+        """Full attention's (hit, rows). Legacy EAGLE matches one unit more (a hash block if
+        fine, else a block) and drops it; a single-group model drops within the cap."""
+        layout = self.layout
+        limit = max_len
+        if layout.eagle_drop and self.hybrid:
+            limit = min(max_len + layout.alignment, len(hashes) * layout.hash_block_size)
+        members = self.spec_groups[0]
+        return members[0].longest_hit(
+            self._probe(members), hashes, limit, layout.eagle_drop, layout
+        )
+
+    def hit_blocks(self, found: list) -> list[list[int]]:
+        """Per manager (group id order): its hit blocks, NULL in the rows' gaps."""
+        out: list[list[int]] = [[] for _ in self.managers]
+        for members, rows in zip(self.spec_groups, found, strict=True):
+            for k, m in enumerate(members):
+                out[m.gid] = [NULL if row is None else row[k] for row in (rows or ())]
+        return out
+
+    # -- one scheduled step -------------------------------------------------------------------
+
+    def start(self) -> None:
+        for m in self.managers:
+            m.start()
+
+    def step(
+        self,
+        req: ReqState,
+        num_new: int,
+        hit_tokens: int = 0,
+        hit: list[list[int]] | None = None,
+        boundaries: list[int] = (),
+    ) -> bool:
+        """vLLM `allocate_slots` for `num_new` tokens after `req.computed` (+ a fresh hit).
+
+        At admission (`hit` given) the whole prompt must fit first (vLLM's default
+        `scheduler_reserve_full_isl`). Then: release what the request no longer reads, check
+        this step fits (False = it does not; only those releases happened), adopt the hit,
+        allocate, cache the full blocks, and free copy-on-write sources once copied.
+        """
+        layout, managers = self.layout, self.managers
+        computed = req.computed + hit_tokens
+        main_tokens = computed + num_new
+        slots = main_tokens + layout.alloc_lookahead
+        exact = self.pool.bounded and self._may_not_fit(req, slots, hit)
+        full = req.num_tokens
+        if exact and hit is not None and not self._fits(hit, full, computed, hit_tokens, full):
+            return False
+        for m in managers:
+            m.remove_skipped(computed)
+        if exact and not self._fits(hit, slots, computed, hit_tokens, main_tokens, False):
+            return False
+        if hit_tokens:
+            for m in managers:
+                m.add_hit(hit[m.gid], hit_tokens)
+        copies: list[int] = []
+        for m in managers:
+            m.allocate(slots, main_tokens, copies)
+        self.cache(req, min(main_tokens, req.num_tokens), boundaries)
+        if copies:
+            self.pool.free_blocks(copies)
+        return True
+
+    def _fits(
+        self,
+        hit,
+        slots: int,
+        computed: int,
+        hit_tokens: int,
+        main_tokens: int,
+        admission: bool = True,
+    ) -> bool:
+        """vLLM's exact check: the blocks every group takes <= the free queue's length."""
+        empty: list[int] = []
+        need = sum(
+            m.blocks_needed(
+                hit[m.gid] if hit else empty, slots, computed, hit_tokens, main_tokens, admission
+            )
+            for m in self.managers
+        )
+        return need <= self.pool.num_free()
+
+    def _may_not_fit(self, req: ReqState, slots: int, hit: list[list[int]] | None) -> bool:
+        """False when the step surely fits: the free queue holds more blocks than any group
+        could take (all of its table, +1 copy-on-write, +spec blocks, + the hit pinned)."""
+        layout = self.layout
+        per_group = (
+            cdiv(max(slots, req.num_tokens), layout.block_size) + 2 + (layout.mamba_spec_blocks)
+        )
+        bound = len(self.managers) * per_group + (sum(map(len, hit)) if hit else 0)
+        return bound > len(self.pool.free)
+
+    def cache(self, req: ReqState, num_tokens: int, boundaries: list[int]) -> None:
+        """Offer the full blocks up to `num_tokens` to every group's hash map."""
+        layout = self.layout
+        if not self.hybrid:
+            tokens = num_tokens
+        elif layout.fine:
+            tokens = num_tokens
+        else:
+            tokens = num_tokens // layout.block_size * layout.block_size
+        for m in self.managers:
+            count = tokens
+            if m.use_eagle and tokens > 0:
+                aligned = (
+                    num_tokens
+                    if layout.fine
+                    else (num_tokens // layout.block_size * layout.block_size)
+                )
+                count = min(num_tokens, aligned + layout.block_size)
+            m.cache(req, count, boundaries)
+
+    def free(self) -> None:
+        """The request finished: each group frees its blocks, group by group, tail first."""
+        for m in self.managers:
+            m.free()
+
+
+def replay_boundaries(prompt: int, block: int, eagle_drop: bool) -> list[int]:
+    """Positions a later request replaying this prompt resumes at (vLLM `replay_boundaries`).
+
+    Without the legacy EAGLE drop: prompt - 1 (a resend's cap). With it, one block below both
+    a resend's landing point and a longer sibling's:  prompt 2176, B 544 -> {1088, 1632}.
+    """
+    if not eagle_drop:
+        return [prompt - 1]
+    resend = (prompt - 1) // block * block
+    extension = prompt // block * block
+    return sorted({max(resend - block, 0), max(extension - block, 0)})

@@ -1,0 +1,176 @@
+"""Closed-form replay for the common case: no capacity limit, no sliding window, no
+speculative decoding, match unit = block size (full attention, optionally + Mamba align).
+
+Without eviction a hash, once cached, stays; the block pool then only matters through which
+hashes each group holds, and those follow from the chunk ends alone:
+
+- full attention caches every block of the computed tokens: blocks [0, (P + k - 1) // B) for a
+  prompt of P tokens that samples k >= 1 tokens (the last sampled token is never computed);
+- Mamba holds a state block per step end e, in slot cdiv(e, B) - 1, until it is passed; the
+  block is hashed (under boundary x = cdiv(e, B) * B) when a later step covers x, if the
+  retention mask keeps x. Decode steps end at every token, so every block boundary in
+  (P, P + k - 1] is such an x.
+
+        B=4, prompt 10, hit 0, retention None:  chunk ends 8, 10; decode to 13
+        Mamba boundaries: 8 (chunk end), 12 (10 -> slot 2, covered at 12 by decode)
+
+`tests/sim/test_properties.py` checks this against the block-level replay (`VllmReplay` with
+`fast=False`) on random traces. Units: tokens.
+"""
+
+from __future__ import annotations
+
+from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.vllm.hashing import HashInterner, request_hashes, token_bytes
+from analyzer.sim.vllm.layout import CacheLayout, cdiv
+from analyzer.sim.vllm.scheduler import chunk_tokens
+
+
+def failed(request_id: str, prompt: int, error: str) -> SimResult:
+    """The result of a request vLLM never admitted: no counters, no chunks."""
+    return SimResult(request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), error)
+
+
+def fast_path_applies(layout: CacheLayout) -> bool:
+    return (
+        layout.num_blocks is None
+        and layout.sliding_window is None
+        and not layout.speculative
+        and layout.hash_block_size == layout.block_size
+    )
+
+
+class _Req:
+    """The three fields the chunk rules read (see `managers.ReqState`)."""
+
+    __slots__ = ("prompt", "num_tokens", "junction")
+
+    def __init__(self, prompt: int, junction: int) -> None:
+        self.prompt = self.num_tokens = prompt
+        self.junction = junction
+
+
+class UnboundedReplay:
+    """Per-request replay over two hash sets (full attention, Mamba)."""
+
+    def __init__(self, layout: CacheLayout, interner: HashInterner) -> None:
+        self.layout = layout
+        self.interner = interner
+        self.attention: set[int] = set()
+        self.mamba: set[int] | None = set() if layout.has_mamba else None
+        self.block = layout.block_size
+        self.simple_chunks = layout.max_num_batched_tokens is None
+
+    def replay_one(self, sim: SimRequest) -> SimResult:
+        B = self.block
+        prompt = sim.num_prompt_tokens
+        outputs = sim.num_output_tokens
+        total = prompt + outputs - 1 if outputs > 1 else prompt  # computed in the end
+        full = total // B
+        if prompt < 1:
+            return failed(sim.request_id, prompt, "empty prompt")
+        if sim.prompt_token_ids is None:
+            hashes = request_hashes(self.interner, sim, B, 0)[0].extend(full)
+        else:
+            hashes = self._hashes(sim, full)
+        attention, mamba = self.attention, self.mamba
+        run, cap = 0, (prompt - 1) // B
+        while run < cap and hashes[run] in attention:
+            run += 1
+        longest = hit = run * B
+        if mamba is not None:
+            i = run - 1
+            while i >= 0 and hashes[i] not in mamba:
+                i -= 1
+            hit = (i + 1) * B
+        junction = longest if longest > hit else 0
+        ends = self._chunk_ends(prompt, hit, junction)
+        attention.update(hashes[run:full])
+        if mamba is not None:
+            self._keep_states(mamba, hashes, ends, prompt, hit, junction, total)
+        start, chunks = hit, []
+        for end in ends:
+            chunks.append(end - start)
+            start = end
+        if total > prompt:
+            chunks += [1] * (total - prompt)
+        miss = longest - hit
+        return SimResult(
+            sim.request_id, prompt, hit, miss, miss, 0, longest, longest, junction, tuple(chunks)
+        )
+
+    def _hashes(self, sim: SimRequest, count: int) -> list[int]:
+        """The first `count` block hash ids (`hashing.BlockHashes.extend`, inlined)."""
+        interner = self.interner
+        data = token_bytes(sim.prompt_token_ids)
+        if sim.output_token_ids is not None and len(sim.output_token_ids):
+            data += token_bytes(sim.output_token_ids)
+        unit = 4 * self.block
+        known = len(data) // unit
+        table = interner.ids
+        parent = interner.root(sim.namespace)
+        ids = []
+        for lo in range(0, min(count, known) * unit, unit):
+            key = (parent, data[lo : lo + unit])
+            parent = table.get(key)
+            if parent is None:
+                parent = table[key] = interner.fresh()
+            ids.append(parent)
+        for _ in range(known, count):
+            ids.append(interner.fresh())
+        return ids
+
+    def _chunk_ends(self, prompt: int, hit: int, junction: int) -> list[int]:
+        """Where each prefill chunk ends (the scheduler's stops, `scheduler.py`)."""
+        if not self.simple_chunks:
+            req = _Req(prompt, junction)
+            ends, start = [], hit
+            while start < prompt:
+                start += chunk_tokens(self.layout, req, start, prompt - start)
+                ends.append(start)
+            return ends
+        if self.mamba is None:
+            return [prompt]
+        # No budget: stop at the junction, then at the last block boundary before the end.
+        # (junction <= last: attention matches at most prompt - 1 tokens, block-floored)
+        last = (prompt - 1) // self.block * self.block
+        ends = []
+        if hit < junction:
+            ends.append(junction)
+        if max(hit, junction) < last:
+            ends.append(last)
+        ends.append(prompt)
+        return ends
+
+    def _keep_states(
+        self,
+        mamba: set[int],
+        hashes: list[int],
+        ends: list[int],
+        prompt: int,
+        hit: int,
+        junction: int,
+        total: int,
+    ) -> None:
+        """Hash the Mamba states this request leaves behind (see the module docstring).
+
+        Retention 0 keeps only the reachable boundaries (the last block boundary before the
+        prompt's end, the junction); both are chunk ends whenever they lie past the hit.
+        """
+        B = self.block
+        last = (prompt - 1) // B * B
+        retention = self.layout.retention_interval
+        if retention == 0:
+            if last > hit:
+                mamba.add(hashes[last // B - 1])
+            if junction:
+                mamba.add(hashes[junction // B - 1])
+            return
+        reach = total // B * B
+        bounds = {-(-e // B) * B for e in ends}
+        if reach > prompt:
+            bounds.update(range(cdiv(prompt + 1, B) * B, reach + 1, B))
+        keep_all = retention is None or retention // B <= 1
+        for x in bounds:
+            if hit < x <= reach and (keep_all or x % retention == 0 or x == last or x == junction):
+                mamba.add(hashes[x // B - 1])

@@ -1,0 +1,229 @@
+"""Serial replay of vLLM 0.33's hybrid prefix cache: records in, per-request results out.
+
+Each request, in arrival order, after the previous one finished (what vLLM's counters show
+when requests do not overlap, and what `oracle/vllm_oracle.py` drives):
+
+    lookup (cap prompt - 1)  ->  admit: first chunk (+ adopt the hit)  ->  further chunks
+    ->  decode through the output tokens (one token per step)  ->  free, group by group
+
+Decode only does something at a few positions per block (allocation, window release, a block
+becoming full), so the steps in between are skipped: the work per request is O(blocks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from analyzer.sim.policy import Policy
+from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
+from analyzer.sim.vllm.fast import UnboundedReplay, failed, fast_path_applies
+from analyzer.sim.vllm.hashing import HashInterner, request_hashes
+from analyzer.sim.vllm.layout import CacheLayout, make_layout
+from analyzer.sim.vllm.managers import FullAttentionManager, ReqState
+from analyzer.sim.vllm.scheduler import chunk_tokens
+
+NOT_SCHEDULABLE = "not schedulable (KV cache too small: {} blocks?)"
+
+
+class VllmReplay:
+    """One cache (one replica) replaying requests serially; `run` yields one result each."""
+
+    def __init__(
+        self, policy: Policy, *, num_groups: dict[str, int] | None = None, fast: bool = True
+    ) -> None:
+        self.layout: CacheLayout = make_layout(policy, num_groups)
+        self.interner = HashInterner()
+        self.coord = Coordinator(self.layout)
+        self._events = _decode_events(self.layout)
+        if fast and fast_path_applies(self.layout):
+            # Same results, computed in closed form (fast.py); `fast=False` forces blocks.
+            self.replay_one = UnboundedReplay(self.layout, self.interner).replay_one
+
+    def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
+        for request in requests:
+            yield self.replay_one(request)
+
+    # -- one request ---------------------------------------------------------------------------
+
+    def replay_one(self, sim: SimRequest) -> SimResult:
+        layout, coord = self.layout, self.coord
+        prompt = sim.num_prompt_tokens
+        if prompt < 1:
+            return failed(sim.request_id, prompt, "empty prompt")
+        source, plain = request_hashes(
+            self.interner, sim, layout.hash_block_size, layout.hash_lookahead
+        )
+        req = ReqState(prompt, source, plain)
+        self._show_hashes(req)
+        hit, longest, found = coord.lookup(req.hashes, prompt - 1)
+        attention = self._attention_match(req, longest)
+        evicted = self._evicted(req, hit, longest, found) if longest > hit else 0
+        req.junction = longest if longest > hit else 0
+        boundaries = replay_boundaries(prompt, layout.block_size, layout.eagle_drop)
+        if req.junction:
+            boundaries.append(req.junction)
+        chunks: list[int] = []
+        error = self._admit(req, hit, found, boundaries, chunks)
+        if error is None:
+            error = self._prefill_and_decode(req, sim.num_output_tokens, boundaries, chunks)
+        coord.free()
+        if error is not None and not chunks:
+            return failed(sim.request_id, prompt, error)
+        miss = longest - hit
+        return SimResult(
+            sim.request_id,
+            prompt,
+            hit,
+            miss,
+            miss - evicted,
+            evicted,
+            attention,
+            longest,
+            req.junction,
+            tuple(chunks),
+            error,
+        )
+
+    def _admit(
+        self, req: ReqState, hit: int, found: list, boundaries: list[int], chunks: list[int]
+    ) -> str | None:
+        """The admission step: the first chunk, with the hit adopted. None = admitted."""
+        layout = self.layout
+        wanted = req.prompt - hit
+        # A speculative decoder pads a one-token step with a draft slot (rejected later).
+        pad = layout.speculative and wanted == 1 and hit > 0
+        n = chunk_tokens(layout, req, hit, 2 if pad else wanted)
+        if pad and n != 2:
+            n, pad = 1, False
+        if n == 0:
+            return NOT_SCHEDULABLE.format(layout.num_blocks)
+        if not self.coord.step(req, n, hit, self.coord.hit_blocks(found), boundaries):
+            return NOT_SCHEDULABLE.format(layout.num_blocks)
+        chunks.append(n)
+        req.computed = hit + n - pad
+        return None
+
+    def _prefill_and_decode(
+        self, req: ReqState, outputs: int, boundaries: list[int], chunks: list[int]
+    ) -> str | None:
+        """Remaining prefill chunks, then the decode steps; None = finished normally."""
+        layout, coord = self.layout, self.coord
+        while req.computed < req.num_tokens:
+            n = chunk_tokens(layout, req, req.computed, req.num_tokens - req.computed)
+            if n == 0 or not coord.step(req, n, boundaries=boundaries):
+                return NOT_SCHEDULABLE.format(layout.num_blocks)
+            chunks.append(n)
+            req.computed += n
+        self._sampled(req, boundaries)
+        # The prefill sampled output token 1; each decode step computes one and samples one.
+        steps = max(outputs, 1) - 1
+        first = req.computed
+        for c in _event_positions(first, first + steps, self._events, layout.block_size):
+            req.computed = c
+            req.num_tokens = c + 1
+            self._show_hashes(req)
+            if not coord.step(req, 1, boundaries=boundaries):
+                chunks.extend([1] * (c - first))
+                return NOT_SCHEDULABLE.format(layout.num_blocks)
+            req.computed = c + 1
+            self._sampled(req, boundaries)
+        chunks.extend([1] * steps)
+        return None
+
+    def _sampled(self, req: ReqState, boundaries: list[int]) -> None:
+        """A step sampled a token: it joins the request (its hashes may now exist). With a
+        speculative decoder vLLM caches the computed blocks once more right then."""
+        req.num_tokens = req.computed + 1
+        self._show_hashes(req)
+        if self.layout.speculative:
+            self.coord.cache(req, req.computed, boundaries)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _show_hashes(self, req: ReqState) -> None:
+        """The hashes vLLM has at `req.num_tokens` tokens: blocks whose lookahead exists."""
+        layout = self.layout
+        count = (req.num_tokens - layout.hash_lookahead) // layout.hash_block_size
+        if count > len(req.hashes):
+            req.source.extend(count)
+
+    def _attention_match(self, req: ReqState, longest: int) -> int:
+        """Full attention's match with plain hashes (no lookahead, no drop), cap prompt - 1.
+
+        Probed up to one unit past the cap, like the EAGLE lookup, so a sub-block entry at
+        the prompt's end is seen; the result is then capped and aligned:
+            fine, H=1, prompt 59, entry at 59: probe to 59 -> min(59, 58) = 58
+        """
+        layout, coord = self.layout, self.coord
+        if req.plain is None and not layout.eagle_drop:
+            return longest  # the lookup's attention side already is exactly that
+        members = coord.spec_groups[0]
+        H, align = layout.hash_block_size, layout.alignment
+        if req.plain is None:
+            probe, hashes = coord._probe(members), req.hashes
+        else:
+            hashes = req.plain_source.extend(req.prompt // H)
+            probe = coord._probe(members, coord.pool.shadow_count)
+        cap = req.prompt - 1
+        limit = min(cap + align, len(hashes) * H)
+        hit, _ = FullAttentionManager.longest_hit(probe, hashes, limit, False, layout)
+        hit = min(hit, cap)
+        return hit - hit % align
+
+    def _evicted(self, req: ReqState, hit: int, longest: int, found: list) -> int:
+        """Tokens of the miss due to eviction: the hit again, as if no sparse state (Mamba
+        state, window block) had ever been evicted, minus the real hit."""
+        coord = self.coord
+        if not coord.pool.sparse_removals:
+            return 0
+        indexes = [None] + [_union(m.ever for m in members) for members in coord.spec_groups[1:]]
+        first = (longest, list(found[0]))
+        ever_hit, _, _ = coord.lookup(req.hashes, req.prompt - 1, indexes, first)
+        return ever_hit - hit
+
+
+def _union(sets) -> set[int]:
+    sets = list(sets)
+    return sets[0] if len(sets) == 1 else set().union(*sets)
+
+
+def _event_positions(first: int, end: int, events: tuple[int, ...], block: int):
+    """Decode positions in [first, end) worth simulating: `first`, then those whose offset
+    in their block is in `events` (sorted). O(blocks), not O(tokens)."""
+    if first >= end:
+        return
+    yield first
+    for base in range(first - first % block, end, block):
+        for r in events:
+            c = base + r
+            if c >= end:
+                return
+            if c > first:
+                yield c
+
+
+def _decode_events(layout: CacheLayout) -> tuple[int, ...]:
+    """Positions mod B where a decode step can change anything (computed tokens before it).
+
+    Allocation (Mamba at 0, attention at -lookahead slots), releasing the previous Mamba
+    state (1), a block becoming full and hashed (L - 1; L - 2 for the speculative re-cache
+    after sampling), the window dropping a block (W - 1). Each with its successor, to be safe.
+    """
+    B = layout.block_size
+    look = layout.hash_lookahead
+    base = {0, 1, -layout.alloc_lookahead, look - 1, look - 2}
+    if layout.sliding_window is not None:
+        base.add(layout.sliding_window - 1)
+    return tuple(sorted({(r + d) % B for r in base for d in (0, 1)}))
+
+
+def replay(
+    requests: Iterable[SimRequest], policy: Policy, *, num_groups: dict[str, int] | None = None
+) -> Iterator[SimResult]:
+    """Replay `requests` (arrival order, one cache) under `policy` (engine vllm), serially.
+
+    `num_groups` gives how many KV-cache groups each type has (default 1 each); it only matters
+    for capacity (`num_blocks`), where every group draws from the one shared pool.
+    """
+    return VllmReplay(policy, num_groups=num_groups).run(requests)

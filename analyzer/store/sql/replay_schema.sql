@@ -1,0 +1,63 @@
+-- Tables written by `hpa replay`: one run per policy, one row per request per run.
+CREATE TABLE IF NOT EXISTS replay_runs (
+    run_id INTEGER PRIMARY KEY,
+    policy JSON NOT NULL,
+    trace_fingerprint VARCHAR NOT NULL,
+    num_requests BIGINT NOT NULL,
+    prompt_tokens BIGINT NOT NULL,
+    hit_tokens BIGINT NOT NULL,
+    replay_seconds DOUBLE NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    hpa_version VARCHAR NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS replay_requests (
+    run_id INTEGER NOT NULL,
+    arrival_seq BIGINT NOT NULL,
+    request_id VARCHAR NOT NULL,
+    prompt_family VARCHAR,
+    model_revision VARCHAR,
+    replica VARCHAR NOT NULL,
+    timestamp_s DOUBLE,
+    prompt_tokens BIGINT NOT NULL,
+    shared_any_tokens BIGINT NOT NULL,
+    shared_replica_tokens BIGINT NOT NULL,
+    matchable_tokens BIGINT NOT NULL,
+    attention_match_tokens BIGINT NOT NULL,
+    hit_tokens BIGINT NOT NULL,
+    sparse_retention_miss_tokens BIGINT NOT NULL,
+    sparse_retention_miss_never_kept_tokens BIGINT NOT NULL,
+    sparse_retention_miss_evicted_tokens BIGINT NOT NULL,
+    junction_tokens BIGINT NOT NULL,
+    fresh_prefill_tokens BIGINT NOT NULL,
+    unshared_tokens BIGINT NOT NULL,
+    lost_routing_tokens BIGINT NOT NULL,
+    lost_granularity_tokens BIGINT NOT NULL,
+    lost_eviction_tokens BIGINT NOT NULL,
+    lost_spec_decode_tokens BIGINT NOT NULL,
+    error VARCHAR
+);
+
+CREATE TABLE IF NOT EXISTS replay_summary (
+    run_id INTEGER NOT NULL,
+    prompt_family VARCHAR NOT NULL,
+    model_revision VARCHAR NOT NULL,
+    num_requests BIGINT NOT NULL,
+    prompt_tokens BIGINT NOT NULL,
+    hit_tokens BIGINT NOT NULL,
+    sparse_retention_miss_tokens BIGINT NOT NULL,
+    sparse_retention_miss_never_kept_tokens BIGINT NOT NULL,
+    sparse_retention_miss_evicted_tokens BIGINT NOT NULL,
+    unshared_tokens BIGINT NOT NULL,
+    lost_routing_tokens BIGINT NOT NULL,
+    lost_granularity_tokens BIGINT NOT NULL,
+    lost_eviction_tokens BIGINT NOT NULL,
+    lost_spec_decode_tokens BIGINT NOT NULL,
+    fresh_prefill_tokens BIGINT NOT NULL,
+    useful_hit_ratio DOUBLE NOT NULL,
+    sparse_loss_ratio DOUBLE NOT NULL,
+    hit_plus_sparse_miss_ratio DOUBLE NOT NULL,
+    mean_request_hit_ratio DOUBLE NOT NULL,
+    p50_request_hit_ratio DOUBLE NOT NULL,
+    p90_request_hit_ratio DOUBLE NOT NULL
+);

@@ -1,0 +1,29 @@
+-- SPEC 3 aggregates per prompt family x model revision for run $run_id: token sums,
+-- token-weighted ratios (sums divided), and request-weighted figures beside them.
+INSERT INTO replay_summary
+SELECT
+    $run_id,
+    coalesce(prompt_family, '(none)'),
+    coalesce(model_revision, '(none)'),
+    count(*),
+    sum(prompt_tokens),
+    sum(hit_tokens),
+    sum(sparse_retention_miss_tokens),
+    sum(sparse_retention_miss_never_kept_tokens),
+    sum(sparse_retention_miss_evicted_tokens),
+    sum(unshared_tokens),
+    sum(lost_routing_tokens),
+    sum(lost_granularity_tokens),
+    sum(lost_eviction_tokens),
+    sum(lost_spec_decode_tokens),
+    sum(fresh_prefill_tokens),
+    sum(hit_tokens) / sum(prompt_tokens),
+    sum(sparse_retention_miss_tokens) / sum(prompt_tokens),
+    (sum(hit_tokens) + sum(sparse_retention_miss_tokens)) / sum(prompt_tokens),
+    avg(hit_tokens / prompt_tokens),
+    quantile_cont(hit_tokens / prompt_tokens, 0.5),
+    quantile_cont(hit_tokens / prompt_tokens, 0.9)
+FROM replay_requests
+WHERE run_id = $run_id
+GROUP BY ALL
+ORDER BY 2, 3;

@@ -1,0 +1,141 @@
+"""Invariants of the replay on random traces and policies (hypothesis)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.sim.policy import make_policy
+from analyzer.sim.records import SimRequest
+from analyzer.sim.vllm import VllmReplay, replay
+from tests.sim.strategies import policies, traces
+
+FAST = settings(max_examples=150, deadline=None)
+
+
+@FAST
+@given(traces(), policies())
+def test_figures_are_ordered_and_split(requests, policy_counts):
+    policy, counts = policy_counts
+    for req, r in zip(requests, replay(requests, policy, num_groups=counts), strict=True):
+        cap = max(req.num_prompt_tokens - 1, 0)
+        assert 0 <= r.hit_tokens <= r.attention_match_after_spec_tokens
+        assert r.attention_match_after_spec_tokens <= r.attention_match_tokens <= cap
+        assert r.sparse_retention_miss_tokens == (
+            r.attention_match_after_spec_tokens - r.hit_tokens
+        )
+        assert (
+            r.sparse_retention_miss_never_kept_tokens + r.sparse_retention_miss_evicted_tokens
+        ) == r.sparse_retention_miss_tokens
+        assert r.sparse_retention_miss_evicted_tokens >= 0
+        assert r.junction_tokens == (
+            r.attention_match_after_spec_tokens if r.sparse_retention_miss_tokens else 0
+        )
+        if r.error is None:
+            decode = max(req.num_output_tokens, 1) - 1
+            assert sum(r.chunks) >= req.num_prompt_tokens - r.hit_tokens + decode
+
+
+def _computed_tokens(req) -> list[int]:
+    """Tokens whose KV a finished request leaves behind: prompt + outputs but the last."""
+    prompt = list(req.prompt_token_ids)
+    if req.output_token_ids is None:
+        return prompt  # outputs known only as a count match nothing
+    return prompt + list(req.output_token_ids)[:-1]
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@FAST
+@given(traces(), st.sampled_from([2, 4, 8]))
+def test_attention_only_hit_is_the_floored_shared_prefix(requests, block):
+    policy = make_policy({"block_size": block, "groups": ["full_attention"]})
+    for i, r in enumerate(replay(requests, policy)):
+        req = requests[i]
+        prompt = list(req.prompt_token_ids)
+        shared = max(
+            (
+                _common(prompt, _computed_tokens(prev))
+                for prev in requests[:i]
+                if prev.namespace == req.namespace
+            ),
+            default=0,
+        )
+        assert r.hit_tokens == min(shared, len(prompt) - 1) // block * block
+
+
+@FAST
+@given(traces(), policies(bounded=False), st.integers(1, 2))
+def test_a_pool_that_never_fills_changes_nothing(requests, policy_counts, copies):
+    policy, _ = policy_counts
+    counts = {g: copies for g in policy.groups}
+    unbounded = list(replay(requests, policy, num_groups=counts))
+    roomy = make_policy({**_values(policy), "num_blocks": 5_000})
+    assert list(replay(requests, roomy, num_groups=counts)) == unbounded
+
+
+@FAST
+@given(traces(), policies())
+def test_deterministic(requests, policy_counts):
+    policy, counts = policy_counts
+    first = list(replay(requests, policy, num_groups=counts))
+    assert list(replay(requests, policy, num_groups=counts)) == first
+
+
+@FAST
+@given(traces(max_requests=14), policies(bounded=False, spec=False))
+def test_fast_path_equals_block_level_replay(requests, policy_counts):
+    policy, _ = policy_counts
+    fast = list(VllmReplay(policy).run(requests))
+    blocks = list(VllmReplay(policy, fast=False).run(requests))
+    assert fast == blocks
+
+
+def _values(policy) -> dict:
+    return {
+        k: getattr(policy, k)
+        for k in (
+            "groups",
+            "block_size",
+            "prefix_match_unit",
+            "retention_interval",
+            "sliding_window",
+            "max_num_batched_tokens",
+            "spec_decode",
+        )
+    }
+
+
+def _as_hash_ids(requests, trace_block: int) -> tuple[list, list]:
+    """The same requests as token requests and as a hash-id trace (outputs as counts)."""
+    ids: dict = {}
+    tokens, hashed = [], []
+    for r in requests:
+        p = list(r.prompt_token_ids)
+        outputs = r.num_output_tokens
+        chain = [
+            ids.setdefault((r.namespace, tuple(p[: i + trace_block])), len(ids))
+            for i in range(0, len(p), trace_block)
+        ]
+        tokens.append(SimRequest(r.request_id, p, None, outputs, r.namespace))
+        hashed.append(
+            SimRequest(r.request_id, None, None, outputs, r.namespace, chain, trace_block, len(p))
+        )
+    return tokens, hashed
+
+
+@FAST
+@given(traces(), policies(spec=False), st.sampled_from([1, 2]))
+def test_hash_id_trace_equals_token_trace(requests, policy_counts, trace_block):
+    policy, counts = policy_counts
+    if policy.hash_block_tokens % trace_block:
+        return
+    tokens, hashed = _as_hash_ids(requests, trace_block)
+    assert list(replay(hashed, policy, num_groups=counts)) == list(
+        replay(tokens, policy, num_groups=counts)
+    )
