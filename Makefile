@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HPA := $(VENV)/bin/hpa
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench bench-ingest samples clean
+.PHONY: install demo test lint bench bench-ingest bench-replay samples clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,13 +22,18 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check analyzer tests bench
-	$(VENV)/bin/ruff format --check analyzer tests bench
+	$(VENV)/bin/ruff check analyzer tests bench tools
+	$(VENV)/bin/ruff format --check analyzer tests bench tools
 
-bench: bench-ingest
+# Every benchmark, each against a peer or a naive baseline in the same run.
+bench: bench-ingest bench-match bench-replay
 
 bench-ingest: $(STAMP)
 	$(PY) bench/bench_ingest.py
+
+# Replay vs vLLM 0.33's own scheduler (the oracle venv of ../shared/oracle, when present).
+bench-replay: $(STAMP)
+	$(PY) bench/bench_replay.py
 
 samples: $(STAMP)
 	PATH=$(abspath $(VENV))/bin:$$PATH bash sample_traces/make_samples.sh

@@ -11,6 +11,9 @@ from analyzer.errors import (
     InputFileError,
     StoreError,
 )
+from analyzer.prefixes.api import match_prefixes
+from analyzer.replay import run_replay
+from analyzer.sim.policy import load_policy, make_policy
 from analyzer.store.ingest import ingest
 from analyzer.store.query import run_query, stored_summary
 from analyzer.traces.synth import generate, write_jsonl
@@ -25,8 +28,12 @@ __all__ = [
     "StoreError",
     "generate",
     "ingest",
+    "load_policy",
+    "make_policy",
+    "match_prefixes",
     "run_demo",
     "run_query",
+    "run_replay",
     "stored_summary",
     "write_jsonl",
 ]

@@ -198,15 +198,18 @@ def demo(out_dir: str, samples_dir: str | None) -> None:
     result = run_demo(out_dir, samples_dir=samples_dir)
     src = result.ingested.sources[0]
     click.echo(
-        f"{src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
-        f"rejected {src.num_rejected:,} -> {result.db_path}"
+        f"ingest {src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
+        f"rejected {src.num_rejected:,}"
     )
-    click.echo(render(result.summary), nl=False)
-    for name, case in result.cases.items():
-        click.echo(f"case {name}: {case.num_stored:,} requests stored")
+    for line in result.matched.lines():
+        click.echo(f"match: {line}")
+    click.echo("\nreplay of the mixed trace on qwen3-next-80b-a3b (B=544), one knob at a time:")
+    click.echo(render(result.policies), nl=False)
+    click.echo("\nSPEC 6 worked examples (hit/sparse-retention-miss tokens per request):")
+    click.echo(render(result.cases), nl=False)
     click.echo(
-        f'database: {result.db_path}  (try: hpa query "SELECT * FROM sources" '
-        f"--db {result.db_path})"
+        f'\ndatabase: {result.db_path}  (try: hpa query "SELECT * FROM '
+        f'replay_summary" --db {result.db_path})'
     )
 
 

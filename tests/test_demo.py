@@ -1,0 +1,20 @@
+"""`hpa demo` runs every stage on the bundled samples and prints the worked examples."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+
+
+def test_demo_end_to_end(tmp_path):
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(cli, ["demo", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "read 2,500 = stored 2,500 + rejected 0" in result.stdout
+    assert "match: junctions:" in result.stdout
+    assert "diagnostic_1088.jsonl           544             3       1,088" in result.stdout
+    assert "0/0, 0/1088, 1088/0" in result.stdout
+    assert (out / "demo.duckdb").is_file()
+    for policy in ("vllm default", "retention null", "eagle drop", "round robin x2"):
+        assert policy in result.stdout
