@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -126,7 +127,11 @@ def main() -> int:
     rows = [("hpa", seconds)] + ([("vllm 0.33", oracle_seconds)] if oracle_seconds else [])
     for name, secs in rows:
         print(f"{name:<10} {secs:8.3f} {len(prompts) / secs:10,.0f} {tokens / secs / 1e6:15.1f}")
+    ours_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak memory: hpa process {ours_mib:,.0f} MiB (trace generation included)")
     if oracle_seconds:
+        oracle_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        print(f"peak memory: vLLM oracle process {oracle_mib:,.0f} MiB")
         print("(vllm: its summary's replay_seconds, start-up and trace loading excluded)")
         print(f"speed ratio hpa/vLLM: {oracle_seconds / seconds:.1f}x (target >= 10x)")
     return 0
