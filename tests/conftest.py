@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import duckdb
 import orjson
 import pytest
 
@@ -22,3 +23,12 @@ def write_jsonl(path: Path, records: list) -> Path:
         data = gzip.compress(data, mtime=0)
     path.write_bytes(data)
     return path
+
+
+def db_rows(db: Path, sql: str) -> list[tuple]:
+    """All rows of `sql` run on the database file `db`."""
+    con = duckdb.connect(str(db))
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 from click.testing import CliRunner
 
@@ -12,20 +11,13 @@ from analyzer.cli import cli
 from analyzer.replay import run_replay
 from analyzer.sim.policy import make_policy
 from analyzer.store.ingest import ingest
+from tests.conftest import db_rows as rows
 
 SAMPLES = Path(__file__).parents[1] / "sample_traces"
 
 
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def rows(db, sql):
-    con = duckdb.connect(str(db))
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import gzip
 import tempfile
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -16,15 +15,8 @@ from hypothesis import strategies as st
 
 from analyzer.errors import InputFileError
 from analyzer.store.ingest import ingest
+from tests.conftest import db_rows as rows
 from tests.conftest import write_jsonl
-
-
-def rows(db, sql):
-    con = duckdb.connect(str(db))
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def test_stores_fields_and_counts(tmp_path, db):
