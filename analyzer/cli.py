@@ -341,5 +341,214 @@ def replay(db_path: str, policy_source: str, overrides: tuple[str, ...], out: st
         click.echo(f"wrote {out}")
 
 
+@cli.command("metrics")
+@db_option
+@click.option("--run", "run", type=int, default=None, help="Replay run id [default: the latest].")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the text to FILE (e.g. for node_exporter's textfile collector).",
+)
+def metrics_cmd(db_path: str, run: int | None, out: str | None) -> None:
+    """Print a replay run's counters as Prometheus text (exposition format 0.0.4).
+
+    vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total,
+    vllm:prefix_cache_sparse_retention_misses_total, hpa_prefix_cache_lost_tokens_total
+    {cause=unshared|routing|granularity|eviction|sparse_retention_never_kept|
+    sparse_retention_evicted|spec_decode} and hpa_replay_requests_total, labelled by run,
+    prompt_family and model_revision.
+    """
+    from analyzer.metrics.prometheus import prometheus_metrics, write_metrics
+
+    result = prometheus_metrics(db_path=db_path, run=run)
+    if out is None:
+        click.echo(result.text, nl=False)
+    else:
+        write_metrics(result.text, out)
+        click.echo(f"run {result.run_id}: wrote {out}")
+
+
+@cli.command("compare")
+@db_option
+@click.option("--window", default=None, metavar="START..END", help="The current window.")
+@click.option("--baseline", default=None, metavar="START..END", help="The baseline window.")
+@click.option(
+    "--run",
+    "runs",
+    type=int,
+    multiple=True,
+    help="With windows: the run [default: latest]. Twice (A then B): compare two runs.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    default="table",
+    show_default=True,
+    type=click.Choice(["table", "json"]),
+    help="Output format; json is one object with every figure.",
+)
+def compare_cmd(
+    db_path: str, window: str | None, baseline: str | None, runs: tuple[int, ...], fmt: str
+) -> None:
+    """Attribute a change of the useful hit ratio to loss causes.
+
+    Two windows of one run (--window START..END --baseline START..END [--run RUN]; seconds
+    of the trace's timestamps or RFC 3339, half-open, an empty end is open) or two runs of
+    the same trace (--run A --run B; A is the baseline). Per prompt family x model
+    revision: each cause's share of that side's queried tokens, the change in points, and
+    the estimated TTFT change (ttft_ms = a + b x fresh_prefill_tokens fitted per revision).
+    """
+    from analyzer.metrics.compare import compare
+    from analyzer.report.tables import render
+
+    result = compare(db_path=db_path, window=window, baseline=baseline, runs=runs)
+    if fmt == "json":
+        click.echo(result.to_json().decode(), nl=False)
+        return
+    click.echo(result.baseline.describe())
+    click.echo(result.current.describe())
+    click.echo("")
+    cols = [
+        "prompt_family",
+        "model_revision",
+        "baseline_requests",
+        "current_requests",
+        "baseline_useful_hit_ratio",
+        "current_useful_hit_ratio",
+        "change_points",
+        "baseline_est_ttft_ms",
+        "current_est_ttft_ms",
+        "est_ttft_change_ms",
+    ]
+    click.echo(render(result.groups.select(cols)), nl=False)
+    click.echo("\nshares of each side's queried tokens (change in points):")
+    nonzero = [
+        i
+        for i, (b, c) in enumerate(
+            zip(
+                result.causes.column("baseline_tokens").to_pylist(),
+                result.causes.column("current_tokens").to_pylist(),
+                strict=True,
+            )
+        )
+        if b or c
+    ]
+    click.echo(render(result.causes.take(nonzero)), nl=False)
+    click.echo("")
+    for line in result.fit_lines():
+        click.echo(line)
+    click.echo(result.sentence)
+
+
+@cli.command("sweep")
+@db_option
+@click.option(
+    "--policy",
+    "policy_source",
+    default="vllm-default",
+    show_default=True,
+    help="A policy file (.json/.toml) or preset name (schemas/policies/).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override one key of the base policy.",
+)
+@click.option(
+    "--vary",
+    "varies",
+    multiple=True,
+    metavar="KEY=V1,V2,...",
+    help="A knob and its values (one sweep each; num_blocks=auto: the full curve).",
+)
+@click.option("--grid", is_flag=True, help="Cross product of all --vary knobs, one sweep.")
+@click.option("--jobs", default=2, show_default=True, type=int, help="Worker processes.")
+def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs) -> None:
+    """Replay the trace at each value of a policy knob, one knob at a time (or --grid).
+
+    Each point is a stored replay run; `sweeps` and `sweep_points` index them. A num_blocks
+    sweep of a full-attention-only LRU policy comes from one stack-distance pass.
+    """
+    import pyarrow as pa
+
+    from analyzer.report.tables import render
+    from analyzer.sweep.sweep import run_sweeps
+
+    outcomes = run_sweeps(
+        policy_source, list(overrides), list(varies), grid=grid, jobs=jobs, db_path=db_path
+    )
+    for s in outcomes:
+        table = pa.table(
+            {
+                "sweep_id": [s.sweep_id] * len(s.points),
+                "knob": [p.knob for p in s.points],
+                "value": [p.value for p in s.points],
+                "run_id": [p.run_id for p in s.points],
+                "prompt_tokens": [p.prompt_tokens for p in s.points],
+                "hit_tokens": [p.hit_tokens for p in s.points],
+                "sparse_retention_miss_tokens": [p.sparse_retention_miss_tokens for p in s.points],
+                "useful_hit_ratio": [p.useful_hit_ratio for p in s.points],
+                "sparse_loss_ratio": [p.sparse_loss_ratio for p in s.points],
+                "memory_gib": pa.array([p.memory_gib for p in s.points], pa.float64()),
+                "one_pass": [p.one_pass for p in s.points],
+            }
+        )
+        click.echo(render(table), nl=False)
+        n_one = sum(p.one_pass for p in s.points)
+        how = f"; {n_one} from one stack-distance pass" if n_one else ""
+        click.echo(
+            f"sweep {s.sweep_id} ({s.knob}): {len(s.points)} points in {s.seconds:.2f} s{how}; "
+            f"base policy {s.base_policy.to_json()}"
+        )
+
+
+@cli.command("plan")
+@db_option
+@click.option(
+    "--target-useful-hit-ratio",
+    "target",
+    required=True,
+    type=float,
+    help="The useful hit ratio (hits / queries) to reach, in (0, 1].",
+)
+@click.option("--model", default=None, help="Model preset (schemas/models/).")
+@click.option("--memory-budget", default=None, help="Cache memory per replica, e.g. 40GiB.")
+@click.option("--family", default=None, help="Measure one prompt family only.")
+def plan_cmd(db_path, target, model, memory_budget, family) -> None:
+    """Search the cheapest cache settings that reach a target useful hit ratio (by replays)."""
+    import pyarrow as pa
+
+    from analyzer.report.tables import render
+    from analyzer.sweep.plan import plan
+
+    r = plan(target, model=model, memory_budget=memory_budget, family=family, db_path=db_path)
+    click.echo(
+        f"ceilings: attention-only bound {r.attention_only_bound:.3f}, shared-prefix ceiling "
+        f"{r.shared_prefix_ceiling:.3f}, model groups unbounded (retention null) "
+        f"{r.unbounded_ratio:.3f}"
+    )
+    if r.candidates:
+        c = r.candidates
+        table = pa.table(
+            {
+                "retention_interval": pa.array([x.retention_interval for x in c], pa.int64()),
+                "prefix_match_unit": pa.array([x.prefix_match_unit for x in c], pa.int64()),
+                "replicas": [x.replicas for x in c],
+                "routing": [x.routing for x in c],
+                "num_blocks": [x.num_blocks for x in c],
+                "useful_hit_ratio": [x.useful_hit_ratio for x in c],
+                "memory_gib": pa.array([x.memory_gib for x in c], pa.float64()),
+                f"cost_{r.cost_unit.lower()}": [float(x.cost) for x in c],
+            }
+        )
+        click.echo(render(table), nl=False)
+    click.echo(f"{r.message} [{r.replays} replays]")
+    if not r.reachable:
+        sys.exit(1)
+
+
 def main() -> None:
     cli(prog_name="hpa")

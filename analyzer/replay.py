@@ -62,32 +62,45 @@ def run_replay(
     """
     con = connect(db_path, create=False)
     try:
-        require_tables(con, "requests")
-        trace = _load(con)
-        if trace.n == 0:
-            raise StoreError("no requests in the database; run `hpa ingest FILE` first")
+        trace = load_trace(con)
         started = time.perf_counter()
         rows = _replay_rows(trace, policy)
         seconds = time.perf_counter() - started
-        run_id = _store(con, policy, rows, seconds)
-        summary = query_arrow(
-            con,
-            "SELECT * EXCLUDE (run_id) FROM replay_summary "
-            "WHERE run_id = ? ORDER BY prompt_tokens DESC, "
-            "prompt_family, model_revision",
-            [run_id],
-        )
-        if out is not None:
-            export_table(
-                con,
-                "SELECT * EXCLUDE (run_id) FROM replay_requests WHERE run_id = "
-                f"{int(run_id)} ORDER BY arrival_seq",
-                out,
-            )
-        num_errors = sum(e is not None for e in rows["error"])
-        return ReplayOutcome(run_id, trace.n, summary, seconds, num_errors)
+        return store_run(con, policy, rows, seconds, trace.n, out=out)
     finally:
         con.close()
+
+
+def load_trace(con) -> _Trace:
+    """The stored requests of an open connection, loaded once (for sweeps over policies)."""
+    require_tables(con, "requests")
+    trace = _load(con)
+    if trace.n == 0:
+        raise StoreError("no requests in the database; run `hpa ingest FILE` first")
+    return trace
+
+
+def store_run(
+    con, policy: Policy, rows: dict, seconds: float, n: int, *, out: str | Path | None = None
+) -> ReplayOutcome:
+    """Store replay rows (from `_replay_rows`) as a normal run and return its outcome."""
+    run_id = _store(con, policy, rows, seconds)
+    summary = query_arrow(
+        con,
+        "SELECT * EXCLUDE (run_id) FROM replay_summary "
+        "WHERE run_id = ? ORDER BY prompt_tokens DESC, "
+        "prompt_family, model_revision",
+        [run_id],
+    )
+    if out is not None:
+        export_table(
+            con,
+            "SELECT * EXCLUDE (run_id) FROM replay_requests WHERE run_id = "
+            f"{int(run_id)} ORDER BY arrival_seq",
+            out,
+        )
+    num_errors = sum(e is not None for e in rows["error"])
+    return ReplayOutcome(run_id, n, summary, seconds, num_errors)
 
 
 def _load(con) -> _Trace:
@@ -137,7 +150,9 @@ def _namespaces(trace: _Trace) -> list[tuple]:
     ]
 
 
-def _replay_rows(trace: _Trace, policy: Policy) -> dict[str, np.ndarray | list]:
+def _replay_rows(trace: _Trace, policy: Policy, replayer=None) -> dict[str, np.ndarray | list]:
+    """Per-request rows of one replay. `replayer(requests, policy, num_groups)` replaces the
+    cache replay of one partition (default `sim.replay.replay`; the sweep's one-pass curve)."""
     c = trace.columns
     ns = _namespaces(trace)
     replicas = route(
@@ -151,7 +166,7 @@ def _replay_rows(trace: _Trace, policy: Policy) -> dict[str, np.ndarray | list]:
     )
     partitions = [(rev, rep) for rev, rep in zip(c["model_revision"], replicas, strict=True)]
     shared_any, shared_replica = _shared_prefixes(trace, ns, partitions)
-    results = _replay_partitions(trace, policy, ns, partitions)
+    results = _replay_partitions(trace, policy, ns, partitions, replayer or replay)
     prompt_tokens = np.asarray(c["prompt_tokens"], dtype=np.int64)
     levels = build_levels(
         prompt_tokens=prompt_tokens,
@@ -239,7 +254,7 @@ def _dense(keys: list) -> np.ndarray:
     return np.asarray([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
 
 
-def _replay_partitions(trace: _Trace, policy: Policy, ns, partitions) -> list:
+def _replay_partitions(trace: _Trace, policy: Policy, ns, partitions, replayer=replay) -> list:
     c = trace.columns
     members: dict[tuple, list[int]] = {}
     for i, key in enumerate(partitions):
@@ -248,7 +263,8 @@ def _replay_partitions(trace: _Trace, policy: Policy, ns, partitions) -> list:
     num_groups = _num_groups(policy)
     for indices in members.values():
         requests = [_sim_request(trace, i, ns[i]) for i in indices]
-        for i, result in zip(indices, replay(requests, policy, num_groups=num_groups), strict=True):
+        replayed = replayer(requests, policy, num_groups=num_groups)
+        for i, result in zip(indices, replayed, strict=True):
             results[i] = result
     del c
     return results

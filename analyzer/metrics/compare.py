@@ -1,0 +1,561 @@
+"""`hpa compare`: attribute a change of the useful hit ratio to loss causes (SPEC 1, 3).
+
+Two sides, each a set of replayed requests:
+
+- two time windows of one run (`window` = the current side, `baseline`), each
+  `START..END` in seconds of the trace's `timestamp_s` or RFC 3339 date-times, half-open
+  (`START <= timestamp_s < END`; an empty end is open); or
+- two runs of the same trace (`runs=(A, B)`: A is the baseline, B the current side).
+
+Per prompt family x model revision (plus "(all)" roll-ups), each side's tokens per figure
+(the hit and every waterfall cause) are divided by **that side's** queried tokens: windows
+hold different numbers of requests, so only shares of the same window are compared, never a
+total divided by another window's. `change_points` = current share - baseline share, in
+percentage points. `contribution_points` = the group's cause tokens over all queried tokens
+of its side, current minus baseline: these add up, over groups, to the change of the overall
+share (so they include shifts in the traffic mix).
+
+The closing sentence names the overall change of the useful hit ratio, the cause whose
+overall share moved most in the same direction, and the group where it moved most: the
+group's own change in points weighted by its mean share of queried tokens (the rate effect),
+among groups present on both sides (a family's "(all)" roll-up when its model revisions
+differ between the sides).
+
+Estimated TTFT: per model revision, ttft_ms = a + b * fresh_prefill_tokens fitted by least
+squares (`analyzer.metrics.ttft`) over the requests of one run that carry `ttft_ms` (the
+window's run, or the baseline run A), applied to both sides; without `ttft_ms` a model preset's
+`prefill_cost` ({"a_ms", "b_ms_per_token"}) is used when it has one, else the TTFT change is
+reported as unavailable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+
+from analyzer.errors import ConfigError
+from analyzer.metrics.runs import resolve_run
+from analyzer.metrics.ttft import TtftFit, fit_by_revision
+from analyzer.store.db import DEFAULT_DB, connect, load_sql
+
+ALL = "(all)"
+
+# (figure name, replay_requests column, words for the sentence), hit first, then the
+# waterfall causes; the two sparse_retention_* splits are parts of sparse_retention.
+FIGURES = (
+    ("hit", "hit_tokens", "hits"),
+    ("unshared", "unshared_tokens", "unshared prefixes"),
+    ("routing", "lost_routing_tokens", "routing losses"),
+    ("granularity", "lost_granularity_tokens", "match-granularity losses"),
+    ("eviction", "lost_eviction_tokens", "dense evictions"),
+    ("sparse_retention", "sparse_retention_miss_tokens", "sparse-retention misses"),
+    (
+        "sparse_retention_never_kept",
+        "sparse_retention_miss_never_kept_tokens",
+        "sparse-retention misses (never kept)",
+    ),
+    (
+        "sparse_retention_evicted",
+        "sparse_retention_miss_evicted_tokens",
+        "sparse-retention misses (evicted)",
+    ),
+    ("spec_decode", "lost_spec_decode_tokens", "speculative-decoding losses"),
+)
+CAUSES = ("unshared", "routing", "granularity", "eviction", "sparse_retention", "spec_decode")
+_SUMS = (
+    "requests",
+    "prompt_tokens",
+    *(col for _, col, _ in FIGURES),
+    "fresh_prefill_tokens",
+    "ttft_requests",
+    "ttft_ms_sum",
+)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Half-open [start_s, end_s) in seconds (infinite for an open end); `text` as given."""
+
+    text: str
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str  # "baseline" or "current"
+    run_id: int
+    window: Window | None
+    requests: int
+
+    def describe(self) -> str:
+        where = f"run {self.run_id}"
+        if self.window is not None:
+            where += f", window {self.window.text}"
+        return f"{self.name}: {where} ({self.requests:,} requests)"
+
+
+@dataclass
+class Comparison:
+    baseline: Side
+    current: Side
+    groups: pa.Table  # one row per prompt family x model revision (+ roll-ups)
+    causes: pa.Table  # one row per group x figure
+    fit_run: int
+    fits: dict[str, TtftFit | None]
+    ttft_source: str  # "trace ttft_ms", "model preset", or "unavailable"
+    ttft_note: str
+    sentence: str
+
+    def fit_lines(self) -> list[str]:
+        if self.ttft_source != "trace ttft_ms":
+            return [self.ttft_note]
+        lines = []
+        for rev, fit in self.fits.items():
+            if fit is None:
+                lines.append(f"TTFT fit {rev}: not enough distinct fresh-prefill counts")
+            else:
+                lines.append(
+                    f"TTFT fit {rev} (run {self.fit_run}): ttft_ms = {fit.a_ms:.1f} + "
+                    f"{fit.b_ms_per_token:.5f} x fresh_prefill_tokens "
+                    f"(R^2 {fit.r2:.3f}, n {fit.n:,})"
+                )
+        return lines
+
+    def to_json(self) -> bytes:
+        def side(s: Side) -> dict:
+            w = s.window
+            return {
+                "run_id": s.run_id,
+                "window": None
+                if w is None
+                else {"text": w.text, "start_s": _finite(w.start_s), "end_s": _finite(w.end_s)},
+                "requests": s.requests,
+            }
+
+        doc = {
+            "baseline": side(self.baseline),
+            "current": side(self.current),
+            "ttft_model": {
+                "source": self.ttft_source,
+                "fit_run": self.fit_run,
+                "note": self.ttft_note,
+                "fits": {k: (None if v is None else v.as_dict()) for k, v in self.fits.items()},
+            },
+            "groups": self.groups.to_pylist(),
+            "causes": self.causes.to_pylist(),
+            "sentence": self.sentence,
+        }
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def parse_window(text: str) -> Window:
+    """`START..END` (seconds or RFC 3339 with an offset; either end may be empty = open).
+
+    Raises:
+        ConfigError: not of that form, an end that is neither, or START >= END.
+    """
+    from analyzer.traces.records import RecordError, parse_timestamp
+
+    example = "expected START..END in seconds of the trace's timestamps or RFC 3339, e.g. 0..300"
+    if not isinstance(text, str) or ".." not in text:
+        raise ConfigError(f"bad window {text!r}: {example}")
+    start_text, end_text = (part.strip() for part in text.split("..", 1))
+    bounds = []
+    for label, part, open_value in (("start", start_text, -math.inf), ("end", end_text, math.inf)):
+        if part == "":
+            bounds.append(open_value)
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            try:
+                value = parse_timestamp(part)
+            except RecordError as exc:
+                raise ConfigError(
+                    f"bad window {text!r}: {label}: {exc.reason}; {example}"
+                ) from None
+        if not math.isfinite(value):
+            raise ConfigError(f"bad window {text!r}: {label} {part!r} is not finite; {example}")
+        bounds.append(value)
+    start, end = bounds
+    if not start < end:
+        raise ConfigError(f"bad window {text!r}: start must be before end")
+    return Window(text, start, end)
+
+
+def compare(
+    *,
+    db_path: str | Path = DEFAULT_DB,
+    window: str | None = None,
+    baseline: str | None = None,
+    runs: tuple[int, ...] | list[int] = (),
+) -> Comparison:
+    """Compare two windows of one run (`window` vs `baseline`, `runs` = () or (RUN,)) or
+    two runs (`runs` = (A, B), A the baseline).
+
+    Raises:
+        ConfigError: a bad combination of arguments, a bad or empty window, an unknown run,
+            or two runs of different traces. StoreError: no database or no replay run.
+    """
+    runs = tuple(runs)
+    windowed = window is not None or baseline is not None
+    usage = "give --window START..END --baseline START..END [--run RUN], or --run A --run B"
+    if windowed and len(runs) > 1:
+        raise ConfigError(f"--window/--baseline compare one run, got {len(runs)} --run; {usage}")
+    if windowed and (window is None or baseline is None):
+        missing = "--baseline" if baseline is None else "--window"
+        raise ConfigError(f"{missing} is missing; {usage}")
+    if not windowed and len(runs) == 1:
+        raise ConfigError(f"one --run needs --window and --baseline, or a second --run; {usage}")
+    if not windowed and len(runs) != 2:
+        raise ConfigError(f"nothing to compare; {usage}")
+    win_cur = parse_window(window) if windowed else None
+    win_base = parse_window(baseline) if windowed else None
+
+    con = connect(db_path, create=False)
+    try:
+        if windowed:
+            run_id = resolve_run(con, runs[0] if runs else None)
+            _check_windows(con, run_id, (win_base, win_cur))
+            sides = [("baseline", run_id, win_base), ("current", run_id, win_cur)]
+            fit_run = run_id
+        else:
+            a, b = (resolve_run(con, r) for r in runs)
+            _check_same_trace(con, a, b)
+            sides = [("baseline", a, None), ("current", b, None)]
+            fit_run = a
+        data = {name: _side_rows(con, run_id, w) for name, run_id, w in sides}
+        fits, source, note = _ttft_model(con, fit_run)
+    finally:
+        con.close()
+    side_objs = {
+        name: Side(name, run_id, w, sum(r["requests"] for r in data[name].values()))
+        for name, run_id, w in sides
+    }
+    for name, obj in side_objs.items():
+        if obj.requests == 0:  # two runs of an empty trace cannot happen; windows checked
+            raise ConfigError(f"the {name} holds no requests")
+    groups, causes, sentence = _tables(data["baseline"], data["current"], fits)
+    return Comparison(
+        baseline=side_objs["baseline"],
+        current=side_objs["current"],
+        groups=groups,
+        causes=causes,
+        fit_run=fit_run,
+        fits=fits,
+        ttft_source=source,
+        ttft_note=note,
+        sentence=sentence,
+    )
+
+
+def _fmt_s(x: float) -> str:
+    return f"{x:g}"
+
+
+def _check_windows(con, run_id: int, windows) -> None:
+    total, stamped, lo, hi = con.execute(
+        load_sql("compare_run_span"), {"run_id": run_id}
+    ).fetchone()
+    if stamped == 0:
+        raise ConfigError(
+            f"run {run_id}'s requests have no timestamps, so windows select nothing; "
+            "compare two runs with --run A --run B instead"
+        )
+    for w in windows:
+        n = con.execute(
+            "SELECT count(*) FROM replay_requests WHERE run_id = ? "
+            "AND timestamp_s >= ? AND timestamp_s < ?",
+            [run_id, w.start_s, w.end_s],
+        ).fetchone()[0]
+        if n == 0:
+            raise ConfigError(
+                f"window {w.text} holds no requests of run {run_id} "
+                f"(its timestamps span {_fmt_s(lo)}..{_fmt_s(hi)} s)"
+            )
+
+
+def _check_same_trace(con, a: int, b: int) -> None:
+    found = dict(
+        con.execute(
+            "SELECT run_id, trace_fingerprint FROM replay_runs WHERE run_id IN (?, ?)", [a, b]
+        ).fetchall()
+    )
+    if found[a] != found[b]:
+        raise ConfigError(
+            f"runs {a} and {b} replayed different traces (fingerprints {found[a][:12]} and "
+            f"{found[b][:12]}); compare two runs of the same trace, or two windows of one run"
+        )
+
+
+def _side_rows(con, run_id: int, w: Window | None) -> dict[tuple[str, str], dict]:
+    params = {
+        "run_id": run_id,
+        "windowed": w is not None,
+        "start": w.start_s if w else 0.0,
+        "end": w.end_s if w else 0.0,
+    }
+    cur = con.execute(load_sql("compare_side"), params)
+    names = [d[0] for d in cur.description]
+    out = {}
+    for row in cur.fetchall():
+        r = dict(zip(names, row, strict=True))
+        out[(r.pop("prompt_family"), r.pop("model_revision"))] = r
+    return out
+
+
+def _ttft_model(con, run_id: int) -> tuple[dict[str, TtftFit | None], str, str]:
+    points = con.execute(load_sql("compare_ttft_points"), {"run_id": run_id}).fetchall()
+    if points:
+        revs, fresh, ttft = zip(*points, strict=True)
+        return (
+            fit_by_revision(revs, fresh, ttft),
+            "trace ttft_ms",
+            "fitted from the trace's ttft_ms",
+        )
+    policy = orjson.loads(
+        con.execute("SELECT policy FROM replay_runs WHERE run_id = ?", [run_id]).fetchone()[0]
+    )
+    model = policy.get("model")
+    cost = None
+    if model:
+        from analyzer.sim.policy import load_model
+
+        cost = load_model(model).get("prefill_cost")
+    if cost:
+        fit = TtftFit(float(cost["a_ms"]), float(cost["b_ms_per_token"]), math.nan, 0)
+        revs = [
+            r[0]
+            for r in con.execute(
+                "SELECT DISTINCT coalesce(model_revision, '(none)') FROM replay_requests "
+                "WHERE run_id = ? ORDER BY 1",
+                [run_id],
+            ).fetchall()
+        ]
+        return {r: fit for r in revs}, "model preset", f"prefill cost of model preset {model}"
+    why = f"model preset {model} has no prefill cost" if model else "the run names no model preset"
+    return (
+        {},
+        "unavailable",
+        f"TTFT change unavailable: the trace has no ttft_ms and {why}",
+    )
+
+
+def _add(into: dict, row: dict) -> None:
+    for k in _SUMS:
+        into[k] = into.get(k, 0) + row[k]
+
+
+def _est_ttft_sum(by_rev: dict[str, dict], fits: dict) -> float | None:
+    """Sum over requests of a_rev + b_rev * fresh (None if a revision has no fit)."""
+    total = 0.0
+    for rev, r in by_rev.items():
+        if r["requests"] == 0:
+            continue
+        fit = fits.get(rev)
+        if fit is None:
+            return None
+        total += fit.a_ms * r["requests"] + fit.b_ms_per_token * r["fresh_prefill_tokens"]
+    return total
+
+
+def _tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table, str]:
+    keys = sorted(set(base) | set(cur))
+    families = sorted({f for f, _ in keys})
+    # group key -> side -> {revision: sums}; roll-ups keep per-revision parts for TTFT
+    groups: list[tuple[str, str, list[tuple[str, str]]]] = []
+    for fam in families:
+        members = [k for k in keys if k[0] == fam]
+        groups.extend((fam, rev, [(fam, rev)]) for _, rev in members)
+        if len(members) > 1:
+            groups.append((fam, ALL, members))
+    if len(keys) > 1:
+        groups.append((ALL, ALL, keys))
+
+    def parts(side: dict, members) -> dict[str, dict]:
+        by_rev: dict[str, dict] = {}
+        for k in members:
+            if k in side:
+                _add(by_rev.setdefault(k[1], {}), side[k])
+        return by_rev
+
+    def total(by_rev: dict[str, dict]) -> dict:
+        out = dict.fromkeys(_SUMS, 0)
+        for r in by_rev.values():
+            _add(out, r)
+        return out
+
+    q_all = {
+        "baseline": total(parts(base, keys))["prompt_tokens"],
+        "current": total(parts(cur, keys))["prompt_tokens"],
+    }
+    g_rows, c_rows = [], []
+    for fam, rev, members in groups:
+        pb, pc = parts(base, members), parts(cur, members)
+        tb, tc = total(pb), total(pc)
+        hb, hc = _share(tb["hit_tokens"], tb), _share(tc["hit_tokens"], tc)
+        eb, ec = _est_ttft_sum(pb, fits), _est_ttft_sum(pc, fits)
+        est_b = eb / tb["requests"] if eb is not None and tb["requests"] else None
+        est_c = ec / tc["requests"] if ec is not None and tc["requests"] else None
+        g_rows.append(
+            {
+                "prompt_family": fam,
+                "model_revision": rev,
+                "baseline_requests": tb["requests"],
+                "current_requests": tc["requests"],
+                "baseline_prompt_tokens": tb["prompt_tokens"],
+                "current_prompt_tokens": tc["prompt_tokens"],
+                "baseline_useful_hit_ratio": hb,
+                "current_useful_hit_ratio": hc,
+                "change_points": _points(hc, hb),
+                "baseline_est_ttft_ms": est_b,
+                "current_est_ttft_ms": est_c,
+                "est_ttft_change_ms": None if est_b is None or est_c is None else est_c - est_b,
+                "baseline_observed_ttft_ms": _mean_ttft(tb),
+                "current_observed_ttft_ms": _mean_ttft(tc),
+            }
+        )
+        for fig, col, _ in FIGURES:
+            sb, sc = _share(tb[col], tb), _share(tc[col], tc)
+            c_rows.append(
+                {
+                    "prompt_family": fam,
+                    "model_revision": rev,
+                    "figure": fig,
+                    "baseline_tokens": tb[col],
+                    "baseline_share": sb,
+                    "current_tokens": tc[col],
+                    "current_share": sc,
+                    "change_points": _points(sc, sb),
+                    "contribution_points": 100.0
+                    * (tc[col] / q_all["current"] - tb[col] / q_all["baseline"]),
+                }
+            )
+    g_table = pa.Table.from_pylist(g_rows, schema=_GROUP_SCHEMA)
+    c_table = pa.Table.from_pylist(c_rows, schema=_CAUSE_SCHEMA)
+    return g_table, c_table, _sentence(g_rows, c_rows)
+
+
+def _share(tokens: int, sums: dict) -> float | None:
+    return tokens / sums["prompt_tokens"] if sums["prompt_tokens"] else None
+
+
+def _points(new: float | None, old: float | None) -> float | None:
+    return None if new is None or old is None else 100.0 * (new - old)
+
+
+def _mean_ttft(sums: dict) -> float | None:
+    return sums["ttft_ms_sum"] / sums["ttft_requests"] if sums["ttft_requests"] else None
+
+
+def _label(fam: str, rev: str) -> str:
+    return f"{fam} (all model revisions)" if rev == ALL else f"{fam} @ {rev}"
+
+
+def _attribution_groups(g_rows: list[dict]) -> list[dict]:
+    """Groups present on both sides, finest first: a family x revision where every revision
+    of that family is on both sides, else the family's "(all)" roll-up (when the revisions
+    changed between the sides, only the family compares like with like)."""
+    both = lambda g: g["baseline_requests"] > 0 and g["current_requests"] > 0  # noqa: E731
+    out = []
+    for fam in dict.fromkeys(g["prompt_family"] for g in g_rows if g["prompt_family"] != ALL):
+        rows = [g for g in g_rows if g["prompt_family"] == fam]
+        members = [g for g in rows if g["model_revision"] != ALL]
+        if all(both(g) for g in members):
+            out.extend(members)
+        else:
+            out.extend(g for g in rows if g["model_revision"] == ALL and both(g))
+    return out
+
+
+def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
+    """One sentence: the overall hit change, its largest cause, and where that cause grew."""
+    top = g_rows[-1]  # the "(all)" roll-up, or the single group
+    hb, hc = top["baseline_useful_hit_ratio"], top["current_useful_hit_ratio"]
+    change = top["change_points"]
+    overall = {
+        r["figure"]: r
+        for r in c_rows
+        if (r["prompt_family"], r["model_revision"])
+        == (top["prompt_family"], top["model_revision"])
+    }
+    candidates = _attribution_groups(g_rows)
+    by_group: dict[tuple[str, str], dict[str, dict]] = {}
+    for r in c_rows:
+        by_group.setdefault((r["prompt_family"], r["model_revision"]), {})[r["figure"]] = r
+    words = {fig: w for fig, _, w in FIGURES}
+    ratio = f"({100 * hb:.1f}% -> {100 * hc:.1f}% of queried tokens)"
+    if abs(change) < 0.05:
+        text = f"useful hit ratio unchanged {ratio}"
+    else:
+        sign = 1.0 if change < 0 else -1.0  # fell: causes that grew; rose: causes that shrank
+        cause = max(CAUSES, key=lambda c: (sign * overall[c]["change_points"], -CAUSES.index(c)))
+        cause_change = overall[cause]["change_points"]
+        # Where: the group whose own share of this cause moved most, weighted by its mean
+        # share of queried tokens (the rate effect, free of shifts in the traffic mix).
+        q_b = top["baseline_prompt_tokens"]
+        q_c = top["current_prompt_tokens"]
+        weighted = []
+        for i, g in enumerate(candidates):
+            r = by_group[(g["prompt_family"], g["model_revision"])][cause]
+            weight = (g["baseline_prompt_tokens"] / q_b + g["current_prompt_tokens"] / q_c) / 2
+            weighted.append((sign * weight * r["change_points"], -i, r))  # ties: first group
+        text = (
+            f"useful hit ratio {'fell' if change < 0 else 'rose'} {abs(change):.1f} points "
+            f"{ratio}, mostly {words[cause]} ({cause_change:+.1f} points of queried tokens)"
+        )
+        if weighted and len(candidates) > 1:
+            score, _, where = max(weighted, key=lambda t: (t[0], t[1]))
+            if score > 0:
+                text += (
+                    f", largest in {_label(where['prompt_family'], where['model_revision'])} "
+                    f"({where['change_points']:+.1f} points of its queried tokens)"
+                )
+    est = top["est_ttft_change_ms"]
+    if est is not None:
+        text += f"; estimated TTFT {est:+.1f} ms per request"
+    else:
+        text += "; TTFT change unavailable"
+    return text + "."
+
+
+_GROUP_SCHEMA = pa.schema(
+    [
+        ("prompt_family", pa.string()),
+        ("model_revision", pa.string()),
+        ("baseline_requests", pa.int64()),
+        ("current_requests", pa.int64()),
+        ("baseline_prompt_tokens", pa.int64()),
+        ("current_prompt_tokens", pa.int64()),
+        ("baseline_useful_hit_ratio", pa.float64()),
+        ("current_useful_hit_ratio", pa.float64()),
+        ("change_points", pa.float64()),
+        ("baseline_est_ttft_ms", pa.float64()),
+        ("current_est_ttft_ms", pa.float64()),
+        ("est_ttft_change_ms", pa.float64()),
+        ("baseline_observed_ttft_ms", pa.float64()),
+        ("current_observed_ttft_ms", pa.float64()),
+    ]
+)
+_CAUSE_SCHEMA = pa.schema(
+    [
+        ("prompt_family", pa.string()),
+        ("model_revision", pa.string()),
+        ("figure", pa.string()),
+        ("baseline_tokens", pa.int64()),
+        ("baseline_share", pa.float64()),
+        ("current_tokens", pa.int64()),
+        ("current_share", pa.float64()),
+        ("change_points", pa.float64()),
+        ("contribution_points", pa.float64()),
+    ]
+)

@@ -1,0 +1,39 @@
+"""Resolving replay runs by id for the read-only metrics commands (metrics, compare)."""
+
+from __future__ import annotations
+
+import duckdb
+
+from analyzer.errors import ConfigError, StoreError
+
+
+def known_runs(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Run ids in `replay_runs`, ascending; StoreError when no replay ran yet."""
+    present = {
+        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    }
+    if not {"replay_runs", "replay_requests"} <= present:
+        raise StoreError("no replay runs in the database; run `hpa replay` first")
+    runs = [r[0] for r in con.execute("SELECT run_id FROM replay_runs ORDER BY run_id").fetchall()]
+    if not runs:
+        raise StoreError("no replay runs in the database; run `hpa replay` first")
+    return runs
+
+
+def resolve_run(con: duckdb.DuckDBPyConnection, run: int | None) -> int:
+    """`run`, checked against the stored runs; the latest run when None.
+
+    Raises:
+        StoreError: no replay tables or runs. ConfigError: `run` is not a stored run.
+    """
+    runs = known_runs(con)
+    if run is None:
+        return runs[-1]
+    if run not in runs:
+        raise ConfigError(f"unknown run {run}; known runs: {_listing(runs)}")
+    return run
+
+
+def _listing(runs: list[int]) -> str:
+    shown = ", ".join(str(r) for r in runs[:20])
+    return shown + (f", ... ({len(runs)} runs)" if len(runs) > 20 else "")

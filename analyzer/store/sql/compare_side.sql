@@ -1,0 +1,26 @@
+-- One side of `hpa compare`: run $run_id's requests (those with $start <= timestamp_s < $end
+-- when $windowed), summed per prompt family x model revision. NULL labels become '(none)'.
+SELECT
+    coalesce(r.prompt_family, '(none)') AS prompt_family,
+    coalesce(r.model_revision, '(none)') AS model_revision,
+    count(*) AS requests,
+    sum(r.prompt_tokens)::BIGINT AS prompt_tokens,
+    sum(r.hit_tokens)::BIGINT AS hit_tokens,
+    sum(r.unshared_tokens)::BIGINT AS unshared_tokens,
+    sum(r.lost_routing_tokens)::BIGINT AS lost_routing_tokens,
+    sum(r.lost_granularity_tokens)::BIGINT AS lost_granularity_tokens,
+    sum(r.lost_eviction_tokens)::BIGINT AS lost_eviction_tokens,
+    sum(r.sparse_retention_miss_tokens)::BIGINT AS sparse_retention_miss_tokens,
+    sum(r.sparse_retention_miss_never_kept_tokens)::BIGINT
+        AS sparse_retention_miss_never_kept_tokens,
+    sum(r.sparse_retention_miss_evicted_tokens)::BIGINT AS sparse_retention_miss_evicted_tokens,
+    sum(r.lost_spec_decode_tokens)::BIGINT AS lost_spec_decode_tokens,
+    sum(r.fresh_prefill_tokens)::BIGINT AS fresh_prefill_tokens,
+    count(q.ttft_ms) AS ttft_requests,
+    coalesce(sum(q.ttft_ms), 0)::DOUBLE AS ttft_ms_sum
+FROM replay_requests AS r
+LEFT JOIN requests AS q ON q.request_id = r.request_id
+WHERE r.run_id = $run_id
+    AND (NOT $windowed OR (r.timestamp_s >= $start AND r.timestamp_s < $end))
+GROUP BY ALL
+ORDER BY 1, 2;

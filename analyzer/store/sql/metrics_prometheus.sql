@@ -1,0 +1,21 @@
+-- Replayed prefix-cache counters of run $run_id per prompt family x model revision
+-- (`hpa metrics`). NULL labels become '(none)', as in replay_summary.
+SELECT
+    coalesce(prompt_family, '(none)') AS prompt_family,
+    coalesce(model_revision, '(none)') AS model_revision,
+    count(*) AS requests,
+    sum(prompt_tokens)::BIGINT AS prompt_tokens,
+    sum(hit_tokens)::BIGINT AS hit_tokens,
+    sum(sparse_retention_miss_tokens)::BIGINT AS sparse_retention_miss_tokens,
+    sum(unshared_tokens)::BIGINT AS unshared_tokens,
+    sum(lost_routing_tokens)::BIGINT AS lost_routing_tokens,
+    sum(lost_granularity_tokens)::BIGINT AS lost_granularity_tokens,
+    sum(lost_eviction_tokens)::BIGINT AS lost_eviction_tokens,
+    sum(sparse_retention_miss_never_kept_tokens)::BIGINT
+        AS sparse_retention_miss_never_kept_tokens,
+    sum(sparse_retention_miss_evicted_tokens)::BIGINT AS sparse_retention_miss_evicted_tokens,
+    sum(lost_spec_decode_tokens)::BIGINT AS lost_spec_decode_tokens
+FROM replay_requests
+WHERE run_id = $run_id
+GROUP BY ALL
+ORDER BY 1, 2;

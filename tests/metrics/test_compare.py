@@ -1,0 +1,219 @@
+"""`hpa compare`: two windows of a run or two runs, shares of queried tokens, one sentence."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from analyzer.errors import ConfigError
+from analyzer.metrics.compare import compare, parse_window
+from analyzer.replay import run_replay
+from analyzer.sim.policy import make_policy
+from analyzer.store.ingest import ingest
+from tests.conftest import write_jsonl
+from tests.metrics.conftest import SAMPLES, groups_records
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def rows_by(table, *keys) -> dict:
+    return {tuple(r[k] for k in keys): r for r in table.to_pylist()}
+
+
+def test_two_runs_exact_shares_and_sentence(groups_db):
+    # run 1 keeps every state: 38,016 hits of 70,400; run 2 (retention 0): 25,344 hits and
+    # 12,672 sparse-retention misses, the same in each of the 8 families (8,800 tokens each)
+    result = compare(db_path=groups_db, runs=(1, 2))
+    assert (result.baseline.run_id, result.current.run_id) == (1, 2)
+    assert result.baseline.requests == result.current.requests == 32
+    groups = result.groups.to_pylist()
+    assert [(g["prompt_family"], g["model_revision"]) for g in groups] == [
+        (f"group-{i}", "rev-a" if i < 4 else "rev-b") for i in range(8)
+    ] + [("(all)", "(all)")]
+    total = groups[-1]
+    assert total["baseline_useful_hit_ratio"] == pytest.approx(38016 / 70400)
+    assert total["current_useful_hit_ratio"] == pytest.approx(25344 / 70400)
+    assert total["change_points"] == pytest.approx(-18.0)
+    causes = rows_by(result.causes, "prompt_family", "model_revision", "figure")
+    g0 = causes[("group-0", "rev-a", "sparse_retention")]
+    assert (g0["baseline_tokens"], g0["current_tokens"]) == (0, 1584)
+    assert g0["current_share"] == pytest.approx(0.18)
+    assert g0["change_points"] == pytest.approx(18.0)
+    assert g0["contribution_points"] == pytest.approx(18.0 / 8)
+    never = causes[("(all)", "(all)", "sparse_retention_never_kept")]
+    assert never["current_tokens"] == 12672
+    # hit + the six causes = 100% of each side's queried tokens
+    for side in ("baseline", "current"):
+        shares = [
+            causes[("(all)", "(all)", f)][f"{side}_share"]
+            for f in ("hit", "unshared", "routing", "granularity", "eviction")
+            + ("sparse_retention", "spec_decode")
+        ]
+        assert math.fsum(shares) == pytest.approx(1.0)
+    assert result.ttft_source == "unavailable"
+    assert total["est_ttft_change_ms"] is None
+    assert result.sentence == (
+        "useful hit ratio fell 18.0 points (54.0% -> 36.0% of queried tokens), mostly "
+        "sparse-retention misses (+18.0 points of queried tokens), largest in "
+        "group-0 @ rev-a (+18.0 points of its queried tokens); TTFT change unavailable."
+    )
+    assert result.fit_lines() == [
+        "TTFT change unavailable: the trace has no ttft_ms and the run names no model preset"
+    ]
+
+
+def test_two_windows_of_one_run_compare_shares_of_each_window(groups_db):
+    # run 2, group-0: requests 0, 1 (hit 0, miss 1,584) vs 2, 3 (hits 1,584 each)
+    result = compare(db_path=groups_db, window="2..4", baseline="0..2", runs=(2,))
+    assert (result.baseline.requests, result.current.requests) == (2, 2)
+    (group,) = result.groups.to_pylist()
+    assert (group["prompt_family"], group["model_revision"]) == ("group-0", "rev-a")
+    assert group["baseline_useful_hit_ratio"] == 0.0
+    assert group["current_useful_hit_ratio"] == pytest.approx(3168 / 4400)
+    causes = rows_by(result.causes, "figure")
+    assert causes[("unshared",)]["baseline_tokens"] == 2800
+    assert causes[("unshared",)]["current_tokens"] == 1200
+    assert causes[("unshared",)]["change_points"] == pytest.approx(-1600 / 44)
+    assert causes[("sparse_retention",)]["change_points"] == pytest.approx(-36.0)
+    assert causes[("granularity",)]["change_points"] == pytest.approx(16 / 44)
+    assert result.sentence == (
+        "useful hit ratio rose 72.0 points (0.0% -> 72.0% of queried tokens), mostly "
+        "unshared prefixes (-36.4 points of queried tokens); TTFT change unavailable."
+    )
+
+
+def test_windows_default_to_the_latest_run_and_accept_rfc3339(groups_db):
+    by_seconds = compare(db_path=groups_db, window="16..", baseline="..16")
+    assert by_seconds.current.run_id == 2
+    by_date = compare(
+        db_path=groups_db,
+        window="1970-01-01T00:00:16Z..",
+        baseline="1970-01-01T00:00:00+00:00..1970-01-01T00:00:16Z",
+    )
+    assert by_date.groups == by_seconds.groups
+    assert (by_date.baseline.requests, by_date.current.requests) == (16, 16)
+    # the revisions split by time: each family lies in one window only
+    assert by_date.sentence.startswith("useful hit ratio unchanged (36.0% -> 36.0%")
+
+
+@pytest.mark.parametrize(
+    ("text", "start", "end"),
+    [("0..300", 0.0, 300.0), ("1.5..2", 1.5, 2.0), ("..5", -math.inf, 5.0), ("5..", 5.0, math.inf)],
+)
+def test_parse_window(text, start, end):
+    w = parse_window(text)
+    assert (w.start_s, w.end_s) == (start, end)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0-300", "expected START..END"),
+        ("x..3", "start: 'x' is not an RFC 3339 date-time"),
+        ("1..2026-01-01T00:00:00", "end: '2026-01-01T00:00:00' has no UTC offset"),
+        ("5..1", "start must be before end"),
+        ("3..3", "start must be before end"),
+        ("nan..3", "is not finite"),
+    ],
+)
+def test_bad_windows(text, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_window(text)
+
+
+def one_line_error(result, exit_code: int, text: str) -> None:
+    assert result.exit_code == exit_code, result.output
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("Error: ")
+    assert text in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["--window", "0-3", "--baseline", "0..2"], "bad window '0-3': expected START..END"),
+        (["--window", "2..4", "--baseline", "100..200"], "window 100..200 holds no requests"),
+        (["--window", "2..4", "--baseline", "0..2", "--run", "9"], "unknown run 9; known"),
+        (["--run", "1", "--run", "9"], "unknown run 9; known runs: 1, 2"),
+        (
+            ["--window", "2..4", "--baseline", "0..2", "--run", "1", "--run", "2"],
+            "--window/--baseline compare one run, got 2 --run",
+        ),
+        (["--window", "2..4"], "--baseline is missing"),
+        (["--baseline", "2..4"], "--window is missing"),
+        (["--run", "1"], "one --run needs --window and --baseline, or a second --run"),
+        ([], "nothing to compare"),
+        (["--run", "1", "--run", "2", "--run", "1"], "nothing to compare"),
+    ],
+)
+def test_cli_errors_are_one_line(groups_db, args, text):
+    one_line_error(run("compare", "--db", groups_db, *args), 2, text)
+
+
+def test_empty_window_names_the_span(groups_db):
+    result = run("compare", "--db", groups_db, "--window", "40..50", "--baseline", "0..2")
+    one_line_error(
+        result, 2, "window 40..50 holds no requests of run 2 (its timestamps span 0..31 s)"
+    )
+
+
+def test_runs_of_different_traces_are_refused(tmp_path):
+    db = tmp_path / "d.duckdb"
+    ingest([SAMPLES / "diagnostic_1088.jsonl"], db_path=db)
+    run_replay(make_policy({"block_size": 544}), db_path=db)
+    ingest([SAMPLES / "groups_1500.jsonl"], db_path=db)
+    run_replay(make_policy({"block_size": 544}), db_path=db)
+    one_line_error(
+        run("compare", "--db", db, "--run", "1", "--run", "2"), 2, "replayed different traces"
+    )
+
+
+def test_no_database_and_no_timestamps(tmp_path):
+    one_line_error(
+        run("compare", "--db", tmp_path / "no.duckdb", "--run", 1, "--run", 2),
+        1,
+        "no such database",
+    )
+    db = tmp_path / "n.duckdb"
+    records = groups_records(timestamp=[None] * 32)
+    ingest([write_jsonl(tmp_path / "n.jsonl", records)], db_path=db)
+    one_line_error(
+        run("compare", "--db", db, "--window", "0..2", "--baseline", "2..4"),
+        1,
+        "no replay runs in the database; run `hpa replay` first",
+    )
+    run_replay(make_policy({"block_size": 528}), db_path=db)
+    one_line_error(
+        run("compare", "--db", db, "--window", "0..2", "--baseline", "2..4"),
+        2,
+        "run 1's requests have no timestamps",
+    )
+
+
+def test_cli_table_and_json(groups_db):
+    result = run("compare", "--db", groups_db, "--run", 1, "--run", 2)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "baseline: run 1 (32 requests)"
+    assert lines[1] == "current: run 2 (32 requests)"
+    assert "sparse_retention" in result.stdout
+    assert lines[-1] == compare(db_path=groups_db, runs=(1, 2)).sentence
+    result = run("compare", "--db", groups_db, "--run", 1, "--run", 2, "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = orjson.loads(result.stdout)
+    assert doc["baseline"] == {"run_id": 1, "window": None, "requests": 32}
+    assert doc["groups"][-1]["change_points"] == pytest.approx(-18.0)
+    assert len(doc["causes"]) == 9 * 9
+    assert doc["sentence"].startswith("useful hit ratio fell 18.0 points")
+    assert doc["ttft_model"]["source"] == "unavailable"
+    result = run(
+        "compare", "--db", groups_db, "--window", "2..4", "--baseline", "0..2", "--format", "json"
+    )
+    doc = orjson.loads(result.stdout)
+    assert doc["current"]["window"] == {"text": "2..4", "start_s": 2.0, "end_s": 4.0}
