@@ -1,0 +1,246 @@
+"""`hpa plan`: the cheapest cache settings that reach a target useful hit ratio on this trace.
+
+Every figure is measured by replaying the stored trace (nothing is stored as a run). The
+search is deliberately small:
+
+1. Ceilings, from two unbounded replays: the model's groups with retention null (every sparse
+   state kept) and full attention only (the `attention_only` bound: no sparse group can veto a
+   hit, nothing is evicted). The shared-prefix ceiling is sum(matchable_tokens) / queries
+   of the latter (what any cache could reuse at this alignment). A target above the
+   attention-only bound is unreachable by any setting searched here; the answer says so.
+2. Candidate settings, each first replayed unbounded: retention interval {0, null} x match
+   unit {block size, block size / 4 when the model has a Mamba group} x placement {the
+   trace's replicas with its routing, the same replicas with prefix-aware routing, one
+   replica holding them all}. Those whose unbounded ratio misses the target are dropped.
+3. For each remaining candidate, the smallest pool (num_blocks per replica) reaching the target:
+   doubling from the smallest pool that fits every request, then bisection to within 5%
+   (about 10 replays). With --memory-budget the pool never exceeds the budget.
+
+Cost = cache occupancy: replicas x num_blocks x bytes_per_block (GiB) when the model preset
+gives bytes_per_block, else replicas x num_blocks (blocks). Candidates are printed cheapest
+first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from analyzer.errors import ConfigError
+from analyzer.replay import _replay_rows, load_trace
+from analyzer.sim.policy import Policy, load_model, make_policy
+from analyzer.store.db import DEFAULT_DB, connect
+
+GIB = 2**30
+_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS.update({"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12})
+
+
+def parse_size(text: str) -> int:
+    """`40GiB`, `512 MiB`, `1.5TiB`, `80GB` -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ConfigError(f"--memory-budget {text!r}: expected a size such as 40GiB or 512MiB")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+@dataclass
+class Candidate:
+    retention_interval: int | None
+    prefix_match_unit: int | None
+    replicas: int
+    routing: str
+    num_blocks: int | None
+    useful_hit_ratio: float
+    memory_gib: float | None  # per replica
+    cost: float  # GiB (or blocks when the preset has no bytes_per_block)
+
+
+@dataclass
+class PlanResult:
+    target: float
+    attention_only_bound: float
+    shared_prefix_ceiling: float
+    unbounded_ratio: float  # the model's groups, retention null, unbounded
+    reachable: bool
+    candidates: list[Candidate]
+    cost_unit: str
+    replays: int
+    message: str
+
+
+class _Evaluator:
+    def __init__(self, trace, family: str | None) -> None:
+        self.trace = trace
+        self.replays = 0
+        fam = trace.columns["prompt_family"]
+        self.mask = None
+        if family is not None:
+            self.mask = np.asarray([f == family for f in fam])
+            if not self.mask.any():
+                known = sorted({f for f in fam if f is not None})
+                raise ConfigError(
+                    f"--family {family!r}: no such prompt family; known: {', '.join(known)}"
+                )
+
+    def rows(self, policy: Policy) -> dict:
+        self.replays += 1
+        return _replay_rows(self.trace, policy)
+
+    def _sum(self, rows: dict, name: str) -> int:
+        values = np.asarray(rows[name], dtype=np.int64)
+        return int(values[self.mask].sum() if self.mask is not None else values.sum())
+
+    def ratio(self, rows: dict, name: str = "hit_tokens") -> float:
+        q = self._sum(rows, "prompt_tokens")
+        ok = np.asarray([e is None for e in rows["error"]])
+        if not (ok if self.mask is None else ok[self.mask]).all():
+            return -1.0  # some request could not be scheduled: this pool is too small
+        return self._sum(rows, name) / q if q else 0.0
+
+
+def plan(
+    target: float,
+    *,
+    model: str | None = None,
+    memory_budget: str | None = None,
+    family: str | None = None,
+    db_path: str | Path = DEFAULT_DB,
+) -> PlanResult:
+    """Search the settings that reach `target` (useful hit ratio); see the module doc."""
+    if not 0.0 < target <= 1.0:
+        raise ConfigError(f"--target-useful-hit-ratio {target}: expected a number in (0, 1]")
+    preset = load_model(model) if model is not None else None
+    budget = parse_size(memory_budget) if memory_budget is not None else None
+    per_block = preset.get("bytes_per_block") if preset else None
+    if budget is not None and per_block is None:
+        raise ConfigError(
+            "--memory-budget needs a --model preset with bytes_per_block"
+            + (f" ({model} has none)" if model else "")
+        )
+    groups = list(preset["groups"]) if preset else ["full_attention", "mamba"]
+    block = preset["block_size"] if preset else 544
+    con = connect(db_path, create=False)
+    try:
+        trace = load_trace(con)
+    finally:
+        con.close()
+    ev = _Evaluator(trace, family)
+    num_trace_replicas = len({r for r in trace.columns["replica"] if r is not None}) or 1
+
+    base = {"groups": groups, "block_size": block, "model": model}
+    attention = ev.rows(
+        make_policy({**base, "groups": ["full_attention"], "retention_interval": None})
+    )
+    bound = ev.ratio(attention)
+    ceiling = ev.ratio(attention, "matchable_tokens")
+    dense = ev.ratio(ev.rows(make_policy({**base, "retention_interval": None})))
+    cost_unit = "GiB" if per_block else "blocks"
+    if target > bound:
+        msg = (
+            f"unreachable: target {target:.3f} is above the attention-only bound {bound:.3f} "
+            f"(an unbounded full-attention-only cache; the model's groups with every sparse "
+            f"state kept reach {dense:.3f}); the shared-prefix ceiling is {ceiling:.3f} "
+            f"(matchable tokens / queries). No pool size, retention or match unit can "
+            f"reuse more than the trace shares."
+        )
+        return PlanResult(target, bound, ceiling, dense, False, [], cost_unit, ev.replays, msg)
+
+    placements = [(num_trace_replicas, "trace")]
+    if num_trace_replicas > 1:
+        placements += [(num_trace_replicas, "prefix_aware"), (1, "round_robin")]
+    units: list[int | None] = [None]
+    if "mamba" in groups and "sliding_window" not in groups and block % 4 == 0:
+        units.append(block // 4)
+    retentions: list[int | None] = [0, None] if len(groups) > 1 else [None]
+    candidates: list[Candidate] = []
+    pruned = 0
+    for ret in retentions:
+        for unit in units:
+            for replicas, routing in placements:
+                values = {
+                    **base,
+                    "retention_interval": ret,
+                    "prefix_match_unit": unit,
+                    "replicas": replicas,
+                    "routing": routing,
+                }
+                policy = make_policy(values)
+                floor = replicas * _min_pool(policy, trace) * (per_block / GIB if per_block else 1)
+                if candidates and floor > min(c.cost for c in candidates):
+                    pruned += 1  # even its smallest pool costs more than a found candidate
+                    continue
+                if ev.ratio(ev.rows(policy)) < target:
+                    continue
+                found = _smallest_pool(ev, policy, target, budget, per_block, trace)
+                if found is None:
+                    continue
+                num_blocks, ratio = found
+                mem = num_blocks * per_block / GIB if per_block else None
+                cost = replicas * (mem if mem is not None else num_blocks)
+                candidates.append(
+                    Candidate(ret, unit, replicas, routing, num_blocks, ratio, mem, cost)
+                )
+    candidates.sort(key=lambda c: (c.cost, -c.useful_hit_ratio))
+    note = f" ({pruned} settings skipped: dearer than that at any pool size)" if pruned else ""
+    if candidates:
+        best = candidates[0]
+        msg = (
+            f"cheapest: retention_interval={_j(best.retention_interval)} "
+            f"prefix_match_unit={_j(best.prefix_match_unit)} replicas={best.replicas} "
+            f"routing={best.routing} num_blocks={best.num_blocks} -> useful hit ratio "
+            f"{best.useful_hit_ratio:.3f} for {best.cost:,.2f} {cost_unit} of cache{note}"
+        )
+    else:
+        msg = (
+            f"unreachable within the search: no candidate reaches {target:.3f}"
+            + (f" within the memory budget {memory_budget}" if budget is not None else "")
+            + f" (attention-only bound {bound:.3f}, shared-prefix ceiling {ceiling:.3f}, "
+            f"model groups with every state kept {dense:.3f})"
+        )
+    return PlanResult(
+        target, bound, ceiling, dense, bool(candidates), candidates, cost_unit, ev.replays, msg
+    )
+
+
+def _j(value) -> str:
+    return "null" if value is None else str(value)
+
+
+def _min_pool(policy: Policy, trace) -> int:
+    """A pool no smaller than this can hold the longest prompt in every group (search start)."""
+    if policy.model:
+        groups = sum(load_model(policy.model)["num_groups"].get(g, 1) for g in policy.groups)
+    else:
+        groups = len(policy.groups)
+    longest = max(int(p) for p in trace.columns["prompt_tokens"])
+    return max(2, groups * (-(-longest // policy.block_size) + 2))
+
+
+def _smallest_pool(ev: _Evaluator, policy: Policy, target, budget, per_block, trace):
+    """(num_blocks, ratio): the smallest pool per replica reaching `target`, within 5%."""
+    lo = _min_pool(policy, trace)
+    cap = budget // per_block if budget is not None else None
+    if cap is not None and cap < lo:
+        return None
+
+    def measure(n: int) -> float:
+        return ev.ratio(ev.rows(replace(policy, num_blocks=n)))
+
+    low, hi, r_hi = lo - 1, lo, measure(lo)
+    while r_hi < target:
+        if (cap is not None and hi >= cap) or hi > 2**24:
+            return None
+        low, hi = hi, min(hi * 2, cap) if cap is not None else hi * 2
+        r_hi = measure(hi)
+    while hi - low > max(1, hi // 20):
+        mid = (low + hi) // 2
+        r = measure(mid)
+        if r >= target:
+            hi, r_hi = mid, r
+        else:
+            low = mid
+    return hi, r_hi
