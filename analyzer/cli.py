@@ -550,5 +550,34 @@ def plan_cmd(db_path, target, model, memory_budget, family) -> None:
         sys.exit(1)
 
 
+@cli.command("report")
+@db_option
+@click.option(
+    "--run",
+    "runs",
+    multiple=True,
+    type=int,
+    help="A replay run id to include (repeatable) [default: every run].",
+)
+@click.option(
+    "-o",
+    "--out",
+    default="report.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="HTML file to write (self-contained: opens offline).",
+)
+def report_cmd(db_path: str, runs: tuple[int, ...], out: str) -> None:
+    """Write one self-contained HTML report: loss waterfalls, hits over time, junctions,
+    policies side by side and each run's exact configuration."""
+    from analyzer.report.html import render_report
+
+    result = render_report(db_path, out, runs=list(runs) or None)
+    click.echo(
+        f"wrote {result.path} ({result.num_bytes:,} bytes): runs "
+        f"{', '.join(map(str, result.run_ids))}, {len(result.figure_ids)} figures"
+    )
+
+
 def main() -> None:
     cli(prog_name="hpa")

@@ -1,0 +1,288 @@
+"""The frames behind `hpa report`, read from the DuckDB store (no plotting here).
+
+Every frame is sorted and carries readable run labels, so the figures built from it
+(analyzer/report/figures.py) are pure functions of the frame and the report is
+byte-identical for the same database.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from analyzer.errors import ConfigError, StoreError
+from analyzer.store.db import connect, load_sql, query_arrow, require_tables
+
+# Window widths (seconds) the time-window figure may use: about 24 windows per trace.
+NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
+TARGET_WINDOWS = 24
+SWEEP_COLUMNS = (
+    "sweep_id",
+    "knob",
+    "value",
+    "run_id",
+    "useful_hit_ratio",
+    "sparse_loss_ratio",
+    "memory_gib",
+)
+
+
+@dataclass(frozen=True)
+class ReportData:
+    runs: pl.DataFrame  # one row per run: labels, policy, fingerprint, memory
+    groups: pl.DataFrame  # report_groups.sql rows, with run_label
+    windows: pl.DataFrame  # report_windows.sql rows, with run_label, window_start, ratios
+    window_unit: str  # "s" (timestamps) or "requests" (arrival order)
+    junctions: pl.DataFrame | None  # report_junctions.sql rows; None without `hpa match`
+    sweeps: pl.DataFrame | None  # the sweep_points table when it exists
+
+
+def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> ReportData:
+    """All frames for the report of `runs` (default: every run) in the database.
+
+    Raises:
+        StoreError: no database, no replay runs, or an unknown run id.
+    """
+    con = connect(db_path, create=False)
+    try:
+        require_tables(con, "requests")
+        present = _tables(con)
+        if "replay_runs" not in present:
+            raise StoreError("no replay runs in the database; run `hpa replay` first")
+        run_frame = _runs(con, runs)
+        ids = run_frame["run_id"].to_list()
+        labels = dict(zip(ids, run_frame["run_label"].to_list(), strict=True))
+        groups = _with_labels(
+            pl.from_arrow(query_arrow(con, load_sql("report_groups"), {"runs": ids})), labels
+        )
+        windows, unit = _windows(con, ids, labels)
+        junctions = None
+        if {"junctions", "prefix_matches"} <= present:
+            junctions = _junctions(con, ids, labels)
+        sweeps = None
+        if "sweep_points" in present:
+            sweeps = _sweeps(con)
+        return ReportData(run_frame, groups, windows, unit, junctions, sweeps)
+    finally:
+        con.close()
+
+
+def _tables(con) -> set[str]:
+    return {
+        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    }
+
+
+def _runs(con, runs: list[int] | None) -> pl.DataFrame:
+    rows = con.execute(
+        "SELECT run_id, policy, trace_fingerprint, num_requests, prompt_tokens, hit_tokens, "
+        "hpa_version FROM replay_runs ORDER BY run_id"
+    ).fetchall()
+    if not rows:
+        raise StoreError("no replay runs in the database; run `hpa replay` first")
+    known = [r[0] for r in rows]
+    if runs:
+        missing = sorted(set(runs) - set(known))
+        if missing:
+            raise ConfigError(
+                f"no run {missing[0]} in the database; runs: {', '.join(map(str, known))}"
+            )
+        rows = [r for r in rows if r[0] in set(runs)]
+    policies = [json.loads(r[1]) for r in rows]
+    labels = policy_labels([r[0] for r in rows], policies)
+    return pl.DataFrame(
+        {
+            "run_id": [r[0] for r in rows],
+            "run_label": labels,
+            "policy_json": [json.dumps(p, sort_keys=True, indent=1) for p in policies],
+            "policy_changes": [_changes(p, _baseline(policies)) for p in policies],
+            "trace_fingerprint": [r[2] for r in rows],
+            "num_requests": [r[3] for r in rows],
+            "prompt_tokens": [r[4] for r in rows],
+            "hit_tokens": [r[5] for r in rows],
+            "hpa_version": [r[6] for r in rows],
+            "memory_gib": [memory_gib(p) for p in policies],
+        },
+        schema_overrides={"memory_gib": pl.Float64},
+    )
+
+
+def _baseline(policies: list[dict]) -> dict:
+    """Per key, the most common value across runs (ties: the earliest run's)."""
+    base = {}
+    for key in sorted({k for p in policies for k in p}):
+        values = [json.dumps(p.get(key), sort_keys=True) for p in policies]
+        counts = Counter(values)
+        best = max(counts.values())
+        base[key] = json.loads(next(v for v in values if counts[v] == best))
+    return base
+
+
+def _changes(policy: dict, base: dict) -> str:
+    parts = [
+        f"{k}={policy_value(policy.get(k))}" for k in sorted(policy) if policy.get(k) != base.get(k)
+    ]
+    return ", ".join(parts) if parts else "baseline"
+
+
+def policy_value(value) -> str:
+    """A policy value as people write it: null, 2048, eagle_drop, [full_attention, mamba]."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(policy_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def policy_labels(run_ids: list[int], policies: list[dict]) -> list[str]:
+    """'run 2: retention_interval=null': each run named by how its policy differs from
+    the most common value of every key across the runs shown ('baseline' if it doesn't)."""
+    base = _baseline(policies)
+    return [f"run {i}: {_changes(p, base)}" for i, p in zip(run_ids, policies, strict=True)]
+
+
+def memory_gib(policy: dict) -> float | None:
+    """Cache pool memory of a run in GiB: num_blocks x the model's bytes_per_block
+    (None when the pool is unbounded or the policy names no model preset)."""
+    if policy.get("num_blocks") is None or not policy.get("model"):
+        return None
+    from analyzer.sim.policy import load_model
+
+    try:
+        per_block = load_model(policy["model"])["bytes_per_block"]
+    except (ConfigError, KeyError):
+        return None
+    return round(policy["num_blocks"] * per_block / 2**30, 6)
+
+
+def _with_labels(frame: pl.DataFrame, labels: dict[int, str]) -> pl.DataFrame:
+    return frame.with_columns(
+        pl.col("run_id").replace_strict(labels, return_dtype=pl.String).alias("run_label")
+    )
+
+
+def window_width(span: float) -> float:
+    """A round window width (seconds) giving about TARGET_WINDOWS windows over `span`."""
+    for width in NICE_WIDTHS_S:
+        if span / width <= TARGET_WINDOWS:
+            return float(width)
+    return float(NICE_WIDTHS_S[-1])
+
+
+def _windows(con, ids: list[int], labels: dict[int, str]) -> tuple[pl.DataFrame, str]:
+    t_min, t_max, n = con.execute(
+        "SELECT min(timestamp_s), max(timestamp_s), max(arrival_seq) + 1 FROM replay_requests "
+        "WHERE list_contains(?, run_id)",
+        [ids],
+    ).fetchall()[0]
+    if t_min is None:  # no timestamps: windows of arrival order
+        by_seq, t0, width, unit = True, 0.0, float(max(1, -(-int(n) // TARGET_WINDOWS))), "requests"
+    else:
+        by_seq, t0, width, unit = False, float(t_min), window_width(t_max - t_min), "s"
+    params = {"runs": ids, "by_seq": by_seq, "t0": t0, "width": width}
+    frame = pl.from_arrow(query_arrow(con, load_sql("report_windows"), params))
+    queries = pl.col("prompt_tokens").cast(pl.Float64)
+    frame = frame.with_columns(
+        (pl.col("window_idx") * width).alias("window_start"),
+        (pl.col("window_idx") * width + width).alias("window_end"),
+        (pl.col("hit_tokens") / queries).round(9).alias("useful_hit_ratio"),
+        (pl.col("sparse_retention_miss_tokens") / queries).round(9).alias("sparse_loss_ratio"),
+    )
+    return _with_labels(frame, labels), unit
+
+
+# --- junctions -------------------------------------------------------------------------
+
+
+def _junctions(con, ids: list[int], labels: dict[int, str]) -> pl.DataFrame:
+    paths = deepest_junctions(con)
+    con.register("report_junction_paths", paths)
+    try:
+        frame = pl.from_arrow(query_arrow(con, load_sql("report_junctions"), {"runs": ids}))
+    finally:
+        con.unregister("report_junction_paths")
+    return _with_labels(frame, labels)
+
+
+def _sequence(tokens, hashes, block_size) -> tuple[np.ndarray | None, int]:
+    """(prefix elements, tokens per element): token ids, or block hash ids per block."""
+    if tokens is not None:
+        return np.asarray(tokens, dtype=np.int64), 1
+    if hashes is not None:
+        return np.asarray(hashes, dtype=np.int64), int(block_size or 1)
+    return None, 1
+
+
+def deepest_junctions(con) -> pa.Table:
+    """Each request's deepest junction inside its shared prefix: the branch point of the
+    prefix tree on its prompt path at or before `prefix_matches.shared_any_tokens` (same
+    cache_salt, LoRA and block size), as a table (arrival_seq, junction_id).
+
+    It does not depend on the replay policy, so it is computed once for every run. A
+    request with nothing shared, or with no junction on its path, has no row.
+    """
+    junctions = con.execute(
+        "SELECT j.junction_id, j.position_tokens, j.cache_salt, j.lora_name, "
+        "f.prompt_token_ids, f.block_hash_ids, f.block_size "
+        "FROM junctions AS j JOIN requests AS f ON f.request_id = j.first_request_id "
+        "WHERE j.num_requests_through > 1 ORDER BY j.position_tokens, j.junction_id"
+    ).fetchall()
+    by_position: dict[int, list] = {}
+    for jid, pos, salt, lora, toks, hashes, bs in junctions:
+        seq, unit = _sequence(toks, hashes, bs)
+        if seq is None or pos % unit:
+            continue
+        by_position.setdefault(pos, []).append((jid, (salt, lora, unit), seq[: pos // unit]))
+    positions = sorted(by_position)
+    requests = con.execute(
+        "SELECT r.arrival_seq, m.shared_any_tokens, r.prompt_tokens, r.cache_salt, "
+        "r.lora_name, r.prompt_token_ids, r.block_hash_ids, r.block_size "
+        "FROM requests AS r JOIN prefix_matches AS m ON m.arrival_seq = r.arrival_seq "
+        "WHERE m.shared_any_tokens > 0 ORDER BY r.arrival_seq"
+    ).fetchall()
+    seqs, found = [], []
+    for seq_no, shared, prompt_tokens, salt, lora, toks, hashes, bs in requests:
+        seq, unit = _sequence(toks, hashes, bs)
+        if seq is None:
+            continue
+        limit = min(int(shared), int(prompt_tokens) - 1)
+        namespace = (salt, lora, unit)
+        for k in range(bisect.bisect_right(positions, limit) - 1, -1, -1):
+            pos = positions[k]
+            n = pos // unit
+            hit = next(
+                (
+                    jid
+                    for jid, ns, prefix in by_position[pos]
+                    if ns == namespace and np.array_equal(seq[:n], prefix)
+                ),
+                None,
+            )
+            if hit is not None:
+                seqs.append(seq_no)
+                found.append(hit)
+                break
+    return pa.table(
+        {"arrival_seq": pa.array(seqs, pa.int64()), "junction_id": pa.array(found, pa.string())}
+    )
+
+
+def _sweeps(con) -> pl.DataFrame | None:
+    """The sweep_points table (written by `hpa sweep`), or None if it lacks a column."""
+    cols = {r[0] for r in con.execute("DESCRIBE sweep_points").fetchall()}
+    if not set(SWEEP_COLUMNS) <= cols:
+        return None
+    frame = pl.from_arrow(
+        query_arrow(
+            con,
+            f"SELECT {', '.join(SWEEP_COLUMNS)} FROM sweep_points ORDER BY sweep_id, knob, run_id",
+        )
+    )
+    return frame.with_columns(pl.col("value").cast(pl.String))

@@ -1,0 +1,449 @@
+"""The figures of `hpa report`: pure functions from a sorted frame to a plotly Figure.
+
+Frames come from analyzer/report/data.py. No function here reads files, the clock or a
+random source, so the same frame always gives the same figure.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import polars as pl
+from plotly.subplots import make_subplots
+
+# The hit then the SPEC 3 causes, in waterfall order: (column, readable name, colour).
+SEGMENTS = (
+    ("hit_tokens", "hit (reused)", "#2ca02c"),
+    ("sparse_retention_miss_tokens", "sparse-retention miss", "#d62728"),
+    ("lost_spec_decode_tokens", "lost to spec decode", "#8c564b"),
+    ("lost_eviction_tokens", "lost to dense eviction", "#ff7f0e"),
+    ("lost_granularity_tokens", "lost to match granularity", "#bcbd22"),
+    ("lost_routing_tokens", "lost to routing", "#9467bd"),
+    ("unshared_tokens", "unshared (no common prefix)", "#b0b0b0"),
+)
+FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13}
+TOP_JUNCTIONS = 15
+MARGIN_TOP, MARGIN_BOTTOM = 120, 50
+MENU_ROW = 40  # pixels for the run menu above the legend
+
+
+def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+    fig.update_layout(
+        title={
+            "text": title,
+            "x": 0,
+            "xanchor": "left",
+            "xref": "container",
+            "yref": "container",
+            "y": 1,
+            "yanchor": "top",
+            "pad": {"t": 12, "l": 12},
+        },
+        height=height,
+        font=FONT,
+        template="plotly_white",
+        margin={"l": 10, "r": 10, "t": MARGIN_TOP, "b": MARGIN_BOTTOM},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0, "xanchor": "left"},
+        hoverlabel={"namelength": -1},
+    )
+    fig.update_yaxes(automargin=True)
+    return fig
+
+
+def _run_dropdown(fig: go.Figure, labels: list[str], per_run: int) -> None:
+    """Show one run at a time: traces are laid out run by run, `per_run` each."""
+    if len(labels) < 2:
+        return
+    n = len(labels) * per_run
+    # One more row at the top, between the title (and plotly's mode bar) and the legend.
+    top = MARGIN_TOP + MENU_ROW
+    fig.update_layout(height=(fig.layout.height or 450) + MENU_ROW, margin={"t": top})
+    plot_height = fig.layout.height - top - fig.layout.margin.b
+    for i, trace in enumerate(fig.data):
+        trace.visible = i < per_run
+    buttons = [
+        {
+            "label": label,
+            "method": "update",
+            "args": [{"visible": [i // per_run == k for i in range(n)]}],
+        }
+        for k, label in enumerate(labels)
+    ]
+    fig.update_layout(
+        updatemenus=[
+            {
+                "buttons": buttons,
+                "direction": "down",
+                "x": 1,
+                "xanchor": "right",
+                "y": 1 + (MARGIN_TOP - 40) / max(plot_height, 1),
+                "yanchor": "bottom",
+                "showactive": True,
+            }
+        ]
+    )
+
+
+def _waterfall_bars(frame: pl.DataFrame, y: list[str], share: bool, showlegend: bool) -> list:
+    total = frame["prompt_tokens"].cast(pl.Float64)
+    traces = []
+    for col, name, colour in SEGMENTS:
+        tokens = frame[col]
+        shares = (tokens / total).fill_nan(0.0).round(9)
+        unit = "% of queried tokens" if share else "tokens"
+        traces.append(
+            go.Bar(
+                name=name,
+                y=y,
+                x=(shares * 100).round(6).to_list() if share else tokens.to_list(),
+                orientation="h",
+                marker_color=colour,
+                legendgroup=name,
+                showlegend=showlegend,
+                customdata=list(zip(tokens.to_list(), shares.to_list(), strict=True)),
+                hovertemplate=(
+                    f"<b>%{{y}}</b><br>{name}: %{{customdata[0]:,}} tokens "
+                    f"(%{{customdata[1]:.1%}} of queried)<extra>{unit}</extra>"
+                ),
+            )
+        )
+    return traces
+
+
+def waterfall_runs(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
+    """(a)+(d) The loss waterfall of every run, one stacked bar per run (overall rows)."""
+    overall = groups.filter(pl.col("is_overall")).sort("run_id")
+    fig = go.Figure(_waterfall_bars(overall, overall["run_label"].to_list(), share, True))
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title="share of queried prompt tokens (%)" if share else "prompt tokens")
+    what = "shares" if share else "tokens"
+    return _layout(
+        fig,
+        f"Where the queried prompt tokens went, per run ({what})",
+        160 + 42 * overall.height,
+    )
+
+
+def group_label(frame: pl.DataFrame) -> list[str]:
+    return [
+        f"{f} · {r}"
+        for f, r in zip(
+            frame["prompt_family"].to_list(), frame["model_revision"].to_list(), strict=True
+        )
+    ]
+
+
+def waterfall_groups(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
+    """(a) The loss waterfall per prompt family x model revision, one run at a time
+    (a dropdown picks the run; rows sorted by queried tokens, largest first)."""
+    rows = groups.filter(~pl.col("is_overall"))
+    labels = rows.select("run_id", "run_label").unique().sort("run_id")["run_label"].to_list()
+    traces = []
+    height = 200
+    for k, run_label in enumerate(labels):
+        part = rows.filter(pl.col("run_label") == run_label).sort(
+            ["prompt_tokens", "prompt_family", "model_revision"], descending=[True, False, False]
+        )
+        height = max(height, 180 + 40 * part.height)
+        traces.extend(_waterfall_bars(part, group_label(part), share, k == 0))
+    fig = go.Figure(traces)
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(autorange="reversed", title="prompt family · model revision")
+    fig.update_xaxes(title="share of queried prompt tokens (%)" if share else "prompt tokens")
+    what = "shares" if share else "tokens"
+    _layout(fig, f"Loss waterfall per prompt family × model revision ({what})", height)
+    _run_dropdown(fig, labels, len(SEGMENTS))
+    return fig
+
+
+def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
+    """(b) Useful-hit and sparse-loss ratios per time window, one line per run. Each point
+    is sum(hits) / sum(queries) over the requests arriving in that window alone."""
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=(
+            "useful-hit ratio = hit tokens / queried tokens, per window",
+            "sparse-loss ratio = sparse-retention-miss tokens / queried tokens, per window",
+        ),
+    )
+    labels = frame.select("run_id", "run_label").unique().sort("run_id")["run_label"].to_list()
+    where = "arrival (request #)" if unit == "requests" else "time since first request (s)"
+    for k, run_label in enumerate(labels):
+        part = frame.filter(pl.col("run_label") == run_label).sort("window_idx")
+        custom = list(
+            zip(
+                part["window_start"].to_list(),
+                part["window_end"].to_list(),
+                part["num_requests"].to_list(),
+                part["prompt_tokens"].to_list(),
+                part["hit_tokens"].to_list(),
+                part["sparse_retention_miss_tokens"].to_list(),
+                strict=True,
+            )
+        )
+        mid = ((part["window_start"] + part["window_end"]) / 2).to_list()
+        for row, col, num in (
+            (1, "useful_hit_ratio", "customdata[4]"),
+            (2, "sparse_loss_ratio", "customdata[5]"),
+        ):
+            fig.add_trace(
+                go.Scatter(
+                    name=run_label,
+                    x=mid,
+                    y=part[col].to_list(),
+                    mode="lines+markers",
+                    line={"color": _palette(k)},
+                    legendgroup=run_label,
+                    showlegend=row == 1,
+                    customdata=custom,
+                    hovertemplate=(
+                        f"<b>{run_label}</b><br>window %{{customdata[0]:,}}–%{{customdata[1]:,}} "
+                        f"{unit}: %{{customdata[2]:,}} requests<br>"
+                        f"%{{{num}:,}} / %{{customdata[3]:,}} tokens = %{{y:.1%}}<extra></extra>"
+                    ),
+                ),
+                row=row,
+                col=1,
+            )
+    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    fig.update_xaxes(title=where, row=2, col=1)
+    _layout(fig, "Useful hits and sparse losses over time (per-window deltas)", 720)
+    fig.update_layout(
+        margin={"t": 70, "b": 150},
+        legend={"y": -0.12, "yanchor": "top"},
+    )
+    return fig
+
+
+_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+
+
+def _palette(k: int) -> str:
+    return _COLOURS[k % len(_COLOURS)]
+
+
+def top_junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> pl.DataFrame:
+    """The `top` junctions by sparse-retention-miss tokens summed over the runs shown
+    (ties: more requests through, then id), as rows (junction_id, rank)."""
+    totals = (
+        frame.group_by("junction_id")
+        .agg(
+            pl.col("sparse_retention_miss_tokens").sum().alias("lost"),
+            pl.col("num_requests_through").first(),
+        )
+        .sort(["lost", "num_requests_through", "junction_id"], descending=[True, True, False])
+        .head(top)
+    )
+    return totals.with_row_index("rank").select("junction_id", "rank")
+
+
+def junction_label(frame: pl.DataFrame) -> list[str]:
+    return [
+        f"@{p:,} tok · {fam} · {jid[:8]}"
+        for p, fam, jid in zip(
+            frame["position_tokens"].to_list(),
+            frame["prompt_families"].to_list(),
+            frame["junction_id"].to_list(),
+            strict=True,
+        )
+    ]
+
+
+def junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> go.Figure:
+    """(c) The shared junctions that lost the most tokens to sparse-retention misses, with
+    the hits of the requests pinned there beside them (a dropdown picks the run)."""
+    chosen = top_junctions(frame, top)
+    rows = frame.join(chosen, on="junction_id").sort(["run_id", "rank"])
+    labels = rows.select("run_id", "run_label").unique().sort("run_id")["run_label"].to_list()
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        horizontal_spacing=0.03,
+        subplot_titles=("tokens lost to sparse-retention misses", "tokens reused (hits)"),
+    )
+    for k, run_label in enumerate(labels):
+        part = rows.filter(pl.col("run_label") == run_label)
+        y = junction_label(part)
+        custom = list(
+            zip(
+                part["num_requests_through"].to_list(),
+                part["num_requests_pinned"].to_list(),
+                part["num_sparse_miss_requests"].to_list(),
+                part["num_hit_requests"].to_list(),
+                part["first_outcomes"].to_list(),
+                part["model_revisions"].to_list(),
+                strict=True,
+            )
+        )
+        hover = (
+            "<b>%{y}</b><br>%{x:,} tokens<br>requests through: %{customdata[0]:,}; "
+            "pinned here: %{customdata[1]:,} (%{customdata[2]:,} sparse misses, "
+            "%{customdata[3]:,} hits)<br>first outcomes: %{customdata[4]}"
+            "<br>revisions: %{customdata[5]}<extra>%{fullData.name}</extra>"
+        )
+        for col_no, (col, name, colour) in enumerate(
+            (
+                ("sparse_retention_miss_tokens", "sparse-retention miss tokens", "#d62728"),
+                ("hit_tokens", "hit tokens", "#2ca02c"),
+            ),
+            start=1,
+        ):
+            fig.add_trace(
+                go.Bar(
+                    name=name,
+                    y=y,
+                    x=part[col].to_list(),
+                    orientation="h",
+                    marker_color=colour,
+                    legendgroup=name,
+                    showlegend=k == 0,
+                    customdata=custom,
+                    hovertemplate=hover,
+                ),
+                row=1,
+                col=col_no,
+            )
+    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(title="junction (position · families · id)", row=1, col=1)
+    fig.update_xaxes(title="prompt tokens of the requests pinned at the junction")
+    _layout(
+        fig,
+        f"Top {chosen.height} shared junctions by tokens lost to sparse-retention misses",
+        220 + 40 * max(chosen.height, 1),
+    )
+    fig.update_layout(showlegend=False)  # the subplot titles name the two bars
+    _run_dropdown(fig, labels, 2)
+    return fig
+
+
+def weighting(groups: pl.DataFrame) -> go.Figure:
+    """(e) Token-weighted ratios (sum hits / sum queries) beside request-weighted ones
+    (mean over requests of each request's own ratio), per run."""
+    overall = groups.filter(pl.col("is_overall")).sort("run_id")
+    y = overall["run_label"].to_list()
+    queries = overall["prompt_tokens"].cast(pl.Float64)
+    series = (
+        ("useful-hit ratio, token-weighted", overall["hit_tokens"] / queries, "#2ca02c", ""),
+        ("useful-hit ratio, request-weighted", overall["mean_request_hit_ratio"], "#98df8a", "/"),
+        (
+            "sparse-loss ratio, token-weighted",
+            overall["sparse_retention_miss_tokens"] / queries,
+            "#d62728",
+            "",
+        ),
+        (
+            "sparse-loss ratio, request-weighted",
+            overall["mean_request_sparse_loss_ratio"],
+            "#ff9896",
+            "/",
+        ),
+    )
+    fig = go.Figure(
+        [
+            go.Bar(
+                name=name,
+                y=y,
+                x=values.round(9).to_list(),
+                orientation="h",
+                marker={"color": colour, "pattern": {"shape": pattern}},
+                hovertemplate=f"<b>%{{y}}</b><br>{name}: %{{x:.2%}}<extra></extra>",
+            )
+            for name, values, colour, pattern in series
+        ]
+    )
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title="ratio", tickformat=".0%")
+    return _layout(
+        fig,
+        "Token-weighted beside request-weighted ratios, per run",
+        180 + 90 * overall.height,
+    )
+
+
+def policy_comparison(groups: pl.DataFrame) -> go.Figure:
+    """(d) Useful-hit and sparse-loss ratio of every run side by side, with the change in
+    percentage points against the first run shown in the hover."""
+    overall = groups.filter(pl.col("is_overall")).sort("run_id")
+    queries = overall["prompt_tokens"].cast(pl.Float64)
+    hit = (overall["hit_tokens"] / queries).round(9)
+    sparse = (overall["sparse_retention_miss_tokens"] / queries).round(9)
+    x = overall["run_label"].to_list()
+    traces = []
+    for name, values, colour in (
+        ("useful-hit ratio", hit, "#2ca02c"),
+        ("sparse-loss ratio", sparse, "#d62728"),
+    ):
+        base = values[0] if len(values) else 0.0
+        delta = ((values - base) * 100).round(6).to_list()
+        traces.append(
+            go.Bar(
+                name=name,
+                x=x,
+                y=values.to_list(),
+                marker_color=colour,
+                text=[f"{v:.1%}" for v in values.to_list()],
+                textposition="outside",
+                customdata=delta,
+                hovertemplate=(
+                    f"<b>%{{x}}</b><br>{name}: %{{y:.2%}}<br>"
+                    "%{customdata:+.2f} points vs the first run<extra></extra>"
+                ),
+            )
+        )
+    fig = go.Figure(traces)
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title="share of queried prompt tokens", tickformat=".0%", rangemode="tozero")
+    fig.update_xaxes(tickangle=-20)
+    return _layout(fig, "Policies side by side: useful hits and sparse losses", 520)
+
+
+def sweeps(frame: pl.DataFrame) -> go.Figure:
+    """Capacity curves from `hpa sweep` (table sweep_points): useful-hit ratio against
+    each knob's value, one line per sweep, memory in the hover."""
+    traces = []
+    keys = frame.select("sweep_id", "knob").unique().sort(["sweep_id", "knob"]).rows()
+    for k, (sweep_id, knob) in enumerate(keys):
+        part = frame.filter((pl.col("sweep_id") == sweep_id) & (pl.col("knob") == knob))
+        custom = list(
+            zip(
+                part["run_id"].to_list(),
+                part["sparse_loss_ratio"].to_list(),
+                [None if m is None else round(m, 3) for m in part["memory_gib"].to_list()],
+                strict=True,
+            )
+        )
+        traces.append(
+            go.Scatter(
+                name=f"sweep {sweep_id}: {knob}",
+                x=part["value"].to_list(),
+                y=part["useful_hit_ratio"].round(9).to_list(),
+                mode="lines+markers",
+                line={"color": _palette(k)},
+                customdata=custom,
+                hovertemplate=(
+                    f"<b>{knob} = %{{x}}</b><br>useful-hit ratio %{{y:.2%}}<br>"
+                    "sparse-loss ratio %{customdata[1]:.2%}<br>memory %{customdata[2]} GiB"
+                    "<br>run %{customdata[0]}<extra></extra>"
+                ),
+            )
+        )
+    fig = go.Figure(traces)
+    fig.update_xaxes(title="knob value", type="category")
+    fig.update_yaxes(title="useful-hit ratio", tickformat=".0%", rangemode="tozero")
+    return _layout(fig, "Capacity curves: useful hits per knob value (sweeps)", 480)

@@ -1,0 +1,152 @@
+"""The report's figures: pure functions of their frames, with the expected traces."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from analyzer.report import figures
+from analyzer.report.data import memory_gib, policy_labels, window_width
+from tests.conftest import db_rows
+
+NUM_RUNS = 2
+SEG = len(figures.SEGMENTS)
+
+
+def test_policy_labels_name_what_differs():
+    base = {"block_size": 544, "retention_interval": 0, "routing": "trace"}
+    policies = [base, {**base, "retention_interval": None}, base]
+    assert policy_labels([1, 2, 3], policies) == [
+        "run 1: baseline",
+        "run 2: retention_interval=null",
+        "run 3: baseline",
+    ]
+    assert policy_labels([4], [{**base, "routing": "round_robin"}]) == ["run 4: baseline"]
+
+
+def test_window_width_and_memory():
+    assert window_width(643.2) == 30.0
+    assert window_width(10.0) == 1.0
+    assert memory_gib({"model": "qwen3-next-80b-a3b", "num_blocks": 2000}) == pytest.approx(
+        2000 * 13369344 / 2**30
+    )
+    assert memory_gib({"model": "qwen3-next-80b-a3b", "num_blocks": None}) is None
+    assert memory_gib({"model": None, "num_blocks": 10}) is None
+
+
+def test_report_data_runs(report_data):
+    runs = report_data.runs
+    assert runs["run_id"].to_list() == [1, 2]
+    assert runs["run_label"].to_list() == ["run 1: baseline", "run 2: retention_interval=null"]
+    assert runs["trace_fingerprint"].n_unique() == 1
+    assert '"retention_interval": null' in runs["policy_json"][1]
+
+
+def test_waterfall_runs_sums_to_queried_tokens(report_data):
+    fig = figures.waterfall_runs(report_data.groups)
+    assert len(fig.data) == SEG
+    assert "per run (tokens)" in fig.layout.title.text
+    assert [t.name for t in fig.data][:2] == ["hit (reused)", "sparse-retention miss"]
+    overall = report_data.groups.filter(pl.col("is_overall")).sort("run_id")
+    for i, queried in enumerate(overall["prompt_tokens"].to_list()):
+        assert sum(t.x[i] for t in fig.data) == queried
+    shares = figures.waterfall_runs(report_data.groups, share=True)
+    assert "(shares)" in shares.layout.title.text
+    for i in range(NUM_RUNS):
+        assert sum(t.x[i] for t in shares.data) == pytest.approx(100.0, abs=1e-4)
+    # retention at every boundary loses fewer tokens to sparse-retention misses
+    miss = fig.data[1].x
+    assert miss[1] < miss[0]
+
+
+def test_waterfall_groups_one_run_at_a_time(report_data):
+    fig = figures.waterfall_groups(report_data.groups)
+    assert len(fig.data) == SEG * NUM_RUNS
+    assert fig.layout.title.text.startswith("Loss waterfall per prompt family")
+    (menu,) = fig.layout.updatemenus
+    assert [b.label for b in menu.buttons] == report_data.runs["run_label"].to_list()
+    assert [t.visible for t in fig.data] == [True] * SEG + [False] * SEG
+    assert menu.buttons[1].args[0]["visible"] == [False] * SEG + [True] * SEG
+    # 4 families x 2 revisions, largest queried traffic first
+    assert len(fig.data[0].y) == 8
+    assert all(" · qwen3-next-80b-a3b@" in y for y in fig.data[0].y)
+    totals = [sum(t.x[i] for t in fig.data[:SEG]) for i in range(8)]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_windows_are_per_window_deltas(report_data, report_db):
+    frame = report_data.windows
+    fig = figures.windows(frame, report_data.window_unit)
+    assert len(fig.data) == 2 * NUM_RUNS
+    assert "per-window deltas" in fig.layout.title.text
+    assert report_data.window_unit == "s"
+    row = frame.filter((pl.col("run_id") == 1) & (pl.col("window_idx") == 5)).row(0, named=True)
+    t0 = db_rows(report_db, "SELECT min(timestamp_s) FROM replay_requests")[0][0]
+    width = row["window_end"] - row["window_start"]
+    hits, queries = db_rows(
+        report_db,
+        "SELECT sum(hit_tokens), sum(prompt_tokens) FROM replay_requests WHERE run_id = 1 "
+        f"AND timestamp_s >= {t0 + 5 * width} AND timestamp_s < {t0 + 6 * width}",
+    )[0]
+    assert row["useful_hit_ratio"] == pytest.approx(hits / queries)
+    point = fig.data[0].y[5]
+    assert point == pytest.approx(hits / queries)
+
+
+def test_junctions_top_losses(report_data):
+    frame = report_data.junctions
+    assert frame is not None and frame.height > 0
+    fig = figures.junctions(frame)
+    assert len(fig.data) == 2 * NUM_RUNS
+    assert fig.layout.title.text.startswith("Top ")
+    labels = fig.data[0].y
+    assert 0 < len(labels) <= figures.TOP_JUNCTIONS
+    assert all(label.startswith("@") and " tok · " in label for label in labels)
+    lost = fig.data[0].x
+    assert lost[0] == max(lost) and lost[0] > 0
+    # every pinned request belongs to one junction: pinned sparse misses <= the run's total
+    overall = report_data.groups.filter(pl.col("is_overall") & (pl.col("run_id") == 1))
+    run1 = frame.filter(pl.col("run_id") == 1)
+    assert run1["sparse_retention_miss_tokens"].sum() <= overall["sparse_retention_miss_tokens"][0]
+
+
+def test_weighting_and_policy_comparison(report_data):
+    fig = figures.weighting(report_data.groups)
+    assert len(fig.data) == 4
+    assert [t.name for t in fig.data] == [
+        "useful-hit ratio, token-weighted",
+        "useful-hit ratio, request-weighted",
+        "sparse-loss ratio, token-weighted",
+        "sparse-loss ratio, request-weighted",
+    ]
+    comp = figures.policy_comparison(report_data.groups)
+    assert len(comp.data) == 2
+    assert list(comp.data[0].x) == report_data.runs["run_label"].to_list()
+    assert comp.data[0].customdata[0] == 0.0
+
+
+def test_sweeps_figure():
+    frame = pl.DataFrame(
+        {
+            "sweep_id": [1, 1, 1, 2, 2],
+            "knob": ["num_blocks"] * 3 + ["retention_interval"] * 2,
+            "value": ["1000", "2000", "4000", "0", "null"],
+            "run_id": [3, 4, 5, 6, 7],
+            "useful_hit_ratio": [0.3, 0.4, 0.45, 0.4, 0.5],
+            "sparse_loss_ratio": [0.03, 0.03, 0.03, 0.03, 0.01],
+            "memory_gib": [12.5, 25.0, 50.0, None, None],
+        }
+    )
+    fig = figures.sweeps(frame)
+    assert [t.name for t in fig.data] == ["sweep 1: num_blocks", "sweep 2: retention_interval"]
+    assert list(fig.data[0].x) == ["1000", "2000", "4000"]
+    assert fig.layout.title.text.startswith("Capacity curves")
+
+
+def test_figures_are_pure(report_data):
+    before = report_data.groups.clone()
+    for build in (figures.waterfall_runs, figures.waterfall_groups, figures.weighting):
+        assert build(report_data.groups).to_json() == build(report_data.groups).to_json()
+    assert report_data.groups.equals(before)
+    j = report_data.junctions
+    assert figures.junctions(j).to_json() == figures.junctions(j).to_json()

@@ -1,0 +1,100 @@
+"""`hpa report`: one self-contained, deterministic HTML file."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import duckdb
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from analyzer.report.html import FIGURE_IDS, SWEEP_FIGURE_ID, render_report
+from tests.report.conftest import SAMPLES
+
+EXTERNAL = re.compile(
+    r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"']?\s*(?:https?:)?//",
+    re.IGNORECASE,
+)
+
+
+def test_self_contained(report_html):
+    text = report_html.path.read_text(encoding="utf-8")
+    assert not EXTERNAL.search(text)
+    assert '<script src="http' not in text and "<link" not in text
+    assert "@import" not in text
+    # plotly.js is inlined exactly once, and every figure is drawn by its own call
+    assert text.count("* plotly.js v") == 1
+    assert report_html.figure_ids == FIGURE_IDS
+    for fid in FIGURE_IDS:
+        assert text.count(f'id="{fid}"') == 1
+        assert len(re.findall(rf'Plotly\.newPlot\(\s*"{fid}"', text)) == 1
+    assert SWEEP_FIGURE_ID not in text  # no sweep_points table: the section is left out
+
+
+def test_sections_and_labels(report_html):
+    text = report_html.path.read_text(encoding="utf-8")
+    for heading in (
+        "(a) Loss waterfall per run",
+        "(a) Loss waterfall per prompt family × model revision",
+        "(b) Useful hits and sparse losses over time",
+        "(c) Top shared junctions and what they lost",
+        "(d) Policy comparison",
+        "(e) Request-weighted beside token-weighted",
+        "(f) Exact configuration of each run",
+    ):
+        assert heading in text
+    assert text.count("<b>What this means.</b>") == len(FIGURE_IDS) - 2  # one per plot section
+    assert "run 2: retention_interval=null" in text
+    assert "trace fingerprint <code>" in text
+    assert html.escape('"retention_interval": null') in text  # the exact policy JSON
+
+
+def test_deterministic(report_db, report_html, tmp_path):
+    again = render_report(report_db, tmp_path / "again.html")
+    assert again.path.read_bytes() == report_html.path.read_bytes()
+
+
+def test_run_selection_and_cli(report_db, tmp_path):
+    out = tmp_path / "one.html"
+    result = CliRunner().invoke(
+        cli, ["report", "--db", str(report_db), "--run", "2", "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "runs 2, 8 figures" in result.output
+    text = out.read_text(encoding="utf-8")
+    assert "replay runs 2." in text and "run 1: baseline" not in text
+    bad = CliRunner().invoke(cli, ["report", "--db", str(report_db), "--run", "9", "-o", str(out)])
+    assert bad.exit_code == 2
+    assert "no run 9" in bad.output
+
+
+def test_sweep_section_when_sweep_points_exist(db_copy, tmp_path):
+    con = duckdb.connect(str(db_copy))
+    con.execute(
+        "CREATE TABLE sweep_points (sweep_id INTEGER, knob VARCHAR, value VARCHAR, "
+        "run_id INTEGER, useful_hit_ratio DOUBLE, sparse_loss_ratio DOUBLE, memory_gib DOUBLE)"
+    )
+    con.execute(
+        "INSERT INTO sweep_points VALUES (1, 'retention_interval', '0', 1, 0.49, 0.03, NULL), "
+        "(1, 'retention_interval', 'null', 2, 0.52, 0.01, NULL)"
+    )
+    con.close()
+    result = render_report(db_copy, tmp_path / "sweep.html")
+    assert result.figure_ids == (*FIGURE_IDS, SWEEP_FIGURE_ID)
+    assert "Capacity curves (sweeps)" in result.path.read_text(encoding="utf-8")
+
+
+def test_without_match_tables(tmp_path):
+    from analyzer.replay import run_replay
+    from analyzer.sim.policy import make_policy
+    from analyzer.store.ingest import ingest
+
+    db = tmp_path / "d.duckdb"
+    ingest([SAMPLES / "diagnostic_1088.jsonl"], db_path=db)
+    run_replay(make_policy({"block_size": 544}), db_path=db)
+    result = render_report(db, tmp_path / "d.html")
+    text = result.path.read_text(encoding="utf-8")
+    assert "fig-junctions" not in result.figure_ids
+    assert "run <code>hpa match</code>" in text
+    assert not EXTERNAL.search(text)
