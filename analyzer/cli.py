@@ -207,10 +207,12 @@ def demo(out_dir: str, samples_dir: str | None) -> None:
     click.echo(render(result.policies), nl=False)
     click.echo("\nSPEC 6 worked examples (hit/sparse-retention-miss tokens per request):")
     click.echo(render(result.cases), nl=False)
+    click.echo(f"\ncapacity sweeps: {result.num_sweep_points} points (tables sweeps, sweep_points)")
     click.echo(
-        f'\ndatabase: {result.db_path}  (try: hpa query "SELECT * FROM '
+        f'database: {result.db_path}  (try: hpa query "SELECT * FROM '
         f'replay_summary" --db {result.db_path})'
     )
+    click.echo(f"report: {result.report_path}")
 
 
 @cli.command("match")

@@ -17,9 +17,11 @@ import pyarrow as pa
 from analyzer.errors import InputFileError
 from analyzer.prefixes.api import MatchSummary, match_prefixes
 from analyzer.replay import run_replay
+from analyzer.report.html import render_report
 from analyzer.sim.policy import make_policy
 from analyzer.store.ingest import IngestResult, ingest
 from analyzer.store.query import run_query
+from analyzer.sweep.sweep import run_sweeps
 
 MAIN_TRACE = "mixed.jsonl.gz"
 MODEL = "qwen3-next-80b-a3b"
@@ -33,6 +35,11 @@ POLICIES = {
     "eagle drop": {"spec_decode": "eagle_drop"},
     "round robin x2": {"routing": "round_robin", "replicas": 2},
 }
+# Capacity: the hybrid pool by replays, and a full-attention-only curve from one pass.
+SWEEPS = (
+    ([f"model={MODEL}"], ["num_blocks=250,500,1000,2000,4000"]),
+    ([f"model={MODEL}", 'groups=["full_attention"]'], ["num_blocks=auto"]),
+)
 CASE_GEOMETRY = {
     "diagnostic": {"block_size": 544},
     "groups": {"block_size": 528},
@@ -47,6 +54,8 @@ class DemoResult:
     matched: MatchSummary
     policies: pa.Table  # one row per policy: totals and ratios
     cases: pa.Table  # one row per worked-example trace
+    num_sweep_points: int
+    report_path: Path
 
 
 def find_samples(start: Path | None = None) -> Path:
@@ -76,8 +85,13 @@ def run_demo(out_dir: str | Path, *, samples_dir: str | Path | None = None) -> D
     for overrides in POLICIES.values():
         run_replay(make_policy({"model": MODEL, **overrides}), db_path=db_path)
     policies = _policy_table(db_path)
+    num_points = 0
+    for overrides, varies in SWEEPS:
+        for sweep in run_sweeps(None, overrides, varies, db_path=db_path):
+            num_points += len(sweep.points)
+    report = render_report(db_path, out / "report.html")
     cases = _cases(samples, out / "cases")
-    return DemoResult(db_path, ingested, matched, policies, cases)
+    return DemoResult(db_path, ingested, matched, policies, cases, num_points, report.path)
 
 
 def _policy_table(db_path: Path) -> pa.Table:

@@ -16,5 +16,9 @@ def test_demo_end_to_end(tmp_path):
     assert "diagnostic_1088.jsonl           544             3       1,088" in result.stdout
     assert "0/0, 0/1088, 1088/0" in result.stdout
     assert (out / "demo.duckdb").is_file()
+    assert "capacity sweeps: " in result.stdout
+    assert result.stdout.endswith(f"report: {out / 'report.html'}\n")
+    html = (out / "report.html").read_text()
+    assert 'id="fig-sweeps"' in html and '<script src="http' not in html
     for policy in ("vllm default", "retention null", "eagle drop", "round robin x2"):
         assert policy in result.stdout
