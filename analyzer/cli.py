@@ -42,7 +42,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def _progress_bar(label: str):
-    """A byte progress bar on a terminal; nothing when stderr is not a terminal."""
+    """(update(done, total), close) of a progress bar on a terminal; (None, None) when
+    stderr is not a terminal, so pipes and logs stay clean."""
     if not sys.stderr.isatty():
         return None, None
     state: dict = {}
@@ -195,7 +196,12 @@ def demo(out_dir: str, samples_dir: str | None) -> None:
     from analyzer.demo import run_demo
     from analyzer.report.tables import render
 
-    result = run_demo(out_dir, samples_dir=samples_dir)
+    update, close = _progress_bar("demo")
+    try:
+        result = run_demo(out_dir, samples_dir=samples_dir, progress=update)
+    finally:
+        if close:
+            close()
     src = result.ingested.sources[0]
     click.echo(
         f"ingest {src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
@@ -268,14 +274,19 @@ def match_cmd(
     from analyzer.prefixes.api import match_prefixes
     from analyzer.prefixes.engine import MatchOptions
 
-    summary = match_prefixes(
-        db_path,
-        backend=backend,
-        out=out,
-        derive_families=derive_families,
-        min_family_tokens=min_family_tokens,
-        options=MatchOptions(chunk_tokens=chunk_tokens),
-    )
+    update, close = _progress_bar("match")
+    try:
+        summary = match_prefixes(
+            db_path,
+            backend=backend,
+            out=out,
+            derive_families=derive_families,
+            min_family_tokens=min_family_tokens,
+            options=MatchOptions(chunk_tokens=chunk_tokens, progress=update),
+        )
+    finally:
+        if close:
+            close()
     for line in summary.lines():
         click.echo(line)
 
@@ -316,7 +327,12 @@ def replay(db_path: str, policy_source: str, overrides: tuple[str, ...], out: st
     policy = load_policy(policy_source, list(overrides))
     if out is not None:
         check_export_path(out)
-    result = run_replay(policy, db_path=db_path, out=out)
+    update, close = _progress_bar("replay")
+    try:
+        result = run_replay(policy, db_path=db_path, out=out, progress=update)
+    finally:
+        if close:
+            close()
     cols = [
         "prompt_family",
         "model_revision",
@@ -479,9 +495,20 @@ def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs) -> None:
     from analyzer.report.tables import render
     from analyzer.sweep.sweep import run_sweeps
 
-    outcomes = run_sweeps(
-        policy_source, list(overrides), list(varies), grid=grid, jobs=jobs, db_path=db_path
-    )
+    update, close = _progress_bar("sweep points")
+    try:
+        outcomes = run_sweeps(
+            policy_source,
+            list(overrides),
+            list(varies),
+            grid=grid,
+            jobs=jobs,
+            db_path=db_path,
+            progress=update,
+        )
+    finally:
+        if close:
+            close()
     for s in outcomes:
         table = pa.table(
             {

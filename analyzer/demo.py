@@ -9,6 +9,7 @@ ids, and is replayed with the geometry it was made for.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,8 +71,23 @@ def find_samples(start: Path | None = None) -> Path:
     )
 
 
-def run_demo(out_dir: str | Path, *, samples_dir: str | Path | None = None) -> DemoResult:
-    """Run every stage on the samples into fresh databases under `out_dir` (replaced)."""
+def run_demo(
+    out_dir: str | Path,
+    *,
+    samples_dir: str | Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> DemoResult:
+    """Run every stage on the samples into fresh databases under `out_dir` (replaced).
+
+    `progress(stages done, total stages)` is called after each stage."""
+    total = 2 + len(POLICIES) + len(SWEEPS) + 2
+    done = [0]
+
+    def step() -> None:
+        done[0] += 1
+        if progress:
+            progress(done[0], total)
+
     samples = Path(samples_dir) if samples_dir else find_samples()
     if not (samples / MAIN_TRACE).is_file():
         raise InputFileError(f"{samples}: no {MAIN_TRACE} in this folder")
@@ -81,16 +97,22 @@ def run_demo(out_dir: str | Path, *, samples_dir: str | Path | None = None) -> D
     (out / "cases").mkdir(parents=True)
     db_path = out / "demo.duckdb"
     ingested = ingest([samples / MAIN_TRACE], db_path=db_path)
+    step()
     matched = match_prefixes(db_path, backend="numpy")
+    step()
     for overrides in POLICIES.values():
         run_replay(make_policy({"model": MODEL, **overrides}), db_path=db_path)
+        step()
     policies = _policy_table(db_path)
     num_points = 0
     for overrides, varies in SWEEPS:
         for sweep in run_sweeps(None, overrides, varies, db_path=db_path):
             num_points += len(sweep.points)
+        step()
     report = render_report(db_path, out / "report.html")
+    step()
     cases = _cases(samples, out / "cases")
+    step()
     return DemoResult(db_path, ingested, matched, policies, cases, num_points, report.path)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,9 +53,15 @@ class _Trace:
 
 
 def run_replay(
-    policy: Policy, *, db_path: str | Path = DEFAULT_DB, out: str | Path | None = None
+    policy: Policy,
+    *,
+    db_path: str | Path = DEFAULT_DB,
+    out: str | Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ReplayOutcome:
     """Replay the stored trace under `policy`; store and return the run.
+
+    `progress(requests done, total)` is called after each (revision, replica) partition.
 
     Raises:
         StoreError: no database or no requests. ConfigError: a policy the trace cannot
@@ -64,7 +71,7 @@ def run_replay(
     try:
         trace = load_trace(con)
         started = time.perf_counter()
-        rows = _replay_rows(trace, policy)
+        rows = _replay_rows(trace, policy, progress=progress)
         seconds = time.perf_counter() - started
         return store_run(con, policy, rows, seconds, trace.n, out=out)
     finally:
@@ -150,7 +157,9 @@ def _namespaces(trace: _Trace) -> list[tuple]:
     ]
 
 
-def _replay_rows(trace: _Trace, policy: Policy, replayer=None) -> dict[str, np.ndarray | list]:
+def _replay_rows(
+    trace: _Trace, policy: Policy, replayer=None, progress=None
+) -> dict[str, np.ndarray | list]:
     """Per-request rows of one replay. `replayer(requests, policy, num_groups)` replaces the
     cache replay of one partition (default `sim.replay.replay`; the sweep's one-pass curve)."""
     c = trace.columns
@@ -166,7 +175,7 @@ def _replay_rows(trace: _Trace, policy: Policy, replayer=None) -> dict[str, np.n
     )
     partitions = [(rev, rep) for rev, rep in zip(c["model_revision"], replicas, strict=True)]
     shared_any, shared_replica = _shared_prefixes(trace, ns, partitions)
-    results = _replay_partitions(trace, policy, ns, partitions, replayer or replay)
+    results = _replay_partitions(trace, policy, ns, partitions, replayer or replay, progress)
     prompt_tokens = np.asarray(c["prompt_tokens"], dtype=np.int64)
     levels = build_levels(
         prompt_tokens=prompt_tokens,
@@ -254,7 +263,9 @@ def _dense(keys: list) -> np.ndarray:
     return np.asarray([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
 
 
-def _replay_partitions(trace: _Trace, policy: Policy, ns, partitions, replayer=replay) -> list:
+def _replay_partitions(
+    trace: _Trace, policy: Policy, ns, partitions, replayer=replay, progress=None
+) -> list:
     c = trace.columns
     members: dict[tuple, list[int]] = {}
     for i, key in enumerate(partitions):
@@ -266,6 +277,8 @@ def _replay_partitions(trace: _Trace, policy: Policy, ns, partitions, replayer=r
         replayed = replayer(requests, policy, num_groups=num_groups)
         for i, result in zip(indices, replayed, strict=True):
             results[i] = result
+        if progress:
+            progress(sum(r is not None for r in results), trace.n)
     del c
     return results
 

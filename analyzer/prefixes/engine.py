@@ -8,7 +8,8 @@ twice. Chunk size changes memory use only, never a result.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,8 @@ class MatchOptions:
     chunk_requests: int | None = None
     archive_tokens: int = DEFAULT_ARCHIVE_TOKENS
     hash_params: HashParams = DEFAULT_HASH
+    # Called as progress(requests done, total) after each chunk; never changes a result.
+    progress: Callable[[int, int], None] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -98,6 +101,8 @@ def run_matcher(source: SequenceSource, *, xp: Any, options: MatchOptions) -> Ma
         hasher = ChunkHash(flat, tables, xp=xp)
         for view in views:
             _run_view(view, chunk, flat, hasher, meta, archive, xp=xp)
+        if options.progress:
+            options.progress(stop, meta.n)
     return _collect(views, meta, archive)
 
 

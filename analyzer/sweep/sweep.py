@@ -17,6 +17,7 @@ import itertools
 import json
 import multiprocessing
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,8 +242,12 @@ def run_sweeps(
     grid: bool = False,
     jobs: int = 2,
     db_path: str | Path = DEFAULT_DB,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[SweepOutcome]:
-    """Replay every point, store runs and sweep tables, return the sweeps in order."""
+    """Replay every point, store runs and sweep tables, return the sweeps in order.
+
+    `progress(done, total)` is called after each point (for a progress bar).
+    """
     global _TRACE
     if not varies:
         raise ConfigError("give at least one --vary KEY=V1,V2,...")
@@ -273,6 +278,14 @@ def run_sweeps(
         policies = [[(label, make_policy(vals)) for label, vals in pts] for _, pts in sweeps]
         _TRACE = trace
         outcomes = []
+        total = sum(len(points) for points in policies)
+        done = [0]
+
+        def tick() -> None:
+            done[0] += 1
+            if progress:
+                progress(done[0], total)
+
         for (knob, _), points in zip(sweeps, policies, strict=True):
             started = time.perf_counter()
             use_one = knob == "num_blocks" and all(one_pass_applies(p) for _, p in points)
@@ -283,8 +296,11 @@ def run_sweeps(
                     t0 = time.perf_counter()
                     rows = _replay_rows(trace, p, one)
                     computed.append((rows, time.perf_counter() - t0, one.fallbacks == before))
+                    tick()
             else:
-                computed = [(r, s, False) for r, s in _run_parallel([p for _, p in points], jobs)]
+                computed = [
+                    (r, s, False) for r, s in _run_parallel([p for _, p in points], jobs, tick)
+                ]
             outcome = _store_sweep(con, base_policy, knob, points, computed)
             outcome.seconds = time.perf_counter() - started
             outcomes.append(outcome)
@@ -294,12 +310,21 @@ def run_sweeps(
         con.close()
 
 
-def _run_parallel(policies: list[Policy], jobs: int) -> list[tuple[dict, float]]:
+def _run_parallel(policies: list[Policy], jobs: int, tick=None) -> list[tuple[dict, float]]:
+    tick = tick or (lambda: None)
     if jobs == 1 or len(policies) == 1:
-        return [_worker(p) for p in policies]
+        out = []
+        for p in policies:
+            out.append(_worker(p))
+            tick()
+        return out
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=min(jobs, len(policies)), mp_context=ctx) as pool:
-        return list(pool.map(_worker, policies))
+        out = []
+        for result in pool.map(_worker, policies):  # in order, so results stay deterministic
+            out.append(result)
+            tick()
+        return out
 
 
 def _store_sweep(con, base_policy: Policy, knob: str, points, computed) -> SweepOutcome:
