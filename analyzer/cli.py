@@ -64,6 +64,23 @@ def _progress_bar(label: str):
     return update, close
 
 
+def _counter(label: str, unit: str):
+    """(update(n), close) of a running count on a terminal, for steps of unknown length."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    shown = [False]
+
+    def update(n: int) -> None:
+        shown[0] = True
+        click.echo(f"\r{label}: {n:,} {unit}", nl=False, err=True)
+
+    def close() -> None:
+        if shown[0]:
+            click.echo(err=True)
+
+    return update, close
+
+
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @db_option
@@ -553,7 +570,18 @@ def plan_cmd(db_path, target, model, memory_budget, family) -> None:
     from analyzer.report.tables import render
     from analyzer.sweep.plan import plan
 
-    r = plan(target, model=model, memory_budget=memory_budget, family=family, db_path=db_path)
+    update, close = _counter("plan", "replays")
+    try:
+        r = plan(
+            target,
+            model=model,
+            memory_budget=memory_budget,
+            family=family,
+            db_path=db_path,
+            progress=update,
+        )
+    finally:
+        close()
     click.echo(
         f"ceilings: attention-only bound {r.attention_only_bound:.3f}, shared-prefix ceiling "
         f"{r.shared_prefix_ceiling:.3f}, model groups unbounded (retention null) "

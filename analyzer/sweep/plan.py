@@ -24,6 +24,7 @@ first.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -73,9 +74,10 @@ class PlanResult:
 
 
 class _Evaluator:
-    def __init__(self, trace, family: str | None) -> None:
+    def __init__(self, trace, family: str | None, progress=None) -> None:
         self.trace = trace
         self.replays = 0
+        self.progress = progress
         fam = trace.columns["prompt_family"]
         self.mask = None
         if family is not None:
@@ -87,8 +89,11 @@ class _Evaluator:
                 )
 
     def rows(self, policy: Policy) -> dict:
+        rows = _replay_rows(self.trace, policy)
         self.replays += 1
-        return _replay_rows(self.trace, policy)
+        if self.progress:
+            self.progress(self.replays)
+        return rows
 
     def _sum(self, rows: dict, name: str) -> int:
         values = np.asarray(rows[name], dtype=np.int64)
@@ -109,8 +114,11 @@ def plan(
     memory_budget: str | None = None,
     family: str | None = None,
     db_path: str | Path = DEFAULT_DB,
+    progress: Callable[[int], None] | None = None,
 ) -> PlanResult:
-    """Search the settings that reach `target` (useful hit ratio); see the module doc."""
+    """Search the settings that reach `target` (useful hit ratio); see the module doc.
+
+    `progress(replays so far)` is called after each replay of the search."""
     if not 0.0 < target <= 1.0:
         raise ConfigError(f"--target-useful-hit-ratio {target}: expected a number in (0, 1]")
     preset = load_model(model) if model is not None else None
@@ -128,7 +136,7 @@ def plan(
         trace = load_trace(con)
     finally:
         con.close()
-    ev = _Evaluator(trace, family)
+    ev = _Evaluator(trace, family, progress)
     num_trace_replicas = len({r for r in trace.columns["replica"] if r is not None}) or 1
 
     base = {"groups": groups, "block_size": block, "model": model}
