@@ -19,6 +19,24 @@ db_option = click.option(
 )
 
 
+def policy_options(command):
+    """--policy and --set, shared by every command that builds a replay policy."""
+    command = click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override one policy key; VALUE is JSON (null, 0, [..]) or a string.",
+    )(command)
+    return click.option(
+        "--policy",
+        "policy_source",
+        default="vllm-default",
+        show_default=True,
+        help="A policy file (.json/.toml) or preset name (schemas/policies/).",
+    )(command)
+
+
 class _Group(click.Group):
     """Turns library errors into one-line messages with the error's exit code."""
 
@@ -310,20 +328,7 @@ def match_cmd(
 
 @cli.command()
 @db_option
-@click.option(
-    "--policy",
-    "policy_source",
-    default="vllm-default",
-    show_default=True,
-    help="A policy file (.json/.toml) or preset name (schemas/policies/).",
-)
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override one policy key; VALUE is JSON (null, 0, [..]) or a string.",
-)
+@policy_options
 @click.option(
     "--out",
     type=click.Path(dir_okay=False),
@@ -478,20 +483,7 @@ def compare_cmd(
 
 @cli.command("sweep")
 @db_option
-@click.option(
-    "--policy",
-    "policy_source",
-    default="vllm-default",
-    show_default=True,
-    help="A policy file (.json/.toml) or preset name (schemas/policies/).",
-)
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override one key of the base policy.",
-)
+@policy_options
 @click.option(
     "--vary",
     "varies",

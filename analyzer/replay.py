@@ -157,11 +157,9 @@ def _namespaces(trace: _Trace) -> list[tuple]:
     ]
 
 
-def _replay_rows(
-    trace: _Trace, policy: Policy, replayer=None, progress=None
-) -> dict[str, np.ndarray | list]:
-    """Per-request rows of one replay. `replayer(requests, policy, num_groups)` replaces the
-    cache replay of one partition (default `sim.replay.replay`; the sweep's one-pass curve)."""
+def routed_partitions(trace: _Trace, policy: Policy) -> tuple[list, list[str], list[tuple]]:
+    """Per request: its cache namespace, its routed replica, and its (model revision,
+    replica) partition, the unit that replays on its own."""
     c = trace.columns
     ns = _namespaces(trace)
     replicas = route(
@@ -173,7 +171,17 @@ def _replay_rows(
         namespaces=ns,
         unit_tokens=policy.hash_block_tokens,
     )
-    partitions = [(rev, rep) for rev, rep in zip(c["model_revision"], replicas, strict=True)]
+    partitions = list(zip(c["model_revision"], replicas, strict=True))
+    return ns, replicas, partitions
+
+
+def _replay_rows(
+    trace: _Trace, policy: Policy, replayer=None, progress=None
+) -> dict[str, np.ndarray | list]:
+    """Per-request rows of one replay. `replayer(requests, policy, num_groups)` replaces the
+    cache replay of one partition (default `sim.replay.replay`; the sweep's one-pass curve)."""
+    c = trace.columns
+    ns, replicas, partitions = routed_partitions(trace, policy)
     shared_any, shared_replica = _shared_prefixes(trace, ns, partitions)
     results = _replay_partitions(trace, policy, ns, partitions, replayer or replay, progress)
     prompt_tokens = np.asarray(c["prompt_tokens"], dtype=np.int64)

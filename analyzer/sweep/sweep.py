@@ -168,22 +168,11 @@ class OnePass:
 def auto_capacities(trace, policy: Policy, one: OnePass) -> list[int]:
     """`num_blocks=auto`: ~12 pool sizes from the smallest that fits every request to the
     saturation of the curve (or the last exact one), geometrically spaced."""
-    from analyzer.replay import _namespaces, _sim_request
-    from analyzer.sim.routing import route
+    from analyzer.replay import _sim_request, routed_partitions
 
-    c = trace.columns
-    ns = _namespaces(trace)
-    replicas = route(
-        policy.routing,
-        policy.replicas,
-        trace_replicas=c["replica"],
-        conversation_ids=c["conversation_id"],
-        sequences=trace.prompts,
-        namespaces=ns,
-        unit_tokens=policy.hash_block_tokens,
-    )
+    ns, _, partitions = routed_partitions(trace, policy)
     members: dict[tuple, list[int]] = {}
-    for i, key in enumerate(zip(c["model_revision"], replicas, strict=True)):
+    for i, key in enumerate(partitions):
         members.setdefault(key, []).append(i)
     lo, hi = 2, 2
     for idx in members.values():
