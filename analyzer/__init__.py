@@ -1,9 +1,12 @@
 """hybrid-prefix-analyzer: offline prefix-cache analysis for hybrid LLMs.
 
-Each CLI command is a thin wrapper over one of these functions.
+Each CLI command is a thin wrapper over one of these functions. They are imported on
+first use, so `import analyzer.prefixes` (e.g. on a GPU machine) does not pull in the
+report's or the store's dependencies.
 """
 
-from analyzer.demo import run_demo
+from importlib import import_module
+
 from analyzer.errors import (
     AnalyzerError,
     BackendUnavailable,
@@ -11,14 +14,21 @@ from analyzer.errors import (
     InputFileError,
     StoreError,
 )
-from analyzer.prefixes.api import match_prefixes
-from analyzer.replay import run_replay
-from analyzer.sim.policy import load_policy, make_policy
-from analyzer.store.ingest import ingest
-from analyzer.store.query import run_query, stored_summary
-from analyzer.traces.synth import generate, write_jsonl
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "generate": "analyzer.traces.synth",
+    "write_jsonl": "analyzer.traces.synth",
+    "ingest": "analyzer.store.ingest",
+    "run_query": "analyzer.store.query",
+    "stored_summary": "analyzer.store.query",
+    "match_prefixes": "analyzer.prefixes.api",
+    "load_policy": "analyzer.sim.policy",
+    "make_policy": "analyzer.sim.policy",
+    "run_replay": "analyzer.replay",
+    "run_demo": "analyzer.demo",
+}
 
 __all__ = [
     "AnalyzerError",
@@ -26,14 +36,11 @@ __all__ = [
     "ConfigError",
     "InputFileError",
     "StoreError",
-    "generate",
-    "ingest",
-    "load_policy",
-    "make_policy",
-    "match_prefixes",
-    "run_demo",
-    "run_query",
-    "run_replay",
-    "stored_summary",
-    "write_jsonl",
+    *_LAZY,
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'analyzer' has no attribute {name!r}")
