@@ -20,6 +20,8 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from analyzer.errors import InputFileError
+from analyzer.traces.adapters import mooncake
+from analyzer.traces.adapters.lines import first_json_object
 from analyzer.traces.batches import FAST_INPUT_SCHEMA, Batch, exact_batch, fast_rows
 from analyzer.traces.csv_rows import read_csv
 from analyzer.traces.records import RecordError
@@ -35,6 +37,9 @@ _SUFFIX_FORMATS = {
     ".pq": "parquet",
     ".csv": "csv",
 }
+# Formats read by adapters (analyzer/traces/adapters); they are all JSON Lines, so an
+# undetectable file is never one of them.
+ADAPTER_FORMATS = (mooncake.NAME,)
 _BLANK_START = np.array([10, 13, 32, 9], dtype=np.uint8)  # \n \r space tab
 
 
@@ -59,17 +64,28 @@ def detect_format(path: Path) -> str:
     if suffixes and suffixes[-1] in _COMPRESSED:
         suffixes = suffixes[:-1]
     if suffixes and suffixes[-1] in _SUFFIX_FORMATS:
-        return _SUFFIX_FORMATS[suffixes[-1]]
+        fmt = _SUFFIX_FORMATS[suffixes[-1]]
+        return _jsonl_flavour(path) if fmt == "jsonl" else fmt
     with open_binary(path, CountingReader(open(path, "rb"))) as f:
         head = f.read(4)
     if head == b"PAR1":
         return "parquet"
     if head.lstrip()[:1] == b"{":
-        return "jsonl"
+        return _jsonl_flavour(path)
     raise InputFileError(
         f"{path}: cannot tell the format from the name or content; "
-        f"pass --format ({', '.join(READERS)})"
+        f"pass --format ({', '.join(f for f in READERS if f not in ADAPTER_FORMATS)})"
     )
+
+
+def _jsonl_flavour(path: Path) -> str:
+    """An adapter's name when the first JSON Lines record is unambiguously its format."""
+    try:
+        with open_binary(path, CountingReader(open(path, "rb"))) as f:
+            head = f.read(1 << 20)
+    except Exception:  # corrupt gzip/zstd: the reader reports what is wrong with the file
+        return "jsonl"
+    return mooncake.NAME if mooncake.looks_like(first_json_object(head)) else "jsonl"
 
 
 def open_binary(path: Path, counter: CountingReader) -> BinaryIO:
@@ -189,4 +205,5 @@ READERS: dict[str, Reader] = {
     "jsonl": read_jsonl,
     "parquet": read_parquet,
     "csv": read_csv,
+    mooncake.NAME: mooncake.read_mooncake,
 }

@@ -1,0 +1,68 @@
+"""Numbered, decoded JSON Lines of a byte stream, in bounded chunks (for adapters)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from analyzer.errors import InputFileError
+from analyzer.traces.records import RecordError
+
+CHUNK_BYTES = 8 << 20
+
+Item = tuple[int, Any, bytes]
+
+
+def json_line_chunks(
+    path: Path, stream: BinaryIO, progress: Callable[[], None]
+) -> Iterator[list[Item]]:
+    """Lists of (line_no, decoded object or RecordError, raw line); blank lines skipped.
+
+    Lines are numbered from 1 as in the file, so a reject points at the right line.
+    """
+    first_line, tail = 1, b""
+    while True:
+        progress()
+        chunk = stream.read(CHUNK_BYTES)
+        if first_line == 1 and not tail and chunk.lstrip()[:1] == b"[":
+            raise InputFileError(
+                f"{path}: a JSON array, not JSON Lines (one object per line); "
+                "convert it first, e.g. jq -c '.[]'"
+            )
+        data = tail + chunk
+        if not chunk:
+            if data.strip():
+                yield list(_decoded(data + b"\n", first_line))
+            return
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            tail = data
+            continue
+        body, tail = data[:cut], data[cut:]
+        yield list(_decoded(body, first_line))
+        first_line += body.count(b"\n")
+
+
+def _decoded(body: bytes, first_line: int) -> Iterator[Item]:
+    for offset, raw in enumerate(body.split(b"\n")[:-1]):
+        if not raw.strip():
+            continue
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            obj = RecordError(None, f"malformed JSON ({exc})")
+        yield first_line + offset, obj, raw
+
+
+def first_json_object(head: bytes) -> Any:
+    """The first non-blank line of `head` decoded, or None if it is not whole JSON."""
+    for raw in head.split(b"\n"):
+        if raw.strip():
+            try:
+                return orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return None
+    return None
