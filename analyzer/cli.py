@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from analyzer.errors import AnalyzerError
+from analyzer.errors import AnalyzerError, ConfigError
 from analyzer.store.db import DEFAULT_DB
 
 db_option = click.option(
@@ -107,7 +107,7 @@ def _counter(label: str, unit: str):
     "fmt",
     default="auto",
     show_default=True,
-    type=click.Choice(["auto", "jsonl", "parquet", "csv"]),
+    type=click.Choice(["auto", "jsonl", "parquet", "csv", "mooncake"]),
     help="Input format; auto reads the suffix (.jsonl/.parquet/.csv, also .gz/.zst).",
 )
 @click.option("--allow-rejects", is_flag=True, help="Exit 0 even when some records were rejected.")
@@ -334,27 +334,64 @@ def match_cmd(
     type=click.Path(dir_okay=False),
     help="Also export this run's replay_requests (.parquet, .jsonl or .csv).",
 )
-def replay(db_path: str, policy_source: str, overrides: tuple[str, ...], out: str | None) -> None:
+@click.option(
+    "--measure-from",
+    "measure_from",
+    type=float,
+    default=0.0,
+    show_default=True,
+    metavar="FRACTION",
+    help="Warm-up exclusion: replay every request but aggregate only those with arrival "
+    "index >= floor(FRACTION * n) (0 <= FRACTION < 1).",
+)
+def replay(
+    db_path: str,
+    policy_source: str,
+    overrides: tuple[str, ...],
+    out: str | None,
+    measure_from: float,
+) -> None:
     """Replay the stored trace through a hybrid prefix cache and account for every token.
 
     Writes replay_runs, replay_requests (one row per request: hits, sparse-retention
     misses and the loss waterfall) and replay_summary (per prompt family x model
-    revision), then prints the summary.
+    revision), then prints the summary. `--policy a,b,c` replays several policies (each
+    with the --set overrides) one after another and prints them side by side.
     """
-    from analyzer.replay import run_replay
+    from analyzer.replay import check_measure_from, run_replay, side_by_side
     from analyzer.report.tables import render
     from analyzer.sim.policy import load_policy
     from analyzer.store.export import check_export_path
 
-    policy = load_policy(policy_source, list(overrides))
+    check_measure_from(measure_from)
+    names = [name.strip() for name in policy_source.split(",")]
+    if not all(names):
+        raise ConfigError(f"--policy {policy_source!r}: an empty name in the list")
+    policies = [load_policy(name, list(overrides)) for name in names]
+    if out is not None and len(policies) > 1:
+        raise ConfigError("--out: exports one run; give a single --policy")
     if out is not None:
         check_export_path(out)
-    update, close = _progress_bar("replay")
-    try:
-        result = run_replay(policy, db_path=db_path, out=out, progress=update)
-    finally:
-        if close:
-            close()
+    outcomes = []
+    for policy in policies:
+        update, close = _progress_bar("replay")
+        try:
+            result = run_replay(
+                policy, db_path=db_path, out=out, progress=update, measure_from=measure_from
+            )
+        finally:
+            if close:
+                close()
+        outcomes.append(result)
+        _print_replay(policy, result, render)
+    if len(outcomes) > 1:
+        click.echo("\nside by side (measured requests):")
+        click.echo(render(side_by_side(names, outcomes)), nl=False)
+    if out is not None:
+        click.echo(f"wrote {out}")
+
+
+def _print_replay(policy, result, render) -> None:
     cols = [
         "prompt_family",
         "model_revision",
@@ -377,8 +414,6 @@ def replay(db_path: str, policy_source: str, overrides: tuple[str, ...], out: st
             f"replay_requests.error",
             err=True,
         )
-    if out is not None:
-        click.echo(f"wrote {out}")
 
 
 @cli.command("metrics")

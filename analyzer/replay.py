@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from analyzer.errors import StoreError
+from analyzer.errors import ConfigError, StoreError
 from analyzer.metrics.waterfall import build_levels
 from analyzer.prefixes.engine import MatchOptions, run_matcher
 from analyzer.prefixes.memory import MemorySource
@@ -58,22 +58,27 @@ def run_replay(
     db_path: str | Path = DEFAULT_DB,
     out: str | Path | None = None,
     progress: Callable[[int, int], None] | None = None,
+    measure_from: float = 0.0,
 ) -> ReplayOutcome:
     """Replay the stored trace under `policy`; store and return the run.
 
     `progress(requests done, total)` is called after each (revision, replica) partition.
+    `measure_from` (0 <= f < 1): warm-up exclusion. Every request replays, but only those
+    with arrival index >= floor(f * n) are `measured` (replay_requests.measured) and counted
+    in replay_summary and in replay_runs' prompt/hit totals.
 
     Raises:
         StoreError: no database or no requests. ConfigError: a policy the trace cannot
             be replayed under (e.g. a match unit finer than a hash-id trace's blocks).
     """
+    check_measure_from(measure_from)
     con = connect(db_path, create=False)
     try:
         trace = load_trace(con)
         started = time.perf_counter()
         rows = _replay_rows(trace, policy, progress=progress)
         seconds = time.perf_counter() - started
-        return store_run(con, policy, rows, seconds, trace.n, out=out)
+        return store_run(con, policy, rows, seconds, trace.n, out=out, measure_from=measure_from)
     finally:
         con.close()
 
@@ -87,11 +92,31 @@ def load_trace(con) -> _Trace:
     return trace
 
 
+def check_measure_from(fraction: float) -> float:
+    """`fraction` if it is a valid --measure-from (0 <= f < 1), else a one-line ConfigError."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction < 1:
+        raise ConfigError(f"--measure-from: expected a fraction 0 <= f < 1, got {fraction!r}")
+    return float(fraction)
+
+
 def store_run(
-    con, policy: Policy, rows: dict, seconds: float, n: int, *, out: str | Path | None = None
+    con,
+    policy: Policy,
+    rows: dict,
+    seconds: float,
+    n: int,
+    *,
+    out: str | Path | None = None,
+    measure_from: float = 0.0,
 ) -> ReplayOutcome:
-    """Store replay rows (from `_replay_rows`) as a normal run and return its outcome."""
-    run_id = _store(con, policy, rows, seconds)
+    """Store replay rows (from `_replay_rows`) as a normal run and return its outcome.
+
+    Rows are in arrival order; those before floor(measure_from * n) are warm-up (not measured).
+    """
+    check_measure_from(measure_from)
+    count = len(rows["request_id"])
+    rows = {**rows, "measured": np.arange(count) >= int(np.floor(measure_from * count))}
+    run_id = _store(con, policy, rows, seconds, measure_from)
     summary = query_arrow(
         con,
         "SELECT * EXCLUDE (run_id) FROM replay_summary "
@@ -324,8 +349,9 @@ def _fingerprint(con) -> str:
     return hashlib.sha256(f"{sources}|{num}".encode()).hexdigest()
 
 
-def _store(con, policy: Policy, rows: dict, seconds: float) -> int:
+def _store(con, policy: Policy, rows: dict, seconds: float, measure_from: float = 0.0) -> int:
     con.execute(load_sql("replay_schema"))
+    measured = np.asarray(rows["measured"], dtype=bool)
     run_id = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM replay_runs").fetchall()[0][0]
     table = pa.table(
         {
@@ -338,16 +364,45 @@ def _store(con, policy: Policy, rows: dict, seconds: float) -> int:
     con.unregister("replay_rows")
     con.execute(load_sql("replay_summary"), {"run_id": run_id})
     con.execute(
-        "INSERT INTO replay_runs VALUES (?, ?, ?, ?, ?, ?, ?, current_timestamp, ?)",
+        "INSERT INTO replay_runs (run_id, policy, trace_fingerprint, num_requests, "
+        "prompt_tokens, hit_tokens, replay_seconds, created_at, hpa_version, measure_from) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, current_timestamp, ?, ?)",
         [
             run_id,
             policy.to_json(),
             _fingerprint(con),
             len(rows["request_id"]),
-            int(np.sum(rows["prompt_tokens"])),
-            int(np.sum(rows["hit_tokens"])),
+            int(np.sum(np.asarray(rows["prompt_tokens"])[measured])),
+            int(np.sum(np.asarray(rows["hit_tokens"])[measured])),
             seconds,
             VERSION,
+            measure_from,
         ],
     )
     return run_id
+
+
+def side_by_side(names: list[str], outcomes: list[ReplayOutcome]) -> pa.Table:
+    """One row per replayed policy (measured requests only): the SPEC 3 headline figures."""
+    out: dict[str, list] = {
+        "policy": [],
+        "run_id": [],
+        "prompt_tokens": [],
+        "hit_tokens": [],
+        "sparse_retention_miss_tokens": [],
+        "useful_hit_ratio": [],
+        "sparse_loss_ratio": [],
+    }
+    for name, outcome in zip(names, outcomes, strict=True):
+        s = outcome.summary
+        prompt = sum(s.column("prompt_tokens").to_pylist())
+        hit = sum(s.column("hit_tokens").to_pylist())
+        miss = sum(s.column("sparse_retention_miss_tokens").to_pylist())
+        out["policy"].append(name)
+        out["run_id"].append(outcome.run_id)
+        out["prompt_tokens"].append(prompt)
+        out["hit_tokens"].append(hit)
+        out["sparse_retention_miss_tokens"].append(miss)
+        out["useful_hit_ratio"].append(hit / prompt if prompt else 0.0)
+        out["sparse_loss_ratio"].append(miss / prompt if prompt else 0.0)
+    return pa.table(out)

@@ -16,7 +16,7 @@ from analyzer.errors import ConfigError
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 GROUPS = ("full_attention", "sliding_window", "mamba")
-ENGINES = ("vllm",)
+ENGINES = ("vllm", "attention_only", "oracle")
 SPEC_DECODE = ("none", "eagle_lookahead", "eagle_drop")
 ROUTING = ("trace", "round_robin", "session", "prefix_aware")
 
@@ -117,6 +117,10 @@ def make_policy(values: dict[str, Any]) -> Policy:
 
 
 def _check_consistency(p: Policy) -> None:
+    if p.engine in ("attention_only", "oracle") and p.num_blocks is not None:
+        raise ConfigError(
+            f"policy key 'num_blocks': engine {p.engine} is an unbounded cache; use null"
+        )
     unit = p.prefix_match_unit
     if unit is not None and p.block_size % unit:
         raise ConfigError(

@@ -29,4 +29,8 @@ def replay(
         from analyzer.sim.vllm import replay as vllm_replay
 
         return vllm_replay(requests, policy, num_groups=num_groups)
+    if policy.engine in ("attention_only", "oracle"):
+        from analyzer.sim.bounds import replay as bound_replay
+
+        return bound_replay(requests, policy, num_groups=num_groups)
     raise ConfigError(f"no replay for engine {policy.engine!r}")

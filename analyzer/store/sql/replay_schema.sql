@@ -38,6 +38,10 @@ CREATE TABLE IF NOT EXISTS replay_requests (
     error VARCHAR
 );
 
+-- --measure-from (warm-up exclusion): added later, so older databases gain the columns.
+ALTER TABLE replay_runs ADD COLUMN IF NOT EXISTS measure_from DOUBLE DEFAULT 0;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS measured BOOLEAN DEFAULT true;
+
 CREATE TABLE IF NOT EXISTS replay_summary (
     run_id INTEGER NOT NULL,
     prompt_family VARCHAR NOT NULL,

@@ -1,5 +1,6 @@
 -- SPEC 3 aggregates per prompt family x model revision for run $run_id: token sums,
 -- token-weighted ratios (sums divided), and request-weighted figures beside them.
+-- Only measured requests count (warm-up ones, before --measure-from, are excluded).
 INSERT INTO replay_summary
 SELECT
     $run_id,
@@ -24,6 +25,6 @@ SELECT
     quantile_cont(hit_tokens / prompt_tokens, 0.5),
     quantile_cont(hit_tokens / prompt_tokens, 0.9)
 FROM replay_requests
-WHERE run_id = $run_id
+WHERE run_id = $run_id AND measured
 GROUP BY ALL
 ORDER BY 2, 3;

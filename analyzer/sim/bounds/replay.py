@@ -1,0 +1,76 @@
+"""Serial replay of the two bound engines (see the package docstring). Units: tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from analyzer.errors import ConfigError
+from analyzer.sim.policy import Policy
+from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.vllm.hashing import HashInterner, request_hashes
+
+BOUND_ENGINES = ("attention_only", "oracle")
+
+
+def match_alignment(policy: Policy) -> int:
+    """Tokens a bound's hit is a multiple of (see the package docstring)."""
+    unit = policy.hash_block_tokens
+    if policy.engine == "attention_only":
+        return unit
+    fine = "mamba" in policy.groups and "sliding_window" not in policy.groups
+    return unit if fine else policy.block_size
+
+
+class BoundReplay:
+    """One unbounded cache: the set of full-attention hash ids ever cached."""
+
+    def __init__(self, policy: Policy) -> None:
+        if policy.engine not in BOUND_ENGINES:
+            raise ConfigError(f"the bound replay cannot run engine {policy.engine!r}")
+        if policy.num_blocks is not None:
+            raise ConfigError(
+                f"policy key 'num_blocks': engine {policy.engine} is unbounded; "
+                f"set num_blocks to null (got {policy.num_blocks})"
+            )
+        self.unit = policy.hash_block_tokens
+        self.alignment = match_alignment(policy)
+        self.budget = policy.max_num_batched_tokens
+        self.interner = HashInterner()
+        self.cached: set[int] = set()
+
+    def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
+        for request in requests:
+            yield self.replay_one(request)
+
+    def replay_one(self, sim: SimRequest) -> SimResult:
+        prompt = sim.num_prompt_tokens
+        if prompt < 1:
+            return SimResult(sim.request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), "empty prompt")
+        H = self.unit
+        outputs = sim.num_output_tokens
+        total = prompt + outputs - 1 if outputs > 1 else prompt  # computed tokens in the end
+        hashes = request_hashes(self.interner, sim, H, 0)[0].extend(total // H)
+        cached = self.cached
+        run, cap = 0, (prompt - 1) // H
+        while run < cap and hashes[run] in cached:
+            run += 1
+        hit = min(run * H, prompt - 1)
+        hit -= hit % self.alignment
+        cached.update(hashes[run:])
+        chunks = self._chunks(prompt - hit) + [1] * (total - prompt)
+        return SimResult(sim.request_id, prompt, hit, 0, 0, 0, hit, hit, 0, tuple(chunks))
+
+    def _chunks(self, tokens: int) -> list[int]:
+        budget = self.budget
+        if budget is None:
+            return [tokens]
+        full, rest = divmod(tokens, budget)
+        return [budget] * full + ([rest] if rest else [])
+
+
+def replay(
+    requests: Iterable[SimRequest], policy: Policy, *, num_groups: dict[str, int] | None = None
+) -> Iterator[SimResult]:
+    """Replay `requests` (arrival order, one cache) under a bound engine. `num_groups` only
+    matters for capacity, which the bounds do not have; accepted for a uniform signature."""
+    return BoundReplay(policy).run(requests)
