@@ -21,10 +21,9 @@ import pyarrow.parquet as pq
 
 from analyzer.errors import InputFileError
 from analyzer.traces.adapters import mooncake
-from analyzer.traces.adapters.lines import first_json_object
 from analyzer.traces.batches import FAST_INPUT_SCHEMA, Batch, exact_batch, fast_rows
 from analyzer.traces.csv_rows import read_csv
-from analyzer.traces.records import RecordError
+from analyzer.traces.jsonlines import decoded_lines, first_json_object, line_bodies
 
 BATCH_BYTES = 8 << 20
 BATCH_ROWS = 8192
@@ -103,27 +102,8 @@ def open_binary(path: Path, counter: CountingReader) -> BinaryIO:
 
 def read_jsonl(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> Iterator[Batch]:
     """Batches of a JSON Lines stream; lines are numbered from 1, blank lines skipped."""
-    first_line, tail = 1, b""
-    while True:
-        progress()
-        chunk = stream.read(BATCH_BYTES)
-        if first_line == 1 and not tail and chunk.lstrip()[:1] == b"[":
-            raise InputFileError(
-                f"{path}: a JSON array, not JSON Lines (one object per line); "
-                "convert it first, e.g. jq -c '.[]'"
-            )
-        data = tail + chunk
-        if not chunk:
-            if data.strip():
-                yield _jsonl_batch(data + b"\n", first_line)
-            return
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            tail = data
-            continue
-        body, tail = data[:cut], data[cut:]
+    for body, first_line in line_bodies(path, stream, progress, BATCH_BYTES):
         yield _jsonl_batch(body, first_line)
-        first_line += body.count(b"\n")
 
 
 def _jsonl_batch(body: bytes, first_line: int) -> Batch:
@@ -149,18 +129,7 @@ def _jsonl_batch(body: bytes, first_line: int) -> Batch:
             rows = fast_rows(table, line_nos)
             if rows is not None:
                 return Batch(rows)
-    return exact_batch(list(_decoded_lines(body, first_line)))
-
-
-def _decoded_lines(body: bytes, first_line: int):
-    for offset, raw in enumerate(body.split(b"\n")[:-1]):
-        if not raw.strip():
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            obj = RecordError(None, f"malformed JSON ({exc})")
-        yield first_line + offset, obj, raw
+    return exact_batch(list(decoded_lines(body, first_line)))
 
 
 def read_parquet(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> Iterator[Batch]:

@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.traces.batches import exact_batch
-from analyzer.traces.readers import _decoded_lines, _jsonl_batch
+from analyzer.traces.jsonlines import decoded_lines as _decoded_lines
+from analyzer.traces.readers import _jsonl_batch
 
 token = st.integers(0, 2**31 - 1)
 maybe = st.none() | st.text(max_size=4)

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from analyzer.traces.adapters.lines import json_line_chunks
 from analyzer.traces.batches import Batch, exact_batch
+from analyzer.traces.jsonlines import json_line_chunks
 from analyzer.traces.records import KNOWN_FIELDS, RecordError, _type_name
 
 NAME = "mooncake"

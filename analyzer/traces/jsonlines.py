@@ -1,4 +1,4 @@
-"""Numbered, decoded JSON Lines of a byte stream, in bounded chunks (for adapters)."""
+"""Numbered, decoded JSON Lines of a byte stream, in bounded chunks (readers and adapters)."""
 
 from __future__ import annotations
 
@@ -16,17 +16,15 @@ CHUNK_BYTES = 8 << 20
 Item = tuple[int, Any, bytes]
 
 
-def json_line_chunks(
-    path: Path, stream: BinaryIO, progress: Callable[[], None]
-) -> Iterator[list[Item]]:
-    """Lists of (line_no, decoded object or RecordError, raw line); blank lines skipped.
-
-    Lines are numbered from 1 as in the file, so a reject points at the right line.
-    """
+def line_bodies(
+    path: Path, stream: BinaryIO, progress: Callable[[], None], chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[tuple[bytes, int]]:
+    """(body, first line number) pieces of a JSON Lines stream: each body is whole lines
+    ending in a newline, about `chunk_bytes` long, so memory does not grow with the file."""
     first_line, tail = 1, b""
     while True:
         progress()
-        chunk = stream.read(CHUNK_BYTES)
+        chunk = stream.read(chunk_bytes)
         if first_line == 1 and not tail and chunk.lstrip()[:1] == b"[":
             raise InputFileError(
                 f"{path}: a JSON array, not JSON Lines (one object per line); "
@@ -35,18 +33,19 @@ def json_line_chunks(
         data = tail + chunk
         if not chunk:
             if data.strip():
-                yield list(_decoded(data + b"\n", first_line))
+                yield data + b"\n", first_line
             return
         cut = data.rfind(b"\n") + 1
         if cut == 0:
             tail = data
             continue
         body, tail = data[:cut], data[cut:]
-        yield list(_decoded(body, first_line))
+        yield body, first_line
         first_line += body.count(b"\n")
 
 
-def _decoded(body: bytes, first_line: int) -> Iterator[Item]:
+def decoded_lines(body: bytes, first_line: int) -> Iterator[Item]:
+    """(line_no, decoded object or RecordError, raw line) of each non-blank line of `body`."""
     for offset, raw in enumerate(body.split(b"\n")[:-1]):
         if not raw.strip():
             continue
@@ -55,6 +54,14 @@ def _decoded(body: bytes, first_line: int) -> Iterator[Item]:
         except orjson.JSONDecodeError as exc:
             obj = RecordError(None, f"malformed JSON ({exc})")
         yield first_line + offset, obj, raw
+
+
+def json_line_chunks(
+    path: Path, stream: BinaryIO, progress: Callable[[], None]
+) -> Iterator[list[Item]]:
+    """Lists of (line_no, decoded object or RecordError, raw line); blank lines skipped."""
+    for body, first_line in line_bodies(path, stream, progress):
+        yield list(decoded_lines(body, first_line))
 
 
 def first_json_object(head: bytes) -> Any:
