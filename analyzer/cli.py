@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 
 import click
 
@@ -59,11 +60,13 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.ensure_object(dict)["debug"] = debug
 
 
+@contextmanager
 def _progress_bar(label: str):
-    """(update(done, total), close) of a progress bar on a terminal; (None, None) when
-    stderr is not a terminal, so pipes and logs stay clean."""
+    """Yields update(done, total) drawing a progress bar on a terminal, or None when stderr
+    is not a terminal (pipes and logs stay clean); the bar is closed on exit."""
     if not sys.stderr.isatty():
-        return None, None
+        yield None
+        return
     state: dict = {}
 
     def update(done: int, total: int) -> None:
@@ -75,28 +78,31 @@ def _progress_bar(label: str):
             bar.__enter__()
         bar.update(done - bar.pos)
 
-    def close() -> None:
+    try:
+        yield update
+    finally:
         if state.get("bar") is not None:
             state.pop("bar").__exit__(None, None, None)
 
-    return update, close
 
-
+@contextmanager
 def _counter(label: str, unit: str):
-    """(update(n), close) of a running count on a terminal, for steps of unknown length."""
+    """Yields update(n) showing a running count on a terminal (steps of unknown length),
+    or None when stderr is not a terminal."""
     if not sys.stderr.isatty():
-        return None, lambda: None
+        yield None
+        return
     shown = [False]
 
     def update(n: int) -> None:
         shown[0] = True
         click.echo(f"\r{label}: {n:,} {unit}", nl=False, err=True)
 
-    def close() -> None:
+    try:
+        yield update
+    finally:
         if shown[0]:
             click.echo(err=True)
-
-    return update, close
 
 
 @cli.command()
@@ -119,12 +125,8 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
     """
     from analyzer.store.ingest import ingest as ingest_files
 
-    update, close = _progress_bar("ingest")
-    try:
+    with _progress_bar("ingest") as update:
         result = ingest_files(files, db_path=db_path, fmt=fmt, progress=update)
-    finally:
-        if close:
-            close()
     for src in result.sources:
         if src.duplicate_of is not None:
             click.echo(
@@ -231,12 +233,8 @@ def demo(out_dir: str, samples_dir: str | None) -> None:
     from analyzer.demo import run_demo
     from analyzer.report.tables import render
 
-    update, close = _progress_bar("demo")
-    try:
+    with _progress_bar("demo") as update:
         result = run_demo(out_dir, samples_dir=samples_dir, progress=update)
-    finally:
-        if close:
-            close()
     src = result.ingested.sources[0]
     click.echo(
         f"ingest {src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
@@ -309,8 +307,7 @@ def match_cmd(
     from analyzer.prefixes.api import match_prefixes
     from analyzer.prefixes.engine import MatchOptions
 
-    update, close = _progress_bar("match")
-    try:
+    with _progress_bar("match") as update:
         summary = match_prefixes(
             db_path,
             backend=backend,
@@ -319,9 +316,6 @@ def match_cmd(
             min_family_tokens=min_family_tokens,
             options=MatchOptions(chunk_tokens=chunk_tokens, progress=update),
         )
-    finally:
-        if close:
-            close()
     for line in summary.lines():
         click.echo(line)
 
@@ -374,14 +368,10 @@ def replay(
         check_export_path(out)
     outcomes = []
     for policy in policies:
-        update, close = _progress_bar("replay")
-        try:
+        with _progress_bar("replay") as update:
             result = run_replay(
                 policy, db_path=db_path, out=out, progress=update, measure_from=measure_from
             )
-        finally:
-            if close:
-                close()
         outcomes.append(result)
         _print_replay(policy, result, render)
     if len(outcomes) > 1:
@@ -539,8 +529,7 @@ def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs) -> None:
     from analyzer.report.tables import render
     from analyzer.sweep.sweep import run_sweeps
 
-    update, close = _progress_bar("sweep points")
-    try:
+    with _progress_bar("sweep points") as update:
         outcomes = run_sweeps(
             policy_source,
             list(overrides),
@@ -550,9 +539,6 @@ def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs) -> None:
             db_path=db_path,
             progress=update,
         )
-    finally:
-        if close:
-            close()
     for s in outcomes:
         table = pa.table(
             {
@@ -597,8 +583,7 @@ def plan_cmd(db_path, target, model, memory_budget, family) -> None:
     from analyzer.report.tables import render
     from analyzer.sweep.plan import plan
 
-    update, close = _counter("plan", "replays")
-    try:
+    with _counter("plan", "replays") as update:
         r = plan(
             target,
             model=model,
@@ -607,8 +592,6 @@ def plan_cmd(db_path, target, model, memory_budget, family) -> None:
             db_path=db_path,
             progress=update,
         )
-    finally:
-        close()
     click.echo(
         f"ceilings: attention-only bound {r.attention_only_bound:.3f}, shared-prefix ceiling "
         f"{r.shared_prefix_ceiling:.3f}, model groups unbounded (retention null) "

@@ -88,6 +88,22 @@ def assert_same_as_trie(
     assert conv == ref.shared_conversation
 
 
+MATCH_FIELDS = (
+    "shared_any",
+    "parent",
+    "shared_replica",
+    "shared_conversation",
+    "insert_shared",
+    "insert_parent",
+)
+
+
+def assert_same_arrays(a: MatchArrays, b: MatchArrays) -> None:
+    """Two backends' answers are equal, field by field, bit for bit."""
+    for field in MATCH_FIELDS:
+        assert np.array_equal(getattr(a, field), getattr(b, field)), field
+
+
 def store(path: Path, requests: list[Request]) -> Path:
     """A DuckDB store whose `requests` table holds `requests` in this arrival order."""
     con = connect(path)

@@ -11,7 +11,7 @@ from analyzer.prefixes.engine import MatchOptions
 from analyzer.prefixes.hashing import HashParams
 from analyzer.prefixes.memory import MemorySource
 
-from .helpers import assert_same_as_trie, requests_
+from .helpers import assert_same_arrays, assert_same_as_trie, requests_
 
 pytestmark = pytest.mark.gpu
 
@@ -39,14 +39,6 @@ def test_cupy_equals_numpy(cupy_xp, requests):
         options = MatchOptions(chunk_requests=5, hash_params=params)
         a = compute(MemorySource.from_requests(requests), xp=np, options=options)
         b = compute(MemorySource.from_requests(requests), xp=cupy_xp, options=options)
-        for field in (
-            "shared_any",
-            "parent",
-            "shared_replica",
-            "shared_conversation",
-            "insert_shared",
-            "insert_parent",
-        ):
-            assert np.array_equal(getattr(a.arrays, field), getattr(b.arrays, field))
+        assert_same_arrays(a.arrays, b.arrays)
         assert np.array_equal(a.path_junctions, b.path_junctions)
         assert_same_as_trie(requests, b.arrays)
