@@ -22,7 +22,7 @@ from analyzer.prefixes.memory import MemorySource
 from analyzer.prefixes.source import RequestMeta
 from analyzer.sim.policy import Policy, load_model
 from analyzer.sim.records import SimRequest
-from analyzer.sim.replay import replay
+from analyzer.sim.replay import hit_alignment, replay
 from analyzer.sim.routing import route
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow, require_tables
 from analyzer.store.export import export_table
@@ -214,7 +214,7 @@ def _replay_rows(
         prompt_tokens=prompt_tokens,
         shared_any_tokens=shared_any,
         shared_replica_tokens=shared_replica,
-        align_tokens=_alignment(policy),
+        align_tokens=hit_alignment(policy),
         attention_match_tokens=[r.attention_match_tokens for r in results],
         sparse_retention_miss_tokens=[r.sparse_retention_miss_tokens for r in results],
         hit_tokens=[r.hit_tokens for r in results],
@@ -238,22 +238,11 @@ def _replay_rows(
         "junction_tokens",
     ):
         rows[name] = np.asarray([getattr(r, name) for r in results], dtype=np.int64)
+    rows["replay_tokens"] = np.asarray([r.replay_tokens for r in results], dtype=np.int64)
     rows["error"] = [r.error for r in results]
     rows.update(levels.causes())
     rows["fresh_prefill_tokens"] = prompt_tokens - levels.hit_tokens
     return rows
-
-
-def _alignment(policy: Policy) -> int:
-    """Tokens every hit is a multiple of: the match unit when fine-grained hits are on
-    (a Mamba group with blocks larger than the unit, and no sliding window), else the block."""
-    unit = policy.hash_block_tokens
-    fine = (
-        "mamba" in policy.groups
-        and unit < policy.block_size
-        and "sliding_window" not in policy.groups
-    )
-    return unit if fine else policy.block_size
 
 
 def _shared_prefixes(trace: _Trace, ns: list[tuple], partitions: list[tuple]):
@@ -390,6 +379,7 @@ def side_by_side(names: list[str], outcomes: list[ReplayOutcome]) -> pa.Table:
         "prompt_tokens": [],
         "hit_tokens": [],
         "sparse_retention_miss_tokens": [],
+        "replay_tokens": [],
         "useful_hit_ratio": [],
         "sparse_loss_ratio": [],
     }
@@ -403,6 +393,7 @@ def side_by_side(names: list[str], outcomes: list[ReplayOutcome]) -> pa.Table:
         out["prompt_tokens"].append(prompt)
         out["hit_tokens"].append(hit)
         out["sparse_retention_miss_tokens"].append(miss)
+        out["replay_tokens"].append(sum(s.column("replay_tokens").to_pylist()))
         out["useful_hit_ratio"].append(hit / prompt if prompt else 0.0)
         out["sparse_loss_ratio"].append(miss / prompt if prompt else 0.0)
     return pa.table(out)

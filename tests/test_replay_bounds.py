@@ -178,11 +178,21 @@ def test_cli_several_policies_side_by_side(diag_db, tmp_path):
         "prompt_tokens",
         "hit_tokens",
         "sparse_retention_miss_tokens",
+        "replay_tokens",
         "useful_hit_ratio",
         "sparse_loss_ratio",
     ]
-    assert table[2].split() == ["vllm-default", "1", "6,528", "1,088", "1,088", "0.167", "0.167"]
-    assert table[3].split() == [str(dense), "2", "6,528", "2,176", "0", "0.333", "0"]
+    assert table[2].split() == [
+        "vllm-default",
+        "1",
+        "6,528",
+        "1,088",
+        "1,088",
+        "0",
+        "0.167",
+        "0.167",
+    ]
+    assert table[3].split() == [str(dense), "2", "6,528", "2,176", "0", "0", "0.333", "0"]
     assert rows(diag_db, "SELECT count(*) FROM replay_runs") == [(2,)]
 
 
@@ -203,8 +213,8 @@ def test_cli_bound_engine_and_measure_from(diag_db):
         (["--measure-from", "1"], "Error: --measure-from: expected a fraction 0 <= f < 1, got 1.0"),
         (["--measure-from", "-0.5"], "Error: --measure-from: expected a fraction"),
         (
-            ["--set", "engine=marconi"],
-            "Error: policy key 'engine': 'marconi' is not one of vllm, attention_only, oracle",
+            ["--set", "engine=lmcache"],
+            "Error: policy key 'engine': 'lmcache' is not one of vllm, sglang, marconi, ",
         ),
         (["--set", "engine=oracle", "--set", "num_blocks=100"], "unbounded cache"),
         (["--policy", "vllm-default,,x"], "an empty name"),

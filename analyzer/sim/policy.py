@@ -13,10 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.errors import ConfigError
+from analyzer.sim.options import OPTIONS, resolve
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 GROUPS = ("full_attention", "sliding_window", "mamba")
-ENGINES = ("vllm", "attention_only", "oracle")
+ENGINES = (
+    "vllm",
+    "sglang",
+    "marconi",
+    "trtllm",
+    "llamacpp",
+    "suffix_replay",
+    "attention_only",
+    "oracle",
+)
 SPEC_DECODE = ("none", "eagle_lookahead", "eagle_drop")
 ROUTING = ("trace", "round_robin", "session", "prefix_aware")
 
@@ -37,6 +47,16 @@ class Policy:
     replicas: int = 1
     routing: str = "trace"
     model: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()  # the engine's options (analyzer/sim/options.py)
+
+    def option(self, key: str) -> Any:
+        """The value of engine option `key` (its default when the policy did not set it)."""
+        for name, value in self.options:
+            if name == key:
+                return value
+        if key in OPTIONS and OPTIONS[key].engine == self.engine:
+            return OPTIONS[key].default
+        raise KeyError(f"engine {self.engine} has no option {key!r}")
 
     @property
     def hash_block_tokens(self) -> int:
@@ -45,10 +65,13 @@ class Policy:
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys): stored with every run and part of its identity."""
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        values = asdict(self)
+        values.update(values.pop("options"))  # flat, as the user writes them
+        return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
 
-KEYS = tuple(f.name for f in fields(Policy))
+BASE_KEYS = tuple(f.name for f in fields(Policy) if f.name != "options")
+KEYS = BASE_KEYS + tuple(OPTIONS)
 
 
 def _int_or_none(key: str, value: Any, minimum: int) -> int | None:
@@ -80,7 +103,8 @@ def make_policy(values: dict[str, Any]) -> Policy:
     unknown = sorted(set(values) - set(KEYS))
     if unknown:
         raise ConfigError(f"unknown policy key {unknown[0]!r}; known: {', '.join(KEYS)}")
-    v = {**asdict(Policy()), **values}
+    base = {k: v for k, v in values.items() if k not in OPTIONS}
+    v = {**asdict(Policy()), **base}
     groups = v["groups"]
     if isinstance(groups, str):
         groups = [groups]
@@ -111,6 +135,7 @@ def make_policy(values: dict[str, Any]) -> Policy:
         replicas=_int_or_none("replicas", v["replicas"], 1) or 1,
         routing=_choice("routing", v["routing"], ROUTING),
         model=v["model"],
+        options=resolve(v["engine"], {k: x for k, x in values.items() if k in OPTIONS}),
     )
     _check_consistency(policy)
     return policy

@@ -74,6 +74,9 @@ class SimResult(NamedTuple):
     - `chunks`: tokens scheduled per step for this request (prefill chunks, then 1 per decode).
     - `error`: set when vLLM could not schedule the request at all (KV pool too small); the
       counters are then those vLLM recorded (0 when it was never admitted).
+    - `replay_tokens`: replay designs (SPEC 7, `suffix_replay`) rebuild recurrent state by
+      recomputing the last matched tokens through the recurrent layers; those tokens are not
+      hits: they are part of `sparse_retention_miss_tokens` (never kept), counted here too.
 
     A NamedTuple rather than a dataclass: one is built per request, and this is ~4x cheaper.
     """
@@ -89,3 +92,4 @@ class SimResult(NamedTuple):
     junction_tokens: int
     chunks: tuple[int, ...]
     error: str | None = None
+    replay_tokens: int = 0

@@ -4,17 +4,50 @@
         ...
 
 The caller partitions requests by replica (and model revision); one call replays one cache.
+Each engine is a package under analyzer/sim/ exposing
+`replay(requests, policy, *, num_groups=None) -> Iterator[SimResult]` and, when its hits are
+not whole blocks, `hit_alignment(policy) -> int` (tokens every hit and attention match is a
+multiple of; default `policy.block_size`). The waterfall floors its L3 level to it.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Iterator
 
 from analyzer.errors import ConfigError
 from analyzer.sim.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult
 
-__all__ = ["SimRequest", "SimResult", "replay"]
+__all__ = ["ENGINE_MODULES", "SimRequest", "SimResult", "hit_alignment", "replay"]
+
+# Engine name -> the module with its replay (imported on first use).
+ENGINE_MODULES = {
+    "vllm": "analyzer.sim.vllm",
+    "sglang": "analyzer.sim.sglang",
+    "marconi": "analyzer.sim.marconi",
+    "trtllm": "analyzer.sim.trtllm",
+    "llamacpp": "analyzer.sim.llamacpp",
+    "suffix_replay": "analyzer.sim.suffix_replay",
+    "attention_only": "analyzer.sim.bounds",
+    "oracle": "analyzer.sim.bounds",
+}
+
+
+def _engine(policy: Policy):
+    name = ENGINE_MODULES.get(policy.engine)
+    if name is None:
+        raise ConfigError(
+            f"no replay for engine {policy.engine!r}; known: {', '.join(ENGINE_MODULES)}"
+        )
+    return importlib.import_module(name)
+
+
+def hit_alignment(policy: Policy) -> int:
+    """Tokens every hit of the policy's engine is a multiple of."""
+    module = _engine(policy)
+    align = getattr(module, "hit_alignment", None)
+    return align(policy) if align is not None else policy.block_size
 
 
 def replay(
@@ -25,12 +58,4 @@ def replay(
     `num_groups`: KV-cache groups per type (default 1 each); only capacity (`num_blocks`) and
     vLLM's choice of coordinator (one group vs several) depend on it.
     """
-    if policy.engine == "vllm":
-        from analyzer.sim.vllm import replay as vllm_replay
-
-        return vllm_replay(requests, policy, num_groups=num_groups)
-    if policy.engine in ("attention_only", "oracle"):
-        from analyzer.sim.bounds import replay as bound_replay
-
-        return bound_replay(requests, policy, num_groups=num_groups)
-    raise ConfigError(f"no replay for engine {policy.engine!r}")
+    return _engine(policy).replay(requests, policy, num_groups=num_groups)

@@ -76,7 +76,23 @@ def test_schema_examples_are_valid_policies():
 BAD = [
     ({"block_size": 544, "colour": "red"}, "unknown policy key 'colour'; known: engine, groups,"),
     ({}, "policy key 'block_size': required (or give 'model' with a preset)"),
-    ({"block_size": 544, "engine": "sglang"}, "policy key 'engine': 'sglang' is not one of vllm"),
+    ({"block_size": 544, "engine": "lmcache"}, "policy key 'engine': 'lmcache' is not one of vllm"),
+    (
+        {"block_size": 544, "trtllm_interval": 1024},
+        "policy key 'trtllm_interval' applies to engine trtllm, not vllm",
+    ),
+    (
+        {"block_size": 64, "engine": "sglang", "sglang_strategy": "lazy"},
+        "policy key 'sglang_strategy': 'lazy' is not one of no_buffer, extra_buffer",
+    ),
+    (
+        {"block_size": 64, "engine": "trtllm", "trtllm_save_last": 1},
+        "policy key 'trtllm_save_last': expected true or false, got 1",
+    ),
+    (
+        {"block_size": 64, "engine": "marconi", "marconi_alpha": -1},
+        "policy key 'marconi_alpha': expected a number >= 0, got -1",
+    ),
     (
         {"block_size": 544, "groups": ["mamba"]},
         "policy key 'groups': each group once, full_attention included",
@@ -128,6 +144,22 @@ def test_bad_policy_is_a_config_error(values, message):
     assert message in str(info.value)
 
 
+def test_engine_options_default_and_are_part_of_the_identity():
+    policy = make_policy({"block_size": 64, "engine": "trtllm", "trtllm_interval": 256})
+    assert policy.option("trtllm_interval") == 256
+    assert policy.option("trtllm_save_last") is False
+    values = json.loads(policy.to_json())
+    assert values["trtllm_interval"] == 256 and "options" not in values
+    assert make_policy(values) == policy  # the stored JSON rebuilds the same policy
+    assert "trtllm_interval" not in make_policy({"block_size": 64}).to_json()
+    assert (
+        load_policy(None, ["engine=trtllm", "block_size=64", "trtllm_interval=128"]).option(
+            "trtllm_interval"
+        )
+        == 128
+    )
+
+
 def test_bad_overrides_and_sources(tmp_path):
     with pytest.raises(ConfigError, match="--set 'block_size': expected KEY=VALUE"):
         load_policy(None, ["block_size"])
@@ -140,3 +172,14 @@ def test_bad_overrides_and_sources(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_policy(str(bad))
     assert Path(SCHEMAS).is_dir()
+
+
+def test_schema_lists_every_engine_and_option():
+    from analyzer.sim.options import OPTIONS
+    from analyzer.sim.policy import ENGINES
+
+    props = json.loads((SCHEMAS / "policy.schema.json").read_text())["properties"]
+    assert props["engine"]["enum"] == list(ENGINES)
+    for key, option in OPTIONS.items():
+        assert props[key]["default"] == option.default, key
+        assert props[key]["description"].startswith(f"engine {option.engine}: "), key

@@ -20,5 +20,6 @@ prompt - hit without a budget), then one token per decode step (outputs - 1 step
 """
 
 from analyzer.sim.bounds.replay import BoundReplay, replay
+from analyzer.sim.bounds.replay import match_alignment as hit_alignment
 
-__all__ = ["BoundReplay", "replay"]
+__all__ = ["BoundReplay", "hit_alignment", "replay"]

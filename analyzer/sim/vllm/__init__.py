@@ -1,5 +1,18 @@
 """vLLM 0.33.0's hybrid prefix cache, replayed serially (engine `vllm`)."""
 
+from analyzer.sim.policy import Policy
 from analyzer.sim.vllm.replay import VllmReplay, replay
 
-__all__ = ["VllmReplay", "replay"]
+__all__ = ["VllmReplay", "hit_alignment", "replay"]
+
+
+def hit_alignment(policy: Policy) -> int:
+    """Tokens every hit is a multiple of: the match unit when fine-grained hits are on
+    (a Mamba group with blocks larger than the unit, and no sliding window), else the block."""
+    unit = policy.hash_block_tokens
+    fine = (
+        "mamba" in policy.groups
+        and unit < policy.block_size
+        and "sliding_window" not in policy.groups
+    )
+    return unit if fine else policy.block_size

@@ -65,3 +65,7 @@ CREATE TABLE IF NOT EXISTS replay_summary (
     p50_request_hit_ratio DOUBLE NOT NULL,
     p90_request_hit_ratio DOUBLE NOT NULL
 );
+
+-- Replay designs (SPEC 7): recomputed tokens, part of the sparse miss, never hits.
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS replay_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS replay_tokens BIGINT DEFAULT 0;

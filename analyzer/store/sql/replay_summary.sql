@@ -23,7 +23,8 @@ SELECT
     (sum(hit_tokens) + sum(sparse_retention_miss_tokens)) / sum(prompt_tokens),
     avg(hit_tokens / prompt_tokens),
     quantile_cont(hit_tokens / prompt_tokens, 0.5),
-    quantile_cont(hit_tokens / prompt_tokens, 0.9)
+    quantile_cont(hit_tokens / prompt_tokens, 0.9),
+    sum(replay_tokens)
 FROM replay_requests
 WHERE run_id = $run_id AND measured
 GROUP BY ALL

@@ -81,8 +81,8 @@ def test_hash_id_requests_and_empty_prompt():
 def test_unbounded_only_and_engine_listed():
     with pytest.raises(ConfigError, match="num_blocks"):
         make_policy({"engine": "oracle", "block_size": 16, "num_blocks": 100})
-    with pytest.raises(ConfigError, match="vllm, attention_only, oracle"):
-        make_policy({"engine": "marconi", "block_size": 16})
+    with pytest.raises(ConfigError, match="vllm, sglang, marconi, .*, attention_only, oracle"):
+        make_policy({"engine": "lmcache", "block_size": 16})
 
 
 def _random_trace(rng, n=60):

@@ -1,0 +1,149 @@
+"""Engine options: policy keys that only one engine reads (SPEC 7 designs).
+
+Each key is named after its engine (`sglang_strategy`, `trtllm_interval`, ...) and set like
+any other policy key (`--set sglang_strategy=extra_buffer`). A key of another engine than the
+policy's is an error rather than silently ignored; a key left out takes its default here.
+The resolved options of the policy's engine are stored in `Policy.options`, so they are part
+of the run's identity (its canonical JSON).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from analyzer.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Option:
+    """One engine option. `kind`: int, number, bool or choice; `nullable`: null allowed."""
+
+    engine: str
+    kind: str
+    default: Any
+    doc: str
+    minimum: float = 0
+    choices: tuple[str, ...] = ()
+    nullable: bool = False
+
+    def check(self, key: str, value: Any) -> Any:
+        if value is None and self.nullable:
+            return None
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise ConfigError(
+                    f"policy key {key!r}: {value!r} is not one of {', '.join(self.choices)}"
+                )
+            return value
+        if self.kind == "bool":
+            if type(value) is not bool:
+                raise ConfigError(f"policy key {key!r}: expected true or false, got {value!r}")
+            return value
+        numeric = (int,) if self.kind == "int" else (int, float)
+        if type(value) not in numeric or value < self.minimum:
+            what = "an integer" if self.kind == "int" else "a number"
+            null = " or null" if self.nullable else ""
+            raise ConfigError(
+                f"policy key {key!r}: expected {what} >= {self.minimum:g}{null}, got {value!r}"
+            )
+        return value
+
+
+OPTIONS: dict[str, Option] = {
+    # SGLang MambaRadixCache / SWARadixCache (reference/hybrid-policies.md section 1).
+    "sglang_strategy": Option(
+        "sglang",
+        "choice",
+        "no_buffer",
+        "Mamba state placement: no_buffer (chunk ends and sequence ends) or extra_buffer "
+        "(last chunk-aligned point per extend, branch point, decode track interval).",
+        choices=("no_buffer", "extra_buffer"),
+    ),
+    "sglang_chunk_tokens": Option(
+        "sglang",
+        "int",
+        64,
+        "Recurrent kernel chunk C (mamba_cache_chunk_size); extra_buffer tracks states on "
+        "multiples of max(C, block_size).",
+        minimum=1,
+    ),
+    "sglang_track_interval": Option(
+        "sglang",
+        "int",
+        256,
+        "extra_buffer: decode tracks a state every this many tokens (--mamba-track-interval).",
+        minimum=1,
+    ),
+    "sglang_num_states": Option(
+        "sglang",
+        "int",
+        None,
+        "Mamba state pool in states (--max-mamba-cache-size); null = unbounded.",
+        minimum=1,
+        nullable=True,
+    ),
+    # Marconi (MLSys 2025): states at branch points and sequence ends, FLOP-aware eviction.
+    "marconi_alpha": Option(
+        "marconi",
+        "number",
+        1.0,
+        "Weight of FLOP efficiency against recency in the eviction score.",
+    ),
+    # TensorRT-LLM hybrid reuse: a state snapshot every interval tokens.
+    "trtllm_interval": Option(
+        "trtllm",
+        "int",
+        512,
+        "Snapshot interval in tokens (mamba_state_cache_interval); a multiple of block_size.",
+        minimum=1,
+    ),
+    "trtllm_save_last": Option(
+        "trtllm",
+        "bool",
+        False,
+        "Also snapshot at the last full block of the prompt (mamba_save_last_snapshot).",
+    ),
+    # llama.cpp server context checkpoints.
+    "llamacpp_max_checkpoints": Option(
+        "llamacpp",
+        "int",
+        32,
+        "Checkpoints kept per slot (--ctx-checkpoints); the oldest goes first.",
+        minimum=1,
+    ),
+    "llamacpp_min_step": Option(
+        "llamacpp",
+        "int",
+        8192,
+        "Minimum tokens between checkpoints (--checkpoint-min-step).",
+        minimum=1,
+    ),
+    "llamacpp_n_batch": Option(
+        "llamacpp", "int", 2048, "Logical batch size (-b, --batch-size).", minimum=1
+    ),
+    "llamacpp_n_ubatch": Option(
+        "llamacpp", "int", 512, "Physical batch size (-ub, --ubatch-size).", minimum=1
+    ),
+    # SuffixReplay / Tail-Replay: no state checkpoints; replay a recent suffix.
+    "suffix_replay_tokens": Option(
+        "suffix_replay",
+        "int",
+        512,
+        "Replay budget R: the last R matched tokens are recomputed through the recurrent "
+        "layers (reported as replay_tokens, not hits).",
+    ),
+}
+
+
+def resolve(engine: str, values: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The engine's options (sorted by key), defaults filled in; others' keys are errors."""
+    for key in sorted(values):
+        owner = OPTIONS[key].engine
+        if owner != engine:
+            raise ConfigError(f"policy key {key!r} applies to engine {owner}, not {engine}")
+    return tuple(
+        (key, OPTIONS[key].check(key, values.get(key, opt.default)))
+        for key, opt in sorted(OPTIONS.items())
+        if opt.engine == engine
+    )
