@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.offline import get_plotlyjs
 
-from analyzer.report import figures
+from analyzer.report import engines, figures
 from analyzer.report.data import ReportData, load_report_data, policy_value
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -29,7 +29,7 @@ FIGURE_IDS = (
     "fig-policy-compare",
     "fig-weighting",
 )
-SWEEP_FIGURE_ID = "fig-sweeps"
+SWEEP_FIGURE_ID = "fig-sweeps"  # and engines.FIGURE_ID when the runs use several engines
 
 
 @dataclass(frozen=True)
@@ -220,6 +220,10 @@ def _policy_section(data: ReportData) -> tuple[str, list[str]]:
         + "</section>"
     )
     return body, ["fig-policy-compare"]
+
+
+def _engines_section(data: ReportData) -> tuple[str, list[str]]:
+    return engines.engine_section(data, _table, _meaning, _figure_div)
 
 
 def _groups_section(data: ReportData) -> tuple[str, list[str]]:
@@ -502,6 +506,7 @@ def build_html(data: ReportData, *, title_db: str) -> tuple[str, tuple[str, ...]
         _windows_section,
         _junctions_section,
         _policy_section,
+        _engines_section,
         _weighting_section,
         sweep_section,
     ):
@@ -516,8 +521,10 @@ def build_html(data: ReportData, *, title_db: str) -> tuple[str, tuple[str, ...]
         ("windows", "Over time"),
         ("junctions", "Junctions"),
         ("policies", "Policies"),
-        ("weighting", "Request vs token"),
     ]
+    if engines.FIGURE_ID in ids:
+        nav.append(("engines", "Engines"))
+    nav.append(("weighting", "Request vs token"))
     if SWEEP_FIGURE_ID in ids:
         nav.append(("sweeps", "Sweeps"))
     nav.append(("config", "Configuration"))

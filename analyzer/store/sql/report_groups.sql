@@ -18,6 +18,7 @@ SELECT
     sum(sparse_retention_miss_never_kept_tokens)::BIGINT AS sparse_retention_miss_never_kept_tokens,
     sum(sparse_retention_miss_evicted_tokens)::BIGINT AS sparse_retention_miss_evicted_tokens,
     sum(lost_spec_decode_tokens)::BIGINT AS lost_spec_decode_tokens,
+    sum(replay_tokens)::BIGINT AS replay_tokens,
     round(avg(hit_tokens / greatest(prompt_tokens, 1)), 9) AS mean_request_hit_ratio,
     round(avg(sparse_retention_miss_tokens / greatest(prompt_tokens, 1)), 9)
         AS mean_request_sparse_loss_ratio
