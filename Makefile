@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HPA := $(VENV)/bin/hpa
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench bench-ingest bench-replay samples clean
+.PHONY: install demo test lint bench bench-ingest bench-replay bench-peer samples clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check analyzer tests bench tools
 
 # Every benchmark, each against a peer or a naive baseline in the same run.
-bench: bench-ingest bench-match bench-replay
+bench: bench-ingest bench-match bench-replay bench-peer
 
 bench-ingest: $(STAMP)
 	$(PY) bench/bench_ingest.py
@@ -34,6 +34,10 @@ bench-ingest: $(STAMP)
 # Replay vs vLLM 0.33's own scheduler (the oracle venv of ../shared/oracle, when present).
 bench-replay: $(STAMP)
 	$(PY) bench/bench_replay.py
+
+# hpa vs kvcache-simulator (PyPI) on the Mooncake conversation trace (installs the peer).
+bench-peer: $(STAMP)
+	$(PY) bench/bench_peer.py
 
 samples: $(STAMP)
 	PATH=$(abspath $(VENV))/bin:$$PATH bash sample_traces/make_samples.sh
