@@ -65,6 +65,23 @@ def test_model_presets_are_consistent():
             assert (
                 model["bytes_per_state"] == model["num_groups"]["mamba"] * model["bytes_per_block"]
             )
+            _check_vllm_layout(model)
+
+
+def _check_vllm_layout(model: dict) -> None:
+    """The block size and groups vLLM 0.33 derives from the layer counts and state bytes:
+    the attention page grows in 16-token steps until it holds one layer's state, and layers
+    are grouped by the smaller count (the larger one when it is under 1.5x the smaller)."""
+    kv = model["kv_bytes_per_token_per_layer"]
+    state = model["mamba_state_bytes_per_layer"]
+    assert model["block_size"] == 16 * -(-state // (16 * kv))
+    counts = (model["num_full_attention_layers"], model["num_mamba_layers"])
+    size = max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
+    assert model["layers_per_group"] == size
+    assert model["num_groups"] == {
+        "full_attention": -(-counts[0] // size),
+        "mamba": -(-counts[1] // size),
+    }
 
 
 def test_schema_examples_are_valid_policies():

@@ -73,8 +73,8 @@ def test_memory_gib_and_grid(groups_db):
     ]
     assert s.points[0].memory_gib == pytest.approx(30 * 17_301_504 / 2**30)
     assert not any(p.one_pass for p in s.points)
-    # A preset without bytes_per_block: memory unknown.
-    (s2,) = run_sweeps("vllm-default", ["model=qwen3.6-27b"], ["num_blocks=40"], db_path=groups_db)
+    # No model preset: bytes per block unknown, so memory unknown.
+    (s2,) = run_sweeps("vllm-default", ["block_size=784"], ["num_blocks=40"], db_path=groups_db)
     assert s2.points[0].memory_gib is None
 
 
