@@ -83,6 +83,13 @@ OPTIONS: dict[str, Option] = {
         minimum=1,
         nullable=True,
     ),
+    "sglang_swa_full_tokens_ratio": Option(
+        "sglang",
+        "number",
+        0.8,
+        "SWARadixCache: sliding-window KV pool as a fraction of the full KV pool "
+        "(--swa-full-tokens-ratio); unbounded when num_blocks is null.",
+    ),
     # Marconi (MLSys 2025): states at branch points and sequence ends, FLOP-aware eviction.
     "marconi_alpha": Option(
         "marconi",
@@ -94,9 +101,12 @@ OPTIONS: dict[str, Option] = {
     "trtllm_interval": Option(
         "trtllm",
         "int",
-        512,
-        "Snapshot interval in tokens (mamba_state_cache_interval); a multiple of block_size.",
+        None,
+        "Snapshot interval in tokens (periodic_snapshot_interval, alias "
+        "mamba_state_cache_interval); a multiple of block_size; null = no periodic snapshots "
+        "(TensorRT-LLM's default).",
         minimum=1,
+        nullable=True,
     ),
     "trtllm_save_last": Option(
         "trtllm",
@@ -115,15 +125,23 @@ OPTIONS: dict[str, Option] = {
     "llamacpp_min_step": Option(
         "llamacpp",
         "int",
-        8192,
-        "Minimum tokens between checkpoints (--checkpoint-min-step).",
-        minimum=1,
+        256,
+        "Minimum tokens between checkpoints (--checkpoint-min-step; 256 in recent builds, "
+        "8192 in older ones; 0 = no minimum).",
     ),
     "llamacpp_n_batch": Option(
         "llamacpp", "int", 2048, "Logical batch size (-b, --batch-size).", minimum=1
     ),
     "llamacpp_n_ubatch": Option(
         "llamacpp", "int", 512, "Physical batch size (-ub, --ubatch-size).", minimum=1
+    ),
+    "llamacpp_cache_tokens": Option(
+        "llamacpp",
+        "int",
+        0,
+        "Host prompt cache (--cache-ram) capacity in cached tokens; 0 = off (--cache-ram 0), "
+        "null = unbounded. llama-server counts MiB (default 8192): divide by bytes per token.",
+        nullable=True,
     ),
     # SuffixReplay / Tail-Replay: no state checkpoints; replay a recent suffix.
     "suffix_replay_tokens": Option(

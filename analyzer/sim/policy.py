@@ -138,6 +138,9 @@ def make_policy(values: dict[str, Any]) -> Policy:
         options=resolve(v["engine"], {k: x for k, x in values.items() if k in OPTIONS}),
     )
     _check_consistency(policy)
+    from analyzer.sim.replay import check_engine  # engines import this module
+
+    check_engine(policy)
     return policy
 
 

@@ -19,7 +19,14 @@ from analyzer.errors import ConfigError
 from analyzer.sim.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult
 
-__all__ = ["ENGINE_MODULES", "SimRequest", "SimResult", "hit_alignment", "replay"]
+__all__ = [
+    "ENGINE_MODULES",
+    "SimRequest",
+    "SimResult",
+    "check_engine",
+    "hit_alignment",
+    "replay",
+]
 
 # Engine name -> the module with its replay (imported on first use).
 ENGINE_MODULES = {
@@ -48,6 +55,13 @@ def hit_alignment(policy: Policy) -> int:
     module = _engine(policy)
     align = getattr(module, "hit_alignment", None)
     return align(policy) if align is not None else policy.block_size
+
+
+def check_engine(policy: Policy) -> None:
+    """Raise the engine's own ConfigError for a policy it cannot replay (e.g. a group or a
+    key it does not model), before any request runs: engines check at construction."""
+    for _ in replay((), policy):
+        pass
 
 
 def replay(
