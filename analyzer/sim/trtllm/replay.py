@@ -21,9 +21,7 @@ from analyzer.sim.trtllm.blocks import (
 from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 
 
-def snapshot_points(
-    prompt: int, block: int, interval: int | None, save_last: bool
-) -> list[int]:
+def snapshot_points(prompt: int, block: int, interval: int | None, save_last: bool) -> list[int]:
     """Positions (tokens, ascending) where the prompt's prefill leaves a reusable snapshot.
 
     TensorRT-LLM stops context chunks at {k * interval < prompt} and at the prompt end (plus
