@@ -28,6 +28,8 @@ _LAZY = {
     "make_policy": "analyzer.sim.policy",
     "run_replay": "analyzer.replay",
     "run_demo": "analyzer.demo",
+    "validate": "analyzer.metrics.validate",
+    "write_probe": "analyzer.probe",
 }
 
 __all__ = [

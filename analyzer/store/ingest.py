@@ -19,8 +19,14 @@ import pyarrow as pa
 
 from analyzer.errors import InputFileError
 from analyzer.store.db import DEFAULT_DB, connect, load_sql
-from analyzer.traces.batches import Batch, Reject
-from analyzer.traces.readers import READERS, CountingReader, detect_format, open_binary
+from analyzer.traces.batches import Batch, Reject, SourceInfo
+from analyzer.traces.readers import (
+    READERS,
+    SOURCE_INFO,
+    CountingReader,
+    detect_format,
+    open_binary,
+)
 
 Progress = Callable[[int, int], None]  # (bytes read so far, total bytes) of the current file
 
@@ -72,6 +78,7 @@ class _Tally:
     rejects: list[Reject] = field(default_factory=list)
     num_rejected: int = 0
     num_undecodable: int = 0  # rejects that were not a JSON object at all
+    block_sizes: set[int] = field(default_factory=set)  # up to 2 distinct stored sizes
 
 
 MAX_REJECTS_KEPT = 20
@@ -169,8 +176,11 @@ def _ingest_file(con, path, fmt, known, first_seen, progress) -> SourceResult:
         _forget_source(con, source_id)
         raise
     # The sources row is written last: it marks the file as complete.
+    info = SOURCE_INFO.get(fmt, SourceInfo())
     con.execute(
-        "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp)",
+        "INSERT INTO sources (source_id, path, sha256, format, num_read, num_stored, "
+        "num_rejected, num_prompt_tokens, ingested_at, block_size, provenance) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp, ?, ?)",
         [
             source_id,
             str(path),
@@ -180,6 +190,8 @@ def _ingest_file(con, path, fmt, known, first_seen, progress) -> SourceResult:
             tally.num_stored,
             tally.num_rejected,
             tally.num_prompt_tokens,
+            info.block_size_tokens or _single(tally.block_sizes),
+            info.provenance,
         ],
     )
     first_seen.update(tally.first_seen)
@@ -227,6 +239,9 @@ def _store_batch(con, batch: Batch, tally: _Tally) -> None:
         con.unregister("batch_rows")
         tally.num_stored += rows.num_rows
         tally.num_prompt_tokens += pa.compute.sum(rows.column("prompt_tokens")).as_py()
+        if len(tally.block_sizes) < 2:
+            sizes = pa.compute.unique(rows.column("block_size").drop_null()).to_pylist()
+            tally.block_sizes.update(sizes[:2])
     if rejects:
         con.executemany(
             "INSERT INTO rejects VALUES (?, ?, ?, ?, ?, ?)",
@@ -261,6 +276,11 @@ def _drop_duplicates(batch: Batch, tally: _Tally) -> tuple[pa.Table, list[Reject
     rejects.sort(key=lambda r: r.line_no)
     rows = batch.rows if len(keep) == len(ids) else batch.rows.take(pa.array(keep, pa.int64()))
     return rows, rejects
+
+
+def _single(block_sizes: set[int]) -> int | None:
+    """The block size of a canonical hash-id file whose rows all share one, else None."""
+    return next(iter(block_sizes)) if len(block_sizes) == 1 else None
 
 
 def _check_parseable(path: Path, fmt: str, tally: _Tally) -> None:

@@ -36,6 +36,7 @@ FAST_INPUT_SCHEMA = pa.schema(
         ("block_size", pa.int64()),
         ("prompt_tokens", pa.int64()),
         ("output_tokens", pa.int64()),
+        ("cached_tokens", pa.int64()),
     ]
 )
 
@@ -48,6 +49,18 @@ class Reject:
     field: str | None
     reason: str
     raw_excerpt: str
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What ingest records in `sources` about a reader's format.
+
+    block_size_tokens: the trace's hash block size in tokens (None for token-id traces);
+    provenance: one line naming the public trace or format, its URL and licence.
+    """
+
+    block_size_tokens: int | None = None
+    provenance: str | None = None
 
 
 @dataclass
@@ -87,16 +100,7 @@ def fast_rows(table: pa.Table, line_nos: pa.Array) -> pa.Table | None:
     if table is None or not _all_valid(table):
         return None
     col = table.column
-    has_ids = pc.is_valid(col("prompt_token_ids"))
-    hash_tokens = pc.coalesce(
-        col("prompt_tokens"),
-        pc.multiply(
-            pc.list_value_length(col("block_hash_ids")).cast(pa.int64()), col("block_size")
-        ),
-    )
-    prompt_tokens = pc.if_else(
-        has_ids, pc.list_value_length(col("prompt_token_ids")).cast(pa.int64()), hash_tokens
-    )
+    prompt_tokens = _prompt_tokens(table)
     output_tokens = pc.coalesce(
         col("output_tokens"), pc.list_value_length(col("output_token_ids")).cast(pa.int64())
     )
@@ -116,6 +120,22 @@ def fast_rows(table: pa.Table, line_nos: pa.Array) -> pa.Table | None:
         for name, typ in zip(ROW_SCHEMA.names, ROW_SCHEMA.types, strict=True)
     ]
     return pa.Table.from_arrays(arrays, schema=ROW_SCHEMA)
+
+
+def _prompt_tokens(t: pa.Table) -> pa.ChunkedArray:
+    """Each row's prompt length: its token ids, else prompt_tokens, else ids x block size."""
+    col = t.column
+    hash_tokens = pc.coalesce(
+        col("prompt_tokens"),
+        pc.multiply(
+            pc.list_value_length(col("block_hash_ids")).cast(pa.int64()), col("block_size")
+        ),
+    )
+    return pc.if_else(
+        pc.is_valid(col("prompt_token_ids")),
+        pc.list_value_length(col("prompt_token_ids")).cast(pa.int64()),
+        hash_tokens,
+    )
 
 
 def _complete(table: pa.Table) -> pa.Table | None:
@@ -184,9 +204,10 @@ def _hashes_ok(t: pa.Table) -> bool:
 
 
 def _counts_ok(t: pa.Table) -> bool:
-    """block_size, prompt_tokens, output_tokens in range and consistent with the lists."""
+    """Counts in range and consistent with the lists (cached_tokens <= prompt length)."""
     col = t.column
-    for name, minimum in (("block_size", 1), ("prompt_tokens", 1), ("output_tokens", 0)):
+    counts = (("block_size", 1), ("prompt_tokens", 1), ("output_tokens", 0), ("cached_tokens", 0))
+    for name, minimum in counts:
         if _any(pc.less(col(name), minimum)) or _any(pc.greater_equal(col(name), TOKEN_ID_LIMIT)):
             return False
     ids_len = pc.list_value_length(col("prompt_token_ids"))
@@ -201,6 +222,8 @@ def _counts_ok(t: pa.Table) -> bool:
     if _any(
         pc.and_kleene(pc.is_null(col("prompt_tokens")), pc.greater_equal(implied, TOKEN_ID_LIMIT))
     ):
+        return False
+    if _any(pc.greater(col("cached_tokens"), _prompt_tokens(t))):
         return False
     out_len = pc.list_value_length(col("output_token_ids"))
     return not _any(pc.not_equal(col("output_tokens"), out_len))

@@ -20,8 +20,22 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from analyzer.errors import InputFileError
-from analyzer.traces.adapters import mooncake
-from analyzer.traces.batches import FAST_INPUT_SCHEMA, Batch, exact_batch, fast_rows
+from analyzer.traces.adapters import (
+    bailian,
+    mooncake,
+    ragpulse,
+    sglang_log,
+    tracelab,
+    vllm_log,
+    weka,
+)
+from analyzer.traces.batches import (
+    FAST_INPUT_SCHEMA,
+    Batch,
+    SourceInfo,
+    exact_batch,
+    fast_rows,
+)
 from analyzer.traces.csv_rows import read_csv
 from analyzer.traces.jsonlines import decoded_lines, first_json_object, line_bodies
 
@@ -38,7 +52,9 @@ _SUFFIX_FORMATS = {
 }
 # Formats read by adapters (analyzer/traces/adapters); they are all JSON Lines, so an
 # undetectable file is never one of them.
-ADAPTER_FORMATS = (mooncake.NAME,)
+ADAPTER_FORMATS = (mooncake.NAME, weka.NAME, ragpulse.NAME, bailian.NAME)
+# ... but for engine logs (text), recognised by their request lines.
+ADAPTER_FORMATS += (tracelab.NAME, vllm_log.NAME, sglang_log.NAME)
 _BLANK_START = np.array([10, 13, 32, 9], dtype=np.uint8)  # \n \r space tab
 
 
@@ -71,6 +87,8 @@ def detect_format(path: Path) -> str:
         return "parquet"
     if head.lstrip()[:1] == b"{":
         return _jsonl_flavour(path)
+    if (log_format := _log_flavour(path)) is not None:
+        return log_format
     raise InputFileError(
         f"{path}: cannot tell the format from the name or content; "
         f"pass --format ({', '.join(f for f in READERS if f not in ADAPTER_FORMATS)})"
@@ -84,7 +102,30 @@ def _jsonl_flavour(path: Path) -> str:
             head = f.read(1 << 20)
     except Exception:  # corrupt gzip/zstd: the reader reports what is wrong with the file
         return "jsonl"
-    return mooncake.NAME if mooncake.looks_like(first_json_object(head)) else "jsonl"
+    first = first_json_object(head)
+    if weka.looks_like(first, head):  # one conversation may be a line longer than `head`
+        return weka.NAME
+    if ragpulse.looks_like(first):
+        return ragpulse.NAME
+    if bailian.looks_like(first):
+        return bailian.NAME
+    if tracelab.looks_like(first):
+        return tracelab.NAME
+    if sglang_log.looks_like_json(first):
+        return sglang_log.NAME
+    return mooncake.NAME if mooncake.looks_like(first) else "jsonl"
+
+
+def _log_flavour(path: Path) -> str | None:
+    """vllm_log or sglang_log when the first MiB of a text file has their request lines."""
+    try:
+        with open_binary(path, CountingReader(open(path, "rb"))) as f:
+            head = f.read(1 << 20)
+    except Exception:  # corrupt gzip/zstd: not recognised; the error names the formats
+        return None
+    if vllm_log.looks_like(head):
+        return vllm_log.NAME
+    return sglang_log.NAME if sglang_log.looks_like(head) else None
 
 
 def open_binary(path: Path, counter: CountingReader) -> BinaryIO:
@@ -175,4 +216,20 @@ READERS: dict[str, Reader] = {
     "parquet": read_parquet,
     "csv": read_csv,
     mooncake.NAME: mooncake.read_mooncake,
+    tracelab.NAME: tracelab.read_tracelab,
+    vllm_log.NAME: vllm_log.read_vllm_log,
+    sglang_log.NAME: sglang_log.read_sglang_log,
+    weka.NAME: weka.read_weka,
+    ragpulse.NAME: ragpulse.read_ragpulse,
+    bailian.NAME: bailian.read_bailian,
+}
+# Block size and provenance of each adapter's format, recorded in the `sources` table.
+SOURCE_INFO: dict[str, SourceInfo] = {
+    mooncake.NAME: mooncake.SOURCE,
+    tracelab.NAME: tracelab.SOURCE,
+    vllm_log.NAME: vllm_log.SOURCE,
+    sglang_log.NAME: sglang_log.SOURCE,
+    weka.NAME: weka.SOURCE,
+    ragpulse.NAME: ragpulse.SOURCE,
+    bailian.NAME: bailian.SOURCE,
 }

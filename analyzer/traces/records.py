@@ -29,7 +29,7 @@ STRING_FIELDS = (
     "tenant",
 )
 TOKEN_LIST_FIELDS = ("prompt_token_ids", "output_token_ids")
-COUNT_FIELDS = ("block_size", "prompt_tokens", "output_tokens")
+COUNT_FIELDS = ("block_size", "prompt_tokens", "output_tokens", "cached_tokens")
 KNOWN_FIELDS = frozenset(
     STRING_FIELDS
     + TOKEN_LIST_FIELDS
@@ -61,6 +61,7 @@ ROW_SCHEMA = pa.schema(
         ("tenant", pa.string()),
         ("ttft_ms", pa.float64()),
         ("extra", pa.string()),
+        ("cached_tokens", pa.int32()),
     ]
 )
 
@@ -166,6 +167,7 @@ def validate_record(obj: Any, line_no: int) -> dict[str, Any]:
         if row["ttft_ms"] < 0:
             raise RecordError("ttft_ms", f"{rec['ttft_ms']} is negative")
     _prompt(rec, row)
+    _cached(rec, row)
     _output(rec, row)
     extra = {k: v for k, v in rec.items() if k not in KNOWN_FIELDS}
     if extra:
@@ -206,6 +208,18 @@ def _prompt(rec: dict[str, Any], row: dict[str, Any]) -> None:
     row["prompt_tokens"] = claimed if claimed is not None else len(hashes) * size
     if row["prompt_tokens"] >= TOKEN_ID_LIMIT:
         raise RecordError("block_hash_ids", "prompt longer than 2^31 tokens")
+
+
+def _cached(rec: dict[str, Any], row: dict[str, Any]) -> None:
+    """Engine-reported cached prompt tokens: 0 <= cached_tokens <= prompt_tokens."""
+    if "cached_tokens" not in rec:
+        return
+    cached = _count("cached_tokens", rec["cached_tokens"], 0)
+    if cached > row["prompt_tokens"]:
+        raise RecordError(
+            "cached_tokens", f"{cached} is more than prompt_tokens ({row['prompt_tokens']})"
+        )
+    row["cached_tokens"] = cached
 
 
 def _output(rec: dict[str, Any], row: dict[str, Any]) -> None:

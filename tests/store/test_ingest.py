@@ -60,6 +60,83 @@ def test_stores_fields_and_counts(tmp_path, db):
     ) == [(2, 2, 0, 23, "jsonl")]
 
 
+def test_cached_tokens_stored_and_checked(tmp_path, db):
+    path = write_jsonl(
+        tmp_path / "c.jsonl",
+        [
+            {"request_id": "a", "prompt_token_ids": [1, 2, 3], "cached_tokens": 2},
+            {"request_id": "b", "block_hash_ids": [7, 8], "block_size": 16, "cached_tokens": 32},
+            {"request_id": "c", "prompt_token_ids": [1], "cached_tokens": 2},
+            {"request_id": "d", "prompt_token_ids": [1]},
+        ],
+    )
+    result = ingest([path], db_path=db)
+    assert (result.num_read, result.num_stored, result.num_rejected) == (4, 3, 1)
+    assert rows(db, "SELECT request_id, cached_tokens, extra FROM requests ORDER BY 1") == [
+        ("a", 2, None),
+        ("b", 32, None),
+        ("d", None, None),
+    ]
+    assert rows(db, "SELECT line_no, field, reason FROM rejects") == [
+        (3, "cached_tokens", "2 is more than prompt_tokens (1)")
+    ]
+
+
+def test_sources_block_size_and_provenance(tmp_path, db):
+    ids = write_jsonl(tmp_path / "ids.jsonl", [{"request_id": "a", "prompt_token_ids": [1]}])
+    hashes = write_jsonl(
+        tmp_path / "h.jsonl",
+        [{"request_id": f"h{i}", "block_hash_ids": [i], "block_size": 16} for i in range(3)],
+    )
+    mixed = write_jsonl(
+        tmp_path / "m.jsonl",
+        [
+            {"request_id": "m1", "block_hash_ids": [1], "block_size": 16},
+            {"request_id": "m2", "block_hash_ids": [1], "block_size": 32},
+        ],
+    )
+    mooncake = write_jsonl(
+        tmp_path / "mc.jsonl", [{"timestamp": 0, "input_length": 5, "hash_ids": [1]}]
+    )
+    ingest([ids, hashes, mixed, mooncake], db_path=db)
+    got = rows(db, "SELECT format, block_size, provenance FROM sources ORDER BY source_id")
+    assert [g[:2] for g in got] == [
+        ("jsonl", None),
+        ("jsonl", 16),
+        ("jsonl", None),
+        ("mooncake", 512),
+    ]
+    assert [g[2] is None for g in got] == [True, True, True, False]
+    assert "github.com/kvcache-ai/Mooncake" in got[3][2] and "Apache-2.0" in got[3][2]
+
+
+def test_database_from_before_cached_tokens_gains_the_columns(tmp_path, db):
+    import duckdb
+
+    first = write_jsonl(tmp_path / "1.jsonl", [{"request_id": "a", "prompt_token_ids": [1]}])
+    ingest([first], db_path=db)
+    con = duckdb.connect(str(db))  # the layout of a database written before these columns
+    for table, column in (
+        ("requests", "cached_tokens"),
+        ("sources", "block_size"),
+        ("sources", "provenance"),
+    ):
+        con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    con.close()
+    second = write_jsonl(
+        tmp_path / "2.jsonl", [{"request_id": "b", "prompt_token_ids": [1, 2], "cached_tokens": 1}]
+    )
+    assert ingest([second], db_path=db).num_stored == 1
+    assert rows(db, "SELECT request_id, cached_tokens FROM requests ORDER BY 1") == [
+        ("a", None),
+        ("b", 1),
+    ]
+    assert rows(db, "SELECT source_id, block_size FROM sources ORDER BY 1") == [
+        (1, None),
+        (2, None),
+    ]
+
+
 def test_arrival_order_ties_and_missing_timestamps(tmp_path, db):
     first = write_jsonl(
         tmp_path / "1.jsonl",

@@ -32,6 +32,11 @@ def valid_record(draw, i: int):
                 st.integers(1, size)
             )
     if draw(st.booleans()):
+        prompt = len(rec.get("prompt_token_ids", ())) or rec.get(
+            "prompt_tokens", len(rec.get("block_hash_ids", ())) * rec.get("block_size", 0)
+        )
+        rec["cached_tokens"] = draw(st.none() | st.integers(0, prompt))
+    if draw(st.booleans()):
         rec["output_token_ids"] = draw(st.lists(token, max_size=3))
     if draw(st.booleans()):
         rec["timestamp"] = draw(st.integers(-5, 5) | st.floats(-1e9, 1e9))
@@ -56,6 +61,9 @@ BAD_LINES = [
     "  ",
     '{"request_id": "t", "block_hash_ids": [1]}',
     '{"request_id": "s", "prompt_token_ids": [1.0]}',
+    '{"request_id": "q", "prompt_token_ids": [1, 2], "cached_tokens": 3}',
+    '{"request_id": "p", "block_hash_ids": [1], "block_size": 4, "cached_tokens": 5}',
+    '{"request_id": "o", "prompt_token_ids": [1], "cached_tokens": -1}',
 ]
 
 

@@ -118,6 +118,15 @@ BAD = [
     ),
     ({**OK, "timestamp": [1]}, "timestamp", "expected a number, got array", True),
     ({**OK, "ttft_ms": -3}, "ttft_ms", "-3 is negative", True),
+    ({**OK, "cached_tokens": -1}, "cached_tokens", "-1 is outside [0, 2^31)", True),
+    ({**OK, "cached_tokens": 1.5}, "cached_tokens", "expected an integer, got number", True),
+    ({**OK, "cached_tokens": 3}, "cached_tokens", "3 is more than prompt_tokens (2)", False),
+    (
+        {"request_id": "h", "block_hash_ids": [1, 2], "block_size": 16, "cached_tokens": 33},
+        "cached_tokens",
+        "33 is more than prompt_tokens (32)",
+        False,
+    ),
     ({**OK, "replica": 1.5}, "replica", "expected a string, got number", True),
     (
         {**OK, "model_revision": {"name": "x"}},
@@ -143,6 +152,8 @@ GOOD = [
     {**OK, "output_token_ids": [], "output_tokens": 0, "extra_field": [1, {"a": None}]},
     {"request_id": "h", "block_hash_ids": [-5, 2**63 - 1], "block_size": 512, "prompt_tokens": 513},
     {**OK, "model_revision": None, "prompt_family": None},
+    {**OK, "cached_tokens": 2},
+    {**OK, "cached_tokens": 0},
 ]
 
 
@@ -176,3 +187,9 @@ def test_schema_examples_are_valid():
     for example in SCHEMA["examples"]:
         validator.validate(example)
         validate_record(example, 1)
+
+
+def test_cached_tokens_is_a_column_not_extra():
+    row = validate_record({**OK, "cached_tokens": 1}, 1)
+    assert row["cached_tokens"] == 1 and row["extra"] is None
+    assert validate_record(OK, 1)["cached_tokens"] is None

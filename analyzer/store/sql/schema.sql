@@ -13,7 +13,9 @@ CREATE TABLE IF NOT EXISTS sources (
     num_stored BIGINT NOT NULL,
     num_rejected BIGINT NOT NULL,
     num_prompt_tokens BIGINT NOT NULL,
-    ingested_at TIMESTAMP NOT NULL
+    ingested_at TIMESTAMP NOT NULL,
+    block_size INTEGER,     -- the trace's hash block size in tokens; null for token-id traces
+    provenance VARCHAR      -- adapters: which public trace/format, URL, licence (one line)
 );
 
 CREATE TABLE IF NOT EXISTS requests (
@@ -39,7 +41,8 @@ CREATE TABLE IF NOT EXISTS requests (
     spec_decode VARCHAR,
     tenant VARCHAR,
     ttft_ms DOUBLE,
-    extra JSON
+    extra JSON,
+    cached_tokens INTEGER   -- engine-reported cached prompt tokens (0..prompt_tokens)
 );
 
 CREATE TABLE IF NOT EXISTS rejects (
@@ -50,3 +53,9 @@ CREATE TABLE IF NOT EXISTS rejects (
     reason VARCHAR NOT NULL,
     raw_excerpt VARCHAR
 );
+
+-- Columns added after schema version 1 shipped: databases created before gain them here
+-- (appended last, as in the CREATE statements above, so both layouts are the same).
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS block_size INTEGER;
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS provenance VARCHAR;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS cached_tokens INTEGER;

@@ -17,12 +17,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from analyzer.traces.batches import Batch, exact_batch
+from analyzer.traces.batches import Batch, SourceInfo, exact_batch
 from analyzer.traces.jsonlines import json_line_chunks
 from analyzer.traces.records import KNOWN_FIELDS, RecordError, _type_name
 
 NAME = "mooncake"
 BLOCK_SIZE = 512
+SOURCE = SourceInfo(
+    BLOCK_SIZE,
+    "Mooncake FAST'25 traces (Moonshot AI / Kimi), "
+    "https://github.com/kvcache-ai/Mooncake/tree/main/FAST25-release/traces, Apache-2.0",
+)
 _OWN_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 # Fields of other hash-id formats (Qwen-Bailian) that make a record not Mooncake.
 _FOREIGN_FIELDS = ("chat_id", "parent_chat_id", "turn", "type")
@@ -32,7 +37,7 @@ def looks_like(first: Any) -> bool:
     """True when a file's first record is unambiguously Mooncake."""
     return (
         isinstance(first, dict)
-        and "hash_ids" in first
+        and isinstance(first.get("hash_ids"), list)
         and "input_length" in first
         and not any(k in first for k in _FOREIGN_FIELDS)
         and not any(k in first for k in KNOWN_FIELDS if k != "timestamp")

@@ -110,7 +110,7 @@ def test_auto_detection(tmp_path):
     assert detect_format(write_jsonl(tmp_path / "a.jsonl.gz", [mc])) == "mooncake"
     assert detect_format(write_jsonl(tmp_path / "noext", [mc])) == "mooncake"
     bailian = {**mc, "chat_id": 1, "parent_chat_id": -1, "turn": 1, "type": "text"}
-    assert detect_format(write_jsonl(tmp_path / "b.jsonl", [bailian])) == "jsonl"
+    assert detect_format(write_jsonl(tmp_path / "b.jsonl", [bailian])) == "bailian"
     canonical = {"request_id": "r", "block_hash_ids": [3], "block_size": 16, **mc}
     assert detect_format(write_jsonl(tmp_path / "c.jsonl", [canonical])) == "jsonl"
     assert detect_format(write_jsonl(tmp_path / "d.jsonl", ["{not json"])) == "jsonl"

@@ -1,0 +1,25 @@
+-- Table written by `hpa validate`: one row per compared figure and group of one validation
+-- (a replay run beside what an engine observed). error_tokens = predicted - observed;
+-- relative_error = error / observed (NULL when nothing was observed but something predicted).
+CREATE TABLE IF NOT EXISTS validations (
+    validation_id INTEGER NOT NULL,
+    run_id INTEGER NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    window_start_s DOUBLE,
+    window_end_s DOUBLE,
+    metrics_before VARCHAR,
+    metrics_after VARCHAR,
+    model_name VARCHAR,
+    source VARCHAR NOT NULL,
+    figure VARCHAR NOT NULL,
+    prompt_family VARCHAR NOT NULL,
+    model_revision VARCHAR NOT NULL,
+    requests BIGINT NOT NULL,
+    not_observed_requests BIGINT,
+    observed_tokens BIGINT NOT NULL,
+    predicted_tokens BIGINT NOT NULL,
+    error_tokens BIGINT NOT NULL,
+    relative_error DOUBLE,
+    mean_abs_error_tokens DOUBLE,
+    exact_share DOUBLE
+);

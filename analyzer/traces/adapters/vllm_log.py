@@ -1,0 +1,274 @@
+"""vLLM server logs written with request logging on (`--enable-log-requests`; on by default
+in older releases, which had `--disable-log-requests`), as printed by
+`vllm/entrypoints/logger.py` (RequestLogger.log_inputs / log_outputs).
+
+Lines used (after vLLM's `LEVEL MM-DD HH:MM:SS [file.py:N]` header, optionally behind a
+`(APIServer pid=N)` prefix or colour codes):
+
+- `Received request ID: prompt: '...', params: SamplingParams(...), prompt_token_ids:
+  [..], [prompt_embeds shape: ..,] lora_request: .., [prompt_adapter_request: ..]` (v0.6 to
+  v0.11.1, one line per request; also `sampling_params:` in older releases);
+- `Request ID details: prompt: '...', prompt_token_ids: [..], prompt_embeds shape: ..`
+  (v0.11.2 and later, vLLM PR #26713: DEBUG level only) followed by `Received request ID:
+  params: .., lora_request: ..` (INFO);
+- `Generated response ID: output: '...', output_token_ids: [..], finish_reason: ..`
+  (`--enable-log-outputs`): the output ids of a request still waiting for them.
+- `Initializing a V1 LLM engine (vX) with config: model='M'`: model_revision = M for the
+  requests that follow.
+
+One record per request with token ids: request_id = the logged id, timestamp from its
+line's header, prompt_token_ids, output_token_ids when its `Generated response` line
+comes within WINDOW_LINES lines (streamed responses log no ids), lora_name. vLLM logs no
+per-request cached-token count, so cached_tokens stays absent.
+
+Time: the header has no year and no zone; see `logs.YearClock` (the year of the file's
+modification time, UTC). Every other line is skipped and counted. A request line whose
+token list is cut off, unparseable or not logged (`None`, or an INFO-only log of v0.11.2+)
+is rejected with its line and reason. `--max-log-len` cuts token lists silently; such a
+log stores shortened prompts (nothing in the line says so).
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from analyzer.errors import InputFileError
+from analyzer.traces.adapters.logs import (
+    LogStats,
+    ReprError,
+    YearClock,
+    canonical_batch,
+    find_outside_strings,
+    int_list_at,
+    iso_seconds,
+    plain,
+    string_end,
+    text_lines,
+)
+from analyzer.traces.batches import Batch, SourceInfo, excerpt
+from analyzer.traces.records import RecordError
+
+NAME = "vllm_log"
+SOURCE = SourceInfo(
+    None,
+    "vLLM server log with --enable-log-requests (RequestLogger, vllm/entrypoints/logger.py), "
+    "https://github.com/vllm-project/vllm, Apache-2.0",
+)
+WINDOW_LINES = 100_000  # a request waits this many lines for its `Generated response`
+MAX_PENDING_TOKENS = 16 << 20  # ... and is stored without it when more tokens wait
+
+_HEADER = re.compile(
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?"
+)
+_INPUTS = re.compile(r"Received request (\S+?): prompt: |Request (\S+?) details: prompt: ")
+_PARAMS = re.compile(r"Received request (\S+?): params: ")
+_OUTPUT = re.compile(r"Generated response (\S+?)( \(streaming (?:delta|complete)\))?: output: ")
+_MESSAGES = (("inputs", _INPUTS), ("params", _PARAMS), ("output", _OUTPUT))
+_ENGINE = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v[^)]*\) with config: model='([^']*)'")
+_LORA = re.compile(r"lora_request: LoRARequest\(lora_name='([^']*)'")
+_NOT_LOGGED = (
+    "not logged: vLLM >= 0.11.2 logs prompt token ids only at DEBUG level "
+    "(VLLM_LOGGING_LEVEL=DEBUG with --enable-log-requests)"
+)
+
+
+def looks_like(head: bytes) -> bool:
+    """True when the start of a file holds vLLM request log lines."""
+    text = head.decode("utf-8", "replace")
+    return _HEADER.search(text) is not None and (
+        _INPUTS.search(text) is not None or _PARAMS.search(text) is not None
+    )
+
+
+@dataclass
+class _Pending:
+    line_no: int
+    record: dict[str, Any]
+    raw: str
+    num_tokens: int
+
+
+@dataclass
+class _Scan:
+    """The state of one file's scan: requests waiting for their output, and counts."""
+
+    clock: YearClock
+    model: str | None = None
+    pending: OrderedDict[str, _Pending] = field(default_factory=OrderedDict)
+    pending_tokens: int = 0
+    recent: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    ready: list[tuple[int, Any, str]] = field(default_factory=list)
+    stats: LogStats = field(default_factory=LogStats)
+
+
+def read_vllm_log(
+    path: Path, stream: BinaryIO, progress: Callable[[], None], stats: LogStats | None = None
+) -> Iterator[Batch]:
+    """Batches of canonical rows from a vLLM server log; `stats` receives the line counts."""
+    scan = _Scan(YearClock(datetime.fromtimestamp(path.stat().st_mtime, UTC)))
+    if stats is not None:
+        scan.stats = stats
+    for first, lines in text_lines(stream, progress):
+        for offset, line in enumerate(lines):
+            if scan.pending:
+                _expire(scan, first + offset)
+            _line(scan, first + offset, line)
+        yield _ready_batch(scan)
+    _expire(scan, None)
+    yield _ready_batch(scan)
+    if not scan.stats.num_request_lines:
+        raise InputFileError(
+            f"{path}: no vLLM request lines ('Received request ...') among "
+            f"{scan.stats.num_skipped:,} lines; was the server started with --enable-log-requests?"
+        )
+
+
+def _line(scan: _Scan, line_no: int, line: str) -> None:
+    if "equest " not in line and "Generated response " not in line and "LLM engine" not in line:
+        scan.stats.num_skipped += 1
+        return
+    line = plain(line)
+    # The first message wins: a prompt or output text may quote any of them.
+    found = [(m.start(), kind, m) for kind, pattern in _MESSAGES if (m := pattern.search(line))]
+    kind, m = min(found, key=lambda f: f[0])[1:] if found else (None, None)
+    if kind == "inputs":
+        _inputs(scan, line_no, line, m)
+    elif kind == "params":
+        _params(scan, line_no, line, m.group(1))
+    elif kind == "output":
+        scan.stats.num_skipped += 1
+        if m.group(2) is None:  # streamed responses log text only
+            _output(scan, line, m)
+    else:
+        if (engine := _ENGINE.search(line)) is not None:
+            scan.model = engine.group(1)
+        scan.stats.num_skipped += 1
+
+
+def _inputs(scan: _Scan, line_no: int, line: str, m: re.Match) -> None:
+    """A request line with its prompt: a pending record, or a reject."""
+    scan.stats.num_request_lines += 1
+    rid = m.group(1) or m.group(2)
+    scan.recent[rid] = None  # its INFO line, if one follows, belongs to this request
+    if len(scan.recent) > WINDOW_LINES:
+        scan.recent.popitem(last=False)
+    try:
+        ids, end = _prompt_ids(line, m.end())
+    except ReprError as err:
+        scan.ready.append((line_no, RecordError("prompt_token_ids", str(err)), line))
+        return
+    if ids is None:
+        reason = "None in the log (this vLLM logged no token ids for the request)"
+        scan.ready.append((line_no, RecordError("prompt_token_ids", reason), line))
+        return
+    record: dict[str, Any] = {"request_id": rid, "prompt_token_ids": _compact(ids)}
+    if (seconds := _seconds(scan, line[: m.start()])) is not None:
+        record["timestamp"] = seconds
+    if scan.model is not None:
+        record["model_revision"] = scan.model
+    if (lora := _LORA.search(line, end)) is not None:
+        record["lora_name"] = lora.group(1)
+    _hold(scan, rid, _Pending(line_no, record, excerpt(line), len(ids)))
+
+
+def _prompt_ids(line: str, pos: int) -> tuple[list[int] | None, int]:
+    """The prompt token ids after `prompt: <repr>`, skipping the text (it may hold anything)."""
+    if line.startswith("None", pos):
+        pos += 4
+    elif line[pos : pos + 1] in ("'", '"'):
+        pos = string_end(line, pos)
+        if pos < 0:
+            raise ReprError("the log line is cut off inside the prompt text")
+    else:
+        raise ReprError(f"expected the prompt's repr, got {line[pos : pos + 20]!r}")
+    label = find_outside_strings(line, "prompt_token_ids: ", pos)
+    if label < 0:
+        raise ReprError("missing from the request line (the log line was truncated?)")
+    return int_list_at(line, label + len("prompt_token_ids: "))
+
+
+def _params(scan: _Scan, line_no: int, line: str, rid: str) -> None:
+    """v0.11.2+'s INFO line: completes the DEBUG line's record, or is a request without ids."""
+    pending = scan.pending.get(rid)
+    if pending is not None or rid in scan.recent:
+        scan.stats.num_skipped += 1
+        lora = _LORA.search(line)
+        if pending is not None and lora is not None:
+            pending.record.setdefault("lora_name", lora.group(1))
+        return
+    scan.stats.num_request_lines += 1
+    scan.ready.append((line_no, RecordError("prompt_token_ids", _NOT_LOGGED), line))
+
+
+def _output(scan: _Scan, line: str, m: re.Match) -> None:
+    """Output ids for a request still waiting; it is then complete."""
+    pending = scan.pending.get(m.group(1))
+    if pending is None:
+        return
+    pos = m.end()
+    if line[pos : pos + 1] in ("'", '"'):
+        pos = string_end(line, pos)
+    label = find_outside_strings(line, "output_token_ids: ", pos) if pos >= 0 else -1
+    try:
+        ids = int_list_at(line, label + len("output_token_ids: "))[0] if label >= 0 else None
+    except ReprError:
+        ids = None  # a cut-off output line: the prompt is still good
+    if ids is not None:
+        pending.record["output_token_ids"] = ids
+    _release(scan, m.group(1))
+
+
+def _seconds(scan: _Scan, prefix: str) -> float | None:
+    m = _HEADER.search(prefix)
+    if m is None:
+        return iso_seconds(prefix)  # a collector's own timestamp, if any
+    month, day, hour, minute, second = (int(g) for g in m.groups()[:5])
+    micros = int((m.group(6) or "0").ljust(6, "0"))
+    return scan.clock.seconds(month, day, (hour, minute, second), micros)
+
+
+def _compact(ids: list) -> array | list:
+    """Token ids as 4-byte ints while they wait (a list when out of range: rejected later)."""
+    try:
+        return array("i", ids)
+    except (OverflowError, TypeError):
+        return ids
+
+
+def _hold(scan: _Scan, rid: str, pending: _Pending) -> None:
+    if rid in scan.pending:
+        _release(scan, rid)  # a repeated id: both are stored, ingest rejects the second
+    scan.pending[rid] = pending
+    scan.pending_tokens += pending.num_tokens
+    while scan.pending_tokens > MAX_PENDING_TOKENS:
+        _release(scan, next(iter(scan.pending)))
+
+
+def _release(scan: _Scan, rid: str) -> None:
+    pending = scan.pending.pop(rid)
+    scan.pending_tokens -= pending.num_tokens
+    record = pending.record
+    if isinstance(record["prompt_token_ids"], array):
+        record["prompt_token_ids"] = record["prompt_token_ids"].tolist()
+    scan.ready.append((pending.line_no, record, pending.raw))
+
+
+def _expire(scan: _Scan, line_no: int | None) -> None:
+    """Store requests that waited WINDOW_LINES lines (all of them at the end of the file)."""
+    while scan.pending:
+        rid, oldest = next(iter(scan.pending.items()))
+        if line_no is not None and oldest.line_no > line_no - WINDOW_LINES:
+            return
+        _release(scan, rid)
+
+
+def _ready_batch(scan: _Scan) -> Batch:
+    ready, scan.ready = sorted(scan.ready, key=lambda item: item[0]), []
+    return canonical_batch(ready)
