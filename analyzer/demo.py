@@ -35,6 +35,14 @@ POLICIES = {
     "pool 2000 blocks": {"num_blocks": 2000},
     "eagle drop": {"spec_decode": "eagle_drop"},
     "round robin x2": {"routing": "round_robin", "replicas": 2},
+    # Other engines' designs on the same trace and geometry (SPEC 7), then the ceiling.
+    "sglang no_buffer": {"engine": "sglang"},
+    "sglang extra_buffer": {"engine": "sglang", "sglang_strategy": "extra_buffer"},
+    "marconi": {"engine": "marconi"},
+    "trtllm every block": {"engine": "trtllm", "trtllm_interval": 544},
+    "llama.cpp 1 slot": {"engine": "llamacpp"},
+    "suffix replay 512": {"engine": "suffix_replay"},
+    "oracle bound": {"engine": "oracle"},
 }
 # Capacity: the hybrid pool by replays, and a full-attention-only curve from one pass.
 SWEEPS = (
@@ -123,6 +131,7 @@ def _policy_table(db_path: Path) -> pa.Table:
         "sum(lost_eviction_tokens) AS lost_eviction_tokens, "
         "sum(lost_routing_tokens) AS lost_routing_tokens, "
         "sum(lost_spec_decode_tokens) AS lost_spec_decode_tokens, "
+        "sum(replay_tokens) AS replay_tokens, "
         "sum(hit_tokens) / sum(prompt_tokens) AS useful_hit_ratio, "
         "sum(sparse_retention_miss_tokens) / sum(prompt_tokens) AS sparse_loss_ratio "
         "FROM replay_requests GROUP BY run_id ORDER BY run_id",

@@ -20,5 +20,7 @@ def test_demo_end_to_end(tmp_path):
     assert result.stdout.endswith(f"report: {out / 'report.html'}\n")
     html = (out / "report.html").read_text()
     assert 'id="fig-sweeps"' in html and '<script src="http' not in html
-    for policy in ("vllm default", "retention null", "eagle drop", "round robin x2"):
+    assert 'id="fig-engines"' in html  # several engines: the comparison section is shown
+    for policy in ("vllm default", "retention null", "eagle drop", "round robin x2", "marconi"):
         assert policy in result.stdout
+    assert "replay_tokens" in result.stdout

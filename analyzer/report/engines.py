@@ -43,7 +43,11 @@ PARTS = (
         "#d62728",
         lambda r: r["sparse_retention_miss_tokens"] - r["replay_tokens"],
     ),
-    ("lost to dense eviction", "#ff7f0e", lambda r: r["lost_eviction_tokens"]),
+    (
+        "full-attention KV not held (evicted, or never cached by the design)",
+        "#ff7f0e",
+        lambda r: r["lost_eviction_tokens"],
+    ),
     (
         "not reusable by any design here",
         "#b0b0b0",
@@ -137,7 +141,10 @@ def engine_section(data: ReportData, table, meaning, figure_div) -> tuple[str, l
         "Every design sees the same requests in the same order; only where it keeps "
         "recurrent state (or how it rebuilds it) and what it evicts differ. Green is reused, "
         "red was matched by full attention but no state existed at that boundary, cyan was "
-        "recomputed through the recurrent layers to rebuild state (a cost, not a hit). "
+        "recomputed through the recurrent layers to rebuild state (a cost, not a hit); "
+        "orange is shared prefix whose full-attention KV the engine did not hold: evicted, or "
+        "never cached by its design (TensorRT-LLM commits blocks only up to its last snapshot, "
+        "SGLang's extra_buffer drops the untracked tail, a llama.cpp slot holds one sequence). "
         f"Among the engines (bounds aside), {html.escape(top[0])} reuses the most "
         f"({top[2]['hit_tokens'] / (top[2]['prompt_tokens'] or 1):.1%} of queried tokens)"
         + (

@@ -1,0 +1,135 @@
+"""Marconi's cache as a replay data structure: radix tree, one pool, FLOP-aware eviction.
+
+The pool is `capacity` blocks (None = unbounded): a page of KV is one block, a state is
+`state_blocks` blocks. Eviction candidates are the nodes holding a state with at most one
+child; each scores norm(recency) + alpha x norm(FLOP efficiency) (min-max over the candidates;
+recency = 1 / (now - last access)) and the lowest goes: a leaf frees its state and KV, a
+single-child node frees its state and its edge merges into the child's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from analyzer.sim.marconi.flops import CostModel
+from analyzer.sim.tree import Node, RadixTree
+
+
+class MarconiCache:
+    """One replica's cache; sizes in pool blocks, depths in pages of `page` tokens."""
+
+    def __init__(
+        self, page: int, capacity: int | None, state_blocks: int, alpha: float, costs: CostModel
+    ) -> None:
+        self.page = page
+        self.capacity = capacity
+        self.state_blocks = state_blocks
+        self.alpha = alpha
+        self.costs = costs
+        self.tree = RadixTree()
+        self.states = 0
+        self.clock = 0
+        self._eff: dict[tuple[int, int], float] = {}  # (end, edge) pages -> FLOP efficiency
+
+    def used(self) -> int:
+        return self.tree.num_pages + self.states * self.state_blocks
+
+    def insert(
+        self, keys: Sequence[int], branch: int | None, stored: set[int]
+    ) -> tuple[Node, ...] | None:
+        """Cache the finished sequence `keys` with a state at its end, and at `branch` pages
+        when the insert splits an edge there (the speculative-insertion checkpoint).
+
+        Evicts first to make room; returns None (nothing cached) when even that cannot.
+        """
+        path, matched, partial = self.tree.walk(keys)
+        protect = {id(n) for n in path}
+        if partial is not None:
+            protect.add(id(partial))
+        end_node = path[-1] if path and matched == len(keys) and partial is None else None
+        states = 0 if end_node is not None and end_node.state else 1
+        if partial is not None and branch == matched < len(keys):
+            states += 1
+        need = len(keys) - matched + states * self.state_blocks
+        if not self._make_room(need, protect):
+            return None
+        nodes, _ = self.tree.insert(keys)
+        for node in nodes:
+            if node.end == len(keys) or node.end == branch:
+                self._give_state(node, stored)
+        return tuple(nodes)
+
+    def _give_state(self, node: Node, stored: set[int]) -> None:
+        node.stamp = self.clock
+        if not node.state:
+            node.state = True
+            self.states += 1
+            stored.add(node.pages[-1])
+
+    def _make_room(self, need: int, protect: set[int]) -> bool:
+        cap = self.capacity
+        if cap is None:
+            return True
+        while self.used() + need > cap:
+            victim = self._victim(protect)
+            if victim is None:
+                return False
+            self._evict(victim, protect)
+        return True
+
+    def _candidates(self, protect: set[int]) -> list[Node]:
+        out, stack = [], list(self.tree.root.children.values())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            if node.state and len(node.children) <= 1 and id(node) not in protect:
+                out.append(node)
+        return out
+
+    def _victim(self, protect: set[int]) -> Node | None:
+        nodes = self._candidates(protect)
+        if not nodes:
+            return None
+        now = self.clock + 1
+        rec = [1.0 / (now - n.stamp) for n in nodes]
+        eff = [self._efficiency(n) for n in nodes]
+        scores = [r + self.alpha * e for r, e in zip(_norm(rec), _norm(eff), strict=True)]
+        best = min(range(len(nodes)), key=lambda i: (scores[i], nodes[i].stamp, nodes[i].uid))
+        return nodes[best]
+
+    def _efficiency(self, node: Node) -> float:
+        key = (node.end, len(node.pages))
+        eff = self._eff.get(key)
+        if eff is None:
+            path, edge = node.end * self.page, len(node.pages) * self.page
+            eff = self.costs.flops_saved(path, edge) / self.costs.memory_bytes(path)
+            self._eff[key] = eff
+        return eff
+
+    def _evict(self, node: Node, protect: set[int]) -> None:
+        node.state = False
+        self.states -= 1
+        if node.children:  # single child: the edge merges into it
+            self.tree.merge_into_child(node)
+            return
+        tree = self.tree
+        parent = node.parent
+        tree.remove_leaf(node)
+        # A split without a checkpoint left stateless nodes above: drop or fold them.
+        while parent.parent is not None and not parent.state and id(parent) not in protect:
+            if len(parent.children) == 1:
+                tree.merge_into_child(parent)
+                return
+            if parent.children:
+                return
+            tree.remove_leaf(parent)
+            parent = parent.parent
+
+
+def _norm(values: list[float]) -> list[float]:
+    """Min-max normalisation to [0, 1] (all 0 when the values are equal)."""
+    lo, hi = min(values), max(values)
+    if hi <= lo:
+        return [0.0] * len(values)
+    span = hi - lo
+    return [(v - lo) / span for v in values]

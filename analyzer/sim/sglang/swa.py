@@ -1,0 +1,232 @@
+"""SGLang's SWARadixCache (full attention + sliding window; reference/hybrid-policies.md 1.2,
+1.3), replayed serially. Units: tokens unless a name says pages.
+
+A node's `state` means "its sliding-window KV is resident"; without it the node is an SWA
+tombstone (full KV kept). Two pools: full KV (`full_tokens`) and SWA KV (`swa_tokens`), each
+shared by the tree and the running request.
+
+- Hit (window validator): the deepest node on the matched path such that the path has no
+  tombstone, or the live (non-tombstone) run ending at the node is >= W tokens.
+- Write: a running request frees the SWA KV of whole pages that slid out of its window
+  (below floor_P(position - W)); inserting its tokens then makes [.., that point) a tombstone
+  and the rest a live leaf (a tail entirely out of the window is not inserted), and recovers
+  tombstones of the tree beyond its own prefix whose tokens it still holds in its window.
+  Inserts happen after every prefill chunk and when the request finishes, like Mamba no_buffer.
+- Eviction: full side first (least recent unlocked leaf, then childless unlocked tombstone
+  parents), then the SWA LRU (internal node -> tombstone, leaf -> deleted). The running request
+  locks its path; SWA-locked are its path's nodes within W tokens of its current node.
+- LRU refresh: a match refreshes the whole matched path (full) and, in the SWA order, the live
+  nodes within W + page tokens above the hit node; an insert does the same from its end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from analyzer.sim.sglang.cache import MambaRadixCache
+from analyzer.sim.tree import Node
+
+
+class SWARadixCache(MambaRadixCache):
+    """The radix tree with per-node SWA residency; `states` counts live SWA pages."""
+
+    def __init__(
+        self, page: int, window: int, full_tokens: int | None, swa_tokens: int | None
+    ) -> None:
+        super().__init__(page, full_tokens, None, stateful=True)
+        self.window = window
+        self.swa_tokens = swa_tokens
+        self.private_swa = 0
+        self.current_end = 0  # tokens: depth of the running request's locked node
+
+    def units(self, node: Node) -> int:
+        return len(node.pages)
+
+    def split(self, node: Node, k: int) -> Node:
+        upper = self.tree.split(node, k)
+        upper.state = node.state  # SWA KV is per token: both halves keep it
+        upper.state_stamp = node.state_stamp
+        return upper
+
+    def state_locked(self, node: Node) -> bool:
+        if node.lock == 0:
+            return False
+        return not node.children or node.end * self.page > self.current_end - self.window
+
+    def hit_node(self, path: list[Node]) -> Node:
+        """The window validator (see the module docstring)."""
+        best, run, seen_tombstone = self.tree.root, 0, False
+        for node in path:
+            if not node.state:
+                run, seen_tombstone = 0, True
+                continue
+            run += len(node.pages) * self.page
+            if not seen_tombstone or run >= self.window:
+                best = node
+        return best
+
+    def touch_window(self, node: Node) -> None:
+        """SWA-LRU refresh of the live nodes within W + page tokens above `node`."""
+        floor = node.end * self.page - self.window - self.page
+        while node.parent is not None and node.end * self.page > floor:
+            self.touch_state(node)
+            node = node.parent
+
+    def used_swa(self) -> int:
+        return self.states * self.page + self.private_swa
+
+    def alloc(self, full: int, swa: int) -> bool:
+        """Room for `full` and `swa` more tokens of the running request: full side first."""
+        if not self.alloc_kv(full):
+            return False
+        cap = self.swa_tokens
+        while cap is not None and self.used_swa() + swa > cap:
+            if not self._evict_state():
+                return False
+        self.private_swa += swa
+        return True
+
+    def insert_window(
+        self, keys: Sequence[int], owned: int, slid: int, stored: set[int]
+    ) -> tuple[Node, int]:
+        """Insert the request's `keys` (it owns nothing in the tree past `owned` tokens and
+        freed its SWA KV below `slid`); returns (the node it now ends at, its depth)."""
+        page = self.page
+        path, matched, partial = self.tree.walk(keys)
+        if partial is not None:
+            path.append(self.split(partial, matched - partial.start))
+        for node in path:  # recover tombstones the request still holds in its window
+            if node.state or node.start * page < owned or node.end * page <= slid:
+                continue
+            if node.start * page < slid:
+                self.split(node, slid // page - node.start)  # the upper part stays a tombstone
+            self._revive(node, stored)
+        end = len(keys)
+        if matched < end and slid < end * page:
+            if slid > matched * page:
+                self.tree.insert(keys[: slid // page])  # a tombstone: state False
+            leaf = self.tree.insert(keys)[0][-1]
+            self._revive(leaf, stored)
+        else:
+            end = matched
+        node = self.tree.root
+        if end:
+            node = self.tree.walk(keys[:end])[0][-1]
+        self.private_tokens -= max(end * page - owned, 0)
+        self.touch(node.path())
+        self.touch_window(node)
+        return node, max(end * page, owned)
+
+    def _revive(self, node: Node, stored: set[int]) -> None:
+        node.state = True
+        self.states += len(node.pages)
+        stored.update(node.pages)
+
+
+class SWAReplay:
+    """One replica's SWARadixCache, replayed request by request."""
+
+    def __init__(self, page: int, window: int, budget, full_tokens, swa_tokens) -> None:
+        self.page = page
+        self.window = window
+        self.budget = budget
+        self.cache = SWARadixCache(page, window, full_tokens, swa_tokens)
+        self.stored: set[int] = set()  # keys of pages whose SWA KV was ever in the tree
+
+    def serve(self, keys: list[int], prompt: int, total: int) -> tuple[int, int, int, list, str]:
+        """Match, prefill, decode and cache one request: (hit, kept, match pages, prefill
+        chunks, error or None)."""
+        cache = self.cache
+        path, matched = cache.match(keys[: (prompt - 1) // self.page])
+        node = cache.hit_node(path)
+        cache.touch_window(node)
+        kept = self._kept(keys, node.end, matched)
+        run = _Window(self, keys, node)
+        chunks = run.prefill(prompt)
+        error = run.finish(prompt, total) if chunks is not None else run.abort()
+        return node.end, kept, matched, chunks or [], error
+
+    def _kept(self, keys: list[int], hit: int, matched: int) -> int:
+        """The hit had no SWA KV been evicted: validate with pages ever live (pages)."""
+        best, run, tombstone = hit, 0, False
+        for i in range(matched):
+            if keys[i] in self.stored:
+                run += 1
+                if i + 1 > hit and (not tombstone or run * self.page >= self.window):
+                    best = i + 1
+            else:
+                run, tombstone = 0, True
+        return best
+
+
+class _Window:
+    """The running request: its locked node, the depth the tree owns, its position."""
+
+    def __init__(self, replay: SWAReplay, keys: list[int], node: Node) -> None:
+        self.replay = replay
+        self.cache = replay.cache
+        self.keys = keys
+        self.node = node
+        self.owned = self.pos = node.end * replay.page
+        self.cache.lock(node, +1)
+        self.cache.current_end = self.owned
+
+    def slid(self, pos: int) -> int:
+        """Tokens below this are whole pages out of the window at position `pos`."""
+        low = max(0, pos - self.replay.window)
+        return low - low % self.replay.page
+
+    def grow(self, new_pos: int) -> bool:
+        """Compute up to `new_pos`: KV of every layer for the new tokens, then free the SWA
+        KV that slid out of the window."""
+        cache = self.cache
+        swa = new_pos - max(self.owned, self.slid(self.pos)) - cache.private_swa
+        if not cache.alloc(new_pos - self.pos, max(swa, 0)):
+            return False
+        self.pos = new_pos
+        cache.private_swa = new_pos - max(self.owned, self.slid(new_pos))
+        return True
+
+    def cache_to(self, depth: int) -> None:
+        """Insert the sequence up to `depth` tokens (cache_(un)finished_req)."""
+        if depth <= self.owned:
+            return
+        cache = self.cache
+        page = self.replay.page
+        node, self.owned = cache.insert_window(
+            self.keys[: depth // page], self.owned, self.slid(self.pos), self.replay.stored
+        )
+        cache.lock(node, +1)
+        cache.lock(self.node, -1)
+        self.node = node
+        cache.current_end = self.owned
+        cache.private_swa = self.pos - max(self.owned, self.slid(self.pos))
+
+    def prefill(self, prompt: int) -> list[int] | None:
+        """Prefill chunks (None when a pool cannot hold the request), caching each one."""
+        chunks = []
+        page = self.replay.page
+        while self.pos < prompt:
+            c = min(prompt - self.pos, self.replay.budget or prompt)
+            if not self.grow(self.pos + c):
+                return None
+            chunks.append(c)
+            self.cache_to(self.pos - self.pos % page)
+        return chunks
+
+    def finish(self, prompt: int, total: int) -> str | None:
+        if not self.grow(total):
+            return self.abort()
+        self.cache_to(total - total % self.replay.page)
+        self.release()
+        return None
+
+    def abort(self) -> str:
+        self.release()
+        return f"SWA pool of {self.cache.swa_tokens} tokens too small for this request"
+
+    def release(self) -> None:
+        cache = self.cache
+        cache.private_tokens = cache.private_swa = 0
+        cache.lock(self.node, -1)
+        cache.current_end = 0

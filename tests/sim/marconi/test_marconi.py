@@ -1,0 +1,188 @@
+"""Engine marconi: admission at branch points and sequence ends, whole-edge hits, FLOP-aware
+eviction, config errors, and invariants against an unbounded oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.errors import ConfigError
+from analyzer.sim.marconi import MarconiReplay
+from analyzer.sim.marconi.flops import CostModel, cost_model
+from analyzer.sim.policy import make_policy
+from analyzer.sim.records import SimRequest
+from analyzer.sim.replay import replay
+from tests.sim.sglang.test_sglang import _nodes, oracle_match
+from tests.sim.strategies import traces
+
+
+def toks(lo: int, hi: int) -> np.ndarray:
+    return np.arange(lo, hi, dtype=np.int32)
+
+
+def cat(*parts) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int32)
+
+
+def req(rid: str, prompt, outputs=None, **kw) -> SimRequest:
+    return SimRequest(rid, prompt, output_token_ids=outputs, **kw)
+
+
+def run(requests, **values):
+    return list(replay(requests, make_policy({"engine": "marconi", "block_size": 4, **values})))
+
+
+S = toks(1, 21)  # a 20-token shared prefix
+INPUTS = [req(x, cat(S, toks(100 * i, 100 * i + 8))) for i, x in enumerate("abcd", 1)]
+TURNS = [req("t1", S, toks(500, 506)), req("t2", cat(S, toks(500, 506), toks(600, 605)))]
+CASES = [
+    # A purely-input prefix: the 2nd occurrence misses (its speculative insertion finds the
+    # branch at 20 and checkpoints it), the 3rd and later hit there.
+    ("input_prefix_third_hits", INPUTS, {}, [0, 0, 20, 20], [0, 20, 20, 20]),
+    # Conversation history hits on the next turn: 20 + 6 - 1 = 25 computed, 24 cached.
+    ("history_hits_at_once", TURNS, {}, [0, 24], [0, 24]),
+    # Whole edges only: b's prompt ends inside a's edge (no branch in the prompt), so no
+    # checkpoint; its outputs diverge at 24 and that split has no state either.
+    (
+        "partial_edge_never_hits",
+        [req("a", cat(S, toks(100, 112))), req("b", S[:19], toks(700, 720))],
+        {},
+        [0, 0],
+        [0, 16],
+    ),
+    # Namespaces never share.
+    ("namespaces", [req("a", S), req("b", S, namespace="x")], {}, [0, 0], [0, 0]),
+]
+
+
+@pytest.mark.parametrize(("name", "requests", "values", "hits", "matches"), CASES)
+def test_worked_cases(name, requests, values, hits, matches):
+    results = run(requests, **values)
+    assert [r.hit_tokens for r in results] == hits, name
+    assert [r.attention_match_tokens for r in results] == matches, name
+    for r in results:
+        miss = r.attention_match_tokens - r.hit_tokens
+        assert r.sparse_retention_miss_tokens == miss == r.sparse_retention_miss_never_kept_tokens
+        assert r.junction_tokens == (r.attention_match_tokens if miss else 0)
+
+
+LONG, SHORT = toks(1, 201), toks(300, 308)
+
+
+@pytest.mark.parametrize(("alpha", "long_hit"), [(0.0, 0), (0.5, 0), (2.0, 200)])
+def test_flop_aware_eviction_keeps_the_long_prefix(alpha, long_hit):
+    # Pool 56 blocks: the 200-token prefix (50 pages + 1 state) then a recent 8-token leaf
+    # (2 + 1); a new 8-token request needs 3 more, so one goes. With two candidates the
+    # normalised scores are long = alpha x 1 (old, efficient), short = 1 (recent, cheap):
+    # LRU (alpha 0, or alpha < 1) evicts the long prefix, alpha > 1 the short leaf.
+    reqs = [req("long", LONG), req("short", SHORT), req("new", toks(400, 408))]
+    reqs.append(req("long2", cat(LONG, toks(900, 904))))
+    results = run(reqs, num_blocks=56, marconi_alpha=alpha)
+    assert results[3].hit_tokens == long_hit
+    assert results[3].sparse_retention_miss_evicted_tokens == 0
+
+
+def test_single_child_eviction_frees_the_state_and_merges_the_kv():
+    # a, b branch at 20 (node with a state, two leaves). d evicts a's leaf (LRU at alpha 0);
+    # e then evicts the branch node, now single-child: its state goes and its edge merges
+    # into b's leaf, so c matches the KV (20) but no whole edge: hit 0, the miss "evicted".
+    fresh = [req(x, toks(900 + 100 * i, 908 + 100 * i)) for i, x in enumerate("de")]
+    reqs = INPUTS[:2] + fresh + INPUTS[2:3]
+    results = run(reqs, num_blocks=14, marconi_alpha=0.0)
+    c = results[-1]
+    assert (c.hit_tokens, c.attention_match_tokens) == (0, 20)
+    assert c.sparse_retention_miss_evicted_tokens == 20
+    assert run(reqs, marconi_alpha=0.0)[-1].hit_tokens == 20
+
+
+def test_cost_model_and_state_charge():
+    costs, blocks = cost_model(make_policy({"engine": "marconi", "model": "qwen3-next-80b-a3b"}))
+    assert (costs.attn_layers, costs.ssm_layers, costs.mlp_layers, blocks) == (12, 36, 48, 3)
+    costs, blocks = cost_model(make_policy({"engine": "marconi", "block_size": 16}))
+    assert costs == CostModel() and blocks == 1  # no preset: Marconi's 7B, 1 block a state
+    default = CostModel()
+    assert default.state_bytes == 1_116_160 and default.kv_bytes == 16_384
+    # Longer edges save more per byte while the state dominates memory.
+    assert default.flops_saved(200, 200) / default.memory_bytes(200) > (
+        default.flops_saved(8, 8) / default.memory_bytes(8)
+    )
+
+
+def test_chunks_hash_ids_and_errors():
+    (r,) = run([req("a", toks(1, 30), toks(40, 44))], max_num_batched_tokens=10)
+    assert r.chunks == (10, 10, 9, 1, 1, 1)
+    ids = [
+        SimRequest(x, block_hash_ids=[1, 2, t], trace_block_size=4)
+        for x, t in zip("abc", (3, 4, 5), strict=True)
+    ]
+    assert [x.hit_tokens for x in run(ids)] == [0, 0, 8]
+    big, empty = run([req("x", toks(1, 50)), req("e", [])], num_blocks=10)
+    assert big.error == "pool of 10 blocks < 13 blocks of this request" and big.chunks == ()
+    assert empty.error == "empty prompt"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"groups": ["full_attention"]}, "'groups': engine marconi models full_attention"),
+        ({"spec_decode": "eagle_lookahead"}, "'spec_decode'"),
+        ({"prefix_match_unit": 2}, "'prefix_match_unit'"),
+        ({"retention_interval": 8}, "'retention_interval'"),
+        ({"marconi_alpha": "auto"}, "'marconi_alpha': expected a number"),
+        ({"sglang_strategy": "no_buffer"}, "applies to engine sglang, not marconi"),
+    ],
+)
+def test_config_errors_name_the_key(values, message):
+    with pytest.raises(ConfigError, match=message):
+        run([req("a", S)], **values)
+
+
+@st.composite
+def marconi_policies(draw):
+    values = {"engine": "marconi", "block_size": draw(st.sampled_from([1, 2, 4]))}
+    values["max_num_batched_tokens"] = draw(st.none() | st.integers(1, 16))
+    values["num_blocks"] = draw(st.none() | st.integers(2, 40))
+    values["marconi_alpha"] = draw(st.sampled_from([0.0, 0.5, 1.0, 3.0]))
+    return make_policy(values)
+
+
+@settings(max_examples=150, deadline=None)
+@given(trace=traces(), policy=marconi_policies())
+def test_invariants_against_an_unbounded_oracle(trace, policy):
+    results = list(replay(trace, policy))
+    assert results == list(replay(trace, policy))  # deterministic
+    oracle = oracle_match(trace, policy.block_size)
+    for r, o, q in zip(results, oracle, trace, strict=True):
+        if r.error is not None:
+            continue
+        assert 0 <= r.hit_tokens <= r.attention_match_tokens <= o
+        assert r.hit_tokens % policy.block_size == 0
+        assert (
+            min(r.sparse_retention_miss_evicted_tokens, r.sparse_retention_miss_never_kept_tokens)
+            >= 0
+        )
+        assert (
+            r.sparse_retention_miss_evicted_tokens + r.sparse_retention_miss_never_kept_tokens
+            == r.sparse_retention_miss_tokens
+            == r.attention_match_tokens - r.hit_tokens
+        )
+        assert sum(r.chunks) == r.prompt_tokens - r.hit_tokens + max(q.num_output_tokens - 1, 0)
+        if policy.num_blocks is None:
+            assert r.sparse_retention_miss_evicted_tokens == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(trace=traces(), policy=marconi_policies())
+def test_pool_never_overflows_and_the_tree_adds_up(trace, policy):
+    engine = MarconiReplay(policy)
+    cache = engine.cache
+    for request in trace:
+        engine.replay_one(request)
+        nodes = _nodes(cache.tree.root)
+        assert sum(len(n.pages) for n in nodes) == cache.tree.num_pages
+        assert sum(n.state for n in nodes) == cache.states
+        assert all(n.state for n in nodes if not n.children)  # leaves hold a state
+        if cache.capacity is not None:
+            assert cache.used() <= cache.capacity

@@ -1,0 +1,312 @@
+"""Engine sglang (MambaRadixCache): hand-built cases of where states are kept, what is evicted
+and what the next request hits, config errors, and invariants against an unbounded oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.errors import ConfigError
+from analyzer.sim.policy import make_policy
+from analyzer.sim.records import SimRequest
+from analyzer.sim.replay import replay
+from analyzer.sim.sglang import SGLangReplay
+from tests.sim.strategies import traces
+
+
+def toks(lo: int, hi: int) -> np.ndarray:
+    return np.arange(lo, hi, dtype=np.int32)
+
+
+def cat(*parts) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int32)
+
+
+def req(rid: str, prompt, outputs=None, **kw) -> SimRequest:
+    return SimRequest(rid, prompt, output_token_ids=outputs, **kw)
+
+
+def run(requests, **values):
+    return list(replay(requests, make_policy({"engine": "sglang", "block_size": 4, **values})))
+
+
+S = toks(1, 21)  # a 20-token shared prefix
+OUT = toks(500, 506)  # 6 output tokens: 20 + 6 - 1 = 25 tokens computed
+BRANCHES = [req("a", cat(S, toks(100, 108))), req("b", cat(S, toks(200, 208)))]
+BRANCHES.append(req("c", cat(S, toks(300, 308))))
+TURNS = [req("t1", S, OUT), req("t2", cat(S, OUT, toks(600, 605)))]
+SWA = {"groups": ["full_attention", "sliding_window"], "sliding_window": 8}
+CASES = [
+    # no_buffer keeps a state at every chunk end: b shares 18 tokens with a, a's chunk
+    # (8 tokens) ended at 16, so b hits 16; without chunking a's only states are at 20 and 25.
+    (
+        "no_buffer_chunk_end",
+        [req("a", cat(S[:18], toks(100, 102))), req("b", cat(S[:18], toks(200, 210)))],
+        {"max_num_batched_tokens": 8},
+        [0, 16],
+        [0, 16],
+    ),
+    (
+        "no_buffer_no_chunks",
+        [req("a", cat(S[:18], toks(100, 102))), req("b", cat(S[:18], toks(200, 210)))],
+        {},
+        [0, 0],
+        [0, 16],
+    ),
+    # The next turn: no_buffer cached the whole sequence to its last page (24 of 25 tokens);
+    # extra_buffer only to its last C-aligned point of the extend (C = 8: 16), the tail's KV
+    # is freed, so attention matches 16 too.
+    ("no_buffer_turn", TURNS, {}, [0, 24], [0, 24]),
+    (
+        "extra_buffer_turn_loses_tail",
+        TURNS,
+        {"sglang_strategy": "extra_buffer", "sglang_chunk_tokens": 8},
+        [0, 16],
+        [0, 16],
+    ),
+    # A decode track every lcm(8, 8) = 8 tokens: the state at 24 (inside the outputs) is kept.
+    (
+        "extra_buffer_decode_track",
+        TURNS,
+        {"sglang_strategy": "extra_buffer", "sglang_chunk_tokens": 8, "sglang_track_interval": 8},
+        [0, 24],
+        [0, 24],
+    ),
+    # Branch point: a's state is at 24 (28 // 8 * 8); b matches 20 with no state -> its
+    # branch point floor_8(20) = 16 wins in its extend, so c hits 16. no_buffer never acts on
+    # the branch point: every state sits at a sequence end, c misses.
+    (
+        "extra_buffer_branch_point",
+        BRANCHES,
+        {"sglang_strategy": "extra_buffer", "sglang_chunk_tokens": 8},
+        [0, 0, 16],
+        [0, 20, 20],
+    ),
+    ("no_buffer_ignores_branch_point", BRANCHES, {}, [0, 0, 0], [0, 20, 20]),
+    # SWARadixCache, W = 8: the request frees the window's slid-out pages, so a's insert is a
+    # tombstone [0, 20) and a live [20, 28): b and c match 20 with no window there.
+    ("swa_branch_in_slid_part", BRANCHES, SWA, [0, 0, 0], [0, 20, 20]),
+    # The next turn ends on a live run [12, 24) >= W: it hits.
+    ("swa_turn_hits", TURNS, SWA, [0, 24], [0, 24]),
+    # b (6 tokens, all in its window) recovers the tombstone page [0, 4) it recomputed; c hits it.
+    (
+        "swa_recovers_a_tombstone",
+        [req("a", S), req("b", S[:6]), req("c", cat(S[:5], toks(900, 905)))],
+        SWA,
+        [0, 0, 4],
+        [0, 4, 4],
+    ),
+    # A window longer than every sequence: no tombstone, the hit is the match.
+    ("swa_wide_window", BRANCHES, {**SWA, "sliding_window": 64}, [0, 20, 20], [0, 20, 20]),
+    # Plain RadixCache (no recurrent group): the hit is the whole match.
+    ("full_attention_only", BRANCHES, {"groups": ["full_attention"]}, [0, 20, 20], [0, 20, 20]),
+]
+
+
+@pytest.mark.parametrize(("name", "requests", "values", "hits", "matches"), CASES)
+def test_worked_cases(name, requests, values, hits, matches):
+    results = run(requests, **values)
+    assert [r.hit_tokens for r in results] == hits, name
+    assert [r.attention_match_tokens for r in results] == matches, name
+    for r in results:
+        miss = r.attention_match_tokens - r.hit_tokens
+        assert r.sparse_retention_miss_tokens == miss
+        assert r.junction_tokens == (r.attention_match_tokens if miss else 0)
+
+
+def test_chunks_follow_the_page_aligned_budget_then_decode():
+    (r,) = run([req("a", toks(1, 30), toks(40, 44))], max_num_batched_tokens=10)
+    assert r.chunks == (8, 8, 8, 5, 1, 1, 1)
+
+
+def test_kv_lru_evicts_the_least_recent_leaf():
+    # Pool of 10 pages. a and b take 4 pages each; c (= a + 4) refreshes a and adds a leaf.
+    # d needs 6 pages: b (least recent) then c's leaf go. a + 4 still hits 16; b + 4 misses.
+    a, b, d = toks(1, 17), toks(100, 116), toks(200, 224)
+    reqs = [req("a", a), req("b", b), req("c", cat(a, toks(50, 54)))]
+    reqs += [req("d", d), req("a2", cat(a, toks(60, 64))), req("b2", cat(b, toks(70, 74)))]
+    results = run(reqs, num_blocks=10)
+    assert [r.hit_tokens for r in results] == [0, 0, 16, 0, 16, 0]
+    assert results[5].attention_match_tokens == 0
+
+
+def test_state_lru_tombstones_an_internal_node():
+    # 3 state slots (1 held by the running request): a's chunk states at 8, 16, 24; the one
+    # at 8 is tombstoned to store 24. b shares 10 tokens: KV matches 8, the state there was
+    # evicted, so the miss counts as evicted; with unbounded states b hits 8.
+    a = toks(1, 25)
+    b = cat(a[:10], toks(100, 110))
+    bounded = run([req("a", a), req("b", b)], max_num_batched_tokens=8, sglang_num_states=3)
+    assert [(r.hit_tokens, r.attention_match_tokens) for r in bounded] == [(0, 0), (0, 8)]
+    assert bounded[1].sparse_retention_miss_evicted_tokens == 8
+    assert bounded[1].sparse_retention_miss_never_kept_tokens == 0
+    free = run([req("a", a), req("b", b)], max_num_batched_tokens=8)
+    assert [r.hit_tokens for r in free] == [0, 8]
+
+
+def test_leaf_state_eviction_deletes_the_leaf_and_tombstone_parents():
+    # b's match splits a's edge at 20: a tombstone with a's and b's leaves below. With 3 slots
+    # (1 held by the running request) storing a fresh request's prompt-end state evicts the
+    # least recent state, a leaf: the leaf and its KV go. After c only a's leaf went: the
+    # tombstone stays above b's leaf and a resent matches 20 (no state). After c, d both
+    # leaves went and the childless tombstone went with b's: a resent matches nothing.
+    a = BRANCHES[0].prompt_token_ids
+    fresh = [req(x, toks(900 + 100 * i, 940 + 100 * i)) for i, x in enumerate("cd")]
+    one = run(BRANCHES[:2] + fresh[:1] + [req("a2", a)], sglang_num_states=3)
+    assert (one[-1].hit_tokens, one[-1].attention_match_tokens) == (0, 20)
+    both = run(BRANCHES[:2] + fresh + [req("a2", a)], sglang_num_states=3)
+    assert (both[-1].hit_tokens, both[-1].attention_match_tokens) == (0, 0)
+    free = run(BRANCHES[:2] + fresh + [req("a2", a)])
+    # Unbounded: KV matches 24 but the only state is at 28 (a resent cannot hit its own end).
+    assert (free[-1].hit_tokens, free[-1].attention_match_tokens) == (0, 24)
+
+
+def test_swa_lru_deletes_a_leaf_and_its_kv():
+    # W = 16, SWA pool 0.3 x 80 = 24 tokens. a (12) and b (a's first 8 + 4) are all live: 16
+    # SWA tokens. c needs 12 more: the least recent live node is a's leaf, deleted with its
+    # KV, so a + 4 matches only 8 (the split above b's leaf).
+    a = toks(1, 13)
+    reqs = [req("a", a), req("b", cat(a[:8], toks(100, 104))), req("c", toks(200, 212))]
+    reqs.append(req("a2", cat(a, toks(300, 304))))
+    values = {**SWA, "sliding_window": 16, "num_blocks": 20}
+    bounded = run(reqs, **values, sglang_swa_full_tokens_ratio=0.3)
+    assert [(r.hit_tokens, r.attention_match_tokens) for r in bounded] == [
+        (0, 0), (8, 8), (0, 0), (8, 8),
+    ]  # fmt: skip
+    assert run(reqs, **values)[-1].hit_tokens == 12  # SWA pool 0.8 x 80 = 64: nothing evicted
+    (tiny,) = run([req("x", toks(1, 30))], **values, sglang_swa_full_tokens_ratio=0.1)
+    assert tiny.error == "SWA pool of 8 tokens too small for this request"
+
+
+def test_namespaces_hash_ids_and_errors():
+    assert [r.hit_tokens for r in run([req("a", S), req("b", S, namespace="x")])] == [0, 0]
+    a = SimRequest("a", block_hash_ids=[1, 2, 3], trace_block_size=4, prompt_tokens=12)
+    b = SimRequest("b", block_hash_ids=[1, 2, 9], trace_block_size=4, prompt_tokens=12)
+    assert [r.hit_tokens for r in run([a, b], max_num_batched_tokens=8)] == [0, 8]
+    big, empty = run([req("x", toks(1, 50)), req("e", [])], num_blocks=10)
+    assert big.error == "KV pool of 40 tokens < 49 tokens of this request" and big.chunks == ()
+    assert empty.error == "empty prompt"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"groups": ["full_attention", "sliding_window", "mamba"], "sliding_window": 8},
+            "'groups': engine sglang models full_attention with one of mamba",
+        ),
+        ({"spec_decode": "eagle_drop"}, "'spec_decode'"),
+        ({"sglang_chunk_tokens": 6}, "'sglang_chunk_tokens'"),
+        ({"sglang_num_states": 2}, "'sglang_num_states': no_buffer needs at least 3"),
+        ({"sglang_strategy": "extra_buffer", "sglang_num_states": 4}, "at least 5"),
+        ({"prefix_match_unit": 2}, "'prefix_match_unit'"),
+        ({"retention_interval": 8}, "'retention_interval'"),
+        ({"sglang_strategy": "lazy"}, "'sglang_strategy': 'lazy' is not one of"),
+    ],
+)
+def test_config_errors_name_the_key(values, message):
+    with pytest.raises(ConfigError, match=message):
+        run([req("a", S)], **values)
+
+
+def oracle_match(trace, page: int) -> list[int]:
+    """Unbounded dict-of-prefixes: the longest page-aligned prefix of the prompt (less its
+    last token) that an earlier request computed (prompt + outputs - 1), per namespace."""
+    seen: set[tuple] = set()
+    out = []
+    for r in trace:
+        prompt = list(r.prompt_token_ids)
+        cap = (len(prompt) - 1) // page * page if prompt else 0
+        best = max(
+            (n for n in range(0, cap + 1, page) if (r.namespace, *prompt[:n]) in seen), default=0
+        )
+        out.append(best)
+        outs = list(r.output_token_ids) if r.output_token_ids is not None else None
+        n_out = r.num_output_tokens
+        seq = prompt + (outs if outs is not None else [None] * n_out)
+        total = len(prompt) + n_out - 1 if n_out > 1 else len(prompt)
+        for n in range(page, total - total % page + 1, page):
+            if None not in seq[:n]:
+                seen.add((r.namespace, *seq[:n]))
+    return out
+
+
+@st.composite
+def sglang_policies(draw):
+    page = draw(st.sampled_from([1, 2, 4]))
+    values = {"engine": "sglang", "block_size": page}
+    values["groups"] = draw(
+        st.sampled_from(
+            [["full_attention"], ["full_attention", "mamba"], ["full_attention", "sliding_window"]]
+        )
+    )
+    if "sliding_window" in values["groups"]:
+        values["sliding_window"] = draw(st.integers(1, 12))
+        values["sglang_swa_full_tokens_ratio"] = draw(st.sampled_from([0.3, 0.8, 1.0]))
+    values["sglang_strategy"] = draw(st.sampled_from(["no_buffer", "extra_buffer"]))
+    values["sglang_chunk_tokens"] = page * draw(st.integers(1, 3))
+    values["sglang_track_interval"] = draw(st.integers(1, 12))
+    values["max_num_batched_tokens"] = draw(st.none() | st.integers(1, 16))
+    values["num_blocks"] = draw(st.none() | st.integers(2, 40))
+    values["sglang_num_states"] = draw(st.none() | st.integers(5, 9))
+    return make_policy(values)
+
+
+@settings(max_examples=150, deadline=None)
+@given(trace=traces(), policy=sglang_policies())
+def test_invariants_against_an_unbounded_oracle(trace, policy):
+    results = list(replay(trace, policy))
+    assert results == list(replay(trace, policy))  # deterministic
+    oracle = oracle_match(trace, policy.block_size)
+    for r, o, q in zip(results, oracle, trace, strict=True):
+        if r.error is not None:
+            continue
+        assert 0 <= r.hit_tokens <= r.attention_match_tokens <= o
+        assert r.attention_match_tokens == r.attention_match_after_spec_tokens
+        assert r.hit_tokens % policy.block_size == 0 == r.attention_match_tokens % policy.block_size
+        assert r.sparse_retention_miss_tokens == r.attention_match_tokens - r.hit_tokens
+        assert r.sparse_retention_miss_evicted_tokens >= 0
+        assert r.sparse_retention_miss_never_kept_tokens >= 0
+        assert (
+            r.sparse_retention_miss_evicted_tokens + r.sparse_retention_miss_never_kept_tokens
+            == r.sparse_retention_miss_tokens
+        )
+        decode = max(q.num_output_tokens - 1, 0)
+        assert sum(r.chunks) == r.prompt_tokens - r.hit_tokens + decode
+        if policy.num_blocks is None and policy.option("sglang_num_states") is None:
+            assert r.sparse_retention_miss_evicted_tokens == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(trace=traces(), policy=sglang_policies())
+def test_pools_never_overflow_and_the_tree_adds_up(trace, policy):
+    engine = SGLangReplay(policy)
+    cache = engine.cache if engine.swa is None else engine.swa.cache
+    for request in trace:
+        engine.replay_one(request)
+        assert cache.private_tokens == 0 and cache.reserved == 0
+        if cache.kv_tokens is not None:
+            assert cache.used_kv() <= cache.kv_tokens
+        nodes = _nodes(cache.tree.root)
+        assert sum(len(n.pages) for n in nodes) == cache.tree.num_pages
+        assert all(n.lock == 0 and n.state_lock == 0 for n in nodes)
+        if engine.swa is not None:
+            assert cache.private_swa == 0
+            assert sum(len(n.pages) for n in nodes if n.state) == cache.states
+            assert cache.swa_tokens is None or cache.used_swa() <= cache.swa_tokens
+            assert all(n.state for n in nodes if not n.children)  # no tombstone leaves
+        elif cache.stateful:
+            assert sum(n.state for n in nodes) == cache.states
+            assert cache.num_states is None or cache.states <= cache.num_states
+            assert all(n.state for n in nodes if not n.children)  # no tombstone leaves
+
+
+def _nodes(root):
+    out, stack = [], list(root.children.values())
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node.children.values())
+    return out
