@@ -135,9 +135,10 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
                 f"(sha256 {src.sha256[:12]}), nothing added"
             )
             continue
+        skipped = f"; {src.num_skipped:,} other lines skipped" if src.num_skipped else ""
         click.echo(
             f"{src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
-            f"rejected {src.num_rejected:,} ({src.num_prompt_tokens:,} prompt tokens)"
+            f"rejected {src.num_rejected:,} ({src.num_prompt_tokens:,} prompt tokens{skipped})"
         )
         for rej in src.rejects:
             field = f"{rej.field}: " if rej.field else ""

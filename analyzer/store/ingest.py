@@ -44,6 +44,7 @@ class SourceResult:
     num_rejected: int = 0
     num_prompt_tokens: int = 0
     duplicate_of: int | None = None
+    num_skipped: int = 0  # input lines that are not records (server logs)
     rejects: tuple[Reject, ...] = ()  # the first few, for the CLI to show
 
 
@@ -78,6 +79,7 @@ class _Tally:
     rejects: list[Reject] = field(default_factory=list)
     num_rejected: int = 0
     num_undecodable: int = 0  # rejects that were not a JSON object at all
+    num_skipped: int = 0  # lines that are not records (server logs)
     block_sizes: set[int] = field(default_factory=set)  # up to 2 distinct stored sizes
 
 
@@ -179,8 +181,8 @@ def _ingest_file(con, path, fmt, known, first_seen, progress) -> SourceResult:
     info = SOURCE_INFO.get(fmt, SourceInfo())
     con.execute(
         "INSERT INTO sources (source_id, path, sha256, format, num_read, num_stored, "
-        "num_rejected, num_prompt_tokens, ingested_at, block_size, provenance) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp, ?, ?)",
+        "num_rejected, num_prompt_tokens, ingested_at, block_size, provenance, num_skipped) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp, ?, ?, ?)",
         [
             source_id,
             str(path),
@@ -192,6 +194,7 @@ def _ingest_file(con, path, fmt, known, first_seen, progress) -> SourceResult:
             tally.num_prompt_tokens,
             info.block_size_tokens or _single(tally.block_sizes),
             info.provenance,
+            tally.num_skipped,
         ],
     )
     first_seen.update(tally.first_seen)
@@ -206,6 +209,7 @@ def _ingest_file(con, path, fmt, known, first_seen, progress) -> SourceResult:
         tally.num_rejected,
         tally.num_prompt_tokens,
         rejects=tuple(tally.rejects),
+        num_skipped=tally.num_skipped,
     )
 
 
@@ -233,6 +237,7 @@ def _read_into(con, path: Path, fmt: str, tally: _Tally, progress: Progress | No
 def _store_batch(con, batch: Batch, tally: _Tally) -> None:
     rows, rejects = _drop_duplicates(batch, tally)
     tally.num_read += batch.num_read
+    tally.num_skipped += batch.num_skipped
     if rows.num_rows:
         con.register("batch_rows", rows)
         con.execute(load_sql("insert_requests"), {"source_id": tally.source_id})

@@ -69,6 +69,9 @@ class Batch:
 
     rows: pa.Table
     rejects: list[Reject] = field(default_factory=list)
+    # Input lines that are not records at all (a server log's other messages): counted so
+    # ingest can report them, neither stored nor rejected.
+    num_skipped: int = 0
 
     @property
     def num_read(self) -> int:

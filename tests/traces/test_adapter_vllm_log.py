@@ -82,11 +82,23 @@ def test_every_line_is_counted(tmp_path):
         batches = list(vllm_log.read_vllm_log(path, f, lambda: None, stats))
     assert sum(b.num_read for b in batches) == stats.num_request_lines == 7
     assert stats.num_request_lines + stats.num_skipped == 26  # every line of the file
+    assert sum(b.num_skipped for b in batches) == stats.num_skipped == 19
+
     # The second turn shares the first turn's prompt and output (its output ids were logged).
     rows = [row for b in batches for row in b.rows.to_pylist()]
     first, second = (r for r in rows if r["request_id"].startswith("chatcmpl-"))
     carried = first["prompt_token_ids"] + first["output_token_ids"]
     assert second["prompt_token_ids"][: len(carried)] == carried
+
+
+def test_skipped_lines_are_reported_and_stored(tmp_path, db):
+    path = _copy(tmp_path)
+    res = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(path), "--allow-rejects"])
+    assert res.exit_code == 0, res.output
+    assert (
+        "read 7 = stored 4 + rejected 3 (182 prompt tokens; 19 other lines skipped)" in res.output
+    )
+    assert db_rows(db, "SELECT num_read, num_skipped FROM sources") == [(7, 19)]
 
 
 def _line(rid: str, clock: str, ids: str, level: str = "INFO", day: str = "11-29") -> str:
@@ -171,7 +183,7 @@ def test_detection_cli_and_compressed_logs(tmp_path, db):
     assert detect_format(packed) == "vllm_log"
     res = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(path), str(packed)])
     assert res.exit_code == 1, res.output
-    assert f"{path}: read 7 = stored 4 + rejected 3 (182 prompt tokens)" in res.output
+    assert f"{path}: read 7 = stored 4 + rejected 3 (182 prompt tokens; 19 " in res.output
     assert (
         f"rejected {path}:11: prompt_token_ids: the token list is cut off (no closing ']'; "
         "the log line was truncated)\n" in res.output

@@ -58,4 +58,6 @@ CREATE TABLE IF NOT EXISTS rejects (
 -- (appended last, as in the CREATE statements above, so both layouts are the same).
 ALTER TABLE sources ADD COLUMN IF NOT EXISTS block_size INTEGER;
 ALTER TABLE sources ADD COLUMN IF NOT EXISTS provenance VARCHAR;
+-- Lines that are not records (server-log adapters): counted, neither stored nor rejected.
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS num_skipped BIGINT DEFAULT 0;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS cached_tokens INTEGER;

@@ -104,6 +104,13 @@ class LogStats:
 
     num_request_lines: int = 0
     num_skipped: int = 0
+    num_skipped_reported: int = 0  # already handed to ingest in a Batch
+
+    def stamp(self, batch: Batch) -> Batch:
+        """`batch` carrying the lines skipped since the previous batch."""
+        batch.num_skipped = self.num_skipped - self.num_skipped_reported
+        self.num_skipped_reported = self.num_skipped
+        return batch
 
 
 class ReprError(ValueError):

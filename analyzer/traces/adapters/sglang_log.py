@@ -120,7 +120,7 @@ def read_sglang_log(
             item = _line(scan, line)
             if item is not None:
                 items.append((first + offset, item, line))
-        yield canonical_batch(items)
+        yield scan.stats.stamp(canonical_batch(items))
     if not scan.stats.num_request_lines:
         raise InputFileError(
             f"{path}: no SGLang request lines ('Finish: obj=...') among "

@@ -120,9 +120,9 @@ def read_vllm_log(
             if scan.pending:
                 _expire(scan, first + offset)
             _line(scan, first + offset, line)
-        yield _ready_batch(scan)
+        yield scan.stats.stamp(_ready_batch(scan))
     _expire(scan, None)
-    yield _ready_batch(scan)
+    yield scan.stats.stamp(_ready_batch(scan))
     if not scan.stats.num_request_lines:
         raise InputFileError(
             f"{path}: no vLLM request lines ('Received request ...') among "
