@@ -163,7 +163,7 @@ def parse_window(text: str) -> Window:
     Raises:
         ConfigError: not of that form, an end that is neither, or START >= END.
     """
-    from analyzer.traces.records import RecordError, parse_timestamp
+    from analyzer.traces.records import RecordError, parse_time_text
 
     example = "expected START..END in seconds of the trace's timestamps or RFC 3339, e.g. 0..300"
     if not isinstance(text, str) or ".." not in text:
@@ -175,17 +175,9 @@ def parse_window(text: str) -> Window:
             bounds.append(open_value)
             continue
         try:
-            value = float(part)
-        except ValueError:
-            try:
-                value = parse_timestamp(part)
-            except RecordError as exc:
-                raise ConfigError(
-                    f"bad window {text!r}: {label}: {exc.reason}; {example}"
-                ) from None
-        if not math.isfinite(value):
-            raise ConfigError(f"bad window {text!r}: {label} {part!r} is not finite; {example}")
-        bounds.append(value)
+            bounds.append(parse_time_text(part))
+        except RecordError as exc:
+            raise ConfigError(f"bad window {text!r}: {label}: {exc.reason}; {example}") from None
     start, end = bounds
     if not start < end:
         raise ConfigError(f"bad window {text!r}: start must be before end")

@@ -163,7 +163,7 @@ def _metrics_files(metrics, before, after) -> tuple[Path | None, Path | None]:
 
 def _window(since: str | None, until: str | None) -> tuple[float, float]:
     """[start, end) in seconds of timestamp_s; (-inf, inf) when neither bound is given."""
-    from analyzer.traces.records import RecordError, parse_timestamp
+    from analyzer.traces.records import RecordError, parse_time_text
 
     bounds = []
     for option, text, open_value in (("--since", since, -math.inf), ("--until", until, math.inf)):
@@ -171,17 +171,10 @@ def _window(since: str | None, until: str | None) -> tuple[float, float]:
             bounds.append(open_value)
             continue
         try:
-            value = float(text)
-        except ValueError:
-            try:
-                value = parse_timestamp(text)
-            except RecordError as exc:
-                raise ConfigError(
-                    f"{option} {text!r}: {exc.reason}; give seconds or RFC 3339"
-                ) from None
-        if not math.isfinite(value):
-            raise ConfigError(f"{option} {text!r}: not a finite time")
-        bounds.append(value)
+            bounds.append(parse_time_text(text))
+        except RecordError as exc:
+            reason = f"{exc.reason}; give seconds or RFC 3339"
+            raise ConfigError(f"{option} {text!r}: {reason}") from None
     if not bounds[0] < bounds[1]:
         raise ConfigError(f"--since {since} must be before --until {until}")
     return bounds[0], bounds[1]

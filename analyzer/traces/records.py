@@ -133,6 +133,19 @@ def parse_timestamp(value: Any) -> float:
     return _number("timestamp", value)
 
 
+def parse_time_text(text: str) -> float:
+    """Seconds from a command-line time: a number of seconds or an RFC 3339 date-time.
+
+    Raises RecordError (its `reason` says why) for anything else or a non-finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        return parse_timestamp(text)
+    if not math.isfinite(value):
+        raise RecordError("timestamp", f"{text!r} is not finite")
+    return value
+
+
 def _string(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise RecordError(name, f"expected a string, got {_type_name(value)}")
