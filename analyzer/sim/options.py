@@ -17,7 +17,8 @@ from analyzer.errors import ConfigError
 
 @dataclass(frozen=True)
 class Option:
-    """One engine option. `kind`: int, number, bool or choice; `nullable`: null allowed."""
+    """One engine option. `kind`: int, number, number_or_auto (a number or the string "auto"),
+    bool or choice; `nullable`: null allowed."""
 
     engine: str
     kind: str
@@ -40,12 +41,16 @@ class Option:
             if type(value) is not bool:
                 raise ConfigError(f"policy key {key!r}: expected true or false, got {value!r}")
             return value
+        if self.kind == "number_or_auto" and value == "auto":
+            return value
         numeric = (int,) if self.kind == "int" else (int, float)
         if type(value) not in numeric or value < self.minimum:
             what = "an integer" if self.kind == "int" else "a number"
             null = " or null" if self.nullable else ""
+            auto = " or 'auto'" if self.kind == "number_or_auto" else ""
             raise ConfigError(
-                f"policy key {key!r}: expected {what} >= {self.minimum:g}{null}, got {value!r}"
+                f"policy key {key!r}: expected {what} >= {self.minimum:g}{null}{auto}, "
+                f"got {value!r}"
             )
         return value
 
@@ -93,9 +98,19 @@ OPTIONS: dict[str, Option] = {
     # Marconi (MLSys 2025): states at branch points and sequence ends, FLOP-aware eviction.
     "marconi_alpha": Option(
         "marconi",
-        "number",
+        "number_or_auto",
         1.0,
-        "Weight of FLOP efficiency against recency in the eviction score.",
+        "Weight of FLOP efficiency against recency in the eviction score, or auto: 0 until "
+        "the first eviction, then the value of 0, 0.1, ..., 2.0 that saves the most FLOPs "
+        "over a bootstrap window replayed from a snapshot (Marconi's artifact).",
+    ),
+    "marconi_bootstrap": Option(
+        "marconi",
+        "int",
+        5,
+        "marconi_alpha auto: the bootstrap window in multiples of the requests replayed up "
+        "to the first eviction (Marconi's artifact: 5).",
+        minimum=1,
     ),
     # TensorRT-LLM hybrid reuse: a state snapshot every interval tokens.
     "trtllm_interval": Option(

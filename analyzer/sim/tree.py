@@ -18,6 +18,9 @@ from collections.abc import Sequence
 from analyzer.errors import ConfigError
 from analyzer.sim.policy import Policy
 
+# Per-node fields a clone copies besides the topology.
+COPIED_FIELDS = ("state", "stamp", "state_stamp", "lock", "state_lock", "mamba", "mamba_stamp")
+
 
 class Node:
     """One edge of the tree: `pages` (page keys), ending `end` pages below the root.
@@ -26,6 +29,9 @@ class Node:
     `stamp` / `state_stamp`: logical access times (LRU orders of the engines).
     `lock`: requests whose path runs through this node (cannot be evicted).
     `state_lock`: requests using this node's state (SGLang's mamba lock).
+    `mamba` / `mamba_stamp`: a second per-node state and its access time, for a cache whose
+    `state` means something else (SGLang's unified cache: `state` = SWA KV, `mamba` = the
+    recurrent state).
     """
 
     __slots__ = (
@@ -38,6 +44,8 @@ class Node:
         "state_stamp",
         "lock",
         "state_lock",
+        "mamba",
+        "mamba_stamp",
         "alive",
         "uid",
     )
@@ -52,6 +60,8 @@ class Node:
         self.state_stamp = 0
         self.lock = 0
         self.state_lock = 0
+        self.mamba = False
+        self.mamba_stamp = 0
         self.alive = True
         self.uid = uid
 
@@ -151,6 +161,22 @@ class RadixTree:
         parent.children[node.pages[0]] = child
         node.alive = False
         return child
+
+    def clone(self) -> RadixTree:
+        """An independent copy (same topology, uids and per-node fields), built without
+        recursion so a deep tree (a long conversation) cannot exhaust the stack."""
+        twin = RadixTree()
+        twin.next_uid, twin.num_pages = self.next_uid, self.num_pages
+        stack = [(self.root, twin.root)]
+        while stack:
+            old, new = stack.pop()
+            for key, child in old.children.items():
+                copy = Node(new, list(child.pages), child.end, child.uid)
+                for field in COPIED_FIELDS:
+                    setattr(copy, field, getattr(child, field))
+                new.children[key] = copy
+                stack.append((child, copy))
+        return twin
 
     def _uid(self) -> int:
         self.next_uid += 1

@@ -110,7 +110,15 @@ BAD = [
     ),
     (
         {"block_size": 64, "engine": "marconi", "marconi_alpha": -1},
-        "policy key 'marconi_alpha': expected a number >= 0, got -1",
+        "policy key 'marconi_alpha': expected a number >= 0 or 'auto', got -1",
+    ),
+    (
+        {"block_size": 64, "engine": "marconi", "marconi_alpha": True},
+        "policy key 'marconi_alpha': expected a number >= 0 or 'auto', got True",
+    ),
+    (
+        {"block_size": 64, "engine": "marconi", "marconi_bootstrap": 1.5},
+        "policy key 'marconi_bootstrap': expected an integer >= 1, got 1.5",
     ),
     (
         {"block_size": 544, "groups": ["mamba"]},
@@ -178,6 +186,16 @@ def test_engine_options_default_and_are_part_of_the_identity():
         )
         == 128
     )
+
+
+def test_number_or_auto_option():
+    policy = load_policy(None, ["engine=marconi", "block_size=64", "marconi_alpha=auto"])
+    assert (policy.option("marconi_alpha"), policy.option("marconi_bootstrap")) == ("auto", 5)
+    assert make_policy(json.loads(policy.to_json())) == policy
+    jsonschema.validate({"block_size": 64, "marconi_alpha": "auto"}, SCHEMA)
+    jsonschema.validate({"block_size": 64, "marconi_alpha": 0.5}, SCHEMA)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"block_size": 64, "marconi_alpha": "fast"}, SCHEMA)
 
 
 def test_bad_overrides_and_sources(tmp_path):

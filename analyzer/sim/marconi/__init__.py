@@ -35,11 +35,17 @@ The running request's memory is not modelled (Marconi's simulator does not eithe
 whose pages + one state exceed the pool gets `error` and is not cached, and an insert that
 cannot make room is skipped.
 
-Options: `marconi_alpha` (fixed; Marconi's bootstrap auto-tuning is not implemented).
-Not modelled: alpha auto-tuning, the chunked-scan approximation of the branch state (the state
-is taken exactly at b), speculative decoding (spec_decode must be none), concurrent batches.
+Options: `marconi_alpha` (a number, or "auto"), `marconi_bootstrap` (the window multiplier).
+Alpha auto-tuning (Marconi's artifact; MarconiReplay.run / tune): alpha 0 until the first
+eviction; right after the request whose insert made it (the n-th), the next marconi_bootstrap x n
+requests - only those, the bootstrap window - are read ahead and replayed from a snapshot of the
+cache once per alpha in 0, 0.1, ..., 2.0; the alpha saving the most prefill FLOPs over the window
+(the artifact's criterion; the paper says hit rate) is adopted, ties to the smaller, and the
+window is then replayed for real. `MarconiReplay.tuning` records the outcome.
+Not modelled: the chunked-scan approximation of the branch state (the state is taken exactly
+at b), speculative decoding (spec_decode must be none), concurrent batches.
 """
 
-from analyzer.sim.marconi.replay import MarconiReplay, replay
+from analyzer.sim.marconi.replay import ALPHA_GRID, MarconiReplay, Tuning, replay
 
-__all__ = ["MarconiReplay", "replay"]
+__all__ = ["ALPHA_GRID", "MarconiReplay", "Tuning", "replay"]

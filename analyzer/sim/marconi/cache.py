@@ -29,7 +29,18 @@ class MarconiCache:
         self.tree = RadixTree()
         self.states = 0
         self.clock = 0
+        self.evictions = 0
         self._eff: dict[tuple[int, int], float] = {}  # (end, edge) pages -> FLOP efficiency
+
+    def clone(self, alpha: float) -> MarconiCache:
+        """An independent copy of this cache (tree, pool, clock) evicting with `alpha`.
+
+        The efficiency memo is shared: it is a pure function of (end, edge) pages."""
+        twin = MarconiCache(self.page, self.capacity, self.state_blocks, alpha, self.costs)
+        twin.tree = self.tree.clone()
+        twin.states, twin.clock, twin.evictions = self.states, self.clock, self.evictions
+        twin._eff = self._eff
+        return twin
 
     def used(self) -> int:
         return self.tree.num_pages + self.states * self.state_blocks
@@ -107,6 +118,7 @@ class MarconiCache:
         return eff
 
     def _evict(self, node: Node, protect: set[int]) -> None:
+        self.evictions += 1
         node.state = False
         self.states -= 1
         if node.children:  # single child: the edge merges into it

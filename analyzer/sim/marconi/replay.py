@@ -3,7 +3,10 @@ pages (page = block_size tokens) or blocks (pool blocks of block_size tokens).""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import islice
 
 from analyzer.errors import ConfigError
 from analyzer.sim.marconi.cache import MarconiCache
@@ -17,6 +20,22 @@ from analyzer.sim.tree import (
     prefill_chunks,
 )
 from analyzer.sim.vllm.hashing import HashInterner, request_hashes
+
+# marconi_alpha auto: the values tried, Marconi's artifact grid 0, 0.1, ..., 2.0.
+ALPHA_GRID = tuple(i / 10 for i in range(21))
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What alpha auto-tuning did: after `after_requests` requests the first eviction
+    happened; the next `window_requests` (the bootstrap window) were replayed from a snapshot
+    once per alpha of ALPHA_GRID, saving `flops_saved[i]` FLOPs (sum over the window of the
+    prefill FLOPs of each hit); `alpha` (the most FLOPs, ties to the smaller) was adopted."""
+
+    after_requests: int
+    window_requests: int
+    flops_saved: tuple[float, ...]
+    alpha: float
 
 
 def check_policy(policy: Policy) -> None:
@@ -39,17 +58,61 @@ class MarconiReplay:
         costs, state_blocks = cost_model(policy)
         self.page = policy.block_size
         self.budget = policy.max_num_batched_tokens
+        alpha = policy.option("marconi_alpha")
+        self.auto = alpha == "auto"
+        self.bootstrap = policy.option("marconi_bootstrap")
         self.cache = MarconiCache(
-            self.page, policy.num_blocks, state_blocks, policy.option("marconi_alpha"), costs
+            self.page, policy.num_blocks, state_blocks, 0.0 if self.auto else alpha, costs
         )
         self.interner = HashInterner()
         self.stored: set[int] = set()  # keys of pages that ever ended a node with a state
+        self.seen = 0  # requests replayed
+        self.tuning: Tuning | None = None  # set once alpha auto-tuning has run
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        for request in requests:
+        """Replay in order. With alpha auto, right after the request whose insert made the
+        first eviction, the next `marconi_bootstrap` x (requests replayed so far) requests
+        are read ahead - only those - to tune alpha (`tune`), then replayed for real."""
+        stream = iter(requests)
+        for request in stream:
             yield self.replay_one(request)
+            if self.auto and self.tuning is None and self.cache.evictions:
+                window = list(islice(stream, self.bootstrap * self.seen))
+                self.tune(window)
+                for ahead in window:
+                    yield self.replay_one(ahead)
 
-    def replay_one(self, sim: SimRequest) -> SimResult:
+    def tune(self, window: list[SimRequest]) -> Tuning:
+        """Replay `window` from a snapshot of this cache once per alpha of ALPHA_GRID (pure
+        replays of copies) and adopt the alpha that saves the most FLOPs (Marconi's artifact;
+        its paper says the best hit rate); ties go to the smaller alpha."""
+        keys = [self._keys(r) for r in window]  # the interner is shared: ids name contents
+        saved = []
+        for alpha in ALPHA_GRID:
+            trial = copy.copy(self)
+            trial.cache = self.cache.clone(alpha)
+            trial.stored = set(self.stored)
+            flops = 0.0
+            for request, k in zip(window, keys, strict=True):
+                hit = trial.replay_one(request, k).hit_tokens
+                flops += self.cache.costs.flops_saved(hit, hit)
+            saved.append(flops)
+        best = max(range(len(ALPHA_GRID)), key=lambda i: (saved[i], -i))
+        self.cache.alpha = ALPHA_GRID[best]
+        self.tuning = Tuning(self.seen, len(window), tuple(saved), ALPHA_GRID[best])
+        return self.tuning
+
+    def _keys(self, sim: SimRequest) -> list[int] | None:
+        """The request's page keys (computed tokens, whole pages); None for an empty prompt."""
+        prompt = sim.num_prompt_tokens
+        if prompt < 1:
+            return None
+        total = computed_tokens(prompt, sim.num_output_tokens)
+        return request_hashes(self.interner, sim, self.page, 0)[0].extend(total // self.page)
+
+    def replay_one(self, sim: SimRequest, keys: list[int] | None = None) -> SimResult:
+        """Replay one request (`keys`: its page keys when already computed)."""
+        self.seen += 1
         prompt = sim.num_prompt_tokens
         if prompt < 1:
             return SimResult(sim.request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), "empty prompt")
@@ -59,7 +122,7 @@ class MarconiReplay:
         if cache.capacity is not None and own > cache.capacity:
             reason = f"pool of {cache.capacity} blocks < {own} blocks of this request"
             return SimResult(sim.request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), reason)
-        keys = request_hashes(self.interner, sim, page, 0)[0].extend(total // page)
+        keys = keys if keys is not None else self._keys(sim)
         cache.clock += 1
         # Whole edges only: the hit is the deepest fully matched node holding a state.
         path, matched, _ = cache.tree.walk(keys[: (prompt - 1) // page])

@@ -23,7 +23,10 @@ States are placed by `sglang_strategy`:
 Groups full_attention alone: the plain RadixCache (every node is a hit point, no state pool).
 Groups full_attention + sliding_window: SWARadixCache (swa.py): window validator, slid-out
 tombstones, full-then-SWA eviction; the SWA pool is sglang_swa_full_tokens_ratio x the KV pool.
-All three groups together (SGLang's unified cache with both components) is a ConfigError.
+All three groups: SGLang's unified radix cache with both components (unified.py): one tree, a
+hit where every validator passes (KV, SWA window, Mamba state), per-component LRU with the
+cascade SWA > MAMBA on internal nodes, Mamba and SWA branch points (reference 1.3).
+Placement (grids, track points, the pools) is shared by all of them (placement.py).
 
 Capacity: the KV pool is num_blocks x block_size tokens (null = unbounded), shared by the tree
 and the running request's KV (a prefill chunk, a decode step); states are NOT charged to it but
@@ -40,8 +43,9 @@ leaf -> deleted as above). Locks: the running request's current node (hit node, 
 cached node) with its path to the root.
 
 Not modelled: speculative decoding (spec_decode must be none), HiCache, the path state cap,
-extra_buffer_lazy, SWA recompute, the SWA leaf split on insert, overlap scheduling, batching of
-concurrent requests.
+extra_buffer_lazy, SWA recompute, the SWA leaf split on insert, the SWA branch point in the
+two-group SWA cache (legacy SWARadixCache has none; only the unified cache uses it), overlap
+scheduling, batching of concurrent requests.
 """
 
 from analyzer.sim.sglang.replay import SGLangReplay, replay

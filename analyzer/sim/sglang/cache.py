@@ -168,11 +168,24 @@ class MambaRadixCache:
         if node is None:
             return False
         if node.children:
-            node.state = False  # tombstone: KV stays
-            self.states -= self.units(node)
+            self._tombstone(node)
         else:
             self._delete(node)
         return True
+
+    def _tombstone(self, node: Node) -> None:
+        """Drop an internal node's state (its KV stays)."""
+        node.state = False
+        self.states -= self.units(node)
+
+    def _free(self, node: Node) -> None:
+        """Release the state of a deleted node."""
+        if node.state and self.stateful:
+            self.states -= self.units(node)
+
+    def _keeps(self, node: Node) -> bool:
+        """Whether a node that just became a leaf stays (else it is deleted too)."""
+        return bool(node.lock or node.state or not self.stateful)
 
     def state_locked(self, node: Node) -> bool:
         """A state in use by the running request (a locked leaf cannot be deleted either)."""
@@ -184,11 +197,10 @@ class MambaRadixCache:
         while True:
             parent = node.parent
             tree.remove_leaf(node)
-            if node.state and self.stateful:
-                self.states -= self.units(node)
+            self._free(node)
             node = parent
             if node.parent is None or node.children:
                 break
-            if node.lock or node.state or not self.stateful:  # a leaf now
+            if self._keeps(node):  # a leaf now
                 heapq.heappush(self.full_heap, (node.stamp, node.uid, node))
                 break

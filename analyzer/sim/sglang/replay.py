@@ -1,93 +1,25 @@
-"""Serial replay of SGLang's MambaRadixCache (see the package docstring). Units: tokens
-unless a name says pages (page = block_size tokens)."""
+"""Serial replay of SGLang's radix caches: MambaRadixCache and the plain RadixCache here,
+SWARadixCache (swa.py) and the unified cache (unified.py) through their own serve (see the
+package docstring). Units: tokens unless a name says pages (page = block_size tokens)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
-from analyzer.errors import ConfigError
 from analyzer.sim.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.sglang.cache import MambaRadixCache
-from analyzer.sim.sglang.swa import SWAReplay
-from analyzer.sim.tree import (
-    Node,
-    check_page_engine,
-    computed_tokens,
-    deepest_stored,
-    prefill_chunks,
+from analyzer.sim.sglang.placement import (
+    RESERVED_SLOTS,
+    branch_point,
+    final_depth,
+    geometry,
+    track_point,
 )
+from analyzer.sim.sglang.swa import SWAReplay
+from analyzer.sim.sglang.unified import UnifiedReplay
+from analyzer.sim.tree import Node, computed_tokens, deepest_stored, prefill_chunks
 from analyzer.sim.vllm.hashing import HashInterner, request_hashes
-
-# State slots a running request holds besides the tree's: its live state, plus the two
-# ping-pong track slots of extra_buffer.
-RESERVED_SLOTS = {"no_buffer": 1, "extra_buffer": 3}
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """The policy resolved for this engine: page and grids in tokens."""
-
-    page: int
-    strategy: str
-    grid: int  # extra_buffer prefill track grid C = max(chunk, page)
-    decode_grid: int  # extra_buffer decode track grid lcm(C, track interval)
-    budget: int | None  # prefill chunk, page aligned
-    kv_tokens: int | None
-    num_states: int | None
-    stateful: bool
-    window: int | None  # sliding window W (SWARadixCache), else None
-    swa_tokens: int | None  # the SWA KV pool
-
-
-def geometry(policy: Policy) -> Geometry:
-    """Validate the policy for SGLang and resolve its grids (ConfigError naming the key)."""
-    if policy.engine != "sglang":
-        raise ConfigError(f"the sglang replay cannot run engine {policy.engine!r}")
-    check_page_engine(policy, "sglang_strategy")
-    if policy.groups == ("full_attention", "sliding_window", "mamba"):
-        raise ConfigError(
-            "policy key 'groups': engine sglang models full_attention with one of mamba "
-            "(MambaRadixCache) or sliding_window (SWARadixCache), not both"
-        )
-    page = policy.block_size
-    chunk = policy.option("sglang_chunk_tokens")
-    grid = max(chunk, page)
-    if grid % page:
-        raise ConfigError(
-            f"policy key 'sglang_chunk_tokens': {chunk} must be a multiple of block_size "
-            f"{page} when larger (states are tracked on multiples of max of the two)"
-        )
-    strategy = policy.option("sglang_strategy")
-    num_states = policy.option("sglang_num_states")
-    stateful = "mamba" in policy.groups
-    need = RESERVED_SLOTS[strategy] + 2
-    if stateful and num_states is not None and num_states < need:
-        raise ConfigError(
-            f"policy key 'sglang_num_states': {strategy} needs at least {need} states "
-            f"(the running request's slots, its locked state and one new); got {num_states}"
-        )
-    budget = policy.max_num_batched_tokens
-    if budget is not None:
-        budget = max(page, budget - budget % page)
-    kv_tokens = None if policy.num_blocks is None else policy.num_blocks * page
-    swa_tokens = None
-    if kv_tokens is not None and policy.sliding_window is not None:
-        swa_tokens = int(policy.option("sglang_swa_full_tokens_ratio") * kv_tokens)
-    return Geometry(
-        page=page,
-        strategy=strategy,
-        grid=grid,
-        decode_grid=math.lcm(grid, policy.option("sglang_track_interval")),
-        budget=budget,
-        kv_tokens=kv_tokens,
-        num_states=num_states,
-        stateful=stateful,
-        window=policy.sliding_window,
-        swa_tokens=swa_tokens,
-    )
 
 
 class SGLangReplay:
@@ -96,8 +28,10 @@ class SGLangReplay:
     def __init__(self, policy: Policy) -> None:
         self.geo = g = geometry(policy)
         self.cache = MambaRadixCache(g.page, g.kv_tokens, g.num_states, g.stateful)
-        self.swa = None
-        if g.window is not None:
+        self.swa: SWAReplay | None = None
+        if g.window is not None and g.stateful:
+            self.swa = UnifiedReplay(g)
+        elif g.window is not None:
             self.swa = SWAReplay(g.page, g.window, g.budget, g.kv_tokens, g.swa_tokens)
         self.interner = HashInterner()
         self.stored: set[int] = set()  # keys of pages that ever ended a node with a state
@@ -152,49 +86,22 @@ class SGLangReplay:
             cache.alloc_state()
             cache.reserved += 1
         pos = node.end * g.page
-        branch = None
-        if kv_hit > pos:
-            branch = kv_hit - kv_hit % g.grid or None
+        branch = branch_point(g, kv_hit, pos)
         chunks = prefill_chunks(prompt - pos, g.budget)
         for c in chunks:
             ok = cache.alloc_kv(c)
             assert ok, "a request that fits the pool always finds evictable KV"
-            track = self._track(pos, c, branch)
+            track = track_point(g, pos, c, branch)
             pos += c
             if track is not None:
                 run.cache_at(track)
         ok = cache.alloc_kv(total - prompt)  # decode: one slot per fed token
         assert ok, "a request that fits the pool always finds evictable KV"
         cache.reserved -= reserve  # the live / ping-pong slot is donated to the tree
-        run.cache_at(self._final(prompt, total, run.tracked))
+        run.cache_at(final_depth(g, prompt, total, run.tracked))
         cache.private_tokens = 0  # the unaligned / untracked tail's KV is freed
         cache.lock(run.node, -1)
         return chunks
-
-    def _track(self, start: int, extend: int, branch: int | None) -> int | None:
-        """Where this prefill extend leaves a state (tokens), or None."""
-        g = self.geo
-        if g.strategy == "no_buffer" or not g.stateful:
-            end = start + extend
-            return end - end % g.page
-        if (
-            branch is not None
-            and start < branch < start + extend
-            and (branch - start) % g.grid == 0
-        ):
-            return branch
-        if extend < g.grid:
-            return None
-        return start + extend - extend % g.grid
-
-    def _final(self, prompt: int, total: int, tracked: int) -> int:
-        """The depth the finished sequence is cached to (tokens): its last page
-        (no_buffer), else the last tracked state, a decode track when one was passed."""
-        g = self.geo
-        if g.strategy == "no_buffer" or not g.stateful:
-            return total - total % g.page
-        decode = total - total % g.decode_grid
-        return decode if decode > max(prompt, tracked) else tracked
 
 
 class _Running:

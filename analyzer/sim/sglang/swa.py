@@ -61,9 +61,13 @@ class SWARadixCache(MambaRadixCache):
                 run, seen_tombstone = 0, True
                 continue
             run += len(node.pages) * self.page
-            if not seen_tombstone or run >= self.window:
+            if (not seen_tombstone or run >= self.window) and self.usable(node):
                 best = node
         return best
+
+    def usable(self, node: Node) -> bool:
+        """What other components require of a hit node (none here; see unified.py)."""
+        return True
 
     def touch_window(self, node: Node) -> None:
         """SWA-LRU refresh of the live nodes within W + page tokens above `node`."""
@@ -146,13 +150,15 @@ class SWAReplay:
         error = run.finish(prompt, total) if chunks is not None else run.abort()
         return node.end, kept, matched, chunks or [], error
 
-    def _kept(self, keys: list[int], hit: int, matched: int) -> int:
-        """The hit had no SWA KV been evicted: validate with pages ever live (pages)."""
+    def _kept(self, keys: list[int], hit: int, matched: int, points: set[int] | None = None) -> int:
+        """The hit had no SWA KV been evicted: validate with pages ever live (pages); with
+        `points`, only at pages whose key is in it (ever held a recurrent state)."""
         best, run, tombstone = hit, 0, False
         for i in range(matched):
             if keys[i] in self.stored:
                 run += 1
-                if i + 1 > hit and (not tombstone or run * self.page >= self.window):
+                ok = not tombstone or run * self.page >= self.window
+                if i + 1 > hit and ok and (points is None or keys[i] in points):
                     best = i + 1
             else:
                 run, tombstone = 0, True
@@ -176,31 +182,40 @@ class _Window:
         low = max(0, pos - self.replay.window)
         return low - low % self.replay.page
 
-    def grow(self, new_pos: int) -> bool:
-        """Compute up to `new_pos`: KV of every layer for the new tokens, then free the SWA
-        KV that slid out of the window."""
+    def grow(self, new_pos: int, release: bool = True) -> bool:
+        """Compute up to `new_pos`: KV of every layer for the new tokens, then (`release`)
+        free the SWA KV that slid out of the window."""
         cache = self.cache
         swa = new_pos - max(self.owned, self.slid(self.pos)) - cache.private_swa
         if not cache.alloc(new_pos - self.pos, max(swa, 0)):
             return False
         self.pos = new_pos
-        cache.private_swa = new_pos - max(self.owned, self.slid(new_pos))
+        if release:
+            self.release_slid()
         return True
 
-    def cache_to(self, depth: int) -> None:
-        """Insert the sequence up to `depth` tokens (cache_(un)finished_req)."""
+    def release_slid(self) -> None:
+        """Free the running request's SWA KV that slid out of its window."""
+        self.cache.private_swa = self.pos - max(self.owned, self.slid(self.pos))
+
+    def cache_to(self, depth: int, slid: int | None = None) -> Node | None:
+        """Insert the sequence up to `depth` tokens (cache_(un)finished_req), its SWA KV
+        freed below `slid` (default: what slid out at the current position); returns the
+        node the request now ends at, None when nothing was inserted."""
         if depth <= self.owned:
-            return
+            return None
         cache = self.cache
         page = self.replay.page
+        slid = self.slid(self.pos) if slid is None else slid
         node, self.owned = cache.insert_window(
-            self.keys[: depth // page], self.owned, self.slid(self.pos), self.replay.stored
+            self.keys[: depth // page], self.owned, slid, self.replay.stored
         )
         cache.lock(node, +1)
         cache.lock(self.node, -1)
         self.node = node
         cache.current_end = self.owned
-        cache.private_swa = self.pos - max(self.owned, self.slid(self.pos))
+        self.release_slid()
+        return node
 
     def prefill(self, prompt: int) -> list[int] | None:
         """Prefill chunks (None when a pool cannot hold the request), caching each one."""

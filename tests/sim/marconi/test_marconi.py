@@ -3,6 +3,8 @@ eviction, config errors, and invariants against an unbounded oracle."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from analyzer.errors import ConfigError
 from analyzer.sim.marconi import MarconiReplay
 from analyzer.sim.marconi.flops import CostModel, cost_model
+from analyzer.sim.marconi.replay import ALPHA_GRID
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.replay import replay
@@ -130,7 +133,8 @@ def test_chunks_hash_ids_and_errors():
         ({"spec_decode": "eagle_lookahead"}, "'spec_decode'"),
         ({"prefix_match_unit": 2}, "'prefix_match_unit'"),
         ({"retention_interval": 8}, "'retention_interval'"),
-        ({"marconi_alpha": "auto"}, "'marconi_alpha': expected a number"),
+        ({"marconi_alpha": "fast"}, "'marconi_alpha': expected a number >= 0 or 'auto'"),
+        ({"marconi_bootstrap": 0}, "'marconi_bootstrap': expected an integer >= 1"),
         ({"sglang_strategy": "no_buffer"}, "applies to engine sglang, not marconi"),
     ],
 )
@@ -144,7 +148,8 @@ def marconi_policies(draw):
     values = {"engine": "marconi", "block_size": draw(st.sampled_from([1, 2, 4]))}
     values["max_num_batched_tokens"] = draw(st.none() | st.integers(1, 16))
     values["num_blocks"] = draw(st.none() | st.integers(2, 40))
-    values["marconi_alpha"] = draw(st.sampled_from([0.0, 0.5, 1.0, 3.0]))
+    values["marconi_alpha"] = draw(st.sampled_from([0.0, 0.5, 1.0, 3.0, "auto"]))
+    values["marconi_bootstrap"] = draw(st.integers(1, 3))
     return make_policy(values)
 
 
@@ -186,3 +191,89 @@ def test_pool_never_overflows_and_the_tree_adds_up(trace, policy):
         assert all(n.state for n in nodes if not n.children)  # leaves hold a state
         if cache.capacity is not None:
             assert cache.used() <= cache.capacity
+
+
+# Alpha auto-tuning. Pool 56 blocks (block 4, Marconi's 7B: a state is 1 block): x1 (3),
+# long (51), then x2 needs 3 more: the first eviction (alpha 0 = LRU) drops x1, after 3
+# requests. With marconi_bootstrap 1 the window is the next 3: x3 forces a choice between
+# long (old, efficient) and x2 (recent, cheap); long2 hits 200 only if long stayed, which
+# takes alpha > 1 (two candidates: scores long = alpha, x2 = 1, ties to the older).
+X = [req(f"x{i}", toks(1000 * i, 1000 * i + 8)) for i in range(1, 5)]
+TUNE = [X[0], req("long", LONG), X[1], X[2], req("long2", cat(LONG, toks(900, 904))), X[3]]
+TUNE_VALUES = {"num_blocks": 56, "marconi_alpha": "auto", "marconi_bootstrap": 1}
+
+
+def tuned(requests, **values):
+    policy = make_policy({"engine": "marconi", "block_size": 4, **values})
+    engine = MarconiReplay(policy)
+    return list(engine.run(requests)), engine
+
+
+def test_auto_alpha_adopts_the_most_flops_saved_on_the_window():
+    results, engine = tuned(TUNE, **TUNE_VALUES)
+    t = engine.tuning
+    assert (t.after_requests, t.window_requests, t.alpha) == (3, 3, 1.1)
+    full = CostModel().flops_saved(200, 200)
+    assert t.flops_saved == (0.0,) * 11 + (full,) * 10  # alpha 0 .. 1.0 lose long
+    assert results[4].hit_tokens == 200 and engine.cache.alpha == 1.1
+    # A fixed alpha 1 (the default) loses it; the same trace unbounded never tunes.
+    assert run(TUNE, num_blocks=56)[4].hit_tokens == 0
+    _, free = tuned(TUNE, marconi_alpha="auto")
+    assert free.tuning is None and free.cache.alpha == 0.0
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "pulled", "window"),
+    [(1, 6, 3), (2, 9, 6), (5, 9, 6)],  # the window stops at the trace's end
+)
+def test_auto_alpha_reads_only_the_window_ahead(bootstrap, pulled, window):
+    consumed = []
+
+    def source():
+        for r in [*TUNE, *X[:3]]:
+            consumed.append(r.request_id)
+            yield r
+
+    values = {**TUNE_VALUES, "marconi_bootstrap": bootstrap}
+    policy = make_policy({"engine": "marconi", "block_size": 4, **values})
+    engine = MarconiReplay(policy)
+    stream = engine.run(source())
+    got = [next(stream) for _ in range(4)]  # up to the window's first result
+    assert [r.request_id for r in got] == ["x1", "long", "x2", "x3"]
+    assert len(consumed) == pulled and engine.tuning.window_requests == window
+    assert len(list(stream)) == 9 - 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    trace=traces(),
+    blocks=st.integers(4, 30),
+    bootstrap=st.integers(1, 3),
+    page=st.sampled_from([1, 2, 4]),
+)
+def test_auto_alpha_trials_are_pure_copies(trace, blocks, bootstrap, page):
+    values = {"num_blocks": blocks, "marconi_alpha": "auto", "marconi_bootstrap": bootstrap}
+    policy = make_policy({"engine": "marconi", "block_size": page, **values})
+    engine = MarconiReplay(policy)
+    results = list(engine.run(trace))
+    assert results == list(replay(trace, policy))  # deterministic
+    t = engine.tuning
+    if t is None:  # never evicted: alpha 0 (LRU) throughout, the same as a fixed 0
+        assert results == list(
+            replay(trace, make_policy({**policy_values(policy), "marconi_alpha": 0.0}))
+        )
+        return
+    assert t.alpha in ALPHA_GRID and t.flops_saved[ALPHA_GRID.index(t.alpha)] == max(t.flops_saved)
+    assert t.window_requests == min(bootstrap * t.after_requests, len(trace) - t.after_requests)
+    # The real replay of the window at the adopted alpha saves exactly what its trial did:
+    # the trials started from the same snapshot and left the real cache untouched.
+    costs = engine.cache.costs
+    window = results[t.after_requests : t.after_requests + t.window_requests]
+    assert sum(costs.flops_saved(r.hit_tokens, r.hit_tokens) for r in window) == max(t.flops_saved)
+    # Before the first eviction alpha plays no part: the same as any fixed alpha.
+    fixed = list(replay(trace, make_policy({**policy_values(policy), "marconi_alpha": 2.0})))
+    assert results[: t.after_requests] == fixed[: t.after_requests]
+
+
+def policy_values(policy) -> dict:
+    return json.loads(policy.to_json())

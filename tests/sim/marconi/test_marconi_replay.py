@@ -24,7 +24,10 @@ def mixed_db(tmp_path_factory):
     return db
 
 
-@pytest.mark.parametrize("overrides", [[], ["num_blocks=1000", "marconi_alpha=0.5"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["num_blocks=1000", "marconi_alpha=0.5"], ["num_blocks=1000", "marconi_bootstrap=1"]],
+)
 def test_waterfall_holds_on_the_mixed_sample(mixed_db, overrides):
     policy = load_policy("marconi-default", ["model=qwen3-next-80b-a3b", *overrides])
     run_id = run_replay(policy, db_path=mixed_db).run_id

@@ -13,6 +13,7 @@ from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.replay import replay
 from analyzer.sim.sglang import SGLangReplay
+from analyzer.sim.sglang.unified import UnifiedRadixCache
 from tests.sim.strategies import traces
 
 
@@ -38,6 +39,8 @@ BRANCHES = [req("a", cat(S, toks(100, 108))), req("b", cat(S, toks(200, 208)))]
 BRANCHES.append(req("c", cat(S, toks(300, 308))))
 TURNS = [req("t1", S, OUT), req("t2", cat(S, OUT, toks(600, 605)))]
 SWA = {"groups": ["full_attention", "sliding_window"], "sliding_window": 8}
+UNI = {"groups": ["full_attention", "sliding_window", "mamba"], "sliding_window": 8}
+EB = {"sglang_strategy": "extra_buffer"}
 CASES = [
     # no_buffer keeps a state at every chunk end: b shares 18 tokens with a, a's chunk
     # (8 tokens) ended at 16, so b hits 16; without chunking a's only states are at 20 and 25.
@@ -100,6 +103,41 @@ CASES = [
     ),
     # A window longer than every sequence: no tombstone, the hit is the match.
     ("swa_wide_window", BRANCHES, {**SWA, "sliding_window": 64}, [0, 20, 20], [0, 20, 20]),
+    # Unified cache (full + SWA + Mamba, W = 8): the next turn ends on a live window holding a
+    # state (20 and 24: the chunk end and the finished sequence).
+    ("unified_turn_hits", TURNS, UNI, [0, 24], [0, 24]),
+    # A wide window validates everything; the Mamba validator still needs a state: no_buffer
+    # keeps none at 20. extra_buffer (C = 4): b's branch point 20 is both its Mamba track and
+    # its SWA branch, one insert there with the state: c hits 20.
+    ("unified_needs_a_state", BRANCHES, {**UNI, "sliding_window": 64}, [0, 0, 0], [0, 20, 20]),
+    (
+        "unified_branch_point",
+        BRANCHES,
+        {**UNI, "sliding_window": 64, **EB, "sglang_chunk_tokens": 4},
+        [0, 0, 20],
+        [0, 20, 20],
+    ),
+    # W = 8: a's insert left [0, 20) a tombstone. b's SWA branch insert at 20 publishes the
+    # window [12, 20) (tombstone revived) before the chunk frees it; with extra_buffer C = 4
+    # the state goes there too and c hits 20 (the SWA-only cache: 0, "swa_branch_in_slid_part").
+    # no_buffer: the insert at 20 carries no state (b's is at its end), c misses.
+    ("unified_swa_branch_no_state", BRANCHES, UNI, [0, 0, 0], [0, 20, 20]),
+    (
+        "unified_swa_branch_with_state",
+        BRANCHES,
+        {**UNI, **EB, "sglang_chunk_tokens": 4},
+        [0, 0, 20],
+        [0, 20, 20],
+    ),
+    # C = 8: the Mamba track 16 is shallower than the SWA branch 20, so the insert goes to 16
+    # with the state and publishes the window [8, 16): c hits 16.
+    (
+        "unified_track_before_swa_branch",
+        BRANCHES,
+        {**UNI, **EB, "sglang_chunk_tokens": 8},
+        [0, 0, 16],
+        [0, 20, 20],
+    ),
     # Plain RadixCache (no recurrent group): the hit is the whole match.
     ("full_attention_only", BRANCHES, {"groups": ["full_attention"]}, [0, 20, 20], [0, 20, 20]),
 ]
@@ -180,6 +218,58 @@ def test_swa_lru_deletes_a_leaf_and_its_kv():
     assert tiny.error == "SWA pool of 8 tokens too small for this request"
 
 
+def _unified_after(a, **values) -> SGLangReplay:
+    policy = make_policy({"engine": "sglang", "block_size": 4, **UNI, **values})
+    engine = SGLangReplay(policy)
+    engine.replay_one(req("a", a))
+    return engine
+
+
+def test_unified_state_lru_drops_only_the_state():
+    # 3 state slots (1 for the running request), W = 64, chunks of 8: a's states at 8, 16, 24;
+    # the one at 8 goes to store 24 (internal: state only, its SWA KV stays). b shares 10
+    # tokens: KV matches 8 with a live window but no state: hit 0, the miss "evicted".
+    a = toks(1, 25)
+    engine = _unified_after(a, sliding_window=64, max_num_batched_tokens=8, sglang_num_states=3)
+    (top,) = engine.swa.cache.tree.root.children.values()
+    assert (top.end, top.state, top.mamba, engine.swa.cache.mamba_states) == (2, True, False, 2)
+    r = engine.replay_one(req("b", cat(a[:10], toks(100, 110))))
+    assert (r.hit_tokens, r.attention_match_tokens) == (0, 8)
+    assert r.sparse_retention_miss_evicted_tokens == 8
+
+
+def test_unified_swa_eviction_cascades_to_the_state():
+    # W = 8, chunks of 8: a's inserts at 8, 16, 24 each publish their window, so all 24 tokens
+    # are live with states at 8, 16, 24. An SWA eviction of the internal node [0, 8) (what the
+    # SWA LRU picks first: the oldest window) drops its SWA KV and, by the cascade
+    # SWA > MAMBA, its state; its full KV stays: b matches 8 and hits 0 ("evicted").
+    a = toks(1, 25)
+    engine = _unified_after(a, max_num_batched_tokens=8)
+    cache = engine.swa.cache
+    (top,) = cache.tree.root.children.values()
+    assert (top.end, top.state, top.mamba) == (2, True, True)
+    assert (cache.states, cache.mamba_states) == (6, 3)
+    assert cache._evict_state() and cache.tree.root.children[top.pages[0]] is top
+    assert (top.state, top.mamba, cache.states, cache.mamba_states) == (False, False, 4, 2)
+    r = engine.replay_one(req("b", cat(a[:10], toks(100, 110))))
+    assert (r.hit_tokens, r.attention_match_tokens) == (0, 8)
+    assert r.sparse_retention_miss_evicted_tokens == 8
+
+
+@pytest.mark.parametrize(("groups", "left_pages"), [(SWA, 5), (UNI, 0)])
+def test_full_eviction_deletes_state_less_leaves_upward(groups, left_pages):
+    # a and b branch at 20 (W = 64: all live): the split [0, 20) has SWA KV but no state.
+    # Evicting both leaves leaves it a leaf: the SWA cache keeps it (live), the unified cache
+    # deletes it (a leaf without a state is a tombstone leaf).
+    policy = make_policy({"engine": "sglang", "block_size": 4, **groups, "sliding_window": 64})
+    engine = SGLangReplay(policy)
+    for r in BRANCHES[:2]:
+        engine.replay_one(r)
+    cache = engine.swa.cache
+    assert cache._evict_full() and cache._evict_full()
+    assert cache.tree.num_pages == left_pages and cache.states == left_pages
+
+
 def test_namespaces_hash_ids_and_errors():
     assert [r.hit_tokens for r in run([req("a", S), req("b", S, namespace="x")])] == [0, 0]
     a = SimRequest("a", block_hash_ids=[1, 2, 3], trace_block_size=4, prompt_tokens=12)
@@ -193,10 +283,6 @@ def test_namespaces_hash_ids_and_errors():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        (
-            {"groups": ["full_attention", "sliding_window", "mamba"], "sliding_window": 8},
-            "'groups': engine sglang models full_attention with one of mamba",
-        ),
         ({"spec_decode": "eagle_drop"}, "'spec_decode'"),
         ({"sglang_chunk_tokens": 6}, "'sglang_chunk_tokens'"),
         ({"sglang_num_states": 2}, "'sglang_num_states': no_buffer needs at least 3"),
@@ -239,7 +325,12 @@ def sglang_policies(draw):
     values = {"engine": "sglang", "block_size": page}
     values["groups"] = draw(
         st.sampled_from(
-            [["full_attention"], ["full_attention", "mamba"], ["full_attention", "sliding_window"]]
+            [
+                ["full_attention"],
+                ["full_attention", "mamba"],
+                ["full_attention", "sliding_window"],
+                ["full_attention", "sliding_window", "mamba"],
+            ]
         )
     )
     if "sliding_window" in values["groups"]:
@@ -297,6 +388,11 @@ def test_pools_never_overflow_and_the_tree_adds_up(trace, policy):
             assert sum(len(n.pages) for n in nodes if n.state) == cache.states
             assert cache.swa_tokens is None or cache.used_swa() <= cache.swa_tokens
             assert all(n.state for n in nodes if not n.children)  # no tombstone leaves
+            if isinstance(cache, UnifiedRadixCache):
+                assert sum(n.mamba for n in nodes) == cache.mamba_states
+                assert cache.mamba_slots is None or cache.mamba_states <= cache.mamba_slots
+            else:
+                assert not any(n.mamba for n in nodes)
         elif cache.stateful:
             assert sum(n.state for n in nodes) == cache.states
             assert cache.num_states is None or cache.states <= cache.num_states

@@ -31,6 +31,14 @@ def mixed_db(tmp_path_factory):
         ["sglang_strategy=extra_buffer", "max_num_batched_tokens=2048"],
         ["num_blocks=3000", "sglang_num_states=40"],
         ["groups=full_attention,sliding_window", "sliding_window=1024", "num_blocks=2000"],
+        [
+            "groups=full_attention,sliding_window,mamba",
+            "sliding_window=1024",
+            "num_blocks=2000",
+            "sglang_num_states=40",
+            "sglang_strategy=extra_buffer",
+            "max_num_batched_tokens=2048",
+        ],
     ],
 )
 def test_waterfall_holds_on_the_mixed_sample(mixed_db, overrides):
