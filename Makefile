@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check analyzer tests bench tools
 
 # Every benchmark, each against a peer or a naive baseline in the same run.
-bench: bench-ingest bench-match bench-replay bench-peer
+bench: bench-ingest bench-match bench-replay bench-peer bench-scale
 
 bench-ingest: $(STAMP)
 	$(PY) bench/bench_ingest.py
@@ -55,3 +55,8 @@ bench-match: $(STAMP)
 # On a GPU machine: CuPy tests and CuPy vs NumPy throughput; installs nothing (see the script).
 bench-gpu:
 	bash bench/gpu_check.sh
+
+.PHONY: bench-scale
+# Executors: match and replay with 1 and 2 workers, processes and Ray (about 1.5 minutes).
+bench-scale: $(STAMP)
+	$(PY) bench/bench_scale.py

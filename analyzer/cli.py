@@ -39,6 +39,51 @@ def policy_options(command):
     )(command)
 
 
+def executor_options(command):
+    """--executor, --workers and --ray-address, shared by match, replay, sweep and plan."""
+    command = click.option(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="With --executor ray: an existing cluster (e.g. auto, ray://host:10001); "
+        "without it a local cluster is started.",
+    )(command)
+    return click.option(
+        "--executor",
+        default=None,
+        type=click.Choice(["local", "processes", "ray"]),
+        help="Where partitions run: this process, local cores, or a Ray cluster "
+        "(identical results) [default: local; sweep: processes].",
+    )(command)
+
+
+def workers_option(command):
+    return click.option(
+        "--workers",
+        default=None,
+        type=click.IntRange(min=1),
+        help="Worker processes (processes), or CPUs of a local Ray cluster [default: cores].",
+    )(command)
+
+
+def dataset_option(command):
+    return click.option(
+        "--dataset",
+        default=None,
+        type=click.Path(),
+        help="Read requests from a Parquet dataset (a folder of files in the requests "
+        "table's layout) instead of the database; results are still written to --db.",
+    )(command)
+
+
+def _executor(name: str | None, workers: int | None, ray_address: str | None, default="local"):
+    from analyzer.executors import ExecutorSpec
+
+    if ray_address is not None and name is None:
+        name = "ray"
+    return ExecutorSpec(name or default, workers=workers, ray_address=ray_address)
+
+
 class _Group(click.Group):
     """Turns library errors into one-line messages with the error's exit code."""
 
@@ -292,6 +337,9 @@ def demo(out_dir: str, samples_dir: str | None) -> None:
     type=click.IntRange(min=1),
     help="Tokens read per chunk: bounds memory, never changes a result.",
 )
+@dataset_option
+@executor_options
+@workers_option
 def match_cmd(
     db_path: str,
     backend: str,
@@ -299,6 +347,10 @@ def match_cmd(
     derive_families: bool,
     min_family_tokens: int,
     chunk_tokens: int,
+    dataset: str | None,
+    executor: str | None,
+    ray_address: str | None,
+    workers: int | None,
 ) -> None:
     """Find each request's longest prefix shared with earlier requests, and the junctions.
 
@@ -317,6 +369,8 @@ def match_cmd(
             derive_families=derive_families,
             min_family_tokens=min_family_tokens,
             options=MatchOptions(chunk_tokens=chunk_tokens, progress=update),
+            executor=_executor(executor, workers, ray_address),
+            dataset=dataset,
         )
     for line in summary.lines():
         click.echo(line)
@@ -340,12 +394,19 @@ def match_cmd(
     help="Warm-up exclusion: replay every request but aggregate only those with arrival "
     "index >= floor(FRACTION * n) (0 <= FRACTION < 1).",
 )
+@dataset_option
+@executor_options
+@workers_option
 def replay(
     db_path: str,
     policy_source: str,
     overrides: tuple[str, ...],
     out: str | None,
     measure_from: float,
+    dataset: str | None,
+    executor: str | None,
+    ray_address: str | None,
+    workers: int | None,
 ) -> None:
     """Replay the stored trace through a hybrid prefix cache and account for every token.
 
@@ -360,6 +421,7 @@ def replay(
     from analyzer.store.export import check_export_path
 
     check_measure_from(measure_from)
+    spec = _executor(executor, workers, ray_address)
     names = [name.strip() for name in policy_source.split(",")]
     if not all(names):
         raise ConfigError(f"--policy {policy_source!r}: an empty name in the list")
@@ -370,9 +432,15 @@ def replay(
         check_export_path(out)
     outcomes = []
     for policy in policies:
-        with _progress_bar("replay") as update:
+        with _progress_bar("replay partitions") as update:
             result = run_replay(
-                policy, db_path=db_path, out=out, progress=update, measure_from=measure_from
+                policy,
+                db_path=db_path,
+                out=out,
+                progress=update,
+                measure_from=measure_from,
+                executor=spec,
+                dataset=dataset,
             )
         outcomes.append(result)
         _print_replay(policy, result, render)
@@ -519,8 +587,15 @@ def compare_cmd(
     help="A knob and its values (one sweep each; num_blocks=auto: the full curve).",
 )
 @click.option("--grid", is_flag=True, help="Cross product of all --vary knobs, one sweep.")
-@click.option("--jobs", default=2, show_default=True, type=int, help="Worker processes.")
-def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs) -> None:
+@click.option(
+    "--jobs",
+    default=2,
+    show_default=True,
+    type=int,
+    help="Workers: processes (or CPUs of a local Ray cluster); 1 runs in this process.",
+)
+@executor_options
+def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs, executor, ray_address):
     """Replay the trace at each value of a policy knob, one knob at a time (or --grid).
 
     Each point is a stored replay run; `sweeps` and `sweep_points` index them. A num_blocks
@@ -540,6 +615,7 @@ def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs) -> None:
             jobs=jobs,
             db_path=db_path,
             progress=update,
+            executor=_executor(executor, jobs, ray_address, default="processes"),
         )
     for s in outcomes:
         table = pa.table(
@@ -578,7 +654,9 @@ def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs) -> None:
 @click.option("--model", default=None, help="Model preset (schemas/models/).")
 @click.option("--memory-budget", default=None, help="Cache memory per replica, e.g. 40GiB.")
 @click.option("--family", default=None, help="Measure one prompt family only.")
-def plan_cmd(db_path, target, model, memory_budget, family) -> None:
+@executor_options
+@workers_option
+def plan_cmd(db_path, target, model, memory_budget, family, executor, ray_address, workers):
     """Search the cheapest cache settings that reach a target useful hit ratio (by replays)."""
     import pyarrow as pa
 
@@ -593,6 +671,7 @@ def plan_cmd(db_path, target, model, memory_budget, family) -> None:
             family=family,
             db_path=db_path,
             progress=update,
+            executor=_executor(executor, workers, ray_address),
         )
     click.echo(
         f"ceilings: attention-only bound {r.attention_only_bound:.3f}, shared-prefix ceiling "

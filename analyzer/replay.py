@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.errors import ConfigError, StoreError
+from analyzer.executors import LOCAL, ExecutorSpec, as_spec
 from analyzer.metrics.waterfall import build_levels
 from analyzer.prefixes.engine import MatchOptions, run_matcher
 from analyzer.prefixes.memory import MemorySource
@@ -51,6 +52,22 @@ class _Trace:
     def n(self) -> int:
         return len(self.prompts)
 
+    def __getstate__(self) -> dict:  # for workers: a few flat buffers, not an object a row
+        from analyzer.executors.replay import pack_arrays
+
+        return {
+            "columns": self.columns,
+            "prompts": pack_arrays(self.prompts),
+            "outputs": pack_arrays(self.outputs),
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        from analyzer.executors.replay import unpack_arrays
+
+        self.columns = state["columns"]
+        self.prompts = unpack_arrays(state["prompts"])
+        self.outputs = unpack_arrays(state["outputs"])
+
 
 def run_replay(
     policy: Policy,
@@ -59,10 +76,15 @@ def run_replay(
     out: str | Path | None = None,
     progress: Callable[[int, int], None] | None = None,
     measure_from: float = 0.0,
+    executor: ExecutorSpec | str | None = None,
+    dataset: str | Path | None = None,
 ) -> ReplayOutcome:
     """Replay the stored trace under `policy`; store and return the run.
 
-    `progress(requests done, total)` is called after each (revision, replica) partition.
+    `progress(partitions done, total)` is called after each (revision, replica) partition.
+    `executor` (analyzer.executors) runs the partitions and the L1/L2 matcher shards;
+    tables are identical for every executor. `dataset`: read the requests from a Parquet
+    dataset (analyzer.executors.dataset) instead of the store's `requests` table.
     `measure_from` (0 <= f < 1): warm-up exclusion. Every request replays, but only those
     with arrival index >= floor(f * n) are `measured` (replay_requests.measured) and counted
     in replay_summary and in replay_runs' prompt/hit totals.
@@ -72,15 +94,42 @@ def run_replay(
             be replayed under (e.g. a match unit finer than a hash-id trace's blocks).
     """
     check_measure_from(measure_from)
-    con = connect(db_path, create=False)
+    spec = as_spec(executor)
+    con, fingerprint = _open_trace(db_path, dataset)
     try:
-        trace = load_trace(con)
+        if dataset is None:
+            trace = load_trace(con)
+        else:  # the driver holds no token ids; workers read their partitions' rows
+            from analyzer.executors.replay import load_lazy_trace
+
+            trace = load_lazy_trace(con, str(Path(dataset).resolve()))
         started = time.perf_counter()
-        rows = _replay_rows(trace, policy, progress=progress)
+        rows = _replay_rows(trace, policy, progress=progress, executor=spec)
         seconds = time.perf_counter() - started
-        return store_run(con, policy, rows, seconds, trace.n, out=out, measure_from=measure_from)
+        return store_run(
+            con,
+            policy,
+            rows,
+            seconds,
+            trace.n,
+            out=out,
+            measure_from=measure_from,
+            fingerprint=fingerprint,
+        )
     finally:
         con.close()
+
+
+def _open_trace(db_path, dataset) -> tuple:
+    """(connection whose `requests` is the trace, its fingerprint or None for the store's)."""
+    if dataset is None:
+        return connect(db_path, create=False), None
+    from analyzer.executors.dataset import fingerprint, open_dataset, register_requests
+
+    data = open_dataset(dataset)
+    con = connect(db_path, create=True)
+    register_requests(con, data)
+    return con, fingerprint(dataset)
 
 
 def load_trace(con) -> _Trace:
@@ -108,6 +157,7 @@ def store_run(
     *,
     out: str | Path | None = None,
     measure_from: float = 0.0,
+    fingerprint: str | None = None,
 ) -> ReplayOutcome:
     """Store replay rows (from `_replay_rows`) as a normal run and return its outcome.
 
@@ -116,7 +166,7 @@ def store_run(
     check_measure_from(measure_from)
     count = len(rows["request_id"])
     rows = {**rows, "measured": np.arange(count) >= int(np.floor(measure_from * count))}
-    run_id = _store(con, policy, rows, seconds, measure_from)
+    run_id = _store(con, policy, rows, seconds, measure_from, fingerprint)
     summary = query_arrow(
         con,
         "SELECT * EXCLUDE (run_id) FROM replay_summary "
@@ -201,14 +251,18 @@ def routed_partitions(trace: _Trace, policy: Policy) -> tuple[list, list[str], l
 
 
 def _replay_rows(
-    trace: _Trace, policy: Policy, replayer=None, progress=None
+    trace: _Trace, policy: Policy, replayer=None, progress=None, executor=None
 ) -> dict[str, np.ndarray | list]:
     """Per-request rows of one replay. `replayer(requests, policy, num_groups)` replaces the
-    cache replay of one partition (default `sim.replay.replay`; the sweep's one-pass curve)."""
+    cache replay of one partition (default `sim.replay.replay`; the sweep's one-pass curve).
+    `executor` runs the partitions (default: in this process)."""
     c = trace.columns
+    spec = as_spec(executor)
     ns, replicas, partitions = routed_partitions(trace, policy)
-    shared_any, shared_replica = _shared_prefixes(trace, ns, partitions)
-    results = _replay_partitions(trace, policy, ns, partitions, replayer or replay, progress)
+    shared_any, shared_replica = _shared_prefixes(trace, ns, partitions, spec)
+    results = _replay_partitions(
+        trace, policy, ns, partitions, replayer or replay, progress, executor=spec
+    )
     prompt_tokens = np.asarray(c["prompt_tokens"], dtype=np.int64)
     levels = build_levels(
         prompt_tokens=prompt_tokens,
@@ -245,12 +299,19 @@ def _replay_rows(
     return rows
 
 
-def _shared_prefixes(trace: _Trace, ns: list[tuple], partitions: list[tuple]):
+def _shared_prefixes(trace: _Trace, ns: list[tuple], partitions: list[tuple], spec=LOCAL):
     """L1 (any earlier request, same namespace) and L2 (+ same revision and replica), tokens.
 
     An earlier request offers the tokens whose KV it computed: its prompt and its output
     but the last output token, which is sampled and never fed back (so never cached).
     """
+    ns_any = _dense(ns)
+    ns_replica = _dense([(a, b) for a, b in zip(ns, partitions, strict=True)])
+    if not isinstance(trace, _Trace):  # a dataset (executors.replay.LazyTrace)
+        from analyzer.executors.replay import lazy_shared_prefixes
+
+        found = lazy_shared_prefixes(trace, ns_any, ns_replica, spec)
+        return _to_tokens(found, trace)
     lens_q = np.asarray([len(p) for p in trace.prompts], dtype=np.int64)
     inserted = [
         p
@@ -264,15 +325,28 @@ def _shared_prefixes(trace: _Trace, ns: list[tuple], partitions: list[tuple]):
     block = np.asarray([b or 0 for b in trace.columns["block_size"]], dtype=np.int64)
     prompt_tokens = np.asarray(trace.columns["prompt_tokens"], dtype=np.int64)
     meta = RequestMeta(
-        ns_any=_dense(ns),
-        ns_replica=_dense([(a, b) for a, b in zip(ns, partitions, strict=True)]),
+        ns_any=ns_any,
+        ns_replica=ns_replica,
         ns_conversation=np.full(trace.n, -1, dtype=np.int64),
         query_len=lens_q,
         insert_len=lens_i,
         block_size=block,
         prompt_tokens=prompt_tokens,
     )
-    found = run_matcher(MemorySource(meta, flat, offsets), xp=np, options=MatchOptions())
+    if spec.is_local:
+        found = run_matcher(MemorySource(meta, flat, offsets), xp=np, options=MatchOptions())
+    else:  # sharded by first unit: identical answers (analyzer.executors.match)
+        from analyzer.executors.match import shared_units
+        from analyzer.executors.replay import first_units
+
+        found = shared_units(meta, first_units(trace.prompts), flat, offsets, spec)
+    return _to_tokens(found, trace)
+
+
+def _to_tokens(found, trace) -> tuple[np.ndarray, np.ndarray]:
+    """Matched units -> tokens (hash-id blocks x block size, capped at the prompt)."""
+    block = np.asarray([b or 0 for b in trace.columns["block_size"]], dtype=np.int64)
+    prompt_tokens = np.asarray(trace.columns["prompt_tokens"], dtype=np.int64)
     unit = np.where(block > 0, block, 1)
     return (
         np.minimum(found.shared_any * unit, prompt_tokens),
@@ -286,23 +360,16 @@ def _dense(keys: list) -> np.ndarray:
 
 
 def _replay_partitions(
-    trace: _Trace, policy: Policy, ns, partitions, replayer=replay, progress=None
+    trace: _Trace, policy: Policy, ns, partitions, replayer=replay, progress=None, executor=LOCAL
 ) -> list:
-    c = trace.columns
+    """Per request: its SimResult; the (revision, replica) partitions run on `executor`."""
+    from analyzer.executors.replay import ReplayShared, replay_partitions
+
     members: dict[tuple, list[int]] = {}
     for i, key in enumerate(partitions):
         members.setdefault(key, []).append(i)
-    results: list = [None] * trace.n
-    num_groups = _num_groups(policy)
-    for indices in members.values():
-        requests = [_sim_request(trace, i, ns[i]) for i in indices]
-        replayed = replayer(requests, policy, num_groups=num_groups)
-        for i, result in zip(indices, replayed, strict=True):
-            results[i] = result
-        if progress:
-            progress(sum(r is not None for r in results), trace.n)
-    del c
-    return results
+    shared = ReplayShared(trace, policy, ns, replayer, _num_groups(policy))
+    return replay_partitions(executor, shared, members, progress)
 
 
 def _num_groups(policy: Policy) -> dict[str, int] | None:
@@ -338,7 +405,9 @@ def _fingerprint(con) -> str:
     return hashlib.sha256(f"{sources}|{num}".encode()).hexdigest()
 
 
-def _store(con, policy: Policy, rows: dict, seconds: float, measure_from: float = 0.0) -> int:
+def _store(
+    con, policy: Policy, rows: dict, seconds: float, measure_from: float = 0.0, fingerprint=None
+) -> int:
     con.execute(load_sql("replay_schema"))
     measured = np.asarray(rows["measured"], dtype=bool)
     run_id = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM replay_runs").fetchall()[0][0]
@@ -359,7 +428,7 @@ def _store(con, policy: Policy, rows: dict, seconds: float, measure_from: float 
         [
             run_id,
             policy.to_json(),
-            _fingerprint(con),
+            fingerprint or _fingerprint(con),
             len(rows["request_id"]),
             int(np.sum(np.asarray(rows["prompt_tokens"])[measured])),
             int(np.sum(np.asarray(rows["hit_tokens"])[measured])),

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.backend import backend_name, get_xp, to_numpy
+from analyzer.executors import ExecutorSpec, as_spec
 from analyzer.prefixes.dbsource import DuckDBSource
 from analyzer.prefixes.engine import MatchArrays, MatchOptions, run_matcher
 from analyzer.prefixes.junctions import Junctions, find_junctions, junction_paths
@@ -107,16 +108,37 @@ def match_prefixes(
     derive_families: bool = False,
     min_family_tokens: int = DEFAULT_MIN_FAMILY_TOKENS,
     options: MatchOptions | None = None,
+    executor: ExecutorSpec | str | None = None,
+    dataset: str | Path | None = None,
 ) -> MatchSummary:
     """Run the prefix matcher on the store at `db_path` and write its tables.
 
+    `executor` (local, processes, ray; see analyzer.executors) runs the matcher sharded by
+    first unit, with identical tables. `dataset`: read the requests from a Parquet dataset
+    (analyzer.executors.dataset) instead of the store's `requests` table.
+
     Raises:
-        ConfigError: unknown backend or `out` suffix.
-        BackendUnavailable: `backend='cupy'` cannot be used here.
+        ConfigError: unknown backend, executor or `out` suffix.
+        BackendUnavailable: `backend='cupy'` cannot be used here, or ray is not installed.
         StoreError: no database, no requests, or requests without arrival order.
+        WorkerError: a partition failed (named in the message).
     """
     if out is not None:
         check_export_path(out)
+    spec = as_spec(executor)
+    if not spec.is_local or dataset is not None:
+        from analyzer.executors.match import match_store
+
+        return match_store(
+            db_path,
+            spec=spec,
+            dataset=dataset,
+            backend=backend,
+            out=out,
+            derive_families=derive_families,
+            min_family_tokens=min_family_tokens,
+            options=options or MatchOptions(),
+        )
     xp = get_xp(backend)
     con = connect(db_path, create=False)
     try:
@@ -176,6 +198,13 @@ def write_tables(
         "match_junction_nodes": _nodes(source, result),
         "match_junction_paths": _paths(source.meta, result),
     }
+    return write_relations(con, relations, derive_families, min_family_tokens)
+
+
+def write_relations(
+    con, relations: dict[str, pa.Table], derive_families: bool, min_family_tokens: int
+) -> tuple[int, int] | None:
+    """Write the relations `write_tables` builds (also a sharded match's) in one transaction."""
     for name, table in relations.items():
         con.register(name, table)
     try:
@@ -214,11 +243,16 @@ def _rows(meta: RequestMeta, arrays: MatchArrays) -> pa.Table:
 
 def _nodes(source: SequenceSource, result: PrefixResult) -> pa.Table:
     meta, j = source.meta, result.junctions
-    size = meta.block_size[j.owner]
-    positions = np.where(size > 0, j.depth * size, j.depth)
     ids = junction_ids(
         j.owner, j.depth, meta.ns_any[j.owner], meta.namespaces, Archive(source, 0).fetch
     )
+    return nodes_table(meta, j, ids)
+
+
+def nodes_table(meta: RequestMeta, j: Junctions, ids: list[str]) -> pa.Table:
+    """Relation match_junction_nodes: junctions sorted by (owner, depth) and their ids."""
+    size = meta.block_size[j.owner]
+    positions = np.where(size > 0, j.depth * size, j.depth)
     return pa.table(
         {
             "junction_idx": pa.array(np.arange(j.owner.size, dtype=np.int64)),

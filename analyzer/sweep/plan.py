@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from analyzer.errors import ConfigError
+from analyzer.executors import LOCAL, ExecutorSpec, as_spec, map_partitions
 from analyzer.replay import _replay_rows, load_trace
 from analyzer.sim.policy import Policy, load_model, make_policy
 from analyzer.store.db import DEFAULT_DB, connect
@@ -74,10 +75,11 @@ class PlanResult:
 
 
 class _Evaluator:
-    def __init__(self, trace, family: str | None, progress=None) -> None:
+    def __init__(self, trace, family: str | None, progress=None, executor=LOCAL) -> None:
         self.trace = trace
         self.replays = 0
         self.progress = progress
+        self.executor = executor
         fam = trace.columns["prompt_family"]
         self.mask = None
         if family is not None:
@@ -89,7 +91,7 @@ class _Evaluator:
                 )
 
     def rows(self, policy: Policy) -> dict:
-        rows = _replay_rows(self.trace, policy)
+        rows = _replay_rows(self.trace, policy, executor=self.executor)
         self.replays += 1
         if self.progress:
             self.progress(self.replays)
@@ -115,10 +117,15 @@ def plan(
     family: str | None = None,
     db_path: str | Path = DEFAULT_DB,
     progress: Callable[[int], None] | None = None,
+    executor: ExecutorSpec | str | None = None,
 ) -> PlanResult:
     """Search the settings that reach `target` (useful hit ratio); see the module doc.
 
-    `progress(replays so far)` is called after each replay of the search."""
+    `progress(replays so far)` is called after each replay of the search (with a non-local
+    `executor`: after each candidate setting). With a non-local executor the ceiling
+    replays run their partitions on it, and the candidate settings are the partitions,
+    each searched whole by one worker; the answer is the same as the local search."""
+    spec = as_spec(executor)
     if not 0.0 < target <= 1.0:
         raise ConfigError(f"--target-useful-hit-ratio {target}: expected a number in (0, 1]")
     preset = load_model(model) if model is not None else None
@@ -136,7 +143,7 @@ def plan(
         trace = load_trace(con)
     finally:
         con.close()
-    ev = _Evaluator(trace, family, progress)
+    ev = _Evaluator(trace, family, progress, spec)
     num_trace_replicas = len({r for r in trace.columns["replica"] if r is not None}) or 1
 
     base = {"groups": groups, "block_size": block, "model": model}
@@ -164,34 +171,48 @@ def plan(
     if "mamba" in groups and "sliding_window" not in groups and block % 4 == 0:
         units.append(block // 4)
     retentions: list[int | None] = [0, None] if len(groups) > 1 else [None]
+    settings = [
+        make_policy(
+            {
+                **base,
+                "retention_interval": ret,
+                "prefix_match_unit": unit,
+                "replicas": replicas,
+                "routing": routing,
+            }
+        )
+        for ret in retentions
+        for unit in units
+        for replicas, routing in placements
+    ]
+    search = _Search(trace, family, target, budget, per_block)
+    evaluated = None if spec.is_local else _evaluate_all(spec, search, settings, progress)
     candidates: list[Candidate] = []
     pruned = 0
-    for ret in retentions:
-        for unit in units:
-            for replicas, routing in placements:
-                values = {
-                    **base,
-                    "retention_interval": ret,
-                    "prefix_match_unit": unit,
-                    "replicas": replicas,
-                    "routing": routing,
-                }
-                policy = make_policy(values)
-                floor = replicas * _min_pool(policy, trace) * (per_block / GIB if per_block else 1)
-                if candidates and floor > min(c.cost for c in candidates):
-                    pruned += 1  # even its smallest pool costs more than a found candidate
-                    continue
-                if ev.ratio(ev.rows(policy)) < target:
-                    continue
-                found = _smallest_pool(ev, policy, target, budget, per_block, trace)
-                if found is None:
-                    continue
-                num_blocks, ratio = found
-                mem = num_blocks * per_block / GIB if per_block else None
-                cost = replicas * (mem if mem is not None else num_blocks)
-                candidates.append(
-                    Candidate(ret, unit, replicas, routing, num_blocks, ratio, mem, cost)
-                )
+    for k, policy in enumerate(settings):
+        floor = policy.replicas * _min_pool(policy, trace) * (per_block / GIB if per_block else 1)
+        if candidates and floor > min(c.cost for c in candidates):
+            pruned += 1  # even its smallest pool costs more than a found candidate
+            continue
+        found, replays = evaluated[k] if evaluated else _search_one(search, policy, ev)
+        ev.replays += replays if evaluated else 0
+        if found is None:
+            continue
+        num_blocks, ratio = found
+        mem = num_blocks * per_block / GIB if per_block else None
+        cost = policy.replicas * (mem if mem is not None else num_blocks)
+        candidates.append(
+            Candidate(
+                policy.retention_interval,
+                policy.prefix_match_unit,
+                policy.replicas,
+                policy.routing,
+                num_blocks,
+                ratio,
+                mem,
+                cost,
+            )
+        )
     candidates.sort(key=lambda c: (c.cost, -c.useful_hit_ratio))
     note = f" ({pruned} settings skipped: dearer than that at any pool size)" if pruned else ""
     if candidates:
@@ -211,6 +232,43 @@ def plan(
         )
     return PlanResult(
         target, bound, ceiling, dense, bool(candidates), candidates, cost_unit, ev.replays, msg
+    )
+
+
+@dataclass(frozen=True)
+class _Search:
+    """What one candidate setting's search needs (shipped to a worker once)."""
+
+    trace: object
+    family: str | None
+    target: float
+    budget: int | None
+    per_block: int | None
+
+
+def _search_one(search: _Search, policy: Policy, ev: _Evaluator):
+    """((num_blocks, ratio) or None, replays): the unbounded check, then the smallest pool."""
+    before = ev.replays
+    if ev.ratio(ev.rows(policy)) < search.target:
+        return None, ev.replays - before
+    found = _smallest_pool(ev, policy, search.target, search.budget, search.per_block, search.trace)
+    return found, ev.replays - before
+
+
+def _search_worker(search: _Search, policy: Policy):
+    return _search_one(search, policy, _Evaluator(search.trace, search.family))
+
+
+def _evaluate_all(spec: ExecutorSpec, search: _Search, settings: list[Policy], progress):
+    """Every setting searched on `spec` (the local search skips some; see `plan`)."""
+    labels = [
+        f"plan setting retention_interval={_j(p.retention_interval)} prefix_match_unit="
+        f"{_j(p.prefix_match_unit)} replicas={p.replicas} routing={p.routing}"
+        for p in settings
+    ]
+    tick = (lambda done, total: progress(done)) if progress else None
+    return map_partitions(
+        spec, _search_worker, settings, labels=labels, shared=search, progress=tick
     )
 
 

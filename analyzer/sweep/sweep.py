@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from analyzer.errors import ConfigError
+from analyzer.executors import ExecutorSpec, as_spec, map_partitions
 from analyzer.replay import _replay_rows, load_trace, store_run
 from analyzer.sim.policy import KEYS, Policy, _read_source, load_model, make_policy, parse_override
 from analyzer.sim.replay import replay
@@ -189,13 +189,26 @@ def auto_capacities(trace, policy: Policy, one: OnePass) -> list[int]:
 
 # -- running ---------------------------------------------------------------------------------
 
-_TRACE = None  # the loaded trace, inherited by forked workers
 
-
-def _worker(policy: Policy):
+def _point_rows(trace, policy: Policy) -> tuple[dict, float]:
     started = time.perf_counter()
-    rows = _replay_rows(_TRACE, policy)
+    rows = _replay_rows(trace, policy)
     return rows, time.perf_counter() - started
+
+
+def _point_table(trace, policy: Policy) -> tuple[pa.Table, float]:
+    """Worker (processes, ray): one point's rows as an Arrow table, and its seconds."""
+    rows, seconds = _point_rows(trace, policy)
+    return pa.table({k: pa.array(v) for k, v in rows.items()}), seconds
+
+
+def _rows_from_table(table: pa.Table) -> dict:
+    return {
+        name: col.to_numpy()
+        if col.null_count == 0 and pa.types.is_integer(col.type)
+        else col.to_pylist()
+        for name, col in zip(table.column_names, table.columns, strict=True)
+    }
 
 
 def _memory_gib(policy: Policy) -> float | None:
@@ -232,16 +245,20 @@ def run_sweeps(
     jobs: int = 2,
     db_path: str | Path = DEFAULT_DB,
     progress: Callable[[int, int], None] | None = None,
+    executor: ExecutorSpec | str | None = None,
 ) -> list[SweepOutcome]:
     """Replay every point, store runs and sweep tables, return the sweeps in order.
 
+    Points (configurations) are the partitions: they run on `executor` (default
+    `processes` with `jobs` workers; a name gets `jobs` as its workers); results are
+    stored in value order by this process, so run ids never depend on the executor.
     `progress(done, total)` is called after each point (for a progress bar).
     """
-    global _TRACE
     if not varies:
         raise ConfigError("give at least one --vary KEY=V1,V2,...")
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: expected an integer >= 1")
+    spec = as_spec(executor or "processes", workers=jobs)
     parsed = [parse_vary(v) for v in varies]
     if grid and any(vals == ["auto"] for _, vals in parsed):
         raise ConfigError("--vary num_blocks=auto cannot be part of a --grid")
@@ -265,7 +282,6 @@ def run_sweeps(
         sweeps = _sweep_points(base, resolved, grid)
         # Validate every point before replaying anything (a bad value is one line, no runs).
         policies = [[(label, make_policy(vals)) for label, vals in pts] for _, pts in sweeps]
-        _TRACE = trace
         outcomes = []
         total = sum(len(points) for points in policies)
         done = [0]
@@ -287,33 +303,34 @@ def run_sweeps(
                     computed.append((rows, time.perf_counter() - t0, one.fallbacks == before))
                     tick()
             else:
-                computed = [
-                    (r, s, False) for r, s in _run_parallel([p for _, p in points], jobs, tick)
-                ]
+                computed = [(r, s, False) for r, s in _run_points(trace, points, spec, tick, knob)]
             outcome = _store_sweep(con, base_policy, knob, points, computed)
             outcome.seconds = time.perf_counter() - started
             outcomes.append(outcome)
         return outcomes
     finally:
-        _TRACE = None
         con.close()
 
 
-def _run_parallel(policies: list[Policy], jobs: int, tick=None) -> list[tuple[dict, float]]:
-    tick = tick or (lambda: None)
-    if jobs == 1 or len(policies) == 1:
-        out = []
-        for p in policies:
-            out.append(_worker(p))
+def _run_points(trace, points, spec: ExecutorSpec, tick, knob: str) -> list[tuple[dict, float]]:
+    """Every point's (rows, seconds), in value order, run on `spec`."""
+    labels = [f"sweep point {knob}={label}" for label, _ in points]
+    policies = [p for _, p in points]
+    done = [0]
+
+    def progress(n: int, total: int) -> None:
+        while done[0] < n:
+            done[0] += 1
             tick()
-        return out
-    ctx = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(policies)), mp_context=ctx) as pool:
-        out = []
-        for result in pool.map(_worker, policies):  # in order, so results stay deterministic
-            out.append(result)
-            tick()
-        return out
+
+    if spec.is_local:
+        return map_partitions(
+            spec, _point_rows, policies, labels=labels, shared=trace, progress=progress
+        )
+    parts = map_partitions(
+        spec, _point_table, policies, labels=labels, shared=trace, progress=progress
+    )
+    return [(_rows_from_table(table), seconds) for table, seconds in parts]
 
 
 def _store_sweep(con, base_policy: Policy, knob: str, points, computed) -> SweepOutcome:

@@ -1,0 +1,243 @@
+"""Where independent partitions run: in this process, on local cores, or on a Ray cluster.
+
+    spec = ExecutorSpec("ray", ray_address="auto")
+    results = map_partitions(spec, fn, items, labels=names, shared=trace, progress=update)
+
+`fn(shared, item)` must be a module-level function (it is pickled for the workers) and
+must not depend on which worker runs it: the partitions are chosen by the callers so that
+every one is independent (see `analyzer.executors.match` and `analyzer.replay`), and
+results come back in input order whatever order they finish in. That is what makes every
+executor give byte-identical tables. `shared` is one large read-only object every call
+sees (a loaded trace): inherited by forked processes, put once in Ray's object store.
+
+A failing partition is one line naming it (its label) and the cause: bad input met by a
+worker keeps its error class (ConfigError, StoreError, ...); anything else is `WorkerError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from analyzer.errors import AnalyzerError, BackendUnavailable, ConfigError
+
+EXECUTORS = ("local", "processes", "ray")
+
+Progress = Callable[[int, int], None]
+
+
+class WorkerError(AnalyzerError):
+    """A partition failed in a worker (its label and the cause are in the message)."""
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """How to run partitions. `workers`: processes to start (default: the local cores);
+    for Ray, the CPUs of a local cluster started here (ignored with `ray_address`)."""
+
+    name: str = "local"
+    workers: int | None = None
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in EXECUTORS:
+            raise ConfigError(
+                f"--executor {self.name!r}: unknown executor; known: {', '.join(EXECUTORS)}"
+            )
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError(f"--workers {self.workers}: expected an integer >= 1")
+        if self.ray_address is not None and self.name != "ray":
+            raise ConfigError("--ray-address needs --executor ray")
+
+    @property
+    def is_local(self) -> bool:
+        return self.name == "local"
+
+    def num_workers(self) -> int:
+        """How many partitions can run at once (used to size partitions)."""
+        if self.name == "local":
+            return 1
+        if self.name == "processes":
+            return self.workers or os.cpu_count() or 1
+        ray = _ray()
+        _ray_init(self, ray)
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+LOCAL = ExecutorSpec()
+
+
+def as_spec(executor: ExecutorSpec | str | None, **kwargs: Any) -> ExecutorSpec:
+    """An ExecutorSpec from a spec, a name (with `workers`/`ray_address`) or None (local)."""
+    if isinstance(executor, ExecutorSpec):
+        return executor
+    return ExecutorSpec(executor or "local", **kwargs)
+
+
+def map_partitions(
+    spec: ExecutorSpec,
+    fn: Callable[[Any, Any], Any],
+    items: Sequence[Any],
+    *,
+    labels: Sequence[str] | None = None,
+    shared: Any = None,
+    progress: Progress | None = None,
+) -> list[Any]:
+    """[fn(shared, item) for item in items], run by `spec`, in input order.
+
+    `progress(partitions done, total)` is called as each partition finishes.
+
+    Raises:
+        AnalyzerError: a partition met bad input (same class, the partition named).
+        WorkerError: a partition raised anything else or its worker died (named).
+        BackendUnavailable: `ray` is not installed.
+    """
+    labels = list(labels) if labels is not None else [f"partition {i}" for i in range(len(items))]
+    if len(labels) != len(items):
+        raise ValueError("map_partitions: one label per item")
+    if not items:
+        return []
+    if spec.name == "local" or (
+        spec.name == "processes" and min(spec.num_workers(), len(items)) == 1
+    ):
+        return _run_local(fn, items, labels, shared, progress)
+    if spec.name == "processes":
+        return _run_processes(spec, fn, items, labels, shared, progress)
+    return _run_ray(spec, fn, items, labels, shared, progress)
+
+
+def _failed(label: str, exc: BaseException) -> AnalyzerError:
+    """One line naming the partition. An AnalyzerError (bad input met by a worker) keeps
+    its class and exit code; anything else (a bug, a dead worker) is a WorkerError."""
+    text = str(exc).strip().splitlines()
+    why = text[0] if text else ""
+    if isinstance(exc, AnalyzerError):
+        try:
+            return type(exc)(f"{label}: {why}")
+        except TypeError:
+            pass
+    name = type(exc).__name__
+    return WorkerError(f"{label} failed: {name}: {why}" if why else f"{label} failed: {name}")
+
+
+def _run_local(fn, items, labels, shared, progress) -> list:
+    out = []
+    for i, (item, label) in enumerate(zip(items, labels, strict=True)):
+        try:
+            out.append(fn(shared, item))
+        except AnalyzerError as exc:  # a bug keeps its own traceback here
+            raise _failed(label, exc) from exc
+        if progress:
+            progress(i + 1, len(items))
+    return out
+
+
+# -- processes: a fork pool; `shared` is inherited, never pickled ---------------------------
+
+_SHARED: Any = None
+
+
+def _call_shared(fn, item):
+    return fn(_SHARED, item)
+
+
+def _run_processes(spec, fn, items, labels, shared, progress) -> list:
+    global _SHARED
+    _SHARED = shared
+    ctx = multiprocessing.get_context("fork")
+    results: list = [None] * len(items)
+    try:
+        workers = min(spec.num_workers(), len(items))
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = {pool.submit(_call_shared, fn, item): i for i, item in enumerate(items)}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=futures.get):
+                    i = futures[future]
+                    try:
+                        results[i] = future.result()
+                    except Exception as exc:  # a worker's error or a dead worker
+                        for other in pending:
+                            other.cancel()
+                        raise _failed(labels[i], exc) from exc
+                if progress:
+                    progress(len(items) - len(pending), len(items))
+    finally:
+        _SHARED = None
+    return results
+
+
+# -- ray: tasks on an existing cluster, or a local one started here ---------------------------
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise BackendUnavailable(
+            "--executor ray: ray is not installed; pip install 'hybrid-prefix-analyzer[ray]'"
+        ) from None
+    return ray
+
+
+def _ray_init(spec: ExecutorSpec, ray) -> None:
+    if ray.is_initialized():
+        return
+    try:
+        if spec.ray_address is not None:
+            ray.init(address=spec.ray_address, log_to_driver=False, logging_level="error")
+        else:
+            ray.init(
+                num_cpus=spec.workers,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level="error",
+            )
+    except Exception as exc:
+        where = spec.ray_address or "a local cluster"
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BackendUnavailable(f"--executor ray: cannot start or reach {where}: {why}") from None
+
+
+def _ray_call(fn, shared, item):
+    return fn(shared, item)
+
+
+def _run_ray(spec, fn, items, labels, shared, progress) -> list:
+    ray = _ray()
+    _ray_init(spec, ray)
+    remote = ray.remote(num_cpus=1, max_retries=0)(_ray_call)
+    shared_ref = ray.put(shared)
+    refs = [remote.remote(fn, shared_ref, item) for item in items]
+    index = {ref.hex(): i for i, ref in enumerate(refs)}
+    results: list = [None] * len(items)
+    pending = list(refs)
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                i = index[ref.hex()]
+                try:
+                    results[i] = ray.get(ref)
+                except Exception as exc:
+                    raise _failed(labels[i], _ray_cause(exc)) from None
+            if progress:
+                progress(len(items) - len(pending), len(items))
+    except BaseException:
+        for ref in pending:
+            with contextlib.suppress(Exception):  # best effort: report the first error
+                ray.cancel(ref, force=True)
+        raise
+    return results
+
+
+def _ray_cause(exc: BaseException) -> BaseException:
+    """The worker's own exception inside Ray's wrapper, when there is one."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
