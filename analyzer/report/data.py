@@ -7,17 +7,15 @@ byte-identical for the same database.
 
 from __future__ import annotations
 
-import bisect
 import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from analyzer.errors import ConfigError, StoreError
+from analyzer.report.junction_paths import deepest_junctions
 from analyzer.store.db import connect, load_sql, query_arrow, require_tables
 
 # Window widths (seconds) the time-window figure may use: about 24 windows per trace.
@@ -209,69 +207,6 @@ def _junctions(con, ids: list[int], labels: dict[int, str]) -> pl.DataFrame:
     finally:
         con.unregister("report_junction_paths")
     return _with_labels(frame, labels)
-
-
-def _sequence(tokens, hashes, block_size) -> tuple[np.ndarray | None, int]:
-    """(prefix elements, tokens per element): token ids, or block hash ids per block."""
-    if tokens is not None:
-        return np.asarray(tokens, dtype=np.int64), 1
-    if hashes is not None:
-        return np.asarray(hashes, dtype=np.int64), int(block_size or 1)
-    return None, 1
-
-
-def deepest_junctions(con) -> pa.Table:
-    """Each request's deepest junction inside its shared prefix: the branch point of the
-    prefix tree on its prompt path at or before `prefix_matches.shared_any_tokens` (same
-    cache_salt, LoRA and block size), as a table (arrival_seq, junction_id).
-
-    It does not depend on the replay policy, so it is computed once for every run. A
-    request with nothing shared, or with no junction on its path, has no row.
-    """
-    junctions = con.execute(
-        "SELECT j.junction_id, j.position_tokens, j.cache_salt, j.lora_name, "
-        "f.prompt_token_ids, f.block_hash_ids, f.block_size "
-        "FROM junctions AS j JOIN requests AS f ON f.request_id = j.first_request_id "
-        "WHERE j.num_requests_through > 1 ORDER BY j.position_tokens, j.junction_id"
-    ).fetchall()
-    by_position: dict[int, list] = {}
-    for jid, pos, salt, lora, toks, hashes, bs in junctions:
-        seq, unit = _sequence(toks, hashes, bs)
-        if seq is None or pos % unit:
-            continue
-        by_position.setdefault(pos, []).append((jid, (salt, lora, unit), seq[: pos // unit]))
-    positions = sorted(by_position)
-    requests = con.execute(
-        "SELECT r.arrival_seq, m.shared_any_tokens, r.prompt_tokens, r.cache_salt, "
-        "r.lora_name, r.prompt_token_ids, r.block_hash_ids, r.block_size "
-        "FROM requests AS r JOIN prefix_matches AS m ON m.arrival_seq = r.arrival_seq "
-        "WHERE m.shared_any_tokens > 0 ORDER BY r.arrival_seq"
-    ).fetchall()
-    seqs, found = [], []
-    for seq_no, shared, prompt_tokens, salt, lora, toks, hashes, bs in requests:
-        seq, unit = _sequence(toks, hashes, bs)
-        if seq is None:
-            continue
-        limit = min(int(shared), int(prompt_tokens) - 1)
-        namespace = (salt, lora, unit)
-        for k in range(bisect.bisect_right(positions, limit) - 1, -1, -1):
-            pos = positions[k]
-            n = pos // unit
-            hit = next(
-                (
-                    jid
-                    for jid, ns, prefix in by_position[pos]
-                    if ns == namespace and np.array_equal(seq[:n], prefix)
-                ),
-                None,
-            )
-            if hit is not None:
-                seqs.append(seq_no)
-                found.append(hit)
-                break
-    return pa.table(
-        {"arrival_seq": pa.array(seqs, pa.int64()), "junction_id": pa.array(found, pa.string())}
-    )
 
 
 def _sweeps(con) -> pl.DataFrame | None:
