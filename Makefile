@@ -57,6 +57,6 @@ bench-gpu:
 	bash bench/gpu_check.sh
 
 .PHONY: bench-scale
-# Executors: match and replay with 1 and 2 workers, processes and Ray (about 1.5 minutes).
+# Executors: match and replay with 1 and 2 workers, processes and Ray (about 3 minutes).
 bench-scale: $(STAMP)
 	$(PY) bench/bench_scale.py

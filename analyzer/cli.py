@@ -66,6 +66,19 @@ def workers_option(command):
     )(command)
 
 
+def shard_tokens_option(command):
+    return click.option(
+        "--shard-tokens",
+        default=256,
+        show_default=True,
+        type=click.IntRange(min=1),
+        metavar="K",
+        help="With a non-local executor: shard the matcher by each request's first K "
+        "tokens (hash-id traces: whole blocks); one more partition matches every request "
+        "cut to K tokens. Never changes a result.",
+    )(command)
+
+
 def dataset_option(command):
     return click.option(
         "--dataset",
@@ -76,12 +89,19 @@ def dataset_option(command):
     )(command)
 
 
-def _executor(name: str | None, workers: int | None, ray_address: str | None, default="local"):
-    from analyzer.executors import ExecutorSpec
+def _executor(
+    name: str | None,
+    workers: int | None,
+    ray_address: str | None,
+    default="local",
+    shard_tokens: int | None = None,
+):
+    from analyzer.executors import DEFAULT_SHARD_TOKENS, ExecutorSpec
 
     if ray_address is not None and name is None:
         name = "ray"
-    return ExecutorSpec(name or default, workers=workers, ray_address=ray_address)
+    k = DEFAULT_SHARD_TOKENS if shard_tokens is None else shard_tokens
+    return ExecutorSpec(name or default, workers=workers, ray_address=ray_address, shard_tokens=k)
 
 
 class _Group(click.Group):
@@ -340,6 +360,7 @@ def demo(out_dir: str, samples_dir: str | None) -> None:
 @dataset_option
 @executor_options
 @workers_option
+@shard_tokens_option
 def match_cmd(
     db_path: str,
     backend: str,
@@ -351,6 +372,7 @@ def match_cmd(
     executor: str | None,
     ray_address: str | None,
     workers: int | None,
+    shard_tokens: int,
 ) -> None:
     """Find each request's longest prefix shared with earlier requests, and the junctions.
 
@@ -369,7 +391,7 @@ def match_cmd(
             derive_families=derive_families,
             min_family_tokens=min_family_tokens,
             options=MatchOptions(chunk_tokens=chunk_tokens, progress=update),
-            executor=_executor(executor, workers, ray_address),
+            executor=_executor(executor, workers, ray_address, shard_tokens=shard_tokens),
             dataset=dataset,
         )
     for line in summary.lines():
@@ -397,6 +419,7 @@ def match_cmd(
 @dataset_option
 @executor_options
 @workers_option
+@shard_tokens_option
 def replay(
     db_path: str,
     policy_source: str,
@@ -407,6 +430,7 @@ def replay(
     executor: str | None,
     ray_address: str | None,
     workers: int | None,
+    shard_tokens: int,
 ) -> None:
     """Replay the stored trace through a hybrid prefix cache and account for every token.
 
@@ -421,7 +445,7 @@ def replay(
     from analyzer.store.export import check_export_path
 
     check_measure_from(measure_from)
-    spec = _executor(executor, workers, ray_address)
+    spec = _executor(executor, workers, ray_address, shard_tokens=shard_tokens)
     names = [name.strip() for name in policy_source.split(",")]
     if not all(names):
         raise ConfigError(f"--policy {policy_source!r}: an empty name in the list")

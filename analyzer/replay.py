@@ -1,12 +1,12 @@
 """`hpa replay`: route, match, replay each (model revision, replica) partition, account.
 
-Stages: requests (store) -> routing (sim.routing) -> shared prefixes L1/L2 (prefixes)
--> the cache replay per partition (sim) -> the waterfall (metrics) -> tables (store).
+Stages: requests (store) -> routing (sim.routing) -> shared prefixes L1/L2
+(replay_prefixes) -> the cache replay per partition (sim) -> the waterfall (metrics) ->
+tables (replay_store).
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,29 +15,22 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from analyzer.errors import ConfigError, StoreError
+from analyzer.errors import StoreError
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
 from analyzer.metrics.waterfall import build_levels
-from analyzer.prefixes.engine import MatchOptions, run_matcher
-from analyzer.prefixes.memory import MemorySource
-from analyzer.prefixes.source import RequestMeta
+from analyzer.replay_prefixes import shared_prefixes
+from analyzer.replay_store import (  # noqa: F401  (re-exported: replay's public names)
+    VERSION,
+    ReplayOutcome,
+    check_measure_from,
+    side_by_side,
+    store_run,
+)
 from analyzer.sim.policy import Policy, load_model
 from analyzer.sim.records import SimRequest
 from analyzer.sim.replay import hit_alignment, replay
 from analyzer.sim.routing import route
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow, require_tables
-from analyzer.store.export import export_table
-
-VERSION = "0.1.0"
-
-
-@dataclass(frozen=True)
-class ReplayOutcome:
-    run_id: int
-    num_requests: int
-    summary: pa.Table
-    seconds: float
-    num_errors: int  # requests vLLM could not schedule at all (pool too small)
 
 
 @dataclass
@@ -141,50 +134,6 @@ def load_trace(con) -> _Trace:
     return trace
 
 
-def check_measure_from(fraction: float) -> float:
-    """`fraction` if it is a valid --measure-from (0 <= f < 1), else a one-line ConfigError."""
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction < 1:
-        raise ConfigError(f"--measure-from: expected a fraction 0 <= f < 1, got {fraction!r}")
-    return float(fraction)
-
-
-def store_run(
-    con,
-    policy: Policy,
-    rows: dict,
-    seconds: float,
-    n: int,
-    *,
-    out: str | Path | None = None,
-    measure_from: float = 0.0,
-    fingerprint: str | None = None,
-) -> ReplayOutcome:
-    """Store replay rows (from `_replay_rows`) as a normal run and return its outcome.
-
-    Rows are in arrival order; those before floor(measure_from * n) are warm-up (not measured).
-    """
-    check_measure_from(measure_from)
-    count = len(rows["request_id"])
-    rows = {**rows, "measured": np.arange(count) >= int(np.floor(measure_from * count))}
-    run_id = _store(con, policy, rows, seconds, measure_from, fingerprint)
-    summary = query_arrow(
-        con,
-        "SELECT * EXCLUDE (run_id) FROM replay_summary "
-        "WHERE run_id = ? ORDER BY prompt_tokens DESC, "
-        "prompt_family, model_revision",
-        [run_id],
-    )
-    if out is not None:
-        export_table(
-            con,
-            "SELECT * EXCLUDE (run_id) FROM replay_requests WHERE run_id = "
-            f"{int(run_id)} ORDER BY arrival_seq",
-            out,
-        )
-    num_errors = sum(e is not None for e in rows["error"])
-    return ReplayOutcome(run_id, n, summary, seconds, num_errors)
-
-
 def _load(con) -> _Trace:
     table = query_arrow(con, load_sql("replay_load"))
     columns = {
@@ -259,7 +208,7 @@ def _replay_rows(
     c = trace.columns
     spec = as_spec(executor)
     ns, replicas, partitions = routed_partitions(trace, policy)
-    shared_any, shared_replica = _shared_prefixes(trace, ns, partitions, spec)
+    shared_any, shared_replica = shared_prefixes(trace, ns, partitions, spec)
     results = _replay_partitions(
         trace, policy, ns, partitions, replayer or replay, progress, executor=spec
     )
@@ -297,66 +246,6 @@ def _replay_rows(
     rows.update(levels.causes())
     rows["fresh_prefill_tokens"] = prompt_tokens - levels.hit_tokens
     return rows
-
-
-def _shared_prefixes(trace: _Trace, ns: list[tuple], partitions: list[tuple], spec=LOCAL):
-    """L1 (any earlier request, same namespace) and L2 (+ same revision and replica), tokens.
-
-    An earlier request offers the tokens whose KV it computed: its prompt and its output
-    but the last output token, which is sampled and never fed back (so never cached).
-    """
-    ns_any = _dense(ns)
-    ns_replica = _dense([(a, b) for a, b in zip(ns, partitions, strict=True)])
-    if not isinstance(trace, _Trace):  # a dataset (executors.replay.LazyTrace)
-        from analyzer.executors.replay import lazy_shared_prefixes
-
-        found = lazy_shared_prefixes(trace, ns_any, ns_replica, spec)
-        return _to_tokens(found, trace)
-    lens_q = np.asarray([len(p) for p in trace.prompts], dtype=np.int64)
-    inserted = [
-        p
-        if trace.columns["block_size"][i] is not None or trace.outputs[i] is None
-        else np.concatenate([p, trace.outputs[i][:-1]])
-        for i, p in enumerate(trace.prompts)
-    ]
-    lens_i = np.asarray([len(s) for s in inserted], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lens_i)]).astype(np.int64)
-    flat = np.concatenate(inserted).astype(np.int64) if inserted else np.zeros(0, np.int64)
-    block = np.asarray([b or 0 for b in trace.columns["block_size"]], dtype=np.int64)
-    prompt_tokens = np.asarray(trace.columns["prompt_tokens"], dtype=np.int64)
-    meta = RequestMeta(
-        ns_any=ns_any,
-        ns_replica=ns_replica,
-        ns_conversation=np.full(trace.n, -1, dtype=np.int64),
-        query_len=lens_q,
-        insert_len=lens_i,
-        block_size=block,
-        prompt_tokens=prompt_tokens,
-    )
-    if spec.is_local:
-        found = run_matcher(MemorySource(meta, flat, offsets), xp=np, options=MatchOptions())
-    else:  # sharded by first unit: identical answers (analyzer.executors.match)
-        from analyzer.executors.match import shared_units
-        from analyzer.executors.replay import first_units
-
-        found = shared_units(meta, first_units(trace.prompts), flat, offsets, spec)
-    return _to_tokens(found, trace)
-
-
-def _to_tokens(found, trace) -> tuple[np.ndarray, np.ndarray]:
-    """Matched units -> tokens (hash-id blocks x block size, capped at the prompt)."""
-    block = np.asarray([b or 0 for b in trace.columns["block_size"]], dtype=np.int64)
-    prompt_tokens = np.asarray(trace.columns["prompt_tokens"], dtype=np.int64)
-    unit = np.where(block > 0, block, 1)
-    return (
-        np.minimum(found.shared_any * unit, prompt_tokens),
-        np.minimum(found.shared_replica * unit, prompt_tokens),
-    )
-
-
-def _dense(keys: list) -> np.ndarray:
-    ids: dict = {}
-    return np.asarray([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
 
 
 def _replay_partitions(
@@ -398,71 +287,3 @@ def _sim_request(trace: _Trace, i: int, namespace: tuple) -> SimRequest:
         output_tokens=c["output_tokens"][i] or 0,
         namespace=namespace,
     )
-
-
-def _fingerprint(con) -> str:
-    sources, num = con.execute(load_sql("trace_fingerprint")).fetchall()[0]
-    return hashlib.sha256(f"{sources}|{num}".encode()).hexdigest()
-
-
-def _store(
-    con, policy: Policy, rows: dict, seconds: float, measure_from: float = 0.0, fingerprint=None
-) -> int:
-    con.execute(load_sql("replay_schema"))
-    measured = np.asarray(rows["measured"], dtype=bool)
-    run_id = con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM replay_runs").fetchall()[0][0]
-    table = pa.table(
-        {
-            "run_id": pa.array([run_id] * len(rows["request_id"]), pa.int32()),
-            **{k: pa.array(v) for k, v in rows.items()},
-        }
-    )
-    con.register("replay_rows", table)
-    con.execute("INSERT INTO replay_requests BY NAME SELECT * FROM replay_rows")
-    con.unregister("replay_rows")
-    con.execute(load_sql("replay_summary"), {"run_id": run_id})
-    con.execute(
-        "INSERT INTO replay_runs (run_id, policy, trace_fingerprint, num_requests, "
-        "prompt_tokens, hit_tokens, replay_seconds, created_at, hpa_version, measure_from) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, current_timestamp, ?, ?)",
-        [
-            run_id,
-            policy.to_json(),
-            fingerprint or _fingerprint(con),
-            len(rows["request_id"]),
-            int(np.sum(np.asarray(rows["prompt_tokens"])[measured])),
-            int(np.sum(np.asarray(rows["hit_tokens"])[measured])),
-            seconds,
-            VERSION,
-            measure_from,
-        ],
-    )
-    return run_id
-
-
-def side_by_side(names: list[str], outcomes: list[ReplayOutcome]) -> pa.Table:
-    """One row per replayed policy (measured requests only): the SPEC 3 headline figures."""
-    out: dict[str, list] = {
-        "policy": [],
-        "run_id": [],
-        "prompt_tokens": [],
-        "hit_tokens": [],
-        "sparse_retention_miss_tokens": [],
-        "replay_tokens": [],
-        "useful_hit_ratio": [],
-        "sparse_loss_ratio": [],
-    }
-    for name, outcome in zip(names, outcomes, strict=True):
-        s = outcome.summary
-        prompt = sum(s.column("prompt_tokens").to_pylist())
-        hit = sum(s.column("hit_tokens").to_pylist())
-        miss = sum(s.column("sparse_retention_miss_tokens").to_pylist())
-        out["policy"].append(name)
-        out["run_id"].append(outcome.run_id)
-        out["prompt_tokens"].append(prompt)
-        out["hit_tokens"].append(hit)
-        out["sparse_retention_miss_tokens"].append(miss)
-        out["replay_tokens"].append(sum(s.column("replay_tokens").to_pylist()))
-        out["useful_hit_ratio"].append(hit / prompt if prompt else 0.0)
-        out["sparse_loss_ratio"].append(miss / prompt if prompt else 0.0)
-    return pa.table(out)

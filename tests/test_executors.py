@@ -60,6 +60,34 @@ def namespaced_records(n: int = 240, seed: int = 5) -> list[dict]:
     return records
 
 
+def bos_records(n: int = 200, seed: int = 3) -> list[dict]:
+    """Every prompt starts with the same BOS token (id 1) and most with one of four system
+    prompts (20 to 100 tokens): one first-unit group, several K-token groups for K < 20.
+    Some prompts are shorter than K; some requests are hash ids starting with one block."""
+    rng = np.random.default_rng(seed)
+    systems = [[1, *rng.integers(2, 50, size=length).tolist()] for length in (20, 40, 60, 100)]
+    records = []
+    for i in range(n):
+        rec: dict = {"request_id": f"b{i:04d}", "timestamp": float(i)}
+        system = systems[int(rng.integers(0, len(systems)))]
+        if i % 9 == 4:
+            rec["block_hash_ids"] = [1, *(int(x) for x in rng.integers(2, 4, size=4))]
+            rec["block_size"] = 4
+        elif i % 10 == 7:
+            rec["prompt_token_ids"] = [1, *(int(x) for x in rng.integers(2, 4, size=3))]
+        else:
+            cut = len(system) if i % 3 else int(rng.integers(1, len(system)))
+            tail = rng.integers(2, 6, size=int(rng.integers(0, 12))).tolist()
+            rec["prompt_token_ids"] = system[:cut] + tail
+            if i % 4 == 0:
+                rec["output_token_ids"] = rng.integers(2, 6, size=3).tolist()
+        if i % 5 == 2:
+            rec["conversation_id"] = f"c{i % 7}"
+        rec["replica"] = f"rep{i % 2}"
+        records.append(rec)
+    return records
+
+
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory) -> dict[str, Path]:
     """Ingested databases (ingest runs once; tests copy them)."""
@@ -71,6 +99,9 @@ def stores(tmp_path_factory) -> dict[str, Path]:
     trace = write_jsonl(root / "namespaced.jsonl", namespaced_records())
     made["namespaced"] = root / "namespaced.duckdb"
     ingest([trace], db_path=made["namespaced"])
+    bos = write_jsonl(root / "bos.jsonl", bos_records())
+    made["bos"] = root / "bos.duckdb"
+    ingest([bos], db_path=made["bos"])
     synth = root / "synth.jsonl"
     write_synth(generate("mixed", seed=2, num_requests=200), synth)
     made["synth"] = root / "synth.duckdb"
@@ -151,48 +182,94 @@ def test_ray_missing_is_a_one_line_backend_error(monkeypatch, stores, tmp_path):
     ]
 
 
-def test_partitions_hold_whole_first_unit_groups():
+def test_partitions_hold_whole_groups():
     rng = np.random.default_rng(1)
-    ns = rng.integers(0, 3, size=500)
-    first = rng.integers(0, 20, size=500)
+    group = rng.integers(-1, 40, size=500)  # -1: answered by the driver, in no partition
     weight = rng.integers(1, 100, size=500)
-    parts = partition_requests(ns, first, weight, 6)
+    parts = partition_requests(group, weight, 6)
     assert len(parts) == 6
     together = np.sort(np.concatenate(parts))
-    assert np.array_equal(together, np.arange(500))
+    assert np.array_equal(together, np.flatnonzero(group >= 0))
     owner = {}
     for k, ids in enumerate(parts):
         assert np.all(np.diff(ids) > 0)
         for i in ids:
-            assert owner.setdefault((ns[i], first[i]), k) == k  # a group never splits
-    again = partition_requests(ns, first, weight, 6)
+            assert owner.setdefault(group[i], k) == k  # a group never splits
+    again = partition_requests(group, weight, 6)
     assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+    assert partition_requests(np.full(4, -1), np.ones(4, np.int64), 3) == []
 
 
-@pytest.mark.parametrize("name", ["mixed.jsonl.gz", "mixed_hash_ids.jsonl.gz", "namespaced"])
-def test_sharded_match_equals_one_pass(stores, tmp_path, name):
+# The samples' prompts start with varied tokens and share system prompts longer than 64
+# tokens: K = 256 cuts inside them (junctions and answers from the driver's shallow pass);
+# the namespaced and BOS traces share prefixes of a few tokens: K = 1, 8, 64 cut there.
+SAMPLE_CASES = [
+    ("mixed.jsonl.gz", 8),
+    ("mixed.jsonl.gz", 256),
+    ("mixed_hash_ids.jsonl.gz", 8),
+    ("mixed_hash_ids.jsonl.gz", 256),
+    ("namespaced", 1),
+    ("namespaced", 8),
+    ("namespaced", 64),
+    ("bos", 8),
+    ("bos", 64),
+    ("bos", 256),
+]
+
+
+@pytest.mark.parametrize(("name", "k"), SAMPLE_CASES)
+def test_sharded_match_equals_one_pass(stores, tmp_path, name, k):
     local = copy_db(stores[name], tmp_path / "local.duckdb")
     sharded = copy_db(stores[name], tmp_path / "sharded.duckdb")
     match_prefixes(local, derive_families=True, out=tmp_path / "l.parquet")
+    spec = ExecutorSpec("processes", workers=2, shard_tokens=k)
     summary = match_prefixes(
-        sharded, executor=PROCESSES, derive_families=True, out=tmp_path / "s.parquet"
+        sharded, executor=spec, derive_families=True, out=tmp_path / "s.parquet"
     )
     assert "partitions on executor processes" in summary.backend
     assert match_tables(local) == match_tables(sharded)
     assert (tmp_path / "l.parquet").read_bytes() == (tmp_path / "s.parquet").read_bytes()
 
 
-def test_sharded_replay_equals_local(stores, tmp_path):
+def largest_partition_share(db: Path, k: int, num_parts: int = 4) -> float:
+    """The largest match partition's share of the trace's units, with key length K."""
+    from analyzer.executors.match import sharded_items
+    from analyzer.executors.sequences import read_prefixes
+    from analyzer.prefixes.dbsource import DuckDBSource
+    from analyzer.prefixes.engine import MatchOptions
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        meta = DuckDBSource(con).meta
+        prefixes = read_prefixes(con, k)
+    finally:
+        con.close()
+    spec = ExecutorSpec("processes", workers=num_parts // 2, shard_tokens=k)
+    _, items, _ = sharded_items(meta, prefixes, spec, MatchOptions(), junctions=False)
+    return max(int(t.meta.insert_len.sum()) for t in items[1:]) / int(meta.insert_len.sum())
+
+
+def test_a_common_bos_token_no_longer_makes_one_partition(stores):
+    """K = 1 is the old first-unit key: every token prompt in one partition. K = 8 splits
+    the four system prompts into groups spread over the partitions."""
+    assert largest_partition_share(stores["bos"], 1) > 0.9
+    assert largest_partition_share(stores["bos"], 8) < 0.5
+
+
+@pytest.mark.parametrize("k", [8, 64])
+def test_sharded_replay_equals_local(stores, tmp_path, k):
     policy = make_policy({"block_size": 16, "replicas": 3, "routing": "prefix_aware"})
-    local = copy_db(stores["namespaced"], tmp_path / "local.duckdb")
-    sharded = copy_db(stores["namespaced"], tmp_path / "sharded.duckdb")
-    run_replay(policy, db_path=local)
-    run_replay(policy, db_path=sharded, executor=PROCESSES)
-    for sql in (
-        f"SELECT {REPLAY_COLUMNS} FROM replay_requests ORDER BY arrival_seq",
-        f"SELECT {REPLAY_COLUMNS} FROM replay_summary ORDER BY ALL",
-    ):
-        assert table(local, sql) == table(sharded, sql)
+    for name in ("namespaced", "bos"):
+        local = copy_db(stores[name], tmp_path / f"{name}-local.duckdb")
+        sharded = copy_db(stores[name], tmp_path / f"{name}-sharded.duckdb")
+        run_replay(policy, db_path=local)
+        spec = ExecutorSpec("processes", workers=2, shard_tokens=k)
+        run_replay(policy, db_path=sharded, executor=spec)
+        for sql in (
+            f"SELECT {REPLAY_COLUMNS} FROM replay_requests ORDER BY arrival_seq",
+            f"SELECT {REPLAY_COLUMNS} FROM replay_summary ORDER BY ALL",
+        ):
+            assert table(local, sql) == table(sharded, sql)
 
 
 def test_a_failed_partition_stores_nothing_and_a_rerun_stores_once(stores, tmp_path):
@@ -224,7 +301,12 @@ def export_dataset(db: Path, folder: Path, parts: int = 3) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("spec", "routing"), [(ExecutorSpec(), "prefix_aware"), (PROCESSES, "round_robin")]
+    ("spec", "routing"),
+    [
+        (ExecutorSpec(), "prefix_aware"),
+        (PROCESSES, "round_robin"),
+        (ExecutorSpec("processes", workers=2, shard_tokens=4), "session"),
+    ],
 )
 def test_match_and_replay_read_a_parquet_dataset(stores, tmp_path, spec, routing):
     src = stores["namespaced"]
@@ -312,11 +394,15 @@ def test_cli_options_reach_the_library(stores, tmp_path):
     data = export_dataset(stores["namespaced"], tmp_path / "data", parts=2)
     out = tmp_path / "out.duckdb"
     common = ["--dataset", str(data), "--db", str(out), "--executor", "processes"]
-    match = runner.invoke(cli, ["match", *common, "--workers", "2"])
+    match = runner.invoke(cli, ["match", *common, "--workers", "2", "--shard-tokens", "8"])
     assert match.exit_code == 0, match.output
     assert "partitions on executor processes" in match.output
-    replay = runner.invoke(cli, ["replay", *common, "--set", "block_size=16"])
+    replay = runner.invoke(
+        cli, ["replay", *common, "--set", "block_size=16", "--shard-tokens", "8"]
+    )
     assert replay.exit_code == 0 and "run 1:" in replay.output
+    zero = runner.invoke(cli, ["match", *common, "--shard-tokens", "0"])
+    assert zero.exit_code == 2 and "--shard-tokens" in zero.output
     stray = runner.invoke(
         cli, ["replay", "--db", str(out), "--executor", "local", "--ray-address", "auto"]
     )
@@ -326,7 +412,7 @@ def test_cli_options_reach_the_library(stores, tmp_path):
 def test_inserted_sequences_interleave_token_and_hash_rows():
     import pyarrow as pa
 
-    from analyzer.executors.match import inserted_sequences
+    from analyzer.executors.sequences import inserted_sequences
 
     rows = pa.table(
         {

@@ -1,6 +1,7 @@
 """`--executor ray` on a real local Ray cluster (2 CPUs): match, replay and sweep give
-byte-identical tables to `--executor local` on the sample traces; failures name the
-partition. Skipped only when ray is not importable."""
+byte-identical tables to `--executor local` on the sample traces (match sharded by the
+first 8, 64 and 256 tokens, also on a trace where every prompt starts with the same BOS);
+failures name the partition. Skipped only when ray is not importable."""
 
 from __future__ import annotations
 
@@ -35,12 +36,24 @@ def cluster():
     ray.shutdown()
 
 
-@pytest.mark.parametrize("name", ["mixed.jsonl.gz", "mixed_hash_ids.jsonl.gz", "namespaced"])
-def test_match_on_ray_is_byte_identical(stores, tmp_path: Path, name):  # noqa: F811
+@pytest.mark.parametrize(
+    ("name", "k"),
+    [
+        ("mixed.jsonl.gz", 8),
+        ("mixed.jsonl.gz", 256),
+        ("mixed_hash_ids.jsonl.gz", 8),
+        ("mixed_hash_ids.jsonl.gz", 256),
+        ("namespaced", 8),
+        ("bos", 8),
+        ("bos", 64),
+    ],
+)
+def test_match_on_ray_is_byte_identical(stores, tmp_path: Path, name, k):  # noqa: F811
     local = copy_db(stores[name], tmp_path / "local.duckdb")
     on_ray = copy_db(stores[name], tmp_path / "ray.duckdb")
     match_prefixes(local, out=tmp_path / "l.parquet")
-    summary = match_prefixes(on_ray, executor=RAY, out=tmp_path / "r.parquet")
+    spec = ExecutorSpec("ray", shard_tokens=k)
+    summary = match_prefixes(on_ray, executor=spec, out=tmp_path / "r.parquet")
     assert "on executor ray" in summary.backend
     assert match_tables(local) == match_tables(on_ray)
     assert (tmp_path / "l.parquet").read_bytes() == (tmp_path / "r.parquet").read_bytes()
@@ -52,6 +65,7 @@ def test_match_on_ray_is_byte_identical(stores, tmp_path: Path, name):  # noqa: 
         ("mixed.jsonl.gz", {"model": "qwen3-next-80b-a3b", "replicas": 2, "routing": "session"}),
         ("mixed_hash_ids.jsonl.gz", {"model": "qwen3-next-80b-a3b"}),
         ("namespaced", {"block_size": 16, "replicas": 3, "routing": "prefix_aware"}),
+        ("bos", {"block_size": 4, "replicas": 2, "routing": "session"}),
     ],
 )
 def test_replay_on_ray_is_byte_identical(stores, tmp_path: Path, name, values):  # noqa: F811
@@ -59,7 +73,8 @@ def test_replay_on_ray_is_byte_identical(stores, tmp_path: Path, name, values): 
     local = copy_db(stores[name], tmp_path / "local.duckdb")
     on_ray = copy_db(stores[name], tmp_path / "ray.duckdb")
     run_replay(policy, db_path=local, out=tmp_path / "l.parquet")
-    run_replay(policy, db_path=on_ray, executor=RAY, out=tmp_path / "r.parquet")
+    spec = ExecutorSpec("ray", shard_tokens=8)  # K-token groups below the system prompts
+    run_replay(policy, db_path=on_ray, executor=spec, out=tmp_path / "r.parquet")
     assert (tmp_path / "l.parquet").read_bytes() == (tmp_path / "r.parquet").read_bytes()
     for sql in (
         f"SELECT {REPLAY_COLUMNS} FROM replay_requests ORDER BY arrival_seq",
@@ -103,7 +118,8 @@ def test_a_dataset_replays_on_ray_like_the_store(stores, tmp_path: Path):  # noq
     run_replay(policy, db_path=ref)
     data = export_dataset(stores["namespaced"], tmp_path / "data")
     out = tmp_path / "out.duckdb"
-    match_prefixes(out, dataset=data, executor=RAY)
-    run_replay(policy, db_path=out, dataset=data, executor=RAY)
+    spec = ExecutorSpec("ray", shard_tokens=8)
+    match_prefixes(out, dataset=data, executor=spec)
+    run_replay(policy, db_path=out, dataset=data, executor=spec)
     sql = f"SELECT {REPLAY_COLUMNS} FROM replay_requests ORDER BY arrival_seq"
     assert table(ref, sql) == table(out, sql)

@@ -27,6 +27,8 @@ from typing import Any
 from analyzer.errors import AnalyzerError, BackendUnavailable, ConfigError
 
 EXECUTORS = ("local", "processes", "ray")
+# The sharded matcher's key: each request's first K tokens (analyzer.executors.shallow).
+DEFAULT_SHARD_TOKENS = 256
 
 Progress = Callable[[int, int], None]
 
@@ -38,11 +40,14 @@ class WorkerError(AnalyzerError):
 @dataclass(frozen=True)
 class ExecutorSpec:
     """How to run partitions. `workers`: processes to start (default: the local cores);
-    for Ray, the CPUs of a local cluster started here (ignored with `ray_address`)."""
+    for Ray, the CPUs of a local cluster started here (ignored with `ray_address`).
+    `shard_tokens`: K, the sharded matcher's key length in tokens (each request's first K
+    tokens; hash-id requests: ceil(K / block size) blocks); never changes a result."""
 
     name: str = "local"
     workers: int | None = None
     ray_address: str | None = None
+    shard_tokens: int = DEFAULT_SHARD_TOKENS
 
     def __post_init__(self) -> None:
         if self.name not in EXECUTORS:
@@ -51,6 +56,9 @@ class ExecutorSpec:
             )
         if self.workers is not None and self.workers < 1:
             raise ConfigError(f"--workers {self.workers}: expected an integer >= 1")
+        k = self.shard_tokens
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"--shard-tokens {k!r}: expected an integer >= 1")
         if self.ray_address is not None and self.name != "ray":
             raise ConfigError("--ray-address needs --executor ray")
 

@@ -121,11 +121,6 @@ def lpt_bins(sizes: list[int], count: int) -> list[list[int]]:
     return [sorted(b) for b in bins if b]
 
 
-def first_units(prompts: list[np.ndarray]) -> np.ndarray:
-    """Each request's first unit (first token or block hash id), as the matcher's shard key."""
-    return np.asarray([int(p[0]) if len(p) else -1 for p in prompts], dtype=np.int64)
-
-
 def pack_arrays(arrays: list[np.ndarray | None]) -> dict:
     """A list of 1-d arrays (or None) as one flat array + offsets per dtype: pickles (and
     travels to Ray's object store) as a few buffers instead of one object per request."""
@@ -158,13 +153,12 @@ def unpack_arrays(packed: dict) -> list[np.ndarray | None]:
 @dataclass
 class LazyTrace:
     """A dataset trace as the replay's driver holds it: every column but the token ids
-    (`columns`, as `_Trace.columns`), first units and lengths in units; workers read the
-    token ids of their partitions. `prompts` streams them in arrival order (only
-    prefix-aware routing asks)."""
+    (`columns`, as `_Trace.columns`) and lengths in units; workers read the token ids of
+    their partitions. `prompts` streams them in arrival order (only prefix-aware routing
+    asks)."""
 
     columns: dict[str, list]
     dataset: str
-    first_units: np.ndarray
     query_len: np.ndarray
     insert_len: np.ndarray
 
@@ -207,19 +201,20 @@ def load_lazy_trace(con: duckdb.DuckDBPyConnection, dataset: str) -> LazyTrace:
     check_requests(con)
     table = query_arrow(con, load_sql("replay_load_scalars"))
     arrays = {}
-    for name in ("first_unit", "query_len", "insert_len"):
+    for name in ("query_len", "insert_len"):
         arrays[name] = table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
         table = table.drop_columns([name])
     columns = {name: table.column(name).to_pylist() for name in table.column_names}
-    return LazyTrace(
-        columns, dataset, arrays["first_unit"], arrays["query_len"], arrays["insert_len"]
-    )
+    return LazyTrace(columns, dataset, arrays["query_len"], arrays["insert_len"])
 
 
 def lazy_shared_prefixes(trace: LazyTrace, ns_any, ns_replica, spec: ExecutorSpec):
-    """The replay's L1/L2 in units (MatchArrays) for a dataset trace: sharded by first
-    unit, each worker reading its own rows (as `_shared_prefixes` defines them)."""
-    from analyzer.executors.match import TraceInput, match_tasks, merge, task_label
+    """The replay's L1/L2 in units (MatchArrays) for a dataset trace: the shallow pass over
+    each request's first K units (read by the driver) and the groups' shards, on `spec`,
+    each shard's worker reading its own rows (as `replay_prefixes` defines the sequences;
+    see executors.shallow)."""
+    from analyzer.executors.match import merged_answers, sharded_items
+    from analyzer.executors.sequences import TraceInput
     from analyzer.prefixes.engine import MatchOptions
     from analyzer.prefixes.source import RequestMeta
 
@@ -233,26 +228,41 @@ def lazy_shared_prefixes(trace: LazyTrace, ns_any, ns_replica, spec: ExecutorSpe
         block_size=block,
         prompt_tokens=np.asarray(trace.columns["prompt_tokens"], dtype=np.int64),
     )
-    parts = max(1, spec.num_workers() * 2)
-    tasks = match_tasks(meta, trace.first_units, parts, MatchOptions())
-    labels = [task_label(t, k, len(tasks)) for k, t in enumerate(tasks)]
+    prefixes = dataset_prefixes(trace.dataset, spec.shard_tokens)
+    limit, items, labels = sharded_items(meta, prefixes, spec, MatchOptions(), junctions=False)
     source = TraceInput(dataset=trace.dataset)
-    found = map_partitions(spec, _lazy_match, tasks, labels=labels, shared=source)
-    return merge(trace.n, found).arrays
+    found = map_partitions(spec, _lazy_match, items, labels=labels, shared=source)
+    return merged_answers(trace.n, limit, found)
+
+
+def dataset_prefixes(dataset: str, units: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first `units` units of every inserted sequence of a dataset (L1/L2's: without
+    the last output token), in arrival order; never more of the token ids."""
+    from analyzer.executors.dataset import open_dataset, register_requests
+    from analyzer.executors.sequences import read_prefixes
+
+    con = duckdb.connect()
+    try:
+        register_requests(con, open_dataset(dataset))
+        return read_prefixes(con, units, drop_last_output=True)
+    finally:
+        con.close()
 
 
 def _lazy_match(source, task):
     from dataclasses import replace
 
-    from analyzer.executors.match import PartitionSource, _tables, read_sequences
+    from analyzer.executors.match import answers_only
+    from analyzer.executors.sequences import PartitionSource, read_sequences
+    from analyzer.executors.shallow import ShallowTask
     from analyzer.prefixes.engine import run_matcher
-    from analyzer.prefixes.junctions import Junctions
 
+    if isinstance(task, ShallowTask):
+        return task.run()
     flat, offsets = read_sequences(source, task.ids, drop_last_output=True)
     options = replace(task.options, archive_tokens=task.options.chunk_tokens)
     arrays = run_matcher(PartitionSource(task.meta, flat, offsets), xp=np, options=options)
-    none = np.zeros(0, dtype=np.int64)
-    return _tables(task.ids, arrays, Junctions(none, none, none, none), [], none, none)
+    return answers_only(task.ids, arrays)
 
 
 def partition_trace(trace: LazyTrace, indices: list[int]):

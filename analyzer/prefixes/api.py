@@ -114,8 +114,10 @@ def match_prefixes(
     """Run the prefix matcher on the store at `db_path` and write its tables.
 
     `executor` (local, processes, ray; see analyzer.executors) runs the matcher sharded by
-    first unit, with identical tables. `dataset`: read the requests from a Parquet dataset
-    (analyzer.executors.dataset) instead of the store's `requests` table.
+    each request's first K tokens (`ExecutorSpec.shard_tokens`; a driver pass answers
+    everything shallower, see analyzer.executors.shallow), with identical tables.
+    `dataset`: read the requests from a Parquet dataset (analyzer.executors.dataset)
+    instead of the store's `requests` table.
 
     Raises:
         ConfigError: unknown backend, executor or `out` suffix.
