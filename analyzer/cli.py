@@ -491,6 +491,8 @@ def _print_replay(policy, result, render) -> None:
         f"run {result.run_id}: {result.num_requests:,} requests replayed in "
         f"{result.seconds:.2f} s; policy {policy.to_json()}"
     )
+    for note in result.notes:
+        click.echo(f"note: {note}")
     if result.num_errors:
         click.echo(
             f"warning: {result.num_errors:,} requests could not be scheduled at all "

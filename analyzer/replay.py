@@ -243,6 +243,7 @@ def _replay_rows(
         rows[name] = np.asarray([getattr(r, name) for r in results], dtype=np.int64)
     rows["replay_tokens"] = np.asarray([r.replay_tokens for r in results], dtype=np.int64)
     rows["error"] = [r.error for r in results]
+    rows["note"] = [r.note for r in results]
     rows.update(levels.causes())
     rows["fresh_prefill_tokens"] = prompt_tokens - levels.hit_tokens
     return rows

@@ -25,6 +25,7 @@ class ReplayOutcome:
     summary: pa.Table
     seconds: float
     num_errors: int  # requests vLLM could not schedule at all (pool too small)
+    notes: tuple[str, ...] = ()  # engines' notes per partition, in arrival order
 
 
 def check_measure_from(fraction: float) -> float:
@@ -68,7 +69,14 @@ def store_run(
             out,
         )
     num_errors = sum(e is not None for e in rows["error"])
-    return ReplayOutcome(run_id, n, summary, seconds, num_errors)
+    notes = tuple(
+        f"replica {replica}, model revision {revision}: {note}"
+        for note, replica, revision in zip(
+            rows["note"], rows["replica"], rows["model_revision"], strict=True
+        )
+        if note is not None
+    )
+    return ReplayOutcome(run_id, n, summary, seconds, num_errors, notes)
 
 
 def _fingerprint(con) -> str:

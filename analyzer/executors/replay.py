@@ -59,6 +59,7 @@ def results_table(results: list[SimResult]) -> pa.Table:
     columns = {name: [getattr(r, name) for r in results] for name in SimResult._fields}
     columns["chunks"] = pa.array(columns["chunks"], pa.list_(pa.int64()))
     columns["error"] = pa.array(columns["error"], pa.string())
+    columns["note"] = pa.array(columns["note"], pa.string())
     return pa.table(columns)
 
 

@@ -74,6 +74,8 @@ class SimResult(NamedTuple):
     - `chunks`: tokens scheduled per step for this request (prefill chunks, then 1 per decode).
     - `error`: set when vLLM could not schedule the request at all (KV pool too small); the
       counters are then those vLLM recorded (0 when it was never admitted).
+    - `note`: a line an engine wants the user to see about its own choices, on the request
+      where it took effect (e.g. the alpha Marconi's auto-tuning chose); usually None.
     - `replay_tokens`: replay designs (SPEC 7, `suffix_replay`) rebuild recurrent state by
       recomputing the last matched tokens through the recurrent layers; those tokens are not
       hits: they are part of `sparse_retention_miss_tokens` (never kept), counted here too.
@@ -93,3 +95,4 @@ class SimResult(NamedTuple):
     chunks: tuple[int, ...]
     error: str | None = None
     replay_tokens: int = 0
+    note: str | None = None

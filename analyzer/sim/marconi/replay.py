@@ -37,6 +37,15 @@ class Tuning:
     flops_saved: tuple[float, ...]
     alpha: float
 
+    def describe(self) -> str:
+        """One line for the user (stored as the note of the window's first request)."""
+        best = max(self.flops_saved, default=0.0)
+        return (
+            f"marconi_alpha auto chose {self.alpha:g}: the first eviction came after "
+            f"{self.after_requests:,} requests; over the next {self.window_requests:,} it saves "
+            f"{best:.3g} prefill FLOPs (alpha 0: {self.flops_saved[0]:.3g})"
+        )
+
 
 def check_policy(policy: Policy) -> None:
     """Marconi models full attention + Mamba at page granularity (ConfigError naming the key)."""
@@ -78,9 +87,10 @@ class MarconiReplay:
             yield self.replay_one(request)
             if self.auto and self.tuning is None and self.cache.evictions:
                 window = list(islice(stream, self.bootstrap * self.seen))
-                self.tune(window)
-                for ahead in window:
-                    yield self.replay_one(ahead)
+                tuning = self.tune(window)
+                for k, ahead in enumerate(window):
+                    result = self.replay_one(ahead)
+                    yield result._replace(note=tuning.describe()) if k == 0 else result
 
     def tune(self, window: list[SimRequest]) -> Tuning:
         """Replay `window` from a snapshot of this cache once per alpha of ALPHA_GRID (pure

@@ -69,3 +69,5 @@ CREATE TABLE IF NOT EXISTS replay_summary (
 -- Replay designs (SPEC 7): recomputed tokens, part of the sparse miss, never hits.
 ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS replay_tokens BIGINT DEFAULT 0;
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS replay_tokens BIGINT DEFAULT 0;
+-- An engine's note on the request where one of its own choices took effect (rarely set).
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS note VARCHAR;

@@ -216,6 +216,9 @@ def test_auto_alpha_adopts_the_most_flops_saved_on_the_window():
     full = CostModel().flops_saved(200, 200)
     assert t.flops_saved == (0.0,) * 11 + (full,) * 10  # alpha 0 .. 1.0 lose long
     assert results[4].hit_tokens == 200 and engine.cache.alpha == 1.1
+    # The choice is reported once, on the window's first request.
+    assert [r.note is not None for r in results] == [False, False, False, True, False, False]
+    assert results[3].note.startswith("marconi_alpha auto chose 1.1: the first eviction came ")
     # A fixed alpha 1 (the default) loses it; the same trace unbounded never tunes.
     assert run(TUNE, num_blocks=56)[4].hit_tokens == 0
     _, free = tuned(TUNE, marconi_alpha="auto")

@@ -58,3 +58,20 @@ def test_cli_side_by_side_with_sglang(tmp_path):
     # point, so the third hits it; SGLang no_buffer keeps states only at sequence ends.
     assert table[2].split()[:5] == ["sglang-default", "1", "6,528", "0", "2,176"]
     assert table[3].split()[:5] == ["marconi-default", "2", "6,528", "1,088", "1,088"]
+
+
+def test_cli_prints_the_tuned_alpha(tmp_path):
+    """A bounded Marconi pool with alpha auto: `hpa replay` prints each partition's choice,
+    and replay_requests.note keeps it."""
+    db = tmp_path / "m.duckdb"
+    ingest([SAMPLES / "mixed.jsonl.gz"], db_path=db)
+    result = CliRunner().invoke(
+        cli,
+        ["replay", "--db", str(db), "--policy", "marconi-default",
+         "--set", "model=qwen3-next-80b-a3b", "--set", "num_blocks=600"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note: replica ")]
+    assert notes and all("marconi_alpha auto chose " in line for line in notes)
+    stored = rows(db, "SELECT count(*) FROM replay_requests WHERE note IS NOT NULL")
+    assert stored == [(len(notes),)]
