@@ -1,0 +1,299 @@
+"""Commands that analyse a stored trace: match, replay, metrics, compare."""
+
+from __future__ import annotations
+
+import click
+
+from analyzer.cli.base import (
+    cli,
+    dataset_option,
+    db_option,
+    executor_options,
+    executor_spec,
+    policy_options,
+    progress_bar,
+    shard_tokens_option,
+    workers_option,
+)
+from analyzer.errors import ConfigError
+
+
+@cli.command("match")
+@db_option
+@click.option(
+    "--backend",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "numpy", "cupy"]),
+    help="Array backend: auto uses CuPy when it imports and sees a GPU.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also export prefix_matches to FILE (.parquet, .jsonl or .csv).",
+)
+@click.option(
+    "--derive-families",
+    is_flag=True,
+    help="Label requests without a prompt_family by the first junction on their "
+    "prompt path at >= --min-family-tokens tokens (their shared system "
+    "prompt) as j<position>-<id>, or 'unshared'; source derived:first_junction.",
+)
+@click.option(
+    "--min-family-tokens",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Shallowest junction position (tokens) that can anchor a derived family.",
+)
+@click.option(
+    "--chunk-tokens",
+    default=1 << 22,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Tokens read per chunk: bounds memory, never changes a result.",
+)
+@dataset_option
+@executor_options
+@workers_option
+@shard_tokens_option
+def match_cmd(
+    db_path: str,
+    backend: str,
+    out: str | None,
+    derive_families: bool,
+    min_family_tokens: int,
+    chunk_tokens: int,
+    dataset: str | None,
+    executor: str | None,
+    ray_address: str | None,
+    workers: int | None,
+    shard_tokens: int,
+) -> None:
+    """Find each request's longest prefix shared with earlier requests, and the junctions.
+
+    Writes table prefix_matches (shared_any_tokens, shared_parent_request_id,
+    shared_replica_tokens, shared_conversation_tokens per request) and table junctions
+    (branch points of the prefix tree). Exact at token level.
+    """
+    from analyzer.prefixes.api import match_prefixes
+    from analyzer.prefixes.engine import MatchOptions
+
+    with progress_bar("match") as update:
+        summary = match_prefixes(
+            db_path,
+            backend=backend,
+            out=out,
+            derive_families=derive_families,
+            min_family_tokens=min_family_tokens,
+            options=MatchOptions(chunk_tokens=chunk_tokens, progress=update),
+            executor=executor_spec(executor, workers, ray_address, shard_tokens=shard_tokens),
+            dataset=dataset,
+        )
+    for line in summary.lines():
+        click.echo(line)
+
+
+@cli.command()
+@db_option
+@policy_options
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="Also export this run's replay_requests (.parquet, .jsonl or .csv).",
+)
+@click.option(
+    "--measure-from",
+    "measure_from",
+    type=float,
+    default=0.0,
+    show_default=True,
+    metavar="FRACTION",
+    help="Warm-up exclusion: replay every request but aggregate only those with arrival "
+    "index >= floor(FRACTION * n) (0 <= FRACTION < 1).",
+)
+@dataset_option
+@executor_options
+@workers_option
+@shard_tokens_option
+def replay(
+    db_path: str,
+    policy_source: str,
+    overrides: tuple[str, ...],
+    out: str | None,
+    measure_from: float,
+    dataset: str | None,
+    executor: str | None,
+    ray_address: str | None,
+    workers: int | None,
+    shard_tokens: int,
+) -> None:
+    """Replay the stored trace through a hybrid prefix cache and account for every token.
+
+    Writes replay_runs, replay_requests (one row per request: hits, sparse-retention
+    misses and the loss waterfall) and replay_summary (per prompt family x model
+    revision), then prints the summary. `--policy a,b,c` replays several policies (each
+    with the --set overrides) one after another and prints them side by side.
+    """
+    from analyzer.replay import check_measure_from, run_replay, side_by_side
+    from analyzer.report.tables import render
+    from analyzer.sim.policy import load_policy
+    from analyzer.store.export import check_export_path
+
+    check_measure_from(measure_from)
+    spec = executor_spec(executor, workers, ray_address, shard_tokens=shard_tokens)
+    names = [name.strip() for name in policy_source.split(",")]
+    if not all(names):
+        raise ConfigError(f"--policy {policy_source!r}: an empty name in the list")
+    policies = [load_policy(name, list(overrides)) for name in names]
+    if out is not None and len(policies) > 1:
+        raise ConfigError("--out: exports one run; give a single --policy")
+    if out is not None:
+        check_export_path(out)
+    outcomes = []
+    for policy in policies:
+        with progress_bar("replay partitions") as update:
+            result = run_replay(
+                policy,
+                db_path=db_path,
+                out=out,
+                progress=update,
+                measure_from=measure_from,
+                executor=spec,
+                dataset=dataset,
+            )
+        outcomes.append(result)
+        _print_replay(policy, result, render)
+    if len(outcomes) > 1:
+        click.echo("\nside by side (measured requests):")
+        click.echo(render(side_by_side(names, outcomes)), nl=False)
+    if out is not None:
+        click.echo(f"wrote {out}")
+
+
+def _print_replay(policy, result, render) -> None:
+    cols = [
+        "prompt_family",
+        "model_revision",
+        "num_requests",
+        "prompt_tokens",
+        "hit_tokens",
+        "sparse_retention_miss_tokens",
+        "useful_hit_ratio",
+        "sparse_loss_ratio",
+    ]
+    click.echo(render(result.summary.select(cols)), nl=False)
+    click.echo(
+        f"run {result.run_id}: {result.num_requests:,} requests replayed in "
+        f"{result.seconds:.2f} s; policy {policy.to_json()}"
+    )
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    if result.num_errors:
+        click.echo(
+            f"warning: {result.num_errors:,} requests could not be scheduled at all "
+            f"(num_blocks {policy.num_blocks} is too small for them); see "
+            f"replay_requests.error",
+            err=True,
+        )
+
+
+@cli.command("metrics")
+@db_option
+@click.option("--run", "run", type=int, default=None, help="Replay run id [default: the latest].")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the text to FILE (e.g. for node_exporter's textfile collector).",
+)
+def metrics_cmd(db_path: str, run: int | None, out: str | None) -> None:
+    """Print a replay run's counters as Prometheus text (exposition format 0.0.4).
+
+    vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total,
+    vllm:prefix_cache_sparse_retention_misses_total, hpa_prefix_cache_lost_tokens_total
+    {cause=unshared|routing|granularity|eviction|sparse_retention_never_kept|
+    sparse_retention_evicted|spec_decode} and hpa_replay_requests_total, labelled by run,
+    prompt_family and model_revision.
+    """
+    from analyzer.metrics.prometheus import prometheus_metrics, write_metrics
+
+    result = prometheus_metrics(db_path=db_path, run=run)
+    if out is None:
+        click.echo(result.text, nl=False)
+    else:
+        write_metrics(result.text, out)
+        click.echo(f"run {result.run_id}: wrote {out}")
+
+
+@cli.command("compare")
+@db_option
+@click.option("--window", default=None, metavar="START..END", help="The current window.")
+@click.option("--baseline", default=None, metavar="START..END", help="The baseline window.")
+@click.option(
+    "--run",
+    "runs",
+    type=int,
+    multiple=True,
+    help="With windows: the run [default: latest]. Twice (A then B): compare two runs.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    default="table",
+    show_default=True,
+    type=click.Choice(["table", "json"]),
+    help="Output format; json is one object with every figure.",
+)
+def compare_cmd(
+    db_path: str, window: str | None, baseline: str | None, runs: tuple[int, ...], fmt: str
+) -> None:
+    """Attribute a change of the useful hit ratio to loss causes.
+
+    Two windows of one run (--window START..END --baseline START..END [--run RUN]; seconds
+    of the trace's timestamps or RFC 3339, half-open, an empty end is open) or two runs of
+    the same trace (--run A --run B; A is the baseline). Per prompt family x model
+    revision: each cause's share of that side's queried tokens, the change in points, and
+    the estimated TTFT change (ttft_ms = a + b x fresh_prefill_tokens fitted per revision).
+    """
+    from analyzer.metrics.compare import compare
+    from analyzer.report.tables import render
+
+    result = compare(db_path=db_path, window=window, baseline=baseline, runs=runs)
+    if fmt == "json":
+        click.echo(result.to_json().decode(), nl=False)
+        return
+    click.echo(result.baseline.describe())
+    click.echo(result.current.describe())
+    click.echo("")
+    cols = [
+        "prompt_family",
+        "model_revision",
+        "baseline_requests",
+        "current_requests",
+        "baseline_useful_hit_ratio",
+        "current_useful_hit_ratio",
+        "change_points",
+        "baseline_est_ttft_ms",
+        "current_est_ttft_ms",
+        "est_ttft_change_ms",
+    ]
+    click.echo(render(result.groups.select(cols)), nl=False)
+    click.echo("\nshares of each side's queried tokens (change in points):")
+    nonzero = [
+        i
+        for i, (b, c) in enumerate(
+            zip(
+                result.causes.column("baseline_tokens").to_pylist(),
+                result.causes.column("current_tokens").to_pylist(),
+                strict=True,
+            )
+        )
+        if b or c
+    ]
+    click.echo(render(result.causes.take(nonzero)), nl=False)
+    click.echo("")
+    for line in result.fit_lines():
+        click.echo(line)
+    click.echo(result.sentence)

@@ -1,0 +1,174 @@
+"""The `hpa` group, its shared options and helpers; the commands live beside this module."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import click
+
+from analyzer.errors import AnalyzerError
+from analyzer.store.db import DEFAULT_DB
+
+db_option = click.option(
+    "--db",
+    "db_path",
+    default=DEFAULT_DB,
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="DuckDB file holding the tables.",
+)
+
+
+def policy_options(command):
+    """--policy and --set, shared by every command that builds a replay policy."""
+    command = click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override one policy key; VALUE is JSON (null, 0, [..]) or a string.",
+    )(command)
+    return click.option(
+        "--policy",
+        "policy_source",
+        default="vllm-default",
+        show_default=True,
+        help="A policy file (.json/.toml) or preset name (schemas/policies/).",
+    )(command)
+
+
+def executor_options(command):
+    """--executor, --workers and --ray-address, shared by match, replay, sweep and plan."""
+    command = click.option(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="With --executor ray: an existing cluster (e.g. auto, ray://host:10001); "
+        "without it a local cluster is started.",
+    )(command)
+    return click.option(
+        "--executor",
+        default=None,
+        type=click.Choice(["local", "processes", "ray"]),
+        help="Where partitions run: this process, local cores, or a Ray cluster "
+        "(identical results) [default: local; sweep: processes].",
+    )(command)
+
+
+def workers_option(command):
+    return click.option(
+        "--workers",
+        default=None,
+        type=click.IntRange(min=1),
+        help="Worker processes (processes), or CPUs of a local Ray cluster [default: cores].",
+    )(command)
+
+
+def shard_tokens_option(command):
+    return click.option(
+        "--shard-tokens",
+        default=256,
+        show_default=True,
+        type=click.IntRange(min=1),
+        metavar="K",
+        help="With a non-local executor: shard the matcher by each request's first K "
+        "tokens (hash-id traces: whole blocks); one more partition matches every request "
+        "cut to K tokens. Never changes a result.",
+    )(command)
+
+
+def dataset_option(command):
+    return click.option(
+        "--dataset",
+        default=None,
+        type=click.Path(),
+        help="Read requests from a Parquet dataset (a folder of files in the requests "
+        "table's layout) instead of the database; results are still written to --db.",
+    )(command)
+
+
+def executor_spec(
+    name: str | None,
+    workers: int | None,
+    ray_address: str | None,
+    default="local",
+    shard_tokens: int | None = None,
+):
+    from analyzer.executors import DEFAULT_SHARD_TOKENS, ExecutorSpec
+
+    if ray_address is not None and name is None:
+        name = "ray"
+    k = DEFAULT_SHARD_TOKENS if shard_tokens is None else shard_tokens
+    return ExecutorSpec(name or default, workers=workers, ray_address=ray_address, shard_tokens=k)
+
+
+class _Group(click.Group):
+    """Turns library errors into one-line messages with the error's exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except AnalyzerError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="hybrid-prefix-analyzer")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Find the prefix-cache hits a hybrid model lost, and why."""
+    ctx.ensure_object(dict)["debug"] = debug
+
+
+@contextmanager
+def progress_bar(label: str):
+    """Yields update(done, total) drawing a progress bar on a terminal, or None when stderr
+    is not a terminal (pipes and logs stay clean); the bar is closed on exit."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    state: dict = {}
+
+    def update(done: int, total: int) -> None:
+        bar = state.get("bar")
+        if bar is None:
+            bar = state["bar"] = click.progressbar(
+                length=max(total, 1), label=label, file=sys.stderr
+            )
+            bar.__enter__()
+        bar.update(done - bar.pos)
+
+    try:
+        yield update
+    finally:
+        if state.get("bar") is not None:
+            state.pop("bar").__exit__(None, None, None)
+
+
+@contextmanager
+def counter(label: str, unit: str):
+    """Yields update(n) showing a running count on a terminal (steps of unknown length),
+    or None when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    shown = [False]
+
+    def update(n: int) -> None:
+        shown[0] = True
+        click.echo(f"\r{label}: {n:,} {unit}", nl=False, err=True)
+
+    try:
+        yield update
+    finally:
+        if shown[0]:
+            click.echo(err=True)
+
+
+def main() -> None:
+    cli(prog_name="hpa")

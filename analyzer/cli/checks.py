@@ -1,0 +1,129 @@
+"""Commands that check the model against a live engine: validate, probe."""
+
+from __future__ import annotations
+
+import click
+
+from analyzer.cli.base import (
+    cli,
+    db_option,
+    policy_options,
+)
+
+
+@cli.command("validate")
+@db_option
+@click.option("--run", "run", type=int, default=None, help="Replay run id [default: the latest].")
+@click.option(
+    "--metrics",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A saved vLLM /metrics text; its counters started at zero.",
+)
+@click.option(
+    "--metrics-before",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A /metrics text saved before the window (with --metrics-after).",
+)
+@click.option(
+    "--metrics-after",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A /metrics text saved after the window (with --metrics-before).",
+)
+@click.option("--model-name", default=None, help="Only counters labelled model_name=NAME.")
+@click.option("--since", default=None, help="Window start: timestamp_s >= it (s or RFC 3339).")
+@click.option("--until", default=None, help="Window end: timestamp_s < it (s or RFC 3339).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also export the comparison rows (.parquet, .jsonl or .csv).",
+)
+def validate_cmd(
+    db_path, run, metrics, metrics_before, metrics_after, model_name, since, until, out
+) -> None:
+    """Compare a replay run with what a live engine observed.
+
+    Per request: requests.cached_tokens (engine-reported cached prompt tokens) against
+    the replay's hit_tokens, per prompt family x model revision and overall; requests
+    without cached_tokens are counted as not observed. Server counters: deltas of
+    vllm:prefix_cache_queries / _hits / _sparse_retention_misses between two saved
+    /metrics texts against the replay's sums over the same request window. error =
+    predicted - observed. Stored in table validations.
+    """
+    from analyzer.metrics.validate import CACHED, validate
+    from analyzer.report.tables import render
+
+    r = validate(
+        db_path=db_path,
+        run=run,
+        metrics=metrics,
+        metrics_before=metrics_before,
+        metrics_after=metrics_after,
+        model_name=model_name,
+        since=since,
+        until=until,
+        out=out,
+    )
+    click.echo(f"validation {r.validation_id}: {r.window}")
+    per_request = r.table(CACHED)
+    if per_request.num_rows:
+        click.echo(f"\nper request: replay hit_tokens vs {CACHED}")
+        click.echo(render(per_request.drop_columns(["source", "figure"])), nl=False)
+    missing = r.requests - r.observed_requests
+    if missing:
+        click.echo(
+            f"not observed: {missing:,} of {r.requests:,} requests have no cached_tokens "
+            "(not compared)"
+        )
+    counters = r.table("metrics")
+    if counters.num_rows:
+        click.echo("\nserver counters: replay sums vs /metrics deltas over the same window")
+        cols = ["source", "figure", "requests", "observed_tokens", "predicted_tokens"]
+        cols += ["error_tokens", "relative_error"]
+        click.echo(render(counters.select(cols)), nl=False)
+        click.echo(r.metrics_note)
+    click.echo("error_tokens = predicted - observed; stored in table validations")
+    if out is not None:
+        click.echo(f"wrote {out}")
+
+
+@cli.command("probe")
+@policy_options
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder for probe.jsonl, expected.csv and trace.jsonl (created).",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the token ids.")
+@click.option(
+    "--model", default=None, help="Served model name for the bodies [default: policy model]."
+)
+def probe_cmd(policy_source, overrides, out_dir, seed, model) -> None:
+    """Write the seed article's diagnostic for a policy's geometry, with expected counters.
+
+    Families of a cold request and two repeats sharing a known prefix (2 blocks), and
+    prefixes ending just before and just after each legal boundary (block, match unit,
+    retention interval). probe.jsonl holds OpenAI completions bodies in send order;
+    expected.csv the replay's per-request deltas of vLLM's prefix-cache counters.
+    """
+    from analyzer.probe import send_hint, write_probe
+    from analyzer.report.tables import render
+    from analyzer.sim.policy import load_policy
+
+    policy = load_policy(policy_source, list(overrides))
+    p = write_probe(policy, out_dir, seed=seed, model=model)
+    cols = ["step", "prompt_tokens", "shared_prefix_tokens", "prefix_cache_queries"]
+    cols += ["prefix_cache_hits", "prefix_cache_sparse_retention_misses"]
+    click.echo(render(p.expected.select(cols)), nl=False)
+    click.echo(
+        f"{len(p.requests)} requests for model {p.model!r} (seed {p.seed}); policy "
+        f"{policy.to_json()}"
+    )
+    click.echo(f"wrote {', '.join(str(f) for f in p.files)}")
+    click.echo("send serially to a fresh server (one engine, no other traffic), e.g.:")
+    click.echo(f"  {send_hint(out_dir)}")

@@ -1,0 +1,164 @@
+"""Commands that bring traces in and look at them: ingest, query, synth, demo."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from analyzer.cli.base import (
+    cli,
+    db_option,
+    progress_bar,
+)
+from analyzer.traces.formats import FORMATS
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@db_option
+@click.option(
+    "--format",
+    "fmt",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", *FORMATS]),
+    help="Input format; auto reads the suffix (.jsonl/.parquet/.csv, also .gz/.zst).",
+)
+@click.option("--allow-rejects", is_flag=True, help="Exit 0 even when some records were rejected.")
+def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) -> None:
+    """Store request records from FILES in the database; list every rejected record.
+
+    Exit status: 0 when every record was stored (or --allow-rejects), 1 when some were
+    rejected, 2 when a file is missing or cannot be parsed at all.
+    """
+    from analyzer.store.ingest import ingest as ingest_files
+
+    with progress_bar("ingest") as update:
+        result = ingest_files(files, db_path=db_path, fmt=fmt, progress=update)
+    for src in result.sources:
+        if src.duplicate_of is not None:
+            click.echo(
+                f"{src.path}: identical to source {src.duplicate_of} "
+                f"(sha256 {src.sha256[:12]}), nothing added"
+            )
+            continue
+        skipped = f"; {src.num_skipped:,} other lines skipped" if src.num_skipped else ""
+        click.echo(
+            f"{src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
+            f"rejected {src.num_rejected:,} ({src.num_prompt_tokens:,} prompt tokens{skipped})"
+        )
+        for rej in src.rejects:
+            field = f"{rej.field}: " if rej.field else ""
+            click.echo(f"  rejected {src.path}:{rej.line_no}: {field}{rej.reason}", err=True)
+        if src.num_rejected > len(src.rejects):
+            click.echo(
+                f"  ... and {src.num_rejected - len(src.rejects):,} more: "
+                f'hpa query "SELECT * FROM rejects WHERE source_id = {src.source_id}"',
+                err=True,
+            )
+    if len(result.sources) > 1:
+        click.echo(
+            f"total: read {result.num_read:,} = stored {result.num_stored:,} + "
+            f"rejected {result.num_rejected:,}"
+        )
+    if result.num_rejected and not allow_rejects:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("sql")
+@db_option
+@click.option(
+    "--format",
+    "fmt",
+    default="table",
+    show_default=True,
+    type=click.Choice(["table", "csv", "json"]),
+    help="Output format.",
+)
+def query(sql: str, db_path: str, fmt: str) -> None:
+    """Run SQL over the stored tables (requests, rejects, sources, ...) and print the result."""
+    from analyzer.report.tables import render
+    from analyzer.store.query import run_query
+
+    click.echo(render(run_query(sql, db_path=db_path), fmt), nl=False)
+
+
+@cli.command("synth")
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--scenario", default="mixed", show_default=True, help="diagnostic, groups or mixed.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Random seed.")
+@click.option("--num-requests", type=int, default=None, help="Same as --param num_requests=N.")
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A scenario parameter (repeatable), e.g. shared_tokens=1088.",
+)
+@click.option(
+    "--block-size",
+    type=int,
+    default=None,
+    help="Write block_hash_ids of this many tokens instead of token ids.",
+)
+def synth_cmd(
+    out: str,
+    scenario: str,
+    seed: int,
+    num_requests: int | None,
+    params: tuple[str, ...],
+    block_size: int | None,
+) -> None:
+    """Write a seeded synthetic trace to OUT (JSONL; .gz/.zst compress)."""
+    from analyzer.traces.synth import generate, parse_params, write_jsonl
+
+    values = parse_params(scenario, params)
+    if num_requests is not None:
+        values["num_requests"] = num_requests
+    records = generate(scenario, seed=seed, block_size=block_size, arrays=True, **values)
+    stats = write_jsonl(records, out)
+    click.echo(f"synth: {stats.records} records, {stats.prompt_tokens} prompt tokens -> {out}")
+
+
+@cli.command()
+@click.option(
+    "--out",
+    "out_dir",
+    default="build/demo",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder for the demo databases (replaced).",
+)
+@click.option(
+    "--samples",
+    "samples_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Folder of sample traces [default: sample_traces/ here or above].",
+)
+def demo(out_dir: str, samples_dir: str | None) -> None:
+    """Run the whole pipeline on the bundled sample traces."""
+    from analyzer.demo import run_demo
+    from analyzer.report.tables import render
+
+    with progress_bar("demo") as update:
+        result = run_demo(out_dir, samples_dir=samples_dir, progress=update)
+    src = result.ingested.sources[0]
+    click.echo(
+        f"ingest {src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
+        f"rejected {src.num_rejected:,}"
+    )
+    for line in result.matched.lines():
+        click.echo(f"match: {line}")
+    click.echo("\nreplay of the mixed trace on qwen3-next-80b-a3b (B=544), one knob at a time:")
+    click.echo(render(result.policies), nl=False)
+    click.echo("\nSPEC 6 worked examples (hit/sparse-retention-miss tokens per request):")
+    click.echo(render(result.cases), nl=False)
+    click.echo(f"\ncapacity sweeps: {result.num_sweep_points} points (tables sweeps, sweep_points)")
+    click.echo(
+        f'database: {result.db_path}  (try: hpa query "SELECT * FROM '
+        f'replay_summary" --db {result.db_path})'
+    )
+    click.echo(f"report: {result.report_path}")

@@ -1,0 +1,169 @@
+"""Commands for capacity planning and reports: sweep, plan, report."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from analyzer.cli.base import (
+    cli,
+    counter,
+    db_option,
+    executor_options,
+    executor_spec,
+    policy_options,
+    progress_bar,
+    workers_option,
+)
+
+
+@cli.command("sweep")
+@db_option
+@policy_options
+@click.option(
+    "--vary",
+    "varies",
+    multiple=True,
+    metavar="KEY=V1,V2,...",
+    help="A knob and its values (one sweep each; num_blocks=auto: the full curve).",
+)
+@click.option("--grid", is_flag=True, help="Cross product of all --vary knobs, one sweep.")
+@click.option(
+    "--jobs",
+    default=2,
+    show_default=True,
+    type=int,
+    help="Workers: processes (or CPUs of a local Ray cluster); 1 runs in this process.",
+)
+@executor_options
+def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs, executor, ray_address):
+    """Replay the trace at each value of a policy knob, one knob at a time (or --grid).
+
+    Each point is a stored replay run; `sweeps` and `sweep_points` index them. A num_blocks
+    sweep of a full-attention-only LRU policy comes from one stack-distance pass.
+    """
+    import pyarrow as pa
+
+    from analyzer.report.tables import render
+    from analyzer.sweep.sweep import run_sweeps
+
+    with progress_bar("sweep points") as update:
+        outcomes = run_sweeps(
+            policy_source,
+            list(overrides),
+            list(varies),
+            grid=grid,
+            jobs=jobs,
+            db_path=db_path,
+            progress=update,
+            executor=executor_spec(executor, jobs, ray_address, default="processes"),
+        )
+    for s in outcomes:
+        table = pa.table(
+            {
+                "sweep_id": [s.sweep_id] * len(s.points),
+                "knob": [p.knob for p in s.points],
+                "value": [p.value for p in s.points],
+                "run_id": [p.run_id for p in s.points],
+                "prompt_tokens": [p.prompt_tokens for p in s.points],
+                "hit_tokens": [p.hit_tokens for p in s.points],
+                "sparse_retention_miss_tokens": [p.sparse_retention_miss_tokens for p in s.points],
+                "useful_hit_ratio": [p.useful_hit_ratio for p in s.points],
+                "sparse_loss_ratio": [p.sparse_loss_ratio for p in s.points],
+                "memory_gib": pa.array([p.memory_gib for p in s.points], pa.float64()),
+                "one_pass": [p.one_pass for p in s.points],
+            }
+        )
+        click.echo(render(table), nl=False)
+        n_one = sum(p.one_pass for p in s.points)
+        how = f"; {n_one} from one stack-distance pass" if n_one else ""
+        click.echo(
+            f"sweep {s.sweep_id} ({s.knob}): {len(s.points)} points in {s.seconds:.2f} s{how}; "
+            f"base policy {s.base_policy.to_json()}"
+        )
+
+
+@cli.command("plan")
+@db_option
+@click.option(
+    "--target-useful-hit-ratio",
+    "target",
+    required=True,
+    type=float,
+    help="The useful hit ratio (hits / queries) to reach, in (0, 1].",
+)
+@click.option("--model", default=None, help="Model preset (schemas/models/).")
+@click.option("--memory-budget", default=None, help="Cache memory per replica, e.g. 40GiB.")
+@click.option("--family", default=None, help="Measure one prompt family only.")
+@executor_options
+@workers_option
+def plan_cmd(db_path, target, model, memory_budget, family, executor, ray_address, workers):
+    """Search the cheapest cache settings that reach a target useful hit ratio (by replays)."""
+    import pyarrow as pa
+
+    from analyzer.report.tables import render
+    from analyzer.sweep.plan import plan
+
+    with counter("plan", "replays") as update:
+        r = plan(
+            target,
+            model=model,
+            memory_budget=memory_budget,
+            family=family,
+            db_path=db_path,
+            progress=update,
+            executor=executor_spec(executor, workers, ray_address),
+        )
+    click.echo(
+        f"ceilings: attention-only bound {r.attention_only_bound:.3f}, shared-prefix ceiling "
+        f"{r.shared_prefix_ceiling:.3f}, model groups unbounded (retention null) "
+        f"{r.unbounded_ratio:.3f}"
+    )
+    if r.candidates:
+        c = r.candidates
+        table = pa.table(
+            {
+                "retention_interval": pa.array([x.retention_interval for x in c], pa.int64()),
+                "prefix_match_unit": pa.array([x.prefix_match_unit for x in c], pa.int64()),
+                "replicas": [x.replicas for x in c],
+                "routing": [x.routing for x in c],
+                "num_blocks": [x.num_blocks for x in c],
+                "useful_hit_ratio": [x.useful_hit_ratio for x in c],
+                "memory_gib": pa.array([x.memory_gib for x in c], pa.float64()),
+                f"cost_{r.cost_unit.lower()}": [float(x.cost) for x in c],
+            }
+        )
+        click.echo(render(table), nl=False)
+    click.echo(f"{r.message} [{r.replays} replays]")
+    if not r.reachable:
+        sys.exit(1)
+
+
+@cli.command("report")
+@db_option
+@click.option(
+    "--run",
+    "runs",
+    multiple=True,
+    type=int,
+    help="A replay run id to include (repeatable) [default: every run].",
+)
+@click.option(
+    "-o",
+    "--out",
+    default="report.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="HTML file to write (self-contained: opens offline).",
+)
+def report_cmd(db_path: str, runs: tuple[int, ...], out: str) -> None:
+    """Write one self-contained HTML report: loss waterfalls, hits over time, junctions,
+    policies side by side and each run's exact configuration."""
+    from analyzer.report.html import render_report
+
+    result = render_report(db_path, out, runs=list(runs) or None)
+    click.echo(
+        f"wrote {result.path} ({result.num_bytes:,} bytes): runs "
+        f"{', '.join(map(str, result.run_ids))}, {len(result.figure_ids)} figures"
+    )
