@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from analyzer.report import figures
+from analyzer.report.blocks import figure_div, html_table, meaning
 from analyzer.report.data import ReportData
 
 FIGURE_ID = "fig-engines"
@@ -96,7 +97,7 @@ def engine_figure(overall: pl.DataFrame, labels: list[str]) -> go.Figure:
     return figures._layout(fig, "Engine designs on the same trace", 180 + 48 * len(rows))
 
 
-def engine_section(data: ReportData, table, meaning, figure_div) -> tuple[str, list[str]]:
+def engine_section(data: ReportData) -> tuple[str, list[str]]:
     """The section's HTML and figure ids; empty when every run uses one engine."""
     engines = engines_of(data)
     if len(set(engines)) < 2:
@@ -157,7 +158,7 @@ def engine_section(data: ReportData, table, meaning, figure_div) -> tuple[str, l
         '<section id="engines"><h2>(g) Engine designs compared</h2>'
         + figure_div(engine_figure(overall, labels), FIGURE_ID)
         + meaning(text)
-        + table(head, cells, numeric={2, 3, 4, 5, 6})
+        + html_table(head, cells, numeric={2, 3, 4, 5, 6})
         + "</section>"
     )
     return body, [FIGURE_ID]

@@ -10,14 +10,24 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
-import plotly.graph_objects as go
-import polars as pl
 from plotly.offline import get_plotlyjs
 
-from analyzer.report import engines, figures
-from analyzer.report.data import ReportData, load_report_data, policy_value
+from analyzer.report import engines
+from analyzer.report.data import ReportData, load_report_data
+from analyzer.report.sections import (
+    SWEEP_FIGURE_ID,
+    config_section,
+    engines_section,
+    groups_section,
+    junctions_section,
+    policy_section,
+    runs_section,
+    sweep_section,
+    waterfall_runs_section,
+    weighting_section,
+    windows_section,
+)
 
-PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 # Figure ids in page order (the sweep figure only when sweep_points exists).
 FIGURE_IDS = (
     "fig-waterfall-runs-tokens",
@@ -29,7 +39,6 @@ FIGURE_IDS = (
     "fig-policy-compare",
     "fig-weighting",
 )
-SWEEP_FIGURE_ID = "fig-sweeps"  # and engines.FIGURE_ID when the runs use several engines
 
 
 @dataclass(frozen=True)
@@ -55,412 +64,6 @@ def render_report(
     encoded = page.encode("utf-8")
     out.write_bytes(encoded)
     return ReportResult(out, ids, tuple(data.runs["run_id"].to_list()), len(encoded))
-
-
-def _figure_div(fig: go.Figure, div_id: str) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOTLY_CONFIG)
-
-
-def _pct(x: float) -> str:
-    return f"{x:.1%}"
-
-
-def _n(x) -> str:
-    return f"{int(x):,}"
-
-
-def _table(headers: list[str], rows: list[list], numeric: set[int] | None = None) -> str:
-    numeric = numeric or set()
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="num">{html.escape(str(c))}</td>'
-            if i in numeric
-            else f"<td>{html.escape(str(c))}</td>"
-            for i, c in enumerate(r)
-        )
-        + "</tr>"
-        for r in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _meaning(text: str) -> str:
-    return f'<p class="meaning"><b>What this means.</b> {text}</p>'
-
-
-def _overall(data: ReportData) -> pl.DataFrame:
-    return data.groups.filter(pl.col("is_overall")).sort("run_id")
-
-
-def _largest_loss(row: dict) -> tuple[str, int]:
-    causes = [(name, row[col]) for col, name, _ in figures.SEGMENTS[1:]]
-    return max(causes, key=lambda c: (c[1], c[0]))
-
-
-def _runs_section(data: ReportData) -> str:
-    overall = _overall(data)
-    memory = dict(
-        zip(data.runs["run_id"].to_list(), data.runs["memory_gib"].to_list(), strict=True)
-    )
-    rows = []
-    for r in overall.iter_rows(named=True):
-        q = r["prompt_tokens"] or 1
-        mem = memory.get(r["run_id"])
-        rows.append(
-            [
-                r["run_label"],
-                _n(r["num_requests"]),
-                _n(r["prompt_tokens"]),
-                _n(r["hit_tokens"]),
-                _pct(r["hit_tokens"] / q),
-                _n(r["sparse_retention_miss_tokens"]),
-                _pct(r["sparse_retention_miss_tokens"] / q),
-                "unbounded" if mem is None else f"{mem:,.2f}",
-            ]
-        )
-    table = _table(
-        [
-            "run (policy change vs the most common setting)",
-            "requests",
-            "queried tokens",
-            "hit tokens",
-            "useful-hit ratio",
-            "sparse-retention miss tokens",
-            "sparse-loss ratio",
-            "cache pool (GiB)",
-        ],
-        rows,
-        numeric={1, 2, 3, 4, 5, 6, 7},
-    )
-    return (
-        '<section id="runs"><h2>Runs in this report</h2>'
-        "<p>Each run replays the same stored trace under one cache policy. A run is named by "
-        "the policy keys where it differs from the most common value across the runs shown "
-        "(&ldquo;baseline&rdquo; when it differs in none); the full policy of each run is in "
-        '<a href="#config">Configuration</a>. Rows in run order.</p>'
-        f"{table}</section>"
-    )
-
-
-def _waterfall_runs_section(data: ReportData) -> tuple[str, list[str]]:
-    overall = _overall(data)
-    best = max(overall.iter_rows(named=True), key=lambda r: (r["hit_tokens"], -r["run_id"]))
-    first = overall.row(0, named=True)
-    cause, tokens = _largest_loss(first)
-    q = first["prompt_tokens"] or 1
-    text = (
-        "Each bar is one run; its parts sum exactly to the queried prompt tokens (SPEC 3 "
-        "waterfall). Green is reused; every other colour is a reason the tokens were "
-        "computed again. Grey tokens were never shared with an earlier request, so no cache "
-        "could have helped; red (sparse-retention miss) tokens were matched by full attention "
-        "but the recurrent/sliding-window group had no state at that boundary, which an "
-        "ordinary hit-rate chart reports as &ldquo;no sharing&rdquo;. "
-        f"In {html.escape(first['run_label'])}, {_pct(first['hit_tokens'] / q)} of queried "
-        f"tokens were hits and the largest loss was {html.escape(cause)} "
-        f"({_n(tokens)} tokens, {_pct(tokens / q)}). The run with the most hits is "
-        f"{html.escape(best['run_label'])} "
-        f"({_pct(best['hit_tokens'] / (best['prompt_tokens'] or 1))})."
-    )
-    body = (
-        '<section id="waterfall"><h2>(a) Loss waterfall per run</h2>'
-        + _figure_div(figures.waterfall_runs(data.groups), "fig-waterfall-runs-tokens")
-        + _figure_div(figures.waterfall_runs(data.groups, share=True), "fig-waterfall-runs-shares")
-        + _meaning(text)
-        + "</section>"
-    )
-    return body, ["fig-waterfall-runs-tokens", "fig-waterfall-runs-shares"]
-
-
-def _policy_section(data: ReportData) -> tuple[str, list[str]]:
-    import json
-
-    policies = [json.loads(p) for p in data.runs["policy_json"].to_list()]
-    keys = sorted({k for p in policies for k in p})
-    head = ["policy key"] + [f"run {i}" for i in data.runs["run_id"].to_list()]
-    cells = []
-    for key in keys:
-        values = [policy_value(p.get(key)) for p in policies]
-        differs = len(set(values)) > 1
-        cls = ' class="differs"' if differs else ""
-        cells.append(
-            f"<tr{cls}><th>{html.escape(key)}</th>"
-            + "".join(f"<td>{html.escape(v)}</td>" for v in values)
-            + "</tr>"
-        )
-    table = (
-        "<table><thead><tr>"
-        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        + "</tr></thead><tbody>"
-        + "".join(cells)
-        + "</tbody></table>"
-    )
-    overall = _overall(data)
-    first = overall.row(0, named=True)
-    q0 = first["prompt_tokens"] or 1
-    lines = []
-    for r in list(overall.iter_rows(named=True))[1:]:
-        q = r["prompt_tokens"] or 1
-        delta = (r["hit_tokens"] / q - first["hit_tokens"] / q0) * 100
-        lines.append(f"{html.escape(r['run_label'])}: {delta:+.2f} points")
-    changes = "; ".join(lines) if lines else "only one run is shown"
-    text = (
-        "The same trace under each policy, side by side: a higher green bar means more "
-        "reused prompt tokens (less prefill), a lower red bar fewer tokens lost because a "
-        "sparse group kept no state at the shared boundary. Hover for the change against "
-        f"the first run. Useful-hit ratio against the first run: {changes}. In the table, "
-        "highlighted rows are the policy keys that differ between runs."
-    )
-    body = (
-        '<section id="policies"><h2>(d) Policy comparison</h2>'
-        + _figure_div(figures.policy_comparison(data.groups), "fig-policy-compare")
-        + _meaning(text)
-        + table
-        + "</section>"
-    )
-    return body, ["fig-policy-compare"]
-
-
-def _engines_section(data: ReportData) -> tuple[str, list[str]]:
-    return engines.engine_section(data, _table, _meaning, _figure_div)
-
-
-def _groups_section(data: ReportData) -> tuple[str, list[str]]:
-    rows = data.groups.filter(~pl.col("is_overall")).sort(
-        ["run_id", "prompt_tokens", "prompt_family", "model_revision"],
-        descending=[False, True, False, False],
-    )
-    first_run = rows["run_id"][0]
-    worst = (
-        rows.filter(pl.col("run_id") == first_run)
-        .with_columns((pl.col("sparse_retention_miss_tokens") / pl.col("prompt_tokens")).alias("s"))
-        .sort(["s", "prompt_family", "model_revision"], descending=[True, False, False])
-        .row(0, named=True)
-    )
-    table_rows = [
-        [
-            r["run_label"],
-            r["prompt_family"],
-            r["model_revision"],
-            _n(r["num_requests"]),
-            _n(r["prompt_tokens"]),
-            _pct(r["hit_tokens"] / (r["prompt_tokens"] or 1)),
-            _pct(r["sparse_retention_miss_tokens"] / (r["prompt_tokens"] or 1)),
-            _pct(r["unshared_tokens"] / (r["prompt_tokens"] or 1)),
-            _pct(r["lost_routing_tokens"] / (r["prompt_tokens"] or 1)),
-            _pct(r["lost_eviction_tokens"] / (r["prompt_tokens"] or 1)),
-            _pct(r["lost_spec_decode_tokens"] / (r["prompt_tokens"] or 1)),
-        ]
-        for r in rows.iter_rows(named=True)
-    ]
-    table = _table(
-        [
-            "run",
-            "prompt family",
-            "model revision",
-            "requests",
-            "queried tokens",
-            "hit",
-            "sparse-retention miss",
-            "unshared",
-            "routing",
-            "dense eviction",
-            "spec decode",
-        ],
-        table_rows,
-        numeric=set(range(3, 11)),
-    )
-    text = (
-        "The same waterfall split by prompt family and model revision (largest traffic "
-        "first; the menu at the top right picks the run). A family whose bar is mostly red "
-        "shares its prefix but loses it at the sparse group: a retention or checkpoint "
-        "setting, not the traffic, is the cause. Mostly grey means the prompts simply do "
-        "not repeat. In the first run the highest sparse-loss share is "
-        f"{html.escape(worst['prompt_family'])} on {html.escape(worst['model_revision'])} "
-        f"({_pct(worst['s'])} of its queried tokens)."
-    )
-    body = (
-        '<section id="groups"><h2>(a) Loss waterfall per prompt family × model revision</h2>'
-        + _figure_div(figures.waterfall_groups(data.groups), "fig-waterfall-groups-tokens")
-        + _figure_div(
-            figures.waterfall_groups(data.groups, share=True), "fig-waterfall-groups-shares"
-        )
-        + _meaning(text)
-        + "<details><summary>Table: shares of queried tokens per run, family and revision "
-        "(sorted by run, then queried tokens)</summary>" + table + "</details></section>"
-    )
-    return body, ["fig-waterfall-groups-tokens", "fig-waterfall-groups-shares"]
-
-
-def _windows_section(data: ReportData) -> tuple[str, list[str]]:
-    w = data.windows
-    unit = "s" if data.window_unit == "s" else " requests"
-    width = float(w["window_end"][0] - w["window_start"][0]) if w.height else 0.0
-    first = w.filter(pl.col("run_id") == w["run_id"][0]) if w.height else w
-    lo = first.sort(["useful_hit_ratio", "window_idx"]).row(0, named=True) if w.height else None
-    hi = (
-        first.sort(["useful_hit_ratio", "window_idx"], descending=[True, False]).row(0, named=True)
-        if w.height
-        else None
-    )
-    extra = ""
-    if lo is not None:
-        extra = (
-            f" In {html.escape(lo['run_label'])} the useful-hit ratio ranges from "
-            f"{_pct(lo['useful_hit_ratio'])} (window starting at {lo['window_start']:,.0f}{unit}) "
-            f"to {_pct(hi['useful_hit_ratio'])} (at {hi['window_start']:,.0f}{unit})."
-        )
-    text = (
-        f"Each point covers one {width:,.0f}{unit} window and only the requests that "
-        "arrived in it: hit tokens of those requests divided by their queried tokens (a "
-        "delta, like vLLM's counters over the same window, never a running total divided "
-        "by an older one). A dip in the top panel with a rise in the bottom one is a period "
-        "when shared prefixes were lost to missing sparse state." + extra
-    )
-    body = (
-        '<section id="windows"><h2>(b) Useful hits and sparse losses over time</h2>'
-        + _figure_div(figures.windows(w, data.window_unit), "fig-windows")
-        + _meaning(text)
-        + "</section>"
-    )
-    return body, ["fig-windows"]
-
-
-def _weighting_section(data: ReportData) -> tuple[str, list[str]]:
-    first = _overall(data).row(0, named=True)
-    tw = first["hit_tokens"] / (first["prompt_tokens"] or 1)
-    rw = first["mean_request_hit_ratio"]
-    which = (
-        "long prompts hit more often than short ones"
-        if tw > rw
-        else ("short prompts hit more often than long ones")
-    )
-    text = (
-        "Token-weighted ratios (sum of hits / sum of queried tokens) say how much prefill "
-        "the cache saved; request-weighted ones (the mean of each request's own ratio) say "
-        "how a typical request fared. In "
-        f"{html.escape(first['run_label'])} they are {_pct(tw)} and {_pct(rw)}: {which}."
-    )
-    body = (
-        '<section id="weighting"><h2>(e) Request-weighted beside token-weighted</h2>'
-        + _figure_div(figures.weighting(data.groups), "fig-weighting")
-        + _meaning(text)
-        + "</section>"
-    )
-    return body, ["fig-weighting"]
-
-
-def _junctions_section(data: ReportData) -> tuple[str, list[str]]:
-    j = data.junctions
-    if j is None or j.height == 0:
-        return (
-            '<section id="junctions"><h2>(c) Shared junctions</h2><p>No junction data: run '
-            "<code>hpa match</code> on this database to see where shared prefixes branch and "
-            "what each branch point lost.</p></section>",
-            [],
-        )
-    chosen = figures.top_junctions(j)
-    rows = j.join(chosen, on="junction_id").sort(["run_id", "rank"])
-    top = rows.row(0, named=True)
-    table_rows = [
-        [
-            r["run_label"],
-            r["junction_id"],
-            _n(r["position_tokens"]),
-            r["prompt_families"],
-            _n(r["num_requests_through"]),
-            _n(r["num_requests_pinned"]),
-            _n(r["num_sparse_miss_requests"]),
-            _n(r["sparse_retention_miss_tokens"]),
-            _n(r["hit_tokens"]),
-            r["first_outcomes"],
-        ]
-        for r in rows.iter_rows(named=True)
-    ]
-    table = _table(
-        [
-            "run",
-            "junction id",
-            "position (tokens)",
-            "prompt families",
-            "requests through",
-            "requests pinned here",
-            "sparse-miss requests",
-            "sparse-miss tokens",
-            "hit tokens",
-            "first outcomes (arrival order)",
-        ],
-        table_rows,
-        numeric={2, 4, 5, 6, 7, 8},
-    )
-    text = (
-        "A junction is a branch point of the prefix tree: requests share the tokens before it "
-        "and diverge after it. Each request is pinned to the deepest junction inside its "
-        "shared prefix; the bars add up the tokens those requests lost to sparse-retention "
-        "misses (red) and reused (green). The vLLM signature of a recurrent group with no "
-        "state at a new junction is &ldquo;miss, sparse miss, hit&rdquo;: the first request "
-        "computes the prefix, the second finds attention blocks but no Mamba state there "
-        "(and leaves one), the third hits. The largest loss in the first run is at "
-        f"{_n(top['position_tokens'])} tokens ({html.escape(top['prompt_families'])}): "
-        f"{_n(top['sparse_retention_miss_tokens'])} tokens over "
-        f"{_n(top['num_sparse_miss_requests'])} requests. Retention (a checkpoint every N "
-        "tokens, or at every boundary) is what removes these losses."
-    )
-    body = (
-        '<section id="junctions"><h2>(c) Top shared junctions and what they lost</h2>'
-        + _figure_div(figures.junctions(j), "fig-junctions")
-        + _meaning(text)
-        + "<details><summary>Table: the same junctions per run (sorted by run, then "
-        "sparse-miss tokens)</summary>" + table + "</details></section>"
-    )
-    return body, ["fig-junctions"]
-
-
-def sweep_section(data: ReportData) -> tuple[str, list[str]]:
-    """Capacity curves, rendered only when the database has a `sweep_points` table
-    (sweep_id, knob, value, run_id, useful_hit_ratio, sparse_loss_ratio, memory_gib),
-    written by `hpa sweep`; otherwise the section is left out."""
-    if data.sweeps is None or data.sweeps.height == 0:
-        return "", []
-    text = (
-        "Each line sweeps one knob over the same trace, all else fixed; a point is one "
-        "replay run. Read off the smallest setting (and its memory, in the hover) that "
-        "reaches your useful-hit target; a flat stretch means more of that knob buys nothing."
-    )
-    body = (
-        '<section id="sweeps"><h2>Capacity curves (sweeps)</h2>'
-        + _figure_div(figures.sweeps(data.sweeps), SWEEP_FIGURE_ID)
-        + _meaning(text)
-        + "</section>"
-    )
-    return body, [SWEEP_FIGURE_ID]
-
-
-def _config_section(data: ReportData) -> str:
-    parts = []
-    for r in data.runs.iter_rows(named=True):
-        mem = r["memory_gib"]
-        parts.append(
-            f'<div class="run-config"><h3>{html.escape(r["run_label"])}</h3>'
-            f"<p>trace fingerprint <code>{html.escape(r['trace_fingerprint'])}</code>; "
-            f"{_n(r['num_requests'])} requests, {_n(r['prompt_tokens'])} queried tokens; "
-            f"cache pool {'unbounded' if mem is None else f'{mem:,.2f} GiB'}; "
-            f"hpa {html.escape(r['hpa_version'])}</p>"
-            f"<pre>{html.escape(r['policy_json'])}</pre></div>"
-        )
-    fps = set(data.runs["trace_fingerprint"].to_list())
-    note = (
-        "All runs replayed the same trace (one fingerprint)."
-        if len(fps) == 1
-        else "<b>Warning:</b> the runs replayed different traces (fingerprints differ); "
-        "compare them with care."
-    )
-    return (
-        '<section id="config"><h2>(f) Exact configuration of each run</h2>'
-        f"<p>{note} Reproduce a run with <code>hpa replay --policy FILE</code> where FILE "
-        "holds the JSON below.</p>" + "".join(parts) + "</section>"
-    )
 
 
 STYLE = """
@@ -499,21 +102,21 @@ def build_html(data: ReportData, *, title_db: str) -> tuple[str, tuple[str, ...]
     """The whole page, and the ids of the figures on it in page order."""
     sections = []
     ids: list[str] = []
-    sections.append(_runs_section(data))
+    sections.append(runs_section(data))
     for build in (
-        _waterfall_runs_section,
-        _groups_section,
-        _windows_section,
-        _junctions_section,
-        _policy_section,
-        _engines_section,
-        _weighting_section,
+        waterfall_runs_section,
+        groups_section,
+        windows_section,
+        junctions_section,
+        policy_section,
+        engines_section,
+        weighting_section,
         sweep_section,
     ):
         body, got = build(data)
         sections.append(body)
         ids.extend(got)
-    sections.append(_config_section(data))
+    sections.append(config_section(data))
     nav = [
         ("runs", "Runs"),
         ("waterfall", "Waterfall"),

@@ -1,0 +1,55 @@
+"""Small HTML pieces shared by the report's sections (escaped cells, numbers, figures)."""
+
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+import polars as pl
+
+from analyzer.report import figures
+from analyzer.report.data import ReportData
+
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def figure_div(fig: go.Figure, div_id: str) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOTLY_CONFIG)
+
+
+def pct(x: float) -> str:
+    return f"{x:.1%}"
+
+
+def count(x) -> str:
+    return f"{int(x):,}"
+
+
+def html_table(headers: list[str], rows: list[list], numeric: set[int] | None = None) -> str:
+    numeric = numeric or set()
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="num">{html.escape(str(c))}</td>'
+            if i in numeric
+            else f"<td>{html.escape(str(c))}</td>"
+            for i, c in enumerate(r)
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def meaning(text: str) -> str:
+    return f'<p class="meaning"><b>What this means.</b> {text}</p>'
+
+
+def overall_rows(data: ReportData) -> pl.DataFrame:
+    return data.groups.filter(pl.col("is_overall")).sort("run_id")
+
+
+def largest_loss(row: dict) -> tuple[str, int]:
+    causes = [(name, row[col]) for col, name, _ in figures.SEGMENTS[1:]]
+    return max(causes, key=lambda c: (c[1], c[0]))
