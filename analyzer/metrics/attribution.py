@@ -1,0 +1,252 @@
+"""`hpa compare`'s tables: each side's figures as shares of its own queried tokens, per prompt
+family x model revision with "(all)" roll-ups, the change between sides, each group's
+contribution, and the one-sentence attribution (see analyzer/metrics/compare.py).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+ALL = "(all)"
+
+# (figure name, replay_requests column, words for the sentence), hit first, then the
+# waterfall causes; the two sparse_retention_* splits are parts of sparse_retention.
+FIGURES = (
+    ("hit", "hit_tokens", "hits"),
+    ("unshared", "unshared_tokens", "unshared prefixes"),
+    ("routing", "lost_routing_tokens", "routing losses"),
+    ("granularity", "lost_granularity_tokens", "match-granularity losses"),
+    ("eviction", "lost_eviction_tokens", "dense evictions"),
+    ("sparse_retention", "sparse_retention_miss_tokens", "sparse-retention misses"),
+    (
+        "sparse_retention_never_kept",
+        "sparse_retention_miss_never_kept_tokens",
+        "sparse-retention misses (never kept)",
+    ),
+    (
+        "sparse_retention_evicted",
+        "sparse_retention_miss_evicted_tokens",
+        "sparse-retention misses (evicted)",
+    ),
+    ("spec_decode", "lost_spec_decode_tokens", "speculative-decoding losses"),
+)
+CAUSES = ("unshared", "routing", "granularity", "eviction", "sparse_retention", "spec_decode")
+SUMS = (
+    "requests",
+    "prompt_tokens",
+    *(col for _, col, _ in FIGURES),
+    "fresh_prefill_tokens",
+    "ttft_requests",
+    "ttft_ms_sum",
+)
+
+
+def _add(into: dict, row: dict) -> None:
+    for k in SUMS:
+        into[k] = into.get(k, 0) + row[k]
+
+
+def _est_ttft_sum(by_rev: dict[str, dict], fits: dict) -> float | None:
+    """Sum over requests of a_rev + b_rev * fresh (None if a revision has no fit)."""
+    total = 0.0
+    for rev, r in by_rev.items():
+        if r["requests"] == 0:
+            continue
+        fit = fits.get(rev)
+        if fit is None:
+            return None
+        total += fit.a_ms * r["requests"] + fit.b_ms_per_token * r["fresh_prefill_tokens"]
+    return total
+
+
+def build_tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table, str]:
+    keys = sorted(set(base) | set(cur))
+    families = sorted({f for f, _ in keys})
+    # group key -> side -> {revision: sums}; roll-ups keep per-revision parts for TTFT
+    groups: list[tuple[str, str, list[tuple[str, str]]]] = []
+    for fam in families:
+        members = [k for k in keys if k[0] == fam]
+        groups.extend((fam, rev, [(fam, rev)]) for _, rev in members)
+        if len(members) > 1:
+            groups.append((fam, ALL, members))
+    if len(keys) > 1:
+        groups.append((ALL, ALL, keys))
+
+    def parts(side: dict, members) -> dict[str, dict]:
+        by_rev: dict[str, dict] = {}
+        for k in members:
+            if k in side:
+                _add(by_rev.setdefault(k[1], {}), side[k])
+        return by_rev
+
+    def total(by_rev: dict[str, dict]) -> dict:
+        out = dict.fromkeys(SUMS, 0)
+        for r in by_rev.values():
+            _add(out, r)
+        return out
+
+    q_all = {
+        "baseline": total(parts(base, keys))["prompt_tokens"],
+        "current": total(parts(cur, keys))["prompt_tokens"],
+    }
+    g_rows, c_rows = [], []
+    for fam, rev, members in groups:
+        pb, pc = parts(base, members), parts(cur, members)
+        tb, tc = total(pb), total(pc)
+        hb, hc = _share(tb["hit_tokens"], tb), _share(tc["hit_tokens"], tc)
+        eb, ec = _est_ttft_sum(pb, fits), _est_ttft_sum(pc, fits)
+        est_b = eb / tb["requests"] if eb is not None and tb["requests"] else None
+        est_c = ec / tc["requests"] if ec is not None and tc["requests"] else None
+        g_rows.append(
+            {
+                "prompt_family": fam,
+                "model_revision": rev,
+                "baseline_requests": tb["requests"],
+                "current_requests": tc["requests"],
+                "baseline_prompt_tokens": tb["prompt_tokens"],
+                "current_prompt_tokens": tc["prompt_tokens"],
+                "baseline_useful_hit_ratio": hb,
+                "current_useful_hit_ratio": hc,
+                "change_points": _points(hc, hb),
+                "baseline_est_ttft_ms": est_b,
+                "current_est_ttft_ms": est_c,
+                "est_ttft_change_ms": None if est_b is None or est_c is None else est_c - est_b,
+                "baseline_observed_ttft_ms": _mean_ttft(tb),
+                "current_observed_ttft_ms": _mean_ttft(tc),
+            }
+        )
+        for fig, col, _ in FIGURES:
+            sb, sc = _share(tb[col], tb), _share(tc[col], tc)
+            c_rows.append(
+                {
+                    "prompt_family": fam,
+                    "model_revision": rev,
+                    "figure": fig,
+                    "baseline_tokens": tb[col],
+                    "baseline_share": sb,
+                    "current_tokens": tc[col],
+                    "current_share": sc,
+                    "change_points": _points(sc, sb),
+                    "contribution_points": 100.0
+                    * (tc[col] / q_all["current"] - tb[col] / q_all["baseline"]),
+                }
+            )
+    g_table = pa.Table.from_pylist(g_rows, schema=_GROUP_SCHEMA)
+    c_table = pa.Table.from_pylist(c_rows, schema=_CAUSE_SCHEMA)
+    return g_table, c_table, _sentence(g_rows, c_rows)
+
+
+def _share(tokens: int, sums: dict) -> float | None:
+    return tokens / sums["prompt_tokens"] if sums["prompt_tokens"] else None
+
+
+def _points(new: float | None, old: float | None) -> float | None:
+    return None if new is None or old is None else 100.0 * (new - old)
+
+
+def _mean_ttft(sums: dict) -> float | None:
+    return sums["ttft_ms_sum"] / sums["ttft_requests"] if sums["ttft_requests"] else None
+
+
+def _label(fam: str, rev: str) -> str:
+    return f"{fam} (all model revisions)" if rev == ALL else f"{fam} @ {rev}"
+
+
+def _attribution_groups(g_rows: list[dict]) -> list[dict]:
+    """Groups present on both sides, finest first: a family x revision where every revision
+    of that family is on both sides, else the family's "(all)" roll-up (when the revisions
+    changed between the sides, only the family compares like with like)."""
+    both = lambda g: g["baseline_requests"] > 0 and g["current_requests"] > 0  # noqa: E731
+    out = []
+    for fam in dict.fromkeys(g["prompt_family"] for g in g_rows if g["prompt_family"] != ALL):
+        rows = [g for g in g_rows if g["prompt_family"] == fam]
+        members = [g for g in rows if g["model_revision"] != ALL]
+        if all(both(g) for g in members):
+            out.extend(members)
+        else:
+            out.extend(g for g in rows if g["model_revision"] == ALL and both(g))
+    return out
+
+
+def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
+    """One sentence: the overall hit change, its largest cause, and where that cause grew."""
+    top = g_rows[-1]  # the "(all)" roll-up, or the single group
+    hb, hc = top["baseline_useful_hit_ratio"], top["current_useful_hit_ratio"]
+    change = top["change_points"]
+    overall = {
+        r["figure"]: r
+        for r in c_rows
+        if (r["prompt_family"], r["model_revision"])
+        == (top["prompt_family"], top["model_revision"])
+    }
+    candidates = _attribution_groups(g_rows)
+    by_group: dict[tuple[str, str], dict[str, dict]] = {}
+    for r in c_rows:
+        by_group.setdefault((r["prompt_family"], r["model_revision"]), {})[r["figure"]] = r
+    words = {fig: w for fig, _, w in FIGURES}
+    ratio = f"({100 * hb:.1f}% -> {100 * hc:.1f}% of queried tokens)"
+    if abs(change) < 0.05:
+        text = f"useful hit ratio unchanged {ratio}"
+    else:
+        sign = 1.0 if change < 0 else -1.0  # fell: causes that grew; rose: causes that shrank
+        cause = max(CAUSES, key=lambda c: (sign * overall[c]["change_points"], -CAUSES.index(c)))
+        cause_change = overall[cause]["change_points"]
+        # Where: the group whose own share of this cause moved most, weighted by its mean
+        # share of queried tokens (the rate effect, free of shifts in the traffic mix).
+        q_b = top["baseline_prompt_tokens"]
+        q_c = top["current_prompt_tokens"]
+        weighted = []
+        for i, g in enumerate(candidates):
+            r = by_group[(g["prompt_family"], g["model_revision"])][cause]
+            weight = (g["baseline_prompt_tokens"] / q_b + g["current_prompt_tokens"] / q_c) / 2
+            weighted.append((sign * weight * r["change_points"], -i, r))  # ties: first group
+        text = (
+            f"useful hit ratio {'fell' if change < 0 else 'rose'} {abs(change):.1f} points "
+            f"{ratio}, mostly {words[cause]} ({cause_change:+.1f} points of queried tokens)"
+        )
+        if weighted and len(candidates) > 1:
+            score, _, where = max(weighted, key=lambda t: (t[0], t[1]))
+            if score > 0:
+                text += (
+                    f", largest in {_label(where['prompt_family'], where['model_revision'])} "
+                    f"({where['change_points']:+.1f} points of its queried tokens)"
+                )
+    est = top["est_ttft_change_ms"]
+    if est is not None:
+        text += f"; estimated TTFT {est:+.1f} ms per request"
+    else:
+        text += "; TTFT change unavailable"
+    return text + "."
+
+
+_GROUP_SCHEMA = pa.schema(
+    [
+        ("prompt_family", pa.string()),
+        ("model_revision", pa.string()),
+        ("baseline_requests", pa.int64()),
+        ("current_requests", pa.int64()),
+        ("baseline_prompt_tokens", pa.int64()),
+        ("current_prompt_tokens", pa.int64()),
+        ("baseline_useful_hit_ratio", pa.float64()),
+        ("current_useful_hit_ratio", pa.float64()),
+        ("change_points", pa.float64()),
+        ("baseline_est_ttft_ms", pa.float64()),
+        ("current_est_ttft_ms", pa.float64()),
+        ("est_ttft_change_ms", pa.float64()),
+        ("baseline_observed_ttft_ms", pa.float64()),
+        ("current_observed_ttft_ms", pa.float64()),
+    ]
+)
+_CAUSE_SCHEMA = pa.schema(
+    [
+        ("prompt_family", pa.string()),
+        ("model_revision", pa.string()),
+        ("figure", pa.string()),
+        ("baseline_tokens", pa.int64()),
+        ("baseline_share", pa.float64()),
+        ("current_tokens", pa.int64()),
+        ("current_share", pa.float64()),
+        ("change_points", pa.float64()),
+        ("contribution_points", pa.float64()),
+    ]
+)
