@@ -12,7 +12,7 @@ from analyzer.cli import cli
 from analyzer.replay import run_replay
 from analyzer.sim.policy import load_policy
 from analyzer.store.ingest import ingest
-from tests.conftest import db_rows as rows
+from tests.sim.engine_checks import waterfall_totals
 
 SAMPLES = Path(__file__).parents[3] / "sample_traces"
 
@@ -44,16 +44,7 @@ def mixed_db(tmp_path_factory):
 def test_waterfall_holds_on_the_mixed_sample(mixed_db, overrides):
     policy = load_policy("sglang-default", ["model=qwen3-next-80b-a3b", *overrides])
     run_id = run_replay(policy, db_path=mixed_db).run_id
-    total, hits, bad = rows(
-        mixed_db,
-        f"""
-        SELECT count(*), sum(hit_tokens), count(*) FILTER (WHERE
-            unshared_tokens + lost_routing_tokens + lost_granularity_tokens
-            + lost_eviction_tokens + sparse_retention_miss_tokens + lost_spec_decode_tokens
-            + hit_tokens <> prompt_tokens)
-        FROM replay_requests WHERE run_id = {run_id}
-        """,
-    )[0]
+    total, hits, bad = waterfall_totals(mixed_db, run_id)
     assert total == 2500 and hits > 0 and bad == 0
 
 

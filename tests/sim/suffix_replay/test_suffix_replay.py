@@ -11,8 +11,8 @@ from analyzer.errors import ConfigError
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.replay import hit_alignment, replay
+from tests.sim.engine_checks import check_end_to_end, check_invariants
 from tests.sim.strategies import traces
-from tests.sim.trtllm.checks import check_end_to_end, check_invariants
 
 T = np.arange(1, 1000, dtype=np.int32)  # distinct token ids
 

@@ -1,4 +1,4 @@
-"""Checks every SPEC 7 replay engine of this folder and its siblings must pass.
+"""Checks every SPEC 7 replay engine (tests/sim/<engine>/) must pass.
 
 `check_invariants`: the per-request figures against an unbounded dict-of-prefixes oracle
 (every earlier request's computed tokens, prompt + outputs - 1, in the same namespace).
@@ -19,7 +19,7 @@ from analyzer.sim.replay import replay
 from analyzer.store.ingest import ingest
 from tests.conftest import db_rows
 
-SAMPLES = Path(__file__).parents[3] / "sample_traces"
+SAMPLES = Path(__file__).parents[2] / "sample_traces"
 
 
 def _computed(req) -> list[int]:
@@ -106,3 +106,17 @@ def check_end_to_end(tmp_path: Path, values: dict, preset: str) -> None:
     table = result.output.split("side by side (measured requests):")[1].strip().splitlines()
     assert table[2].split()[0] == "vllm-default"
     assert table[3].split()[0] == preset
+
+
+def waterfall_totals(db: Path, run_id: int) -> tuple[int, int, int]:
+    """(requests, hit tokens, requests whose waterfall does not sum to its prompt) of a run."""
+    return db_rows(
+        db,
+        f"""
+        SELECT count(*), sum(hit_tokens), count(*) FILTER (WHERE
+            unshared_tokens + lost_routing_tokens + lost_granularity_tokens
+            + lost_eviction_tokens + sparse_retention_miss_tokens + lost_spec_decode_tokens
+            + hit_tokens <> prompt_tokens)
+        FROM replay_requests WHERE run_id = {int(run_id)}
+        """,
+    )[0]
