@@ -96,3 +96,36 @@ class SimResult(NamedTuple):
     error: str | None = None
     replay_tokens: int = 0
     note: str | None = None
+
+
+def match_result(
+    request_id: str,
+    prompt_tokens: int,
+    *,
+    hit_tokens: int,
+    kept_tokens: int,
+    match_tokens: int,
+    chunks: tuple[int, ...],
+    error: str | None = None,
+    replay_tokens: int = 0,
+) -> SimResult:
+    """The SimResult of an engine without speculative decoding, from three depths (tokens):
+    the hit, the hit it would have had if no state had been evicted (`kept_tokens`), and the
+    full-attention match. The miss splits and the junction follow SPEC 3's definitions;
+    `replay_tokens` (replay designs) are part of the never-kept miss."""
+    miss = match_tokens - hit_tokens
+    evicted = kept_tokens - hit_tokens
+    return SimResult(
+        request_id,
+        prompt_tokens,
+        hit_tokens,
+        miss,
+        miss - evicted,
+        evicted,
+        match_tokens,
+        match_tokens,
+        match_tokens if miss else 0,
+        chunks,
+        error,
+        replay_tokens,
+    )

@@ -15,7 +15,7 @@ from analyzer.sim.llamacpp.slot import (
     prompt_sequence,
 )
 from analyzer.sim.policy import Policy
-from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.records import SimRequest, SimResult, match_result
 from analyzer.sim.trtllm.blocks import check_policy, empty_result
 
 
@@ -64,10 +64,9 @@ class LlamacppReplay:
         chunks = self._prefill(slot, hit, n)
         chunks += [1] * max(sim.num_output_tokens - 1, 0)
         slot.memory = memory_sequence(sim, prompt)
-        miss, evicted = match - hit, kept - hit
-        return SimResult(
-            sim.request_id, n, hit, miss, miss - evicted, evicted, match, match,
-            match if miss else 0, tuple(chunks),
+        return match_result(
+            sim.request_id, n, hit_tokens=hit, kept_tokens=kept, match_tokens=match,
+            chunks=tuple(chunks),
         )  # fmt: skip
 
     def _select(self, prompt: Sequence) -> Slot:

@@ -12,7 +12,7 @@ from analyzer.errors import ConfigError
 from analyzer.sim.marconi.cache import MarconiCache
 from analyzer.sim.marconi.flops import cost_model
 from analyzer.sim.policy import Policy
-from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.records import SimRequest, SimResult, match_result
 from analyzer.sim.tree import (
     check_page_engine,
     computed_tokens,
@@ -142,19 +142,14 @@ class MarconiReplay:
         kept = deepest_stored(keys, hit, matched, self.stored)
         branch = self._branch(keys[: prompt // page])
         cache.insert(keys, branch, self.stored)
-        miss = (matched - hit) * page
         chunks = prefill_chunks(prompt - hit * page, self.budget) + [1] * (total - prompt)
-        return SimResult(
+        return match_result(
             sim.request_id,
             prompt,
-            hit * page,
-            miss,
-            miss - (kept - hit) * page,
-            (kept - hit) * page,
-            matched * page,
-            matched * page,
-            matched * page if miss else 0,
-            tuple(chunks),
+            hit_tokens=hit * page,
+            kept_tokens=kept * page,
+            match_tokens=matched * page,
+            chunks=tuple(chunks),
         )
 
     def _branch(self, prompt_keys: list[int]) -> int | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from analyzer.sim.policy import Policy
-from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.records import SimRequest, SimResult, match_result
 from analyzer.sim.sglang.cache import MambaRadixCache
 from analyzer.sim.sglang.placement import (
     RESERVED_SLOTS,
@@ -61,19 +61,14 @@ class SGLangReplay:
             kept = deepest_stored(keys, hit, matched, self.stored) if g.stateful else hit
             chunks = self._serve(keys, node, prompt, total, matched * g.page)
         p = g.page
-        miss = (matched - hit) * p
-        return SimResult(
+        return match_result(
             sim.request_id,
             prompt,
-            hit * p,
-            miss,
-            miss - (kept - hit) * p,
-            (kept - hit) * p,
-            matched * p,
-            matched * p,
-            matched * p if miss else 0,
-            tuple(chunks) + (1,) * (total - prompt),
-            error,
+            hit_tokens=hit * p,
+            kept_tokens=kept * p,
+            match_tokens=matched * p,
+            chunks=tuple(chunks) + (1,) * (total - prompt),
+            error=error,
         )
 
     def _serve(self, keys: list[int], node: Node, prompt: int, total: int, kv_hit: int):

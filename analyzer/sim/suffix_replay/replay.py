@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from analyzer.sim.policy import Policy
-from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.records import SimRequest, SimResult, match_result
 from analyzer.sim.trtllm.blocks import (
     BlockTree,
     budget_chunks,
@@ -61,10 +61,15 @@ class SuffixReplay:
         hit = match - replayed
         chunks = budget_chunks(hit, (), prompt, self.budget)
         chunks += [1] * (total - prompt)
-        return SimResult(
-            sim.request_id, prompt, hit, replayed, replayed, 0, match, match,
-            match if replayed else 0, tuple(chunks), None, replayed,
-        )  # fmt: skip
+        return match_result(
+            sim.request_id,
+            prompt,
+            hit_tokens=hit,
+            kept_tokens=hit,
+            match_tokens=match,
+            chunks=tuple(chunks),
+            replay_tokens=replayed,
+        )
 
 
 def replay(

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 
 from analyzer.errors import ConfigError
 from analyzer.sim.policy import Policy
-from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.records import SimRequest, SimResult, match_result
 from analyzer.sim.trtllm.blocks import (
     BlockTree,
     budget_chunks,
@@ -111,22 +111,16 @@ class TrtllmReplay:
 
     def _result(self, sim: SimRequest, match: int, hit: int, kept: int, total: int) -> SimResult:
         prompt = sim.num_prompt_tokens
-        miss = match - hit
-        evicted = kept - hit
         stops = chunk_stops(prompt, self.block, self.interval, self.save_last)
         chunks = budget_chunks(hit, stops if self.hybrid else (), prompt, self.budget)
         chunks += [1] * (total - prompt)
-        return SimResult(
+        return match_result(
             sim.request_id,
             prompt,
-            hit,
-            miss,
-            miss - evicted,
-            evicted,
-            match,
-            match,
-            match if miss else 0,
-            tuple(chunks),
+            hit_tokens=hit,
+            kept_tokens=kept,
+            match_tokens=match,
+            chunks=tuple(chunks),
         )
 
 
