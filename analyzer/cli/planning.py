@@ -9,6 +9,7 @@ import click
 from analyzer.cli.base import (
     cli,
     counter,
+    dataset_option,
     db_option,
     executor_options,
     executor_spec,
@@ -34,14 +35,20 @@ from analyzer.cli.base import (
     default=2,
     show_default=True,
     type=int,
-    help="Workers: processes (or CPUs of a local Ray cluster); 1 runs in this process.",
+    help="Workers: processes (or CPUs of a local Ray cluster); 1 runs in this process "
+    "(with --dataset: in one worker process).",
 )
+@dataset_option
 @executor_options
-def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs, executor, ray_address):
+def sweep_cmd(
+    db_path, policy_source, overrides, varies, grid, jobs, dataset, executor, ray_address
+):
     """Replay the trace at each value of a policy knob, one knob at a time (or --grid).
 
     Each point is a stored replay run; `sweeps` and `sweep_points` index them. A num_blocks
-    sweep of a full-attention-only LRU policy comes from one stack-distance pass.
+    sweep of a full-attention-only LRU policy comes from one stack-distance pass. With
+    --dataset (and a non-local executor) each point's worker reads the trace from the
+    dataset; this process holds none of it.
     """
     import pyarrow as pa
 
@@ -58,6 +65,7 @@ def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs, executor, r
             db_path=db_path,
             progress=update,
             executor=executor_spec(executor, jobs, ray_address, default="processes"),
+            dataset=dataset,
         )
     for s in outcomes:
         table = pa.table(
@@ -96,10 +104,23 @@ def sweep_cmd(db_path, policy_source, overrides, varies, grid, jobs, executor, r
 @click.option("--model", default=None, help="Model preset (schemas/models/).")
 @click.option("--memory-budget", default=None, help="Cache memory per replica, e.g. 40GiB.")
 @click.option("--family", default=None, help="Measure one prompt family only.")
+@click.option(
+    "--dataset",
+    default=None,
+    type=click.Path(),
+    help="Read requests from a Parquet dataset (a folder of files in the requests "
+    "table's layout) instead of the database (plan writes nothing).",
+)
 @executor_options
 @workers_option
-def plan_cmd(db_path, target, model, memory_budget, family, executor, ray_address, workers):
-    """Search the cheapest cache settings that reach a target useful hit ratio (by replays)."""
+def plan_cmd(
+    db_path, target, model, memory_budget, family, dataset, executor, ray_address, workers
+):
+    """Search the cheapest cache settings that reach a target useful hit ratio (by replays).
+
+    With --dataset (and a non-local executor) each replay's or setting's worker reads the
+    trace from the dataset; this process holds its per-request scalars only. Nothing is
+    written to --db."""
     import pyarrow as pa
 
     from analyzer.report.tables import render
@@ -114,6 +135,7 @@ def plan_cmd(db_path, target, model, memory_budget, family, executor, ray_addres
             db_path=db_path,
             progress=update,
             executor=executor_spec(executor, workers, ray_address),
+            dataset=dataset,
         )
     click.echo(
         f"ceilings: attention-only bound {r.attention_only_bound:.3f}, shared-prefix ceiling "

@@ -95,10 +95,14 @@ def map_partitions(
     labels: Sequence[str] | None = None,
     shared: Any = None,
     progress: Progress | None = None,
+    in_worker: bool = False,
 ) -> list[Any]:
     """[fn(shared, item) for item in items], run by `spec`, in input order.
 
     `progress(partitions done, total)` is called as each partition finishes.
+    `in_worker`: with `processes`, run even a lone partition (or `workers=1`) in a worker
+    process, not in this one: for partitions that read what the driver must not hold (a
+    dataset's whole trace). `local` always runs here.
 
     Raises:
         AnalyzerError: a partition met bad input (same class, the partition named).
@@ -111,7 +115,7 @@ def map_partitions(
     if not items:
         return []
     if spec.name == "local" or (
-        spec.name == "processes" and min(spec.num_workers(), len(items)) == 1
+        spec.name == "processes" and not in_worker and min(spec.num_workers(), len(items)) == 1
     ):
         return _run_local(fn, items, labels, shared, progress)
     if spec.name == "processes":

@@ -209,6 +209,26 @@ def load_lazy_trace(con: duckdb.DuckDBPyConnection, dataset: str) -> LazyTrace:
     return LazyTrace(columns, dataset, arrays["query_len"], arrays["insert_len"])
 
 
+def dataset_trace(dataset: str, *, whole: bool):
+    """A dataset's trace, checked as the replay's driver checks it (requests present, dense
+    arrival order). `whole`: every column, token ids included (`replay._Trace`: what a
+    sweep point's or plan setting's worker reads once, or a local run); else the driver's
+    scalars (LazyTrace)."""
+    from analyzer.executors.dataset import open_dataset, register_requests
+    from analyzer.prefixes.dbsource import check_requests
+    from analyzer.replay import _load
+
+    con = duckdb.connect()
+    try:
+        register_requests(con, open_dataset(dataset))
+        if not whole:
+            return load_lazy_trace(con, dataset)
+        check_requests(con)
+        return _load(con)
+    finally:
+        con.close()
+
+
 def lazy_shared_prefixes(trace: LazyTrace, ns_any, ns_replica, spec: ExecutorSpec):
     """The replay's L1/L2 in units (MatchArrays) for a dataset trace: the shallow pass over
     each request's first K units (read by the driver) and the groups' shards, on `spec`,

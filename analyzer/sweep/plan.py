@@ -19,6 +19,11 @@ search is deliberately small:
 Cost = cache occupancy: replicas x num_blocks x bytes_per_block (GiB) when the model preset
 gives bytes_per_block, else replicas x num_blocks (blocks). Candidates are printed cheapest
 first.
+
+With a Parquet dataset and a non-local executor this process holds only the per-request
+scalars (LazyTrace: families, replicas, prompt lengths); the two ceiling replays and every
+setting's search are tasks whose workers read the whole trace from the dataset, once each
+(sweep/dataset.py). The answer is the store's.
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from analyzer.errors import ConfigError
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec, map_partitions
+from analyzer.executors.replay import LazyTrace, dataset_trace
 from analyzer.replay import _replay_rows, load_trace
 from analyzer.sim.policy import Policy, load_model, make_policy
 from analyzer.store.db import DEFAULT_DB, connect
@@ -97,6 +104,26 @@ class _Evaluator:
             self.progress(self.replays)
         return rows
 
+    def rows_of(self, policies: list[Policy]) -> list[dict]:
+        """Each policy's rows. A dataset's (LazyTrace): every replay a task on the executor,
+        its worker reading the whole trace from the dataset."""
+        if not isinstance(self.trace, LazyTrace):
+            return [self.rows(p) for p in policies]
+        from analyzer.sweep.dataset import run_tasks
+        from analyzer.sweep.sweep import rows_from_table
+
+        before = self.replays
+
+        def tick(done: int, total: int) -> None:
+            self.replays = before + done
+            if self.progress:
+                self.progress(self.replays)
+
+        labels = [f"plan ceiling replay {p.to_json()}" for p in policies]
+        parts = run_tasks(self.executor, self.trace.dataset, policies, labels, tick)
+        self.replays = before + len(policies)
+        return [rows_from_table(table) for table, _ in parts]
+
     def _sum(self, rows: dict, name: str) -> int:
         values = np.asarray(rows[name], dtype=np.int64)
         return int(values[self.mask].sum() if self.mask is not None else values.sum())
@@ -118,13 +145,16 @@ def plan(
     db_path: str | Path = DEFAULT_DB,
     progress: Callable[[int], None] | None = None,
     executor: ExecutorSpec | str | None = None,
+    dataset: str | Path | None = None,
 ) -> PlanResult:
     """Search the settings that reach `target` (useful hit ratio); see the module doc.
 
     `progress(replays so far)` is called after each replay of the search (with a non-local
     `executor`: after each candidate setting). With a non-local executor the ceiling
     replays run their partitions on it, and the candidate settings are the partitions,
-    each searched whole by one worker; the answer is the same as the local search."""
+    each searched whole by one worker; the answer is the same as the local search.
+    `dataset`: read the requests from a Parquet dataset instead of the store (see the
+    module doc; with `local` this process reads it whole, once)."""
     spec = as_spec(executor)
     if not 0.0 < target <= 1.0:
         raise ConfigError(f"--target-useful-hit-ratio {target}: expected a number in (0, 1]")
@@ -138,21 +168,20 @@ def plan(
         )
     groups = list(preset["groups"]) if preset else ["full_attention", "mamba"]
     block = preset["block_size"] if preset else 544
-    con = connect(db_path, create=False)
-    try:
-        trace = load_trace(con)
-    finally:
-        con.close()
+    trace = _load(db_path, dataset, spec)
     ev = _Evaluator(trace, family, progress, spec)
     num_trace_replicas = len({r for r in trace.columns["replica"] if r is not None}) or 1
 
     base = {"groups": groups, "block_size": block, "model": model}
-    attention = ev.rows(
-        make_policy({**base, "groups": ["full_attention"], "retention_interval": None})
+    attention, dense_rows = ev.rows_of(
+        [
+            make_policy({**base, "groups": ["full_attention"], "retention_interval": None}),
+            make_policy({**base, "retention_interval": None}),
+        ]
     )
     bound = ev.ratio(attention)
     ceiling = ev.ratio(attention, "matchable_tokens")
-    dense = ev.ratio(ev.rows(make_policy({**base, "retention_interval": None})))
+    dense = ev.ratio(dense_rows)
     cost_unit = "GiB" if per_block else "blocks"
     if target > bound:
         msg = (
@@ -185,7 +214,10 @@ def plan(
         for unit in units
         for replicas, routing in placements
     ]
-    search = _Search(trace, family, target, budget, per_block)
+    if isinstance(trace, LazyTrace):  # each setting's worker reads the dataset
+        search = _Search(None, family, target, budget, per_block, trace.dataset)
+    else:
+        search = _Search(trace, family, target, budget, per_block)
     evaluated = None if spec.is_local else _evaluate_all(spec, search, settings, progress)
     candidates: list[Candidate] = []
     pruned = 0
@@ -235,15 +267,29 @@ def plan(
     )
 
 
+def _load(db_path, dataset, spec: ExecutorSpec) -> Any:
+    """The trace: the store's, loaded whole; or a dataset's, whole with a local executor,
+    else only its per-request scalars (LazyTrace; workers read the rest)."""
+    if dataset is not None:
+        return dataset_trace(str(Path(dataset).resolve()), whole=spec.is_local)
+    con = connect(db_path, create=False)
+    try:
+        return load_trace(con)
+    finally:
+        con.close()
+
+
 @dataclass(frozen=True)
 class _Search:
-    """What one candidate setting's search needs (shipped to a worker once)."""
+    """What one candidate setting's search needs (shipped to a worker once). `dataset`: the
+    worker reads the trace from it (`trace` is then None)."""
 
     trace: object
     family: str | None
     target: float
     budget: int | None
     per_block: int | None
+    dataset: str | None = None
 
 
 def _search_one(search: _Search, policy: Policy, ev: _Evaluator):
@@ -256,6 +302,8 @@ def _search_one(search: _Search, policy: Policy, ev: _Evaluator):
 
 
 def _search_worker(search: _Search, policy: Policy):
+    if search.dataset is not None:  # read once per setting, by its worker
+        search = replace(search, trace=dataset_trace(search.dataset, whole=True), dataset=None)
     return _search_one(search, policy, _Evaluator(search.trace, search.family))
 
 
@@ -268,7 +316,13 @@ def _evaluate_all(spec: ExecutorSpec, search: _Search, settings: list[Policy], p
     ]
     tick = (lambda done, total: progress(done)) if progress else None
     return map_partitions(
-        spec, _search_worker, settings, labels=labels, shared=search, progress=tick
+        spec,
+        _search_worker,
+        settings,
+        labels=labels,
+        shared=search,
+        progress=tick,
+        in_worker=search.dataset is not None,
     )
 
 

@@ -4,11 +4,14 @@
 
 Every point is a normal run (replay_runs / replay_requests / replay_summary) plus a row of
 `sweep_points`. Points are replayed in worker processes (`jobs`) from the trace loaded once,
-then stored in value order, so run ids and results do not depend on `jobs`.
+then stored in value order, so run ids and results do not depend on `jobs`. With a Parquet
+dataset and a non-local executor, this process loads none of the trace: every task's worker
+reads it from the dataset itself (sweep/dataset.py), and the tables are the same.
 
 A `num_blocks` sweep of an LRU full-attention-only policy (see `one_pass_applies`) is not
-replayed point by point: one stack-distance pass (stack_distance.py) gives every capacity,
-and a point where that pass is not provably exact falls back to its own replay.
+replayed point by point: one stack-distance pass (stack_distance.py, one_pass.py) gives
+every capacity, and a point where that pass is not provably exact falls back to its own
+replay.
 """
 
 from __future__ import annotations
@@ -26,14 +29,19 @@ import pyarrow as pa
 
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec, map_partitions
-from analyzer.replay import _replay_rows, load_trace, store_run
+from analyzer.replay import _open_trace, _replay_rows, load_trace, store_run
 from analyzer.sim.policy import KEYS, Policy, _read_source, load_model, make_policy, parse_override
-from analyzer.sim.replay import replay
-from analyzer.store.db import DEFAULT_DB, connect, load_sql
-from analyzer.sweep.stack_distance import capacity_curve
+from analyzer.store.db import DEFAULT_DB, load_sql
+from analyzer.sweep.one_pass import (  # noqa: F401  (re-exported: the sweep's public names)
+    AUTO_POINTS,
+    OnePass,
+    auto_capacities,
+    one_pass_applies,
+    one_pass_points,
+    uses_one_pass,
+)
 
 GIB = 2**30
-AUTO_POINTS = 12
 
 
 @dataclass
@@ -56,7 +64,7 @@ class SweepOutcome:
     knob: str
     base_policy: Policy
     points: list[SweepPoint] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall time (dataset on a non-local executor: its tasks' seconds)
 
 
 # -- parsing --------------------------------------------------------------------------------
@@ -121,72 +129,6 @@ def _label(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-# -- one-pass eligibility -------------------------------------------------------------------
-
-
-def one_pass_applies(policy: Policy) -> bool:
-    """An LRU full-attention-only cache replayed serially: the stack-distance pass is exact
-    (under the per-capacity conditions `CapacityCurve.valid` checks)."""
-    if (
-        policy.model is not None
-        and load_model(policy.model)["num_groups"].get("full_attention", 1) != 1
-    ):
-        return False
-    return (
-        policy.engine == "vllm"
-        and policy.groups == ("full_attention",)
-        and policy.spec_decode == "none"
-        and policy.max_num_batched_tokens is None
-    )
-
-
-class OnePass:
-    """A replayer for `_replay_rows`: per partition one curve, then any capacity from it."""
-
-    def __init__(self) -> None:
-        self.curves: dict[tuple, Any] = {}
-        self.fallbacks = 0
-        self.seconds = 0.0
-
-    def curve(self, requests, block_size: int):
-        key = (block_size, tuple(r.request_id for r in requests))
-        if key not in self.curves:
-            started = time.perf_counter()
-            self.curves[key] = capacity_curve(requests, block_size)
-            self.seconds += time.perf_counter() - started
-        return self.curves[key]
-
-    def __call__(self, requests, policy: Policy, *, num_groups=None):
-        requests = list(requests)
-        curve = self.curve(requests, policy.block_size)
-        if not curve.valid(policy.num_blocks):
-            self.fallbacks += 1
-            return list(replay(requests, policy, num_groups=num_groups))
-        return curve.results(policy.num_blocks)
-
-
-def auto_capacities(trace, policy: Policy, one: OnePass) -> list[int]:
-    """`num_blocks=auto`: ~12 pool sizes from the smallest that fits every request to the
-    saturation of the curve (or the last exact one), geometrically spaced."""
-    from analyzer.replay import _sim_request, routed_partitions
-
-    ns, _, partitions = routed_partitions(trace, policy)
-    members: dict[tuple, list[int]] = {}
-    for i, key in enumerate(partitions):
-        members.setdefault(key, []).append(i)
-    lo, hi = 2, 2
-    for idx in members.values():
-        curve = one.curve([_sim_request(trace, i, ns[i]) for i in idx], policy.block_size)
-        lo = max(lo, curve.min_num_blocks)
-        top = curve.saturation()
-        if curve.exact_below is not None:
-            top = min(top, curve.exact_below - 1)
-        hi = max(hi, top)
-    hi = max(hi, lo)
-    grid = np.unique(np.geomspace(lo, hi, AUTO_POINTS).round().astype(int))
-    return [int(v) for v in grid]
-
-
 # -- running ---------------------------------------------------------------------------------
 
 
@@ -196,13 +138,18 @@ def _point_rows(trace, policy: Policy) -> tuple[dict, float]:
     return rows, time.perf_counter() - started
 
 
-def _point_table(trace, policy: Policy) -> tuple[pa.Table, float]:
+def point_table(trace, policy: Policy) -> tuple[pa.Table, float]:
     """Worker (processes, ray): one point's rows as an Arrow table, and its seconds."""
     rows, seconds = _point_rows(trace, policy)
-    return pa.table({k: pa.array(v) for k, v in rows.items()}), seconds
+    return rows_table(rows), seconds
 
 
-def _rows_from_table(table: pa.Table) -> dict:
+def rows_table(rows: dict) -> pa.Table:
+    """A replay's rows as an Arrow table (what a worker sends back)."""
+    return pa.table({k: pa.array(v) for k, v in rows.items()})
+
+
+def rows_from_table(table: pa.Table) -> dict:
     return {
         name: col.to_numpy()
         if col.null_count == 0 and pa.types.is_integer(col.type)
@@ -246,6 +193,7 @@ def run_sweeps(
     db_path: str | Path = DEFAULT_DB,
     progress: Callable[[int, int], None] | None = None,
     executor: ExecutorSpec | str | None = None,
+    dataset: str | Path | None = None,
 ) -> list[SweepOutcome]:
     """Replay every point, store runs and sweep tables, return the sweeps in order.
 
@@ -253,6 +201,10 @@ def run_sweeps(
     `processes` with `jobs` workers; a name gets `jobs` as its workers); results are
     stored in value order by this process, so run ids never depend on the executor.
     `progress(done, total)` is called after each point (for a progress bar).
+    `dataset`: read the requests from a Parquet dataset (analyzer.executors.dataset), the
+    runs still stored in `db_path` (created when missing). With a non-local executor each
+    task's worker reads the trace from it, once (see sweep/dataset.py); with `local` this
+    process reads it whole, once.
     """
     if not varies:
         raise ConfigError("give at least one --vary KEY=V1,V2,...")
@@ -264,19 +216,24 @@ def run_sweeps(
         raise ConfigError("--vary num_blocks=auto cannot be part of a --grid")
     base = base_values(policy_source, overrides)
     base_policy = make_policy(base)
-    con = connect(db_path, create=False)
+    if any(vals == ["auto"] for _, vals in parsed) and not one_pass_applies(base_policy):
+        raise ConfigError(
+            "--vary num_blocks=auto needs an LRU full-attention-only policy "
+            "(groups [full_attention], spec_decode none, no "
+            "max_num_batched_tokens); give explicit values instead"
+        )
+    con, fingerprint = _open_trace(db_path, dataset)
     try:
-        trace = load_trace(con)
+        if dataset is not None and not spec.is_local:
+            from analyzer.sweep.dataset import dataset_sweeps
+
+            path = str(Path(dataset).resolve())
+            return dataset_sweeps(con, fingerprint, path, spec, base, parsed, grid, progress)
+        trace = load_trace(con) if dataset is None else _whole_dataset(dataset)
         one = OnePass()
         resolved = []
         for key, vals in parsed:
             if vals == ["auto"]:
-                if not one_pass_applies(base_policy):
-                    raise ConfigError(
-                        "--vary num_blocks=auto needs an LRU full-attention-only policy "
-                        "(groups [full_attention], spec_decode none, no "
-                        "max_num_batched_tokens); give explicit values instead"
-                    )
                 vals = auto_capacities(trace, base_policy, one)
             resolved.append((key, vals))
         sweeps = _sweep_points(base, resolved, grid)
@@ -293,23 +250,22 @@ def run_sweeps(
 
         for (knob, _), points in zip(sweeps, policies, strict=True):
             started = time.perf_counter()
-            use_one = knob == "num_blocks" and all(one_pass_applies(p) for _, p in points)
-            if use_one:
-                computed = []
-                for _, p in points:
-                    before = one.fallbacks
-                    t0 = time.perf_counter()
-                    rows = _replay_rows(trace, p, one)
-                    computed.append((rows, time.perf_counter() - t0, one.fallbacks == before))
-                    tick()
+            if uses_one_pass(knob, [p for _, p in points]):
+                computed = one_pass_points(trace, [p for _, p in points], one, tick)
             else:
                 computed = [(r, s, False) for r, s in _run_points(trace, points, spec, tick, knob)]
-            outcome = _store_sweep(con, base_policy, knob, points, computed)
+            outcome = store_sweep(con, base_policy, knob, points, computed, fingerprint)
             outcome.seconds = time.perf_counter() - started
             outcomes.append(outcome)
         return outcomes
     finally:
         con.close()
+
+
+def _whole_dataset(dataset: str | Path):
+    from analyzer.executors.replay import dataset_trace
+
+    return dataset_trace(str(Path(dataset).resolve()), whole=True)
 
 
 def _run_points(trace, points, spec: ExecutorSpec, tick, knob: str) -> list[tuple[dict, float]]:
@@ -328,12 +284,16 @@ def _run_points(trace, points, spec: ExecutorSpec, tick, knob: str) -> list[tupl
             spec, _point_rows, policies, labels=labels, shared=trace, progress=progress
         )
     parts = map_partitions(
-        spec, _point_table, policies, labels=labels, shared=trace, progress=progress
+        spec, point_table, policies, labels=labels, shared=trace, progress=progress
     )
-    return [(_rows_from_table(table), seconds) for table, seconds in parts]
+    return [(rows_from_table(table), seconds) for table, seconds in parts]
 
 
-def _store_sweep(con, base_policy: Policy, knob: str, points, computed) -> SweepOutcome:
+def store_sweep(
+    con, base_policy: Policy, knob: str, points, computed, fingerprint: str | None = None
+) -> SweepOutcome:
+    """Store one sweep's runs (in value order) and its rows of `sweeps` / `sweep_points`.
+    `fingerprint`: the runs' trace_fingerprint (None: the store's, from `sources`)."""
     con.execute(load_sql("replay_schema"))
     con.execute(load_sql("sweep_schema"))
     sweep_id = con.execute("SELECT coalesce(max(sweep_id), 0) + 1 FROM sweeps").fetchall()[0][0]
@@ -343,7 +303,9 @@ def _store_sweep(con, base_policy: Policy, knob: str, points, computed) -> Sweep
     )
     outcome = SweepOutcome(sweep_id, knob, base_policy)
     for (label, policy), (rows, seconds, from_curve) in zip(points, computed, strict=True):
-        run = store_run(con, policy, rows, seconds, len(rows["request_id"]))
+        run = store_run(
+            con, policy, rows, seconds, len(rows["request_id"]), fingerprint=fingerprint
+        )
         prompt = int(np.sum(rows["prompt_tokens"]))
         hit = int(np.sum(rows["hit_tokens"]))
         sparse = int(np.sum(rows["sparse_retention_miss_tokens"]))
