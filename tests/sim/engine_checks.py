@@ -10,16 +10,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from click.testing import CliRunner
 
 from analyzer.cli import cli
 from analyzer.replay import run_replay
 from analyzer.sim.policy import make_policy
+from analyzer.sim.records import SimRequest
 from analyzer.sim.replay import replay
 from analyzer.store.ingest import ingest
 from tests.conftest import db_rows
 
 SAMPLES = Path(__file__).parents[2] / "sample_traces"
+
+
+def toks(lo: int, hi: int) -> np.ndarray:
+    """Token ids lo..hi-1 (distinct ranges never share a prefix)."""
+    return np.arange(lo, hi, dtype=np.int32)
+
+
+def cat(*parts) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int32)
+
+
+def req(rid: str, prompt, outputs=None, **kw) -> SimRequest:
+    return SimRequest(rid, prompt, output_token_ids=outputs, **kw)
 
 
 def _computed(req) -> list[int]:

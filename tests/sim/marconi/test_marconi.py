@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,20 +16,9 @@ from analyzer.sim.marconi.replay import ALPHA_GRID
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.replay import replay
+from tests.sim.engine_checks import cat, req, toks
 from tests.sim.sglang.test_sglang import _nodes, oracle_match
 from tests.sim.strategies import traces
-
-
-def toks(lo: int, hi: int) -> np.ndarray:
-    return np.arange(lo, hi, dtype=np.int32)
-
-
-def cat(*parts) -> np.ndarray:
-    return np.concatenate(parts).astype(np.int32)
-
-
-def req(rid: str, prompt, outputs=None, **kw) -> SimRequest:
-    return SimRequest(rid, prompt, output_token_ids=outputs, **kw)
 
 
 def run(requests, **values):

@@ -3,7 +3,6 @@ and what the next request hits, config errors, and invariants against an unbound
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,19 +13,8 @@ from analyzer.sim.records import SimRequest
 from analyzer.sim.replay import replay
 from analyzer.sim.sglang import SGLangReplay
 from analyzer.sim.sglang.unified import UnifiedRadixCache
+from tests.sim.engine_checks import cat, req, toks
 from tests.sim.strategies import traces
-
-
-def toks(lo: int, hi: int) -> np.ndarray:
-    return np.arange(lo, hi, dtype=np.int32)
-
-
-def cat(*parts) -> np.ndarray:
-    return np.concatenate(parts).astype(np.int32)
-
-
-def req(rid: str, prompt, outputs=None, **kw) -> SimRequest:
-    return SimRequest(rid, prompt, output_token_ids=outputs, **kw)
 
 
 def run(requests, **values):
