@@ -144,6 +144,15 @@ OPTIONS: dict[str, Option] = {
         "Minimum tokens between checkpoints (--checkpoint-min-step; 256 in recent builds, "
         "8192 in older ones; 0 = no minimum).",
     ),
+    "llamacpp_slots": Option(
+        "llamacpp",
+        "int",
+        1,
+        "Slots per replica (-np, --parallel). A request takes the slot whose memory shares "
+        "the longest prefix with it above --slot-prompt-similarity 0.10, else the least "
+        "recently used one.",
+        minimum=1,
+    ),
     "llamacpp_n_batch": Option(
         "llamacpp", "int", 2048, "Logical batch size (-b, --batch-size).", minimum=1
     ),

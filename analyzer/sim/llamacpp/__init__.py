@@ -4,8 +4,10 @@ Reference: /work/shared/reference/hybrid-policies.md section 7, and the semantic
 `tools/server/server-context.cpp` of a 2026 llama.cpp (checkpoint placement, restore,
 invalidation, FIFO). Serial replay like the vLLM engine; all lengths in tokens.
 
-- Slot: one slot per replica (the trace's replica partition already separates replicas;
-  llama-server with `-np 1`). After a request it holds the request's prompt + outputs - 1
+- Slots: `llamacpp_slots` per replica (`-np`; default 1; the trace's replica partition
+  already separates replicas). A request takes the slot whose memory shares the longest
+  prefix with it when that is more than 0.10 of the prompt (--slot-prompt-similarity), else
+  the least recently used slot. After a request a slot holds the request's prompt + outputs - 1
   tokens (the last sampled token is never fed back); outputs known only as a count match
   nothing. Namespaces (cache_salt / LoRA) never match each other: a request of another
   namespace takes over the slot.
@@ -39,7 +41,8 @@ invalidation, FIFO). Serial replay like the vLLM engine; all lengths in tokens.
   checkpoint was ever taken there, e.g. skipped by the spacing rule) is never kept.
 - `chunks`: the prefill batches, then one per decode step. `num_blocks` must be null.
 
-Not modelled: several slots (`-np` > 1), the host cache's byte accounting (tokens here) and
+Not modelled: concurrent slots (requests run one after another, so every slot is idle
+when a request arrives), the host cache's byte accounting (tokens here) and
 its out-of-memory shrink, idle-slot saving, message-delimiter breaks (`n_before_user`), the
 per-slot byte cap, context size / shifting, speculative-decoding checkpoints, SWA memories
 (groups with sliding_window are a ConfigError), and the older `--checkpoint-every-n-tokens`

@@ -20,15 +20,15 @@ from analyzer.sim.trtllm.blocks import check_policy, empty_result
 
 
 class LlamacppReplay:
-    """One llama-server replica: one slot (its memory and checkpoints), optionally a host
-    prompt cache of saved slot states."""
+    """One llama-server replica: its slots (each a memory and its checkpoints), optionally a
+    host prompt cache of saved slot states."""
 
     def __init__(self, policy: Policy) -> None:
         check_policy(policy, "llamacpp")
         if policy.num_blocks is not None:
             raise ConfigError(
-                "policy key 'num_blocks': engine llamacpp keeps one slot per replica; its "
-                f"capacity is llamacpp_max_checkpoints (set num_blocks to null, got "
+                "policy key 'num_blocks': engine llamacpp keeps llamacpp_slots slots per "
+                "replica; their capacity is llamacpp_max_checkpoints (set num_blocks to null, got "
                 f"{policy.num_blocks})"
             )
         self.recurrent = "mamba" in policy.groups
@@ -41,7 +41,10 @@ class LlamacppReplay:
         self.end_offsets = sorted({min(self.n_batch, 4 + self.n_ubatch), min(self.n_batch, 4)})
         cache_tokens = policy.option("llamacpp_cache_tokens")
         self.cache = HostCache(cache_tokens) if cache_tokens != 0 else None
-        self.slot = Slot()
+        self.slots = [Slot() for _ in range(policy.option("llamacpp_slots"))]
+        self.last_used = [-1] * len(self.slots)  # request index of each slot's last use
+        self.seen = 0
+        self.slot = self.slots[0]
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
         for request in requests:
@@ -52,7 +55,10 @@ class LlamacppReplay:
         if n < 1:
             return empty_result(sim, "empty prompt")
         prompt = prompt_sequence(sim)
-        slot = self.slot = self._select(prompt)
+        i = self._pick(prompt)
+        self.slot = self.slots[i]
+        slot = self.slots[i] = self.slot = self._select(prompt)
+        self.last_used[i], self.seen = self.seen, self.seen + 1
         lcp = slot.memory.common_prefix(prompt) if slot.memory is not None else 0
         match = min(lcp, n - 1)
         if self.recurrent:
@@ -68,6 +74,19 @@ class LlamacppReplay:
             sim.request_id, n, hit_tokens=hit, kept_tokens=kept, match_tokens=match,
             chunks=tuple(chunks),
         )  # fmt: skip
+
+    def _pick(self, prompt: Sequence) -> int:
+        """The slot llama-server gives the request (all are idle in a serial replay): the
+        one whose memory shares the longest prefix with it, if that is more than
+        SLOT_SIMILARITY of the prompt; else the least recently used (ties: the lowest)."""
+        best, best_lcp = None, 0
+        for i, slot in enumerate(self.slots):
+            lcp = slot.memory.common_prefix(prompt) if slot.memory is not None else 0
+            if lcp > best_lcp and lcp / prompt.length > SLOT_SIMILARITY:
+                best, best_lcp = i, lcp
+        if best is not None:
+            return best
+        return min(range(len(self.slots)), key=lambda i: (self.last_used[i], i))
 
     def _select(self, prompt: Sequence) -> Slot:
         """The state the request starts from: the slot's, or with a host cache (when the slot

@@ -157,10 +157,28 @@ def test_host_cache_keeps_a_similar_slot_and_skips_contained_states():
     assert [s.tokens for s in engine.cache.states] == [3040]
 
 
+def test_slots_keep_interleaved_conversations_apart():
+    a1 = _req("a1", (0, 2000), output_token_ids=T[2000:2101])
+    b1 = _req("b1", (3000, 5000), output_token_ids=T[5000:5101])
+    a2 = _req("a2", (0, 2100), (9000, 9200))
+    b2 = _req("b2", (3000, 5100), (9500, 9600))
+    c = _req("c", (7000, 8000))
+    # Two slots: each conversation returns to the slot holding its live state.
+    assert [x.hit_tokens for x in _run([a1, b1, a2, b2], llamacpp_slots=2)] == [0, 0, 2100, 2100]
+    # A third, unrelated request takes the least recently used slot (a1's); a2 then finds no
+    # similar slot and takes the least recently used one (b1's), so b2 misses too. With three
+    # slots nothing is displaced.
+    two = _run([a1, b1, c, a2, b2], llamacpp_slots=2)
+    assert [x.hit_tokens for x in two] == [0, 0, 0, 0, 0]
+    three = _run([a1, b1, c, a2, b2], llamacpp_slots=3)
+    assert [x.hit_tokens for x in three] == [0, 0, 0, 2100, 2100]
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
         ({"num_blocks": 100}, "'num_blocks'"),
+        ({"llamacpp_slots": 0}, "'llamacpp_slots'"),
         ({"spec_decode": "eagle_lookahead"}, "'spec_decode'"),
         ({"groups": ["full_attention", "sliding_window"], "sliding_window": 8}, "'groups'"),
         ({"llamacpp_min_step": -1}, "'llamacpp_min_step'"),
@@ -185,9 +203,11 @@ def test_alignment_is_one_token_whatever_the_block():
     st.integers(1, 4),
     st.sampled_from([["full_attention", "mamba"], ["full_attention"]]),
     st.sampled_from([0, None, 30]),
+    st.integers(1, 3),
 )
-def test_invariants(requests, n_batch, n_ubatch, min_step, max_ckpts, groups, cache):
+def test_invariants(requests, n_batch, n_ubatch, min_step, max_ckpts, groups, cache, slots):
     policy = _policy(
+        llamacpp_slots=slots,
         llamacpp_cache_tokens=cache,
         llamacpp_n_batch=n_batch,
         llamacpp_n_ubatch=n_ubatch,
