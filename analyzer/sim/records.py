@@ -49,6 +49,13 @@ class SimRequest:
         return len(self.block_hash_ids) * (self.trace_block_size or 0)
 
     @property
+    def num_computed_tokens(self) -> int:
+        """Tokens whose KV exists when the request finishes: prompt + outputs - 1 (the last
+        sampled token is never fed back), or the prompt alone without outputs."""
+        prompt, outputs = self.num_prompt_tokens, self.num_output_tokens
+        return prompt + outputs - 1 if outputs > 1 else prompt
+
+    @property
     def num_output_tokens(self) -> int:
         """Output tokens the request samples (ids when known, else the count)."""
         if self.output_token_ids is not None:

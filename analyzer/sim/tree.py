@@ -15,9 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from analyzer.errors import ConfigError
-from analyzer.sim.policy import Policy
-
 # Per-node fields a clone copies besides the topology.
 COPIED_FIELDS = ("state", "stamp", "state_stamp", "lock", "state_lock", "mamba", "mamba_stamp")
 
@@ -183,22 +180,6 @@ class RadixTree:
         return self.next_uid - 1
 
 
-def computed_tokens(prompt_tokens: int, output_tokens: int) -> int:
-    """Tokens whose KV exists when a request finishes: prompt + outputs - 1 (the last sampled
-    token is never fed back), or the prompt alone without outputs."""
-    return prompt_tokens + output_tokens - 1 if output_tokens > 1 else prompt_tokens
-
-
-def prefill_chunks(tokens: int, budget: int | None) -> list[int]:
-    """`tokens` of prefill cut into chunks of at most `budget` (one chunk without a budget)."""
-    if tokens <= 0:
-        return []
-    if budget is None:
-        return [tokens]
-    full, rest = divmod(tokens, budget)
-    return [budget] * full + ([rest] if rest else [])
-
-
 def deepest_stored(keys: Sequence[int], lo: int, hi: int, stored: set[int]) -> int:
     """The deepest page count in (lo, hi] whose prefix ever held a state (`stored` holds the
     key of the page ending there), else `lo`: what the hit would have been with no eviction."""
@@ -206,25 +187,3 @@ def deepest_stored(keys: Sequence[int], lo: int, hi: int, stored: set[int]) -> i
         if keys[end - 1] in stored:
             return end
     return lo
-
-
-def check_page_engine(policy: Policy, placement: str) -> None:
-    """Keys a page-tree engine cannot honour (ConfigError naming the key): speculative
-    decoding, a match unit other than the page, vLLM's retention interval. `placement` says
-    what places the engine's states instead."""
-    engine = policy.engine
-    if policy.spec_decode != "none":
-        raise ConfigError(
-            f"policy key 'spec_decode': engine {engine} does not model speculative decoding; "
-            f"use none (got {policy.spec_decode})"
-        )
-    if policy.prefix_match_unit not in (None, policy.block_size):
-        raise ConfigError(
-            f"policy key 'prefix_match_unit': engine {engine} matches whole pages "
-            f"(block_size {policy.block_size}); got {policy.prefix_match_unit}"
-        )
-    if policy.retention_interval not in (0, None):
-        raise ConfigError(
-            f"policy key 'retention_interval': vLLM only; engine {engine} places states by "
-            f"{placement}"
-        )

@@ -6,7 +6,8 @@ from collections.abc import Iterable, Iterator
 
 from analyzer.errors import ConfigError
 from analyzer.sim.policy import Policy
-from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.records import SimRequest, SimResult, match_result
+from analyzer.sim.serial import SerialReplay, budget_chunks, empty_result
 from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 
 BOUND_ENGINES = ("attention_only", "oracle")
@@ -21,7 +22,7 @@ def match_alignment(policy: Policy) -> int:
     return unit if fine else policy.block_size
 
 
-class BoundReplay:
+class BoundReplay(SerialReplay):
     """One unbounded cache: the set of full-attention hash ids ever cached."""
 
     def __init__(self, policy: Policy) -> None:
@@ -38,17 +39,12 @@ class BoundReplay:
         self.interner = HashInterner()
         self.cached: set[int] = set()
 
-    def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        for request in requests:
-            yield self.replay_one(request)
-
     def replay_one(self, sim: SimRequest) -> SimResult:
         prompt = sim.num_prompt_tokens
         if prompt < 1:
-            return SimResult(sim.request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), "empty prompt")
+            return empty_result(sim, "empty prompt")
         H = self.unit
-        outputs = sim.num_output_tokens
-        total = prompt + outputs - 1 if outputs > 1 else prompt  # computed tokens in the end
+        total = sim.num_computed_tokens
         hashes = request_hashes(self.interner, sim, H, 0)[0].extend(total // H)
         cached = self.cached
         run, cap = 0, (prompt - 1) // H
@@ -57,15 +53,15 @@ class BoundReplay:
         hit = min(run * H, prompt - 1)
         hit -= hit % self.alignment
         cached.update(hashes[run:])
-        chunks = self._chunks(prompt - hit) + [1] * (total - prompt)
-        return SimResult(sim.request_id, prompt, hit, 0, 0, 0, hit, hit, 0, tuple(chunks))
-
-    def _chunks(self, tokens: int) -> list[int]:
-        budget = self.budget
-        if budget is None:
-            return [tokens]
-        full, rest = divmod(tokens, budget)
-        return [budget] * full + ([rest] if rest else [])
+        chunks = budget_chunks(hit, (), prompt, self.budget) + [1] * (total - prompt)
+        return match_result(
+            sim.request_id,
+            prompt,
+            hit_tokens=hit,
+            kept_tokens=hit,
+            match_tokens=hit,
+            chunks=tuple(chunks),
+        )
 
 
 def replay(

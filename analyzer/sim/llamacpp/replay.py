@@ -16,15 +16,23 @@ from analyzer.sim.llamacpp.slot import (
 )
 from analyzer.sim.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult, match_result
-from analyzer.sim.trtllm.blocks import check_policy, empty_result
+from analyzer.sim.serial import SerialReplay, check_unmodelled, empty_result
+from analyzer.sim.trtllm.replay import BLOCK_GROUPS
 
 
-class LlamacppReplay:
+class LlamacppReplay(SerialReplay):
     """One llama-server replica: its slots (each a memory and its checkpoints), optionally a
     host prompt cache of saved slot states."""
 
     def __init__(self, policy: Policy) -> None:
-        check_policy(policy, "llamacpp")
+        check_unmodelled(
+            policy,
+            "llamacpp",
+            placement="its context checkpoints",
+            match_unit=False,  # token-level: no blocks
+            groups=BLOCK_GROUPS,
+            retention=(0,),
+        )
         if policy.num_blocks is not None:
             raise ConfigError(
                 "policy key 'num_blocks': engine llamacpp keeps llamacpp_slots slots per "
@@ -45,10 +53,6 @@ class LlamacppReplay:
         self.last_used = [-1] * len(self.slots)  # request index of each slot's last use
         self.seen = 0
         self.slot = self.slots[0]
-
-    def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        for request in requests:
-            yield self.replay_one(request)
 
     def replay_one(self, sim: SimRequest) -> SimResult:
         n = sim.num_prompt_tokens

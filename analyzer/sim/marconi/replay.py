@@ -8,17 +8,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
-from analyzer.errors import ConfigError
 from analyzer.sim.marconi.cache import MarconiCache
 from analyzer.sim.marconi.flops import cost_model
 from analyzer.sim.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult, match_result
-from analyzer.sim.tree import (
-    check_page_engine,
-    computed_tokens,
-    deepest_stored,
-    prefill_chunks,
-)
+from analyzer.sim.serial import SerialReplay, budget_chunks, check_unmodelled, empty_result
+from analyzer.sim.tree import deepest_stored
 from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 
 # marconi_alpha auto: the values tried, Marconi's artifact grid 0, 0.1, ..., 2.0.
@@ -47,23 +42,16 @@ class Tuning:
         )
 
 
-def check_policy(policy: Policy) -> None:
-    """Marconi models full attention + Mamba at page granularity (ConfigError naming the key)."""
-    if policy.engine != "marconi":
-        raise ConfigError(f"the marconi replay cannot run engine {policy.engine!r}")
-    if policy.groups != ("full_attention", "mamba"):
-        raise ConfigError(
-            f"policy key 'groups': engine marconi models full_attention + mamba; "
-            f"got {', '.join(policy.groups)}"
-        )
-    check_page_engine(policy, "branch points and sequence ends")
-
-
-class MarconiReplay:
+class MarconiReplay(SerialReplay):
     """One replica's cache, replayed request by request (each finishes before the next)."""
 
     def __init__(self, policy: Policy) -> None:
-        check_policy(policy)
+        check_unmodelled(
+            policy,
+            "marconi",
+            placement="branch points and sequence ends",
+            groups=(("full_attention", "mamba"),),
+        )
         costs, state_blocks = cost_model(policy)
         self.page = policy.block_size
         self.budget = policy.max_num_batched_tokens
@@ -117,7 +105,7 @@ class MarconiReplay:
         prompt = sim.num_prompt_tokens
         if prompt < 1:
             return None
-        total = computed_tokens(prompt, sim.num_output_tokens)
+        total = sim.num_computed_tokens
         return request_hashes(self.interner, sim, self.page, 0)[0].extend(total // self.page)
 
     def replay_one(self, sim: SimRequest, keys: list[int] | None = None) -> SimResult:
@@ -125,13 +113,13 @@ class MarconiReplay:
         self.seen += 1
         prompt = sim.num_prompt_tokens
         if prompt < 1:
-            return SimResult(sim.request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), "empty prompt")
+            return empty_result(sim, "empty prompt")
         page, cache = self.page, self.cache
-        total = computed_tokens(prompt, sim.num_output_tokens)
+        total = sim.num_computed_tokens
         own = total // page + cache.state_blocks
         if cache.capacity is not None and own > cache.capacity:
             reason = f"pool of {cache.capacity} blocks < {own} blocks of this request"
-            return SimResult(sim.request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), reason)
+            return empty_result(sim, reason)
         keys = keys if keys is not None else self._keys(sim)
         cache.clock += 1
         # Whole edges only: the hit is the deepest fully matched node holding a state.
@@ -142,7 +130,7 @@ class MarconiReplay:
         kept = deepest_stored(keys, hit, matched, self.stored)
         branch = self._branch(keys[: prompt // page])
         cache.insert(keys, branch, self.stored)
-        chunks = prefill_chunks(prompt - hit * page, self.budget) + [1] * (total - prompt)
+        chunks = budget_chunks(hit * page, (), prompt, self.budget) + [1] * (total - prompt)
         return match_result(
             sim.request_id,
             prompt,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from analyzer.errors import ConfigError
 from analyzer.sim.policy import Policy
-from analyzer.sim.tree import check_page_engine
+from analyzer.sim.serial import check_unmodelled
 
 # State slots a running request holds besides the tree's: its live state, plus the two
 # ping-pong track slots of extra_buffer.
@@ -33,9 +33,7 @@ class Geometry:
 
 def geometry(policy: Policy) -> Geometry:
     """Validate the policy for SGLang and resolve its grids (ConfigError naming the key)."""
-    if policy.engine != "sglang":
-        raise ConfigError(f"the sglang replay cannot run engine {policy.engine!r}")
-    check_page_engine(policy, "sglang_strategy")
+    check_unmodelled(policy, "sglang", placement="sglang_strategy")
     page = policy.block_size
     chunk = policy.option("sglang_chunk_tokens")
     grid = max(chunk, page)

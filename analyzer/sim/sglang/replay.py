@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 
 from analyzer.sim.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult, match_result
+from analyzer.sim.serial import SerialReplay, budget_chunks, empty_result
 from analyzer.sim.sglang.cache import MambaRadixCache
 from analyzer.sim.sglang.placement import (
     RESERVED_SLOTS,
@@ -18,11 +19,11 @@ from analyzer.sim.sglang.placement import (
 )
 from analyzer.sim.sglang.swa import SWAReplay
 from analyzer.sim.sglang.unified import UnifiedReplay
-from analyzer.sim.tree import Node, computed_tokens, deepest_stored, prefill_chunks
+from analyzer.sim.tree import Node, deepest_stored
 from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 
 
-class SGLangReplay:
+class SGLangReplay(SerialReplay):
     """One replica's cache, replayed request by request (each finishes before the next)."""
 
     def __init__(self, policy: Policy) -> None:
@@ -36,19 +37,15 @@ class SGLangReplay:
         self.interner = HashInterner()
         self.stored: set[int] = set()  # keys of pages that ever ended a node with a state
 
-    def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        for request in requests:
-            yield self.replay_one(request)
-
     def replay_one(self, sim: SimRequest) -> SimResult:
         prompt = sim.num_prompt_tokens
         if prompt < 1:
-            return SimResult(sim.request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), "empty prompt")
+            return empty_result(sim, "empty prompt")
         g, cache = self.geo, self.cache
-        total = computed_tokens(prompt, sim.num_output_tokens)
+        total = sim.num_computed_tokens
         if g.kv_tokens is not None and total > g.kv_tokens:
             reason = f"KV pool of {g.kv_tokens} tokens < {total} tokens of this request"
-            return SimResult(sim.request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), reason)
+            return empty_result(sim, reason)
         keys = request_hashes(self.interner, sim, g.page, 0)[0].extend(total // g.page)
         error = None
         if self.swa is not None:
@@ -82,7 +79,7 @@ class SGLangReplay:
             cache.reserved += 1
         pos = node.end * g.page
         branch = branch_point(g, kv_hit, pos)
-        chunks = prefill_chunks(prompt - pos, g.budget)
+        chunks = budget_chunks(pos, (), prompt, g.budget)
         for c in chunks:
             ok = cache.alloc_kv(c)
             assert ok, "a request that fits the pool always finds evictable KV"

@@ -9,23 +9,23 @@ from collections.abc import Iterable, Iterator
 
 from analyzer.sim.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult, match_result
-from analyzer.sim.trtllm.blocks import (
-    BlockTree,
-    budget_chunks,
-    check_block_match,
-    check_policy,
-    computed_tokens,
-    empty_result,
-)
+from analyzer.sim.serial import SerialReplay, budget_chunks, check_unmodelled, empty_result
+from analyzer.sim.trtllm.blocks import BlockTree
+from analyzer.sim.trtllm.replay import BLOCK_GROUPS
 from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 
 
-class SuffixReplay:
+class SuffixReplay(SerialReplay):
     """One instance: full-attention KV pages in a leaf-LRU tree, no recurrent states."""
 
     def __init__(self, policy: Policy) -> None:
-        check_policy(policy, "suffix_replay")
-        check_block_match(policy)
+        check_unmodelled(
+            policy,
+            "suffix_replay",
+            placement="replaying suffix_replay_tokens",
+            groups=BLOCK_GROUPS,
+            retention=(0,),
+        )
         self.block = policy.block_size
         # Without recurrent layers there is nothing to rebuild: the match is the hit.
         self.replay_budget = (
@@ -35,16 +35,12 @@ class SuffixReplay:
         self.interner = HashInterner()
         self.tree = BlockTree(policy.num_blocks)
 
-    def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        for request in requests:
-            yield self.replay_one(request)
-
     def replay_one(self, sim: SimRequest) -> SimResult:
         prompt = sim.num_prompt_tokens
         if prompt < 1:
             return empty_result(sim, "empty prompt")
         B = self.block
-        total = computed_tokens(sim)
+        total = sim.num_computed_tokens
         ids = request_hashes(self.interner, sim, B, 0)[0].extend(total // B)
         tree = self.tree
         run = tree.match(ids, (prompt - 1) // B)

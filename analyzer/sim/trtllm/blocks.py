@@ -9,18 +9,12 @@ Eviction: only leaves (blocks no other cached block extends) can go, least recen
 first, as in TensorRT-LLM's radix tree (its prioritized LRU with every block at the default
 priority 35 is plain LRU). A block's snapshot leaves with it. Touching a path stamps every node
 on it with the same clock value, so a parent is never older than its children.
-
-Also the small helpers the three SPEC 7 replay engines of this project share.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
-
-from analyzer.errors import ConfigError
-from analyzer.sim.policy import Policy
-from analyzer.sim.records import SimRequest, SimResult
 
 
 class _Node:
@@ -118,65 +112,3 @@ class BlockTree:
             parent.children -= 1
             if parent.children == 0:
                 heapq.heappush(self._leaves, (parent.stamp, node.parent))
-
-
-# -- helpers shared by the trtllm, llamacpp and suffix_replay engines ---------------------
-
-
-def check_policy(policy: Policy, engine: str) -> None:
-    """Policy keys these engines do not model are errors, not silently ignored."""
-    if policy.engine != engine:
-        raise ConfigError(f"the {engine} replay cannot run engine {policy.engine!r}")
-    if policy.spec_decode != "none":
-        raise ConfigError(
-            f"policy key 'spec_decode': engine {engine} does not model speculative decoding; "
-            f"use none (got {policy.spec_decode!r})"
-        )
-    if "sliding_window" in policy.groups:
-        raise ConfigError(
-            f"policy key 'groups': engine {engine} models full attention and mamba only, "
-            "not sliding_window"
-        )
-    if policy.retention_interval != 0:
-        raise ConfigError(
-            f"policy key 'retention_interval': a vLLM key; engine {engine} places states "
-            f"by its own options (keep 0, got {policy.retention_interval!r})"
-        )
-
-
-def check_block_match(policy: Policy) -> None:
-    """Block engines match whole blocks: a finer prefix_match_unit is an error."""
-    unit = policy.prefix_match_unit
-    if unit is not None and unit != policy.block_size:
-        raise ConfigError(
-            f"policy key 'prefix_match_unit': engine {policy.engine} matches whole "
-            f"blocks of block_size {policy.block_size}; got {unit}"
-        )
-
-
-def computed_tokens(sim: SimRequest) -> int:
-    """Tokens whose KV the request computes: prompt + outputs - 1 (the last is only sampled)."""
-    prompt, outputs = sim.num_prompt_tokens, sim.num_output_tokens
-    return prompt + outputs - 1 if outputs > 1 else prompt
-
-
-def budget_chunks(start: int, stops: Iterable[int], end: int, budget: int | None) -> list[int]:
-    """Prefill chunks from token `start` to `end`: each ends at the next forced stop (> start)
-    or after `budget` tokens (None = no budget), whichever comes first."""
-    chunks = []
-    pos = start
-    stops = sorted(s for s in stops if start < s < end)
-    stops.append(end)
-    i = 0
-    while pos < end:
-        while stops[i] <= pos:
-            i += 1
-        stop = stops[i] if budget is None else min(stops[i], pos + budget)
-        chunks.append(stop - pos)
-        pos = stop
-    return chunks
-
-
-def empty_result(sim: SimRequest, error: str) -> SimResult:
-    """A request the engine could not run: every counter 0, no chunks."""
-    return SimResult(sim.request_id, sim.num_prompt_tokens, 0, 0, 0, 0, 0, 0, 0, (), error)

@@ -10,14 +10,8 @@ from collections.abc import Iterable, Iterator
 from analyzer.errors import ConfigError
 from analyzer.sim.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult, match_result
-from analyzer.sim.trtllm.blocks import (
-    BlockTree,
-    budget_chunks,
-    check_block_match,
-    check_policy,
-    computed_tokens,
-    empty_result,
-)
+from analyzer.sim.serial import SerialReplay, budget_chunks, check_unmodelled, empty_result
+from analyzer.sim.trtllm.blocks import BlockTree
 from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 
 
@@ -44,12 +38,17 @@ def chunk_stops(prompt: int, block: int, interval: int | None, save_last: bool) 
     return sorted(stops)
 
 
-class TrtllmReplay:
+# Engines on BlockTree model full attention, optionally with Mamba (no sliding window).
+BLOCK_GROUPS = (("full_attention",), ("full_attention", "mamba"))
+
+
+class TrtllmReplay(SerialReplay):
     """One TensorRT-LLM instance: a block pool shared by KV blocks and state snapshots."""
 
     def __init__(self, policy: Policy) -> None:
-        check_policy(policy, "trtllm")
-        check_block_match(policy)
+        check_unmodelled(
+            policy, "trtllm", placement="trtllm_interval", groups=BLOCK_GROUPS, retention=(0,)
+        )
         self.block = policy.block_size
         self.interval = policy.option("trtllm_interval")
         if self.interval is not None and self.interval % self.block:
@@ -64,16 +63,12 @@ class TrtllmReplay:
         self.tree = BlockTree(policy.num_blocks)
         self.ever_snapshot: set[int] = set()  # block ids that ever carried a snapshot
 
-    def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        for request in requests:
-            yield self.replay_one(request)
-
     def replay_one(self, sim: SimRequest) -> SimResult:
         prompt = sim.num_prompt_tokens
         if prompt < 1:
             return empty_result(sim, "empty prompt")
         B = self.block
-        total = computed_tokens(sim)
+        total = sim.num_computed_tokens
         points = snapshot_points(prompt, B, self.interval, self.save_last) if self.hybrid else []
         # Blocks committed for reuse: up to the last snapshot point on a hybrid model (decode
         # blocks lie beyond it), every full block of the computed tokens otherwise.
