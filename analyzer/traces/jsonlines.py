@@ -16,23 +16,19 @@ CHUNK_BYTES = 8 << 20
 Item = tuple[int, Any, bytes]
 
 
-def line_bodies(
-    path: Path, stream: BinaryIO, progress: Callable[[], None], chunk_bytes: int = CHUNK_BYTES
+def whole_lines(
+    stream: BinaryIO, progress: Callable[[], None], chunk_bytes: int = CHUNK_BYTES
 ) -> Iterator[tuple[bytes, int]]:
-    """(body, first line number) pieces of a JSON Lines stream: each body is whole lines
-    ending in a newline, about `chunk_bytes` long, so memory does not grow with the file."""
+    """(body, first line number) pieces of a byte stream: each body is whole lines ending in
+    a newline (the last line gets one if the stream lacks it), about `chunk_bytes` long, so
+    memory does not grow with the file. Lines are numbered from 1."""
     first_line, tail = 1, b""
     while True:
         progress()
         chunk = stream.read(chunk_bytes)
-        if first_line == 1 and not tail and chunk.lstrip()[:1] == b"[":
-            raise InputFileError(
-                f"{path}: a JSON array, not JSON Lines (one object per line); "
-                "convert it first, e.g. jq -c '.[]'"
-            )
         data = tail + chunk
         if not chunk:
-            if data.strip():
+            if data:
                 yield data + b"\n", first_line
             return
         cut = data.rfind(b"\n") + 1
@@ -42,6 +38,19 @@ def line_bodies(
         body, tail = data[:cut], data[cut:]
         yield body, first_line
         first_line += body.count(b"\n")
+
+
+def line_bodies(
+    path: Path, stream: BinaryIO, progress: Callable[[], None], chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[tuple[bytes, int]]:
+    """`whole_lines` of a JSON Lines stream; a stream that is one JSON array is a file error."""
+    for body, first_line in whole_lines(stream, progress, chunk_bytes):
+        if first_line == 1 and body.lstrip()[:1] == b"[":
+            raise InputFileError(
+                f"{path}: a JSON array, not JSON Lines (one object per line); "
+                "convert it first, e.g. jq -c '.[]'"
+            )
+        yield body, first_line
 
 
 def decoded_lines(body: bytes, first_line: int) -> Iterator[Item]:

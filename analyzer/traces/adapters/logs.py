@@ -26,9 +26,8 @@ from analyzer.traces.batches import (
     excerpt,
     fast_rows,
 )
+from analyzer.traces.jsonlines import CHUNK_BYTES, whole_lines
 from analyzer.traces.records import ROW_SCHEMA, RecordError
-
-CHUNK_BYTES = 8 << 20
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STRINGS = {
@@ -54,23 +53,9 @@ def text_lines(
     Lines are numbered from 1 and returned without their newline (a trailing \\r is
     stripped too); undecodable bytes become U+FFFD, which never occurs in the parts
     we parse (ids, numbers, keywords)."""
-    first, tail = 1, b""
-    while True:
-        progress()
-        chunk = stream.read(chunk_bytes)
-        data = tail + chunk
-        if not chunk:
-            if data:
-                yield first, [data.decode("utf-8", "replace").rstrip("\r")]
-            return
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            tail = data
-            continue
-        body, tail = data[:cut], data[cut:]
-        lines = [line.rstrip("\r") for line in body.decode("utf-8", "replace").split("\n")[:-1]]
-        yield first, lines
-        first += len(lines)
+    for body, first in whole_lines(stream, progress, chunk_bytes):
+        text = body[:-1].decode("utf-8", "replace")  # the last newline ends the last line
+        yield first, [line.rstrip("\r") for line in text.split("\n")]
 
 
 def plain(line: str) -> str:
