@@ -1,4 +1,5 @@
-"""Shared fixtures: a temporary database path and a helper to write trace files."""
+"""Shared fixtures: a temporary database path, the mixed sample ingested once per module, and
+helpers to write trace files and read rows."""
 
 from __future__ import annotations
 
@@ -9,10 +10,22 @@ import duckdb
 import orjson
 import pytest
 
+SAMPLES = Path(__file__).parents[1] / "sample_traces"
+
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "test.duckdb"
+
+
+@pytest.fixture(scope="module")
+def mixed_db(tmp_path_factory) -> Path:
+    """sample_traces/mixed.jsonl.gz ingested, one database per test module."""
+    from analyzer.store.ingest import ingest
+
+    db = tmp_path_factory.mktemp("mixed") / "m.duckdb"
+    ingest([SAMPLES / "mixed.jsonl.gz"], db_path=db)
+    return db
 
 
 def write_jsonl(path: Path, records: list) -> Path:

@@ -24,13 +24,6 @@ def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
-@pytest.fixture(scope="module")
-def mixed_db(tmp_path_factory):
-    db = tmp_path_factory.mktemp("mixed") / "m.duckdb"
-    ingest([SAMPLES / "mixed.jsonl.gz"], db_path=db)
-    return db
-
-
 @pytest.fixture
 def diag_db(tmp_path):
     db = tmp_path / "d.duckdb"

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import VllmReplay, replay
+from tests.sim.engine_checks import oracle_matches
 from tests.sim.strategies import policies, traces
 
 FAST = settings(max_examples=150, deadline=None)
@@ -36,37 +37,12 @@ def test_figures_are_ordered_and_split(requests, policy_counts):
             assert sum(r.chunks) >= req.num_prompt_tokens - r.hit_tokens + decode
 
 
-def _computed_tokens(req) -> list[int]:
-    """Tokens whose KV a finished request leaves behind: prompt + outputs but the last."""
-    prompt = list(req.prompt_token_ids)
-    if req.output_token_ids is None:
-        return prompt  # outputs known only as a count match nothing
-    return prompt + list(req.output_token_ids)[:-1]
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
 @FAST
 @given(traces(), st.sampled_from([2, 4, 8]))
 def test_attention_only_hit_is_the_floored_shared_prefix(requests, block):
     policy = make_policy({"block_size": block, "groups": ["full_attention"]})
-    for i, r in enumerate(replay(requests, policy)):
-        req = requests[i]
-        prompt = list(req.prompt_token_ids)
-        shared = max(
-            (
-                _common(prompt, _computed_tokens(prev))
-                for prev in requests[:i]
-                if prev.namespace == req.namespace
-            ),
-            default=0,
-        )
-        assert r.hit_tokens == min(shared, len(prompt) - 1) // block * block
+    hits = [r.hit_tokens for r in replay(requests, policy)]
+    assert hits == oracle_matches(requests, block)  # the shared prefix, capped and floored
 
 
 @FAST

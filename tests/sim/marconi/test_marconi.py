@@ -16,8 +16,8 @@ from analyzer.sim.marconi.replay import ALPHA_GRID
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.replay import replay
-from tests.sim.engine_checks import cat, req, toks
-from tests.sim.sglang.test_sglang import _nodes, oracle_match
+from tests.sim.engine_checks import cat, oracle_matches, req, toks
+from tests.sim.sglang.test_sglang import _nodes
 from tests.sim.strategies import traces
 
 
@@ -146,7 +146,7 @@ def marconi_policies(draw):
 def test_invariants_against_an_unbounded_oracle(trace, policy):
     results = list(replay(trace, policy))
     assert results == list(replay(trace, policy))  # deterministic
-    oracle = oracle_match(trace, policy.block_size)
+    oracle = oracle_matches(trace, policy.block_size)
     for r, o, q in zip(results, oracle, trace, strict=True):
         if r.error is not None:
             continue

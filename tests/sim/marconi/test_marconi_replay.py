@@ -18,13 +18,6 @@ from tests.sim.engine_checks import waterfall_totals
 SAMPLES = Path(__file__).parents[3] / "sample_traces"
 
 
-@pytest.fixture(scope="module")
-def mixed_db(tmp_path_factory):
-    db = tmp_path_factory.mktemp("mixed") / "m.duckdb"
-    ingest([SAMPLES / "mixed.jsonl.gz"], db_path=db)
-    return db
-
-
 @pytest.mark.parametrize(
     "overrides",
     [[], ["num_blocks=1000", "marconi_alpha=0.5"], ["num_blocks=1000", "marconi_bootstrap=1"]],

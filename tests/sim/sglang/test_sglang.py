@@ -13,7 +13,7 @@ from analyzer.sim.records import SimRequest
 from analyzer.sim.replay import replay
 from analyzer.sim.sglang import SGLangReplay
 from analyzer.sim.sglang.unified import UnifiedRadixCache
-from tests.sim.engine_checks import cat, req, toks
+from tests.sim.engine_checks import cat, oracle_matches, req, toks
 from tests.sim.strategies import traces
 
 
@@ -285,28 +285,6 @@ def test_config_errors_name_the_key(values, message):
         run([req("a", S)], **values)
 
 
-def oracle_match(trace, page: int) -> list[int]:
-    """Unbounded dict-of-prefixes: the longest page-aligned prefix of the prompt (less its
-    last token) that an earlier request computed (prompt + outputs - 1), per namespace."""
-    seen: set[tuple] = set()
-    out = []
-    for r in trace:
-        prompt = list(r.prompt_token_ids)
-        cap = (len(prompt) - 1) // page * page if prompt else 0
-        best = max(
-            (n for n in range(0, cap + 1, page) if (r.namespace, *prompt[:n]) in seen), default=0
-        )
-        out.append(best)
-        outs = list(r.output_token_ids) if r.output_token_ids is not None else None
-        n_out = r.num_output_tokens
-        seq = prompt + (outs if outs is not None else [None] * n_out)
-        total = len(prompt) + n_out - 1 if n_out > 1 else len(prompt)
-        for n in range(page, total - total % page + 1, page):
-            if None not in seq[:n]:
-                seen.add((r.namespace, *seq[:n]))
-    return out
-
-
 @st.composite
 def sglang_policies(draw):
     page = draw(st.sampled_from([1, 2, 4]))
@@ -338,7 +316,7 @@ def sglang_policies(draw):
 def test_invariants_against_an_unbounded_oracle(trace, policy):
     results = list(replay(trace, policy))
     assert results == list(replay(trace, policy))  # deterministic
-    oracle = oracle_match(trace, policy.block_size)
+    oracle = oracle_matches(trace, policy.block_size)
     for r, o, q in zip(results, oracle, trace, strict=True):
         if r.error is not None:
             continue

@@ -17,13 +17,6 @@ from tests.sim.engine_checks import waterfall_totals
 SAMPLES = Path(__file__).parents[3] / "sample_traces"
 
 
-@pytest.fixture(scope="module")
-def mixed_db(tmp_path_factory):
-    db = tmp_path_factory.mktemp("mixed") / "m.duckdb"
-    ingest([SAMPLES / "mixed.jsonl.gz"], db_path=db)
-    return db
-
-
 @pytest.mark.parametrize(
     "overrides",
     [
