@@ -5,7 +5,8 @@
 
 The caller partitions requests by replica (and model revision); one call replays one cache.
 Each engine is a package under analyzer/sim/ exposing
-`replay(requests, policy, *, num_groups=None) -> Iterator[SimResult]` and, when its hits are
+`replay(requests, policy, *, num_groups=None) -> Iterator[SimResult]`, optionally
+`check_policy(policy)` (validation without building the cache) and, when its hits are
 not whole blocks, `hit_alignment(policy) -> int` (tokens every hit and attention match is a
 multiple of; default `policy.block_size`). The waterfall floors its L3 level to it.
 """
@@ -59,8 +60,15 @@ def hit_alignment(policy: Policy) -> int:
 
 def check_engine(policy: Policy) -> None:
     """Raise the engine's own ConfigError for a policy it cannot replay (e.g. a group or a
-    key it does not model), before any request runs: engines check at construction."""
-    for _ in replay((), policy):
+    key it does not model), before any request runs. An engine whose construction is costly
+    (vLLM builds its block pool) exposes a `check_policy(policy)` that only validates; the
+    others check at construction, so an empty replay validates them."""
+    module = _engine(policy)
+    check = getattr(module, "check_policy", None)
+    if check is not None:
+        check(policy)
+        return
+    for _ in module.replay((), policy):
         pass
 
 

@@ -1,9 +1,16 @@
 """vLLM 0.33.0's hybrid prefix cache, replayed serially (engine `vllm`)."""
 
 from analyzer.sim.policy import Policy
+from analyzer.sim.vllm.layout import make_layout
 from analyzer.sim.vllm.replay import VllmReplay, replay
 
-__all__ = ["VllmReplay", "hit_alignment", "replay"]
+__all__ = ["VllmReplay", "check_policy", "hit_alignment", "replay"]
+
+
+def check_policy(policy: Policy) -> None:
+    """The ConfigErrors a replay would raise for `policy` (all come from its layout), without
+    building the block pool, which is as large as `num_blocks`."""
+    make_layout(policy, None)
 
 
 def hit_alignment(policy: Policy) -> int:
