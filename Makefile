@@ -21,9 +21,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Style, and the dependency rule: the layers contract in pyproject.toml (import-linter).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check analyzer tests bench tools
 	$(VENV)/bin/ruff format --check analyzer tests bench tools
+	$(VENV)/bin/lint-imports --no-cache
 
 # Every benchmark, each against a peer or a naive baseline in the same run.
 bench: bench-ingest bench-match bench-replay bench-peer bench-scale

@@ -23,13 +23,13 @@ _LAZY = {
     "ingest": "analyzer.store.ingest",
     "run_query": "analyzer.store.query",
     "stored_summary": "analyzer.store.query",
-    "match_prefixes": "analyzer.prefixes.api",
+    "match_prefixes": "analyzer.pipeline.match",
     "load_policy": "analyzer.sim.policy",
     "make_policy": "analyzer.sim.policy",
-    "run_replay": "analyzer.replay",
-    "run_demo": "analyzer.demo",
+    "run_replay": "analyzer.pipeline.replay",
+    "run_demo": "analyzer.pipeline.demo",
     "validate": "analyzer.metrics.validate",
-    "write_probe": "analyzer.probe",
+    "write_probe": "analyzer.pipeline.probe",
 }
 
 __all__ = [

@@ -104,8 +104,8 @@ def _insert(con, batch: list[dict]) -> None:
 def run_child(contender: str, db: Path, out: Path, source_kind: str, chunk_tokens: int) -> None:
     import duckdb
 
-    from analyzer.backend import get_xp
-    from analyzer.prefixes.dbsource import DuckDBSource
+    from analyzer.pipeline.sources import DuckDBSource
+    from analyzer.prefixes.backend import get_xp
     from analyzer.prefixes.engine import MatchOptions, run_matcher
 
     con = duckdb.connect(str(db), read_only=True)

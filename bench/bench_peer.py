@@ -45,7 +45,7 @@ PEER_MODEL = "llama-3.1-8b"
 HPA_SETUP = """
 from pathlib import Path
 from analyzer.store.ingest import ingest
-from analyzer.replay import run_replay
+from analyzer.pipeline.replay import run_replay
 from analyzer.sim.policy import make_policy
 """
 HPA_BODY = """

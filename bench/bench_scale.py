@@ -41,8 +41,8 @@ import json, resource, sys, time
 name, workers, db, policy, repeat = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], 2
 k = int(sys.argv[5])
 from analyzer.executors import ExecutorSpec
-from analyzer.prefixes.api import match_prefixes
-from analyzer.replay import run_replay
+from analyzer.pipeline.match import match_prefixes
+from analyzer.pipeline.replay import run_replay
 from analyzer.sim.policy import load_policy
 if name == "ray":
     import ray
@@ -73,24 +73,33 @@ kind, db = sys.argv[1], sys.argv[2]
 from analyzer.store.db import connect
 if kind == "match":
     from analyzer.executors import ExecutorSpec
-    from analyzer.executors.match import match_partition, sharded_items
-    from analyzer.executors.sequences import TraceInput, read_prefixes
-    from analyzer.prefixes.dbsource import DuckDBSource
+    from analyzer.pipeline.sharded import match_partition
+    from analyzer.prefixes.sharding import sharded_items
+    from analyzer.store.sequences import TraceInput, read_prefixes
+    from analyzer.pipeline.sources import DuckDBSource
     from analyzer.prefixes.engine import MatchOptions
     con = connect(db, create=False)
     meta = DuckDBSource(con).meta
     spec = ExecutorSpec("processes", workers=2)
-    _, items, _ = sharded_items(meta, read_prefixes(con, 256), spec, MatchOptions(), junctions=True)
+    _, items, _ = sharded_items(
+        meta,
+        read_prefixes(con, 256),
+        MatchOptions(),
+        shard_tokens=spec.shard_tokens,
+        num_workers=spec.num_workers(),
+        junctions=True,
+    )
     tasks = items[1:]  # 4 shards (the shallow pass is one more partition)
     con.close()
     task = max(tasks, key=lambda t: int(t.meta.insert_len.sum()))
     units = int(task.meta.insert_len.sum())
     run = lambda: match_partition(TraceInput(db_path=db), task)
 else:
-    from analyzer.executors.replay import ReplayShared, _replay
-    from analyzer.replay import _num_groups, load_trace, routed_partitions
+    from analyzer.pipeline.partitions import ReplayShared, replay_item
+    from analyzer.pipeline.replay import num_groups, routed_partitions
+    from analyzer.pipeline.trace import load_trace
     from analyzer.sim.policy import load_policy
-    from analyzer.sim.replay import replay
+    from analyzer.sim.dispatch import replay
     policy = load_policy("vllm-default", json.loads(sys.argv[3]))
     con = connect(db, create=False)
     trace = load_trace(con)
@@ -101,8 +110,8 @@ else:
         members.setdefault(key, []).append(i)
     idx = max(members.values(), key=len)
     units = int(sum(trace.columns["prompt_tokens"][i] for i in idx))
-    shared = ReplayShared(trace, policy, ns, replay, _num_groups(policy))
-    run = lambda: _replay(shared, [idx])
+    shared = ReplayShared(trace, policy, ns, replay, num_groups(policy))
+    run = lambda: replay_item(shared, [idx])
 rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 before, seconds = rss(), []
 for _ in range(2):
@@ -187,11 +196,11 @@ def largest_share(db: Path, k: int, parts: int = 4) -> tuple[float, int]:
     import duckdb
 
     from analyzer.executors import ExecutorSpec
-    from analyzer.executors.match import sharded_items
-    from analyzer.executors.sequences import read_prefixes
-    from analyzer.executors.shallow import group_roots, truncate, unit_limits
-    from analyzer.prefixes.dbsource import DuckDBSource
+    from analyzer.pipeline.sources import DuckDBSource
     from analyzer.prefixes.engine import MatchOptions
+    from analyzer.prefixes.shallow import group_roots, truncate, unit_limits
+    from analyzer.prefixes.sharding import sharded_items
+    from analyzer.store.sequences import read_prefixes
 
     con = duckdb.connect(str(db), read_only=True)
     try:
@@ -200,7 +209,14 @@ def largest_share(db: Path, k: int, parts: int = 4) -> tuple[float, int]:
     finally:
         con.close()
     spec = ExecutorSpec("processes", workers=parts // 2, shard_tokens=k)
-    _, items, _ = sharded_items(meta, prefixes, spec, MatchOptions(), junctions=False)
+    _, items, _ = sharded_items(
+        meta,
+        prefixes,
+        MatchOptions(),
+        shard_tokens=spec.shard_tokens,
+        num_workers=spec.num_workers(),
+        junctions=False,
+    )
     shards = items[1:]
     top = max(int(t.meta.insert_len.sum()) for t in shards)
     limit = unit_limits(meta.block_size, k)

@@ -23,7 +23,7 @@ if ! "$PY" -c "import cupy" 2>/dev/null; then
     fi
 fi
 "$PY" - <<'PYEOF'
-from analyzer.backend import get_xp
+from analyzer.prefixes.backend import get_xp
 xp = get_xp("cupy")  # raises a clear BackendUnavailable when no device is usable
 props = xp.cuda.runtime.getDeviceProperties(0)
 print("device:", props["name"].decode(), f"{props['totalGlobalMem'] / 2**30:.0f} GiB")

@@ -77,7 +77,7 @@ def match_cmd(
     shared_replica_tokens, shared_conversation_tokens per request) and table junctions
     (branch points of the prefix tree). Exact at token level.
     """
-    from analyzer.prefixes.api import match_prefixes
+    from analyzer.pipeline.match import match_prefixes
     from analyzer.prefixes.engine import MatchOptions
 
     with progress_bar("match") as update:
@@ -136,10 +136,11 @@ def replay(
     revision), then prints the summary. `--policy a,b,c` replays several policies (each
     with the --set overrides) one after another and prints them side by side.
     """
-    from analyzer.replay import check_measure_from, run_replay, side_by_side
+    from analyzer.pipeline.replay import run_replay
     from analyzer.report.tables import render
     from analyzer.sim.policy import load_policy
     from analyzer.store.export import check_export_path
+    from analyzer.store.runs import check_measure_from, side_by_side
 
     check_measure_from(measure_from)
     spec = executor_spec(executor, workers, ray_address, shard_tokens=shard_tokens)

@@ -111,7 +111,7 @@ def probe_cmd(policy_source, overrides, out_dir, seed, model) -> None:
     retention interval). probe.jsonl holds OpenAI completions bodies in send order;
     expected.csv the replay's per-request deltas of vLLM's prefix-cache counters.
     """
-    from analyzer.probe import send_hint, write_probe
+    from analyzer.pipeline.probe import send_hint, write_probe
     from analyzer.report.tables import render
     from analyzer.sim.policy import load_policy
 

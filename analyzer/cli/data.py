@@ -140,7 +140,7 @@ def synth_cmd(
 )
 def demo(out_dir: str, samples_dir: str | None) -> None:
     """Run the whole pipeline on the bundled sample traces."""
-    from analyzer.demo import run_demo
+    from analyzer.pipeline.demo import run_demo
     from analyzer.report.tables import render
 
     with progress_bar("demo") as update:

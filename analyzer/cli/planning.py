@@ -52,8 +52,8 @@ def sweep_cmd(
     """
     import pyarrow as pa
 
+    from analyzer.pipeline.sweep import run_sweeps
     from analyzer.report.tables import render
-    from analyzer.sweep.sweep import run_sweeps
 
     with progress_bar("sweep points") as update:
         outcomes = run_sweeps(
@@ -123,8 +123,8 @@ def plan_cmd(
     written to --db."""
     import pyarrow as pa
 
+    from analyzer.pipeline.plan import plan
     from analyzer.report.tables import render
-    from analyzer.sweep.plan import plan
 
     with counter("plan", "replays") as update:
         r = plan(

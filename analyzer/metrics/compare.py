@@ -37,11 +37,13 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 
+from analyzer.config.models import load_model
 from analyzer.errors import ConfigError
 from analyzer.metrics.attribution import build_tables
 from analyzer.metrics.runs import resolve_run
 from analyzer.metrics.ttft import TtftFit, fit_by_revision
 from analyzer.store.db import DEFAULT_DB, connect, load_sql
+from analyzer.traces.records import RecordError, parse_time_text
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,6 @@ def parse_window(text: str) -> Window:
     Raises:
         ConfigError: not of that form, an end that is neither, or START >= END.
     """
-    from analyzer.traces.records import RecordError, parse_time_text
 
     example = "expected START..END in seconds of the trace's timestamps or RFC 3339, e.g. 0..300"
     if not isinstance(text, str) or ".." not in text:
@@ -288,8 +289,6 @@ def _ttft_model(con, run_id: int) -> tuple[dict[str, TtftFit | None], str, str]:
     model = policy.get("model")
     cost = None
     if model:
-        from analyzer.sim.policy import load_model
-
         cost = load_model(model).get("prefill_cost")
     if cost:
         fit = TtftFit(float(cost["a_ms"]), float(cost["b_ms_per_token"]), math.nan, 0)

@@ -37,6 +37,7 @@ from analyzer.metrics.exposition import format_labels, read_counters
 from analyzer.metrics.runs import resolve_run
 from analyzer.store.db import DEFAULT_DB, connect, load_sql
 from analyzer.store.export import check_export_path, export_table
+from analyzer.traces.records import RecordError, parse_time_text
 
 ALL = "(all)"
 CACHED = "requests.cached_tokens"
@@ -163,7 +164,6 @@ def _metrics_files(metrics, before, after) -> tuple[Path | None, Path | None]:
 
 def _window(since: str | None, until: str | None) -> tuple[float, float]:
     """[start, end) in seconds of timestamp_s; (-inf, inf) when neither bound is given."""
-    from analyzer.traces.records import RecordError, parse_time_text
 
     bounds = []
     for option, text, open_value in (("--since", since, -math.inf), ("--until", until, math.inf)):

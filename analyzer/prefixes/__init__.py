@@ -1,10 +1,7 @@
-"""Prefix matching: longest shared prefixes per request and the junctions of the prefix tree.
+"""Prefix matching (pure): longest shared prefixes per request and the junctions of the
+prefix tree, on NumPy or CuPy (`backend.py`), with exact sharding by each request's first
+K units (`shallow.py`, `sharding.py`, `merge.py`).
 
-`match_prefixes` is what `hpa match` runs; `compute` does the same on any
-`SequenceSource` without a database; `trie.trie_match` is the plain reference.
+`result.compute` matches any `SequenceSource` without a database; `trie.trie_match` is the
+plain reference. `hpa match` itself is `analyzer.pipeline.match.match_prefixes`.
 """
-
-from analyzer.prefixes.api import MatchSummary, compute, match_prefixes
-from analyzer.prefixes.engine import MatchOptions
-
-__all__ = ["MatchOptions", "MatchSummary", "compute", "match_prefixes"]

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.backend import to_numpy
 from analyzer.errors import StoreError
+from analyzer.prefixes.backend import to_numpy
 from analyzer.prefixes.exact import ExactPath
 from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, HashParams, PowerTables
 from analyzer.prefixes.matcher import ChunkView, ViewMatcher

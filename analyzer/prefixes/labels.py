@@ -51,7 +51,7 @@ def junction_ids(
     starts = offsets[:-1][row]
     const = hasher.constants(starts, seeds)
     keys = hasher.keys(starts + depths - 1, const)
-    return _dedupe([f"{int(k):016x}" for k in keys])
+    return dedupe([f"{int(k):016x}" for k in keys])
 
 
 def family_labels(ids: list[str], positions: np.ndarray) -> list[str]:
@@ -64,7 +64,7 @@ def family_labels(ids: list[str], positions: np.ndarray) -> list[str]:
     ]
 
 
-def _dedupe(ids: list[str]) -> list[str]:
+def dedupe(ids: list[str]) -> list[str]:
     seen: Counter = Counter()
     out = []
     for i in ids:

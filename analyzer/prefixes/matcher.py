@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.backend import to_numpy
 from analyzer.prefixes.arrays import (
     Array,
     first_at_or_after,
@@ -44,6 +43,7 @@ from analyzer.prefixes.arrays import (
     run_starts,
     stable_argsort_u64,
 )
+from analyzer.prefixes.backend import to_numpy
 from analyzer.prefixes.exact import ExactPath, Fetch
 from analyzer.prefixes.grid import DEFAULT_GRID, GridResult, grid_stage, partner_bounds
 from analyzer.prefixes.hashing import ChunkHash, HashParams

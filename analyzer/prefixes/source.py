@@ -150,3 +150,18 @@ def _reorder(parts_flat, parts_lens, order, n) -> tuple[np.ndarray, np.ndarray]:
     rank[where] = np.arange(n)
     out_flat, out_offsets = take_sequences(flat, inner, rank)
     return out_flat.view(np.uint64), out_offsets
+
+
+class PartitionSource:
+    """A partition's inserted sequences, held once and narrow (int32 token ids): the
+    matcher's `SequenceSource` in a worker, so its archive need not keep a second copy."""
+
+    def __init__(self, meta: RequestMeta, flat: np.ndarray, offsets: np.ndarray) -> None:
+        self.meta, self.flat, self.offsets = meta, narrow(flat), offsets
+
+    def read(self, start: int, stop: int) -> Chunk:
+        a, b = int(self.offsets[start]), int(self.offsets[stop])
+        return Chunk(start, stop, self.flat[a:b], self.offsets[start : stop + 1] - a)
+
+    def fetch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return take_sequences(self.flat, self.offsets, np.asarray(ids, dtype=np.int64))

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.backend import to_numpy
 from analyzer.prefixes.arrays import Array, common_prefix, prefixes_equal
+from analyzer.prefixes.backend import to_numpy
 from analyzer.prefixes.prefix_dict import PrefixDict
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analyzer.config.memory import policy_pool_gib
 from analyzer.errors import ConfigError, StoreError
 from analyzer.report.junction_paths import deepest_junctions
 from analyzer.store.db import connect, load_sql, query_arrow, require_tables
@@ -151,13 +152,11 @@ def memory_gib(policy: dict) -> float | None:
     (None when the pool is unbounded or the policy names no model preset)."""
     if policy.get("num_blocks") is None or not policy.get("model"):
         return None
-    from analyzer.sim.policy import load_model
-
     try:
-        per_block = load_model(policy["model"])["bytes_per_block"]
-    except (ConfigError, KeyError):
+        gib = policy_pool_gib(policy["model"], policy["num_blocks"])
+    except ConfigError:
         return None
-    return round(policy["num_blocks"] * per_block / 2**30, 6)
+    return None if gib is None else round(gib, 6)
 
 
 def _with_labels(frame: pl.DataFrame, labels: dict[int, str]) -> pl.DataFrame:

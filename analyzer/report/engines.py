@@ -16,24 +16,12 @@ import json
 import plotly.graph_objects as go
 import polars as pl
 
+from analyzer.config.engines import ENGINES
 from analyzer.report import figures
 from analyzer.report.blocks import figure_div, html_table, meaning
 from analyzer.report.data import ReportData
 
 FIGURE_ID = "fig-engines"
-# Where each design keeps recurrent state (one line each; README has the details).
-DESIGNS = {
-    "vllm": "vLLM 0.33 align mode: states at block-aligned junctions, replay boundaries "
-    "and every retention interval",
-    "sglang": "SGLang radix cache: states at chunk ends and sequence ends (no_buffer) or "
-    "at aligned track points and branch points (extra_buffer)",
-    "marconi": "Marconi: states only at branch points and sequence ends; FLOP-aware eviction",
-    "trtllm": "TensorRT-LLM: a snapshot every interval tokens (and the prompt end)",
-    "llamacpp": "llama.cpp: a few context checkpoints per slot near each prompt's end",
-    "suffix_replay": "SuffixReplay: no states; the last R matched tokens are replayed",
-    "attention_only": "bound: a dense model's reuse (no sparse group)",
-    "oracle": "bound: a state checkpoint at every junction, unbounded cache",
-}
 BOUNDS = ("oracle", "attention_only")
 # (label, colour, tokens of one overall row): the parts sum to the queried tokens.
 PARTS = (
@@ -94,7 +82,7 @@ def engine_figure(overall: pl.DataFrame, labels: list[str]) -> go.Figure:
     fig.update_layout(barmode="stack")
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title="share of queried prompt tokens (%)")
-    return figures._layout(fig, "Engine designs on the same trace", 180 + 48 * len(rows))
+    return figures.style_figure(fig, "Engine designs on the same trace", 180 + 48 * len(rows))
 
 
 def engine_section(data: ReportData) -> tuple[str, list[str]]:
@@ -118,7 +106,7 @@ def engine_section(data: ReportData) -> tuple[str, list[str]]:
         cells.append(
             [
                 label,
-                DESIGNS.get(engine, engine),
+                ENGINES[engine].design if engine in ENGINES else engine,
                 f"{r['hit_tokens'] / q:.1%}",
                 f"{r['sparse_retention_miss_tokens'] / q:.1%}",
                 f"{int(r['replay_tokens']):,}",

@@ -26,7 +26,7 @@ MARGIN_TOP, MARGIN_BOTTOM = 120, 50
 MENU_ROW = 40  # pixels for the run menu above the legend
 
 
-def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+def style_figure(fig: go.Figure, title: str, height: int) -> go.Figure:
     fig.update_layout(
         title={
             "text": title,
@@ -117,7 +117,7 @@ def waterfall_runs(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title="share of queried prompt tokens (%)" if share else "prompt tokens")
     what = "shares" if share else "tokens"
-    return _layout(
+    return style_figure(
         fig,
         f"Where the queried prompt tokens went, per run ({what})",
         160 + 42 * overall.height,
@@ -151,7 +151,7 @@ def waterfall_groups(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
     fig.update_yaxes(autorange="reversed", title="prompt family · model revision")
     fig.update_xaxes(title="share of queried prompt tokens (%)" if share else "prompt tokens")
     what = "shares" if share else "tokens"
-    _layout(fig, f"Loss waterfall per prompt family × model revision ({what})", height)
+    style_figure(fig, f"Loss waterfall per prompt family × model revision ({what})", height)
     _run_dropdown(fig, labels, len(SEGMENTS))
     return fig
 
@@ -210,7 +210,7 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
             )
     fig.update_yaxes(tickformat=".0%", rangemode="tozero")
     fig.update_xaxes(title=where, row=2, col=1)
-    _layout(fig, "Useful hits and sparse losses over time (per-window deltas)", 720)
+    style_figure(fig, "Useful hits and sparse losses over time (per-window deltas)", 720)
     fig.update_layout(
         margin={"t": 70, "b": 150},
         legend={"y": -0.12, "yanchor": "top"},
@@ -321,7 +321,7 @@ def junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> go.Figure:
     fig.update_yaxes(autorange="reversed")
     fig.update_yaxes(title="junction (position · families · id)", row=1, col=1)
     fig.update_xaxes(title="prompt tokens of the requests pinned at the junction")
-    _layout(
+    style_figure(
         fig,
         f"Top {chosen.height} shared junctions by tokens lost to sparse-retention misses",
         220 + 40 * max(chosen.height, 1),
@@ -369,7 +369,7 @@ def weighting(groups: pl.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group")
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title="ratio", tickformat=".0%")
-    return _layout(
+    return style_figure(
         fig,
         "Token-weighted beside request-weighted ratios, per run",
         180 + 90 * overall.height,
@@ -410,7 +410,7 @@ def policy_comparison(groups: pl.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="share of queried prompt tokens", tickformat=".0%", rangemode="tozero")
     fig.update_xaxes(tickangle=-20)
-    return _layout(fig, "Policies side by side: useful hits and sparse losses", 520)
+    return style_figure(fig, "Policies side by side: useful hits and sparse losses", 520)
 
 
 def sweeps(frame: pl.DataFrame) -> go.Figure:
@@ -446,4 +446,4 @@ def sweeps(frame: pl.DataFrame) -> go.Figure:
     fig = go.Figure(traces)
     fig.update_xaxes(title="knob value", type="category")
     fig.update_yaxes(title="useful-hit ratio", tickformat=".0%", rangemode="tozero")
-    return _layout(fig, "Capacity curves: useful hits per knob value (sweeps)", 480)
+    return style_figure(fig, "Capacity curves: useful hits per knob value (sweeps)", 480)

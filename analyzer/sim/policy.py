@@ -1,220 +1,22 @@
-"""Replay policies (SPEC 5): a frozen spec, built from a file or preset plus `--set` overrides.
-
-Every key and value is validated here; a bad one is a ConfigError naming it and listing
-what is allowed, never a silent default.
-"""
+"""Policies the replay can run: a configuration policy (`analyzer.config.policy`) that the
+engine it names has also accepted (`analyzer.sim.dispatch.check_engine`), so a key the engine
+does not model is an error before any request runs."""
 
 from __future__ import annotations
 
-import json
-import tomllib
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any
 
-from analyzer.errors import ConfigError
-from analyzer.sim.options import OPTIONS, resolve
-
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
-GROUPS = ("full_attention", "sliding_window", "mamba")
-ENGINES = (
-    "vllm",
-    "sglang",
-    "marconi",
-    "trtllm",
-    "llamacpp",
-    "suffix_replay",
-    "attention_only",
-    "oracle",
-)
-SPEC_DECODE = ("none", "eagle_lookahead", "eagle_drop")
-ROUTING = ("trace", "round_robin", "session", "prefix_aware")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Policy:
-    """One replay configuration; all sizes in tokens, `num_blocks` in pool blocks."""
-
-    engine: str = "vllm"
-    groups: tuple[str, ...] = ("full_attention", "mamba")
-    block_size: int | None = None
-    prefix_match_unit: int | None = None
-    retention_interval: int | None = 0
-    sliding_window: int | None = None
-    max_num_batched_tokens: int | None = None
-    num_blocks: int | None = None
-    spec_decode: str = "none"
-    replicas: int = 1
-    routing: str = "trace"
-    model: str | None = None
-    options: tuple[tuple[str, Any], ...] = ()  # the engine's options (analyzer/sim/options.py)
-
-    def option(self, key: str) -> Any:
-        """The value of engine option `key` (its default when the policy did not set it)."""
-        for name, value in self.options:
-            if name == key:
-                return value
-        if key in OPTIONS and OPTIONS[key].engine == self.engine:
-            return OPTIONS[key].default
-        raise KeyError(f"engine {self.engine} has no option {key!r}")
-
-    @property
-    def hash_block_tokens(self) -> int:
-        """The prefix match unit in tokens (defaults to the block size)."""
-        return self.prefix_match_unit or self.block_size
-
-    def to_json(self) -> str:
-        """Canonical JSON (sorted keys): stored with every run and part of its identity."""
-        values = asdict(self)
-        values.update(values.pop("options"))  # flat, as the user writes them
-        return json.dumps(values, sort_keys=True, separators=(",", ":"))
-
-
-BASE_KEYS = tuple(f.name for f in fields(Policy) if f.name != "options")
-KEYS = BASE_KEYS + tuple(OPTIONS)
-
-
-def _int_or_none(key: str, value: Any, minimum: int) -> int | None:
-    if value is None:
-        return None
-    if type(value) is not int or value < minimum:
-        raise ConfigError(
-            f"policy key {key!r}: expected an integer >= {minimum} or null, got {value!r}"
-        )
-    return value
-
-
-def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(f"policy key {key!r}: {value!r} is not one of {', '.join(allowed)}")
-    return value
-
-
-def load_model(name: str) -> dict[str, Any]:
-    """A model preset from `schemas/models/<name>.json`."""
-    known = sorted(p.stem for p in (SCHEMAS / "models").glob("*.json"))
-    if name not in known:
-        raise ConfigError(f"unknown model preset {name!r}; known: {', '.join(known)}")
-    return json.loads((SCHEMAS / "models" / f"{name}.json").read_text())
+from analyzer.config.policy import Policy, build_policy, policy_values
+from analyzer.sim.dispatch import check_engine
 
 
 def make_policy(values: dict[str, Any]) -> Policy:
-    """A validated Policy from a dict of SPEC 5 keys (model preset fills block_size)."""
-    unknown = sorted(set(values) - set(KEYS))
-    if unknown:
-        raise ConfigError(f"unknown policy key {unknown[0]!r}; known: {', '.join(KEYS)}")
-    base = {k: v for k, v in values.items() if k not in OPTIONS}
-    v = {**asdict(Policy()), **base}
-    groups = v["groups"]
-    if isinstance(groups, str):
-        groups = [groups]
-    if not isinstance(groups, list | tuple) or not groups:
-        raise ConfigError(f"policy key 'groups': expected a list of {', '.join(GROUPS)}")
-    groups = tuple(_choice("groups", g, GROUPS) for g in groups)
-    if len(set(groups)) != len(groups) or "full_attention" not in groups:
-        raise ConfigError("policy key 'groups': each group once, full_attention included")
-    groups = tuple(g for g in GROUPS if g in groups)  # canonical order: FA first
-    model = load_model(v["model"]) if v["model"] is not None else None
-    block_size = _int_or_none("block_size", v["block_size"], 1)
-    if block_size is None and model is not None:
-        block_size = model["block_size"]
-    if block_size is None:
-        raise ConfigError("policy key 'block_size': required (or give 'model' with a preset)")
-    policy = Policy(
-        engine=_choice("engine", v["engine"], ENGINES),
-        groups=groups,
-        block_size=block_size,
-        prefix_match_unit=_int_or_none("prefix_match_unit", v["prefix_match_unit"], 1),
-        retention_interval=_int_or_none("retention_interval", v["retention_interval"], 0),
-        sliding_window=_int_or_none("sliding_window", v["sliding_window"], 1),
-        max_num_batched_tokens=_int_or_none(
-            "max_num_batched_tokens", v["max_num_batched_tokens"], 1
-        ),
-        num_blocks=_int_or_none("num_blocks", v["num_blocks"], 2),
-        spec_decode=_choice("spec_decode", v["spec_decode"], SPEC_DECODE),
-        replicas=_int_or_none("replicas", v["replicas"], 1) or 1,
-        routing=_choice("routing", v["routing"], ROUTING),
-        model=v["model"],
-        options=resolve(v["engine"], {k: x for k, x in values.items() if k in OPTIONS}),
-    )
-    _check_consistency(policy)
-    from analyzer.sim.replay import check_engine  # engines import this module
-
+    """A validated Policy from a dict of SPEC 5 keys, checked by its engine."""
+    policy = build_policy(values)
     check_engine(policy)
     return policy
 
 
-def _check_consistency(p: Policy) -> None:
-    if p.engine in ("attention_only", "oracle") and p.num_blocks is not None:
-        raise ConfigError(
-            f"policy key 'num_blocks': engine {p.engine} is an unbounded cache; use null"
-        )
-    unit = p.prefix_match_unit
-    if unit is not None and p.block_size % unit:
-        raise ConfigError(
-            f"policy key 'prefix_match_unit': {unit} must divide block_size {p.block_size}"
-        )
-    if unit is not None and unit != p.block_size and p.groups == ("full_attention",):
-        raise ConfigError(
-            "policy key 'prefix_match_unit': a single full-attention group "
-            "matches at its block size only (vLLM rejects other units)"
-        )
-    sparse = [g for g in p.groups if g != "full_attention"]
-    r = p.retention_interval
-    if r and (r % p.block_size or not sparse):
-        raise ConfigError(
-            f"policy key 'retention_interval': {r} must be a multiple of "
-            f"block_size {p.block_size} on a model with a sparse group"
-        )
-    if ("sliding_window" in p.groups) != (p.sliding_window is not None):
-        raise ConfigError(
-            "policy key 'sliding_window': give a window exactly when groups include sliding_window"
-        )
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """`KEY=VALUE` from `--set`: VALUE is JSON (null, 0, [..]) or else a plain string."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key:
-        raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
-    if key not in KEYS:
-        raise ConfigError(f"--set {item!r}: unknown policy key {key!r}; known: {', '.join(KEYS)}")
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw.split(",") if key == "groups" else raw
-    return key, value
-
-
 def load_policy(source: str | None, overrides: list[str] = ()) -> Policy:
     """A policy from a preset name or a JSON/TOML file, then `--set` overrides."""
-    values: dict[str, Any] = {}
-    if source is not None:
-        values = _read_source(source)
-    for item in overrides:
-        key, value = parse_override(item)
-        values[key] = value
-    return make_policy(values)
-
-
-def presets() -> list[str]:
-    return sorted(p.stem for p in (SCHEMAS / "policies").glob("*.json"))
-
-
-def _read_source(source: str) -> dict[str, Any]:
-    path = Path(source)
-    if not path.exists():
-        if source in presets():
-            path = SCHEMAS / "policies" / f"{source}.json"
-        else:
-            raise ConfigError(
-                f"policy {source!r}: no such file or preset; presets: {', '.join(presets())}"
-            )
-    try:
-        text = path.read_text()
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"policy {source}: cannot read ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"policy {source}: expected an object of policy keys")
-    return data
+    return make_policy(policy_values(source, overrides))

@@ -26,13 +26,15 @@ def check_export_path(out: str | Path) -> Path:
     return path
 
 
-def export_table(con: duckdb.DuckDBPyConnection, sql: str, out: str | Path) -> int:
+def export_table(
+    con: duckdb.DuckDBPyConnection, sql: str, out: str | Path, params: dict | None = None
+) -> int:
     """Write the rows of `sql` to `out`; returns the number of rows.
 
     Deterministic: the same rows give the same bytes (no timestamps in the files).
     """
     path = check_export_path(out)
-    table = query_arrow(con, sql)
+    table = query_arrow(con, sql, params)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".parquet":
         pq.write_table(table, path, compression="zstd")

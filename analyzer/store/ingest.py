@@ -17,16 +17,11 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from analyzer.errors import InputFileError
+from analyzer.errors import ConfigError, InputFileError
 from analyzer.store.db import DEFAULT_DB, connect, load_sql
 from analyzer.traces.batches import Batch, Reject, SourceInfo
-from analyzer.traces.readers import (
-    READERS,
-    SOURCE_INFO,
-    CountingReader,
-    detect_format,
-    open_binary,
-)
+from analyzer.traces.io import CountingReader, open_binary
+from analyzer.traces.readers import READERS, SOURCE_INFO, detect_format
 
 Progress = Callable[[int, int], None]  # (bytes read so far, total bytes) of the current file
 
@@ -130,7 +125,6 @@ def ingest(
 
 
 def _check_format(fmt: str) -> None:
-    from analyzer.errors import ConfigError
 
     if fmt != "auto" and fmt not in READERS:
         raise ConfigError(f"unknown format {fmt!r}; known: auto, {', '.join(READERS)}")

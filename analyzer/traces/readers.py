@@ -6,7 +6,6 @@ that cannot be read at all raises InputFileError; a bad record becomes a Reject.
 
 from __future__ import annotations
 
-import gzip
 import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,11 +36,11 @@ from analyzer.traces.batches import (
     fast_rows,
 )
 from analyzer.traces.csv_rows import read_csv
+from analyzer.traces.io import COMPRESSED, CountingReader, open_binary
 from analyzer.traces.jsonlines import decoded_lines, first_json_object, line_bodies
 
 BATCH_BYTES = 8 << 20
 BATCH_ROWS = 8192
-_COMPRESSED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 _SUFFIX_FORMATS = {
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
@@ -58,25 +57,10 @@ ADAPTER_FORMATS += (tracelab.NAME, vllm_log.NAME, sglang_log.NAME)
 _BLANK_START = np.array([10, 13, 32, 9], dtype=np.uint8)  # \n \r space tab
 
 
-class CountingReader(io.RawIOBase):
-    """Counts the bytes read from the underlying file, for progress on compressed input."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self.raw, self.num_bytes = raw, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        n = self.raw.readinto(buffer)
-        self.num_bytes += n or 0
-        return n
-
-
 def detect_format(path: Path) -> str:
     """Format name from the suffix (after .gz/.zst), else from the first bytes."""
     suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] in _COMPRESSED:
+    if suffixes and suffixes[-1] in COMPRESSED:
         suffixes = suffixes[:-1]
     if suffixes and suffixes[-1] in _SUFFIX_FORMATS:
         fmt = _SUFFIX_FORMATS[suffixes[-1]]
@@ -126,19 +110,6 @@ def _log_flavour(path: Path) -> str | None:
     if vllm_log.looks_like(head):
         return vllm_log.NAME
     return sglang_log.NAME if sglang_log.looks_like(head) else None
-
-
-def open_binary(path: Path, counter: CountingReader) -> BinaryIO:
-    """The decompressed byte stream of `path` read through `counter`."""
-    kind = _COMPRESSED.get(path.suffix.lower())
-    buffered = io.BufferedReader(counter, 1 << 20)
-    if kind == "gzip":
-        return gzip.GzipFile(fileobj=buffered, mode="rb")
-    if kind == "zstd":
-        import zstandard  # only needed for .zst input
-
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(buffered), 1 << 20)
-    return buffered
 
 
 def read_jsonl(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> Iterator[Batch]:

@@ -74,7 +74,7 @@ class RecordError(ValueError):
         self.field, self.reason = field, reason
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     if value is None:
         return "null"
     return {
@@ -89,12 +89,12 @@ def _type_name(value: Any) -> str:
 
 def _int_list(name: str, value: Any, lo: int, hi: int) -> list[int]:
     if not isinstance(value, list):
-        raise RecordError(name, f"expected an array of integers, got {_type_name(value)}")
+        raise RecordError(name, f"expected an array of integers, got {type_name(value)}")
     if not value:
         raise RecordError(name, "empty array (a request needs at least one token)")
     for i, v in enumerate(value):
         if type(v) is not int:
-            raise RecordError(f"{name}[{i}]", f"expected an integer, got {_type_name(v)}")
+            raise RecordError(f"{name}[{i}]", f"expected an integer, got {type_name(v)}")
         if not lo <= v < hi:
             raise RecordError(f"{name}[{i}]", f"{v} is outside [{lo}, {_bound(hi)})")
     return value
@@ -106,7 +106,7 @@ def _bound(hi: int) -> str:
 
 def _count(name: str, value: Any, minimum: int) -> int:
     if type(value) is not int:
-        raise RecordError(name, f"expected an integer, got {_type_name(value)}")
+        raise RecordError(name, f"expected an integer, got {type_name(value)}")
     if not minimum <= value < TOKEN_ID_LIMIT:
         raise RecordError(name, f"{value} is outside [{minimum}, 2^31)")
     return value
@@ -114,7 +114,7 @@ def _count(name: str, value: Any, minimum: int) -> int:
 
 def _number(name: str, value: Any) -> float:
     if type(value) not in (int, float):
-        raise RecordError(name, f"expected a number, got {_type_name(value)}")
+        raise RecordError(name, f"expected a number, got {type_name(value)}")
     if not math.isfinite(value):
         raise RecordError(name, f"{value} is not a finite number")
     return float(value)
@@ -148,14 +148,14 @@ def parse_time_text(text: str) -> float:
 
 def _string(name: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise RecordError(name, f"expected a string, got {_type_name(value)}")
+        raise RecordError(name, f"expected a string, got {type_name(value)}")
     return value
 
 
 def validate_record(obj: Any, line_no: int) -> dict[str, Any]:
     """A stored row (keys of ROW_SCHEMA) from one decoded record; raises RecordError."""
     if not isinstance(obj, dict):
-        raise RecordError(None, f"expected a JSON object, got {_type_name(obj)}")
+        raise RecordError(None, f"expected a JSON object, got {type_name(obj)}")
     rec = {k: v for k, v in obj.items() if v is not None}
     if "request_id" not in rec:
         raise RecordError("request_id", "missing (required)")

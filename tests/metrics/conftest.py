@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from analyzer.replay import run_replay
+from analyzer.pipeline.replay import run_replay
 from analyzer.sim.policy import make_policy
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl

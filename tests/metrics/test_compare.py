@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from analyzer.cli import cli
 from analyzer.errors import ConfigError
 from analyzer.metrics.compare import compare, parse_window
-from analyzer.replay import run_replay
+from analyzer.pipeline.replay import run_replay
 from analyzer.sim.policy import make_policy
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl

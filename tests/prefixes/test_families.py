@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import duckdb
 
-from analyzer.prefixes.api import match_prefixes
+from analyzer.pipeline.match import match_prefixes
 from analyzer.prefixes.labels import FAMILY_SOURCE, family_labels
 from analyzer.prefixes.memory import Request
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from analyzer.prefixes.api import compute
+from analyzer.pipeline.match import compute
 from analyzer.prefixes.engine import MatchOptions
 from analyzer.prefixes.hashing import HashParams
 from analyzer.prefixes.memory import MemorySource
@@ -19,8 +19,8 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def cupy_xp():
     pytest.importorskip("cupy")
-    from analyzer.backend import get_xp
     from analyzer.errors import BackendUnavailable
+    from analyzer.prefixes.backend import get_xp
 
     try:
         return get_xp("cupy")

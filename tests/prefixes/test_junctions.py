@@ -6,7 +6,7 @@ import duckdb
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from analyzer.prefixes.api import compute, match_prefixes
+from analyzer.pipeline.match import compute, match_prefixes
 from analyzer.prefixes.engine import MatchOptions
 from analyzer.prefixes.memory import MemorySource, Request
 from analyzer.prefixes.trie import trie_match

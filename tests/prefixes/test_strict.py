@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer.backend import to_numpy
+from analyzer.pipeline.match import compute
 from analyzer.prefixes import arrays, matcher
-from analyzer.prefixes.api import compute
+from analyzer.prefixes.backend import to_numpy
 from analyzer.prefixes.engine import MatchOptions
 from analyzer.prefixes.hashing import HashParams, prefix_keys
 from analyzer.prefixes.memory import MemorySource

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.prefixes.api import match_prefixes
-from analyzer.replay import run_replay
+from analyzer.pipeline.match import match_prefixes
+from analyzer.pipeline.replay import run_replay
 from analyzer.report.data import load_report_data
 from analyzer.report.html import render_report
 from analyzer.sim.policy import make_policy

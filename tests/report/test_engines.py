@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from analyzer.replay import run_replay
+from analyzer.config.engines import ENGINES
+from analyzer.pipeline.replay import run_replay
 from analyzer.report import engines
 from analyzer.report.data import load_report_data
 from analyzer.report.html import FIGURE_IDS, render_report
@@ -38,7 +39,7 @@ def test_section_parts_sum_and_name_the_designs(engines_db, tmp_path):
     text = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert "(g) Engine designs compared" in text and 'href="#engines"' in text
     for engine in ("vllm", "oracle", "attention_only"):
-        assert html.escape(engines.DESIGNS[engine]) in text
+        assert html.escape(ENGINES[engine].design) in text
     data = load_report_data(engines_db)
     overall = data.groups.filter(data.groups["is_overall"]).sort("run_id")
     for row in overall.iter_rows(named=True):

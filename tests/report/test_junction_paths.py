@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from analyzer.prefixes.api import match_prefixes
+from analyzer.pipeline.match import match_prefixes
 from analyzer.prefixes.hashing import HashParams
 from analyzer.report.junction_paths import deepest_junctions
 from analyzer.store.ingest import ingest

@@ -14,10 +14,10 @@ import numpy as np
 from click.testing import CliRunner
 
 from analyzer.cli import cli
-from analyzer.replay import run_replay
+from analyzer.pipeline.replay import run_replay
+from analyzer.sim.dispatch import replay
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
-from analyzer.sim.replay import replay
 from analyzer.store.ingest import ingest
 from tests.conftest import db_rows
 

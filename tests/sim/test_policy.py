@@ -8,8 +8,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from analyzer.config.models import SCHEMAS, load_model
+from analyzer.config.policy import presets
 from analyzer.errors import ConfigError
-from analyzer.sim.policy import SCHEMAS, load_model, load_policy, make_policy, presets
+from analyzer.sim.policy import load_policy, make_policy
 
 SCHEMA = json.loads((SCHEMAS / "policy.schema.json").read_text())
 
@@ -213,8 +215,8 @@ def test_bad_overrides_and_sources(tmp_path):
 
 
 def test_schema_lists_every_engine_and_option():
-    from analyzer.sim.options import OPTIONS
-    from analyzer.sim.policy import ENGINES
+    from analyzer.config.engines import ENGINE_NAMES as ENGINES
+    from analyzer.config.options import OPTIONS
 
     props = json.loads((SCHEMAS / "policy.schema.json").read_text())["properties"]
     assert props["engine"]["enum"] == list(ENGINES)

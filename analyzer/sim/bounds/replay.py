@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
-from analyzer.sim.policy import Policy
+from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.serial import SerialReplay, budget_chunks, empty_result
 from analyzer.sim.records import SimRequest, SimResult, match_result
-from analyzer.sim.serial import SerialReplay, budget_chunks, empty_result
-from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 
 BOUND_ENGINES = ("attention_only", "oracle")
 

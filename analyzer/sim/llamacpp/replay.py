@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
+from analyzer.sim.common.serial import BLOCK_GROUPS, SerialReplay, check_unmodelled, empty_result
 from analyzer.sim.llamacpp.slot import (
     KEEP_SAVE,
     SLOT_SIMILARITY,
@@ -14,10 +16,7 @@ from analyzer.sim.llamacpp.slot import (
     memory_sequence,
     prompt_sequence,
 )
-from analyzer.sim.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult, match_result
-from analyzer.sim.serial import SerialReplay, check_unmodelled, empty_result
-from analyzer.sim.trtllm.replay import BLOCK_GROUPS
 
 
 class LlamacppReplay(SerialReplay):

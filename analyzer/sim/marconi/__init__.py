@@ -1,7 +1,8 @@
 """Engine `marconi`: Marconi (Pan et al., MLSys 2025; reference/hybrid-policies.md section 2),
 replayed serially like the vLLM engine.
 
-Tree: one page-level radix tree (analyzer/sim/tree.py); a page is block_size tokens keyed by its
+Tree: one page-level radix tree (analyzer/sim/common/tree.py); a page is block_size tokens
+keyed by its
 chained block hash. Marconi is token-level; here every depth is whole pages (exact at
 block_size 1).
 

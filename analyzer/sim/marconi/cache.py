@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from analyzer.sim.common.tree import Node, RadixTree
 from analyzer.sim.marconi.flops import CostModel
-from analyzer.sim.tree import Node, RadixTree
 
 
 class MarconiCache:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from analyzer.sim.policy import Policy, load_model
+from analyzer.config.models import load_model
+from analyzer.config.policy import Policy
 
 # Marconi's default model ("NVIDIA 7B hybrid"): 4 attention + 24 SSM + 28 MLP layers.
 D_MODEL = 4096

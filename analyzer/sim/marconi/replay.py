@@ -8,13 +8,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
+from analyzer.config.policy import Policy
+from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.serial import SerialReplay, budget_chunks, check_unmodelled, empty_result
+from analyzer.sim.common.tree import deepest_stored
 from analyzer.sim.marconi.cache import MarconiCache
 from analyzer.sim.marconi.flops import cost_model
-from analyzer.sim.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult, match_result
-from analyzer.sim.serial import SerialReplay, budget_chunks, check_unmodelled, empty_result
-from analyzer.sim.tree import deepest_stored
-from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 
 # marconi_alpha auto: the values tried, Marconi's artifact grid 0, 0.1, ..., 2.0.
 ALPHA_GRID = tuple(i / 10 for i in range(21))

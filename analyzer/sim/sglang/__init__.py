@@ -1,7 +1,8 @@
 """Engine `sglang`: SGLang's radix caches for hybrid models (reference/hybrid-policies.md 1.1,
 1.3), replayed serially like the vLLM engine.
 
-Tree: a page-level radix tree (analyzer/sim/tree.py); a page is block_size tokens keyed by its
+Tree: a page-level radix tree (analyzer/sim/common/tree.py); a page is block_size tokens
+keyed by its
 chained block hash (token-id and hash-id traces alike), split where a match or insert diverges
 inside an edge. Only whole pages are cached (SGLang cuts keys to the page size); the match runs
 over the prompt less its last token.

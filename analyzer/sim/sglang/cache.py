@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from analyzer.sim.tree import Node, RadixTree
+from analyzer.sim.common.tree import Node, RadixTree
 
 
 class MambaRadixCache:

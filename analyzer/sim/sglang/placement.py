@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
-from analyzer.sim.policy import Policy
-from analyzer.sim.serial import check_unmodelled
+from analyzer.sim.common.serial import check_unmodelled
 
 # State slots a running request holds besides the tree's: its live state, plus the two
 # ping-pong track slots of extra_buffer.

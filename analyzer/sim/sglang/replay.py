@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from analyzer.sim.policy import Policy
+from analyzer.config.policy import Policy
+from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.serial import SerialReplay, budget_chunks, empty_result
+from analyzer.sim.common.tree import Node, deepest_stored
 from analyzer.sim.records import SimRequest, SimResult, match_result
-from analyzer.sim.serial import SerialReplay, budget_chunks, empty_result
 from analyzer.sim.sglang.cache import MambaRadixCache
 from analyzer.sim.sglang.placement import (
     RESERVED_SLOTS,
@@ -19,8 +21,6 @@ from analyzer.sim.sglang.placement import (
 )
 from analyzer.sim.sglang.swa import SWAReplay
 from analyzer.sim.sglang.unified import UnifiedReplay
-from analyzer.sim.tree import Node, deepest_stored
-from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 
 
 class SGLangReplay(SerialReplay):

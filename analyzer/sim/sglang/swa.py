@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from analyzer.sim.common.tree import Node
 from analyzer.sim.sglang.cache import MambaRadixCache
-from analyzer.sim.tree import Node
 
 
 class SWARadixCache(MambaRadixCache):
@@ -145,7 +145,7 @@ class SWAReplay:
         node = cache.hit_node(path)
         cache.touch_window(node)
         kept = self._kept(keys, node.end, matched)
-        run = _Window(self, keys, node)
+        run = WindowRun(self, keys, node)
         chunks = run.prefill(prompt)
         error = run.finish(prompt, total) if chunks is not None else run.abort()
         return node.end, kept, matched, chunks or [], error
@@ -165,7 +165,7 @@ class SWAReplay:
         return best
 
 
-class _Window:
+class WindowRun:
     """The running request: its locked node, the depth the tree owns, its position."""
 
     def __init__(self, replay: SWAReplay, keys: list[int], node: Node) -> None:

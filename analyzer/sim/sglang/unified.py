@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 
+from analyzer.sim.common.tree import Node
 from analyzer.sim.sglang.placement import (
     RESERVED_SLOTS,
     Geometry,
@@ -42,8 +43,7 @@ from analyzer.sim.sglang.placement import (
     final_depth,
     track_point,
 )
-from analyzer.sim.sglang.swa import SWARadixCache, SWAReplay, _Window
-from analyzer.sim.tree import Node
+from analyzer.sim.sglang.swa import SWARadixCache, SWAReplay, WindowRun
 
 
 class UnifiedRadixCache(SWARadixCache):
@@ -146,8 +146,8 @@ class UnifiedReplay(SWAReplay):
         return node.end, kept, matched, chunks or [], error
 
 
-class _Unified(_Window):
-    """The running request of the unified cache: _Window plus its state slots and the
+class _Unified(WindowRun):
+    """The running request of the unified cache: WindowRun plus its state slots and the
     depth of its last state (`tracked`)."""
 
     def __init__(self, replay: UnifiedReplay, keys: list[int], node: Node, kv_hit: int) -> None:

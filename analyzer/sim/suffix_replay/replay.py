@@ -7,12 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from analyzer.sim.policy import Policy
+from analyzer.config.policy import Policy
+from analyzer.sim.common.blocks import BlockTree
+from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.serial import (
+    BLOCK_GROUPS,
+    SerialReplay,
+    budget_chunks,
+    check_unmodelled,
+    empty_result,
+)
 from analyzer.sim.records import SimRequest, SimResult, match_result
-from analyzer.sim.serial import SerialReplay, budget_chunks, check_unmodelled, empty_result
-from analyzer.sim.trtllm.blocks import BlockTree
-from analyzer.sim.trtllm.replay import BLOCK_GROUPS
-from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 
 
 class SuffixReplay(SerialReplay):

@@ -7,12 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
-from analyzer.sim.policy import Policy
+from analyzer.sim.common.blocks import BlockTree
+from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.serial import (
+    BLOCK_GROUPS,
+    SerialReplay,
+    budget_chunks,
+    check_unmodelled,
+    empty_result,
+)
 from analyzer.sim.records import SimRequest, SimResult, match_result
-from analyzer.sim.serial import SerialReplay, budget_chunks, check_unmodelled, empty_result
-from analyzer.sim.trtllm.blocks import BlockTree
-from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 
 
 def snapshot_points(prompt: int, block: int, interval: int | None, save_last: bool) -> list[int]:
@@ -39,7 +45,6 @@ def chunk_stops(prompt: int, block: int, interval: int | None, save_last: bool) 
 
 
 # Engines on BlockTree model full attention, optionally with Mamba (no sliding window).
-BLOCK_GROUPS = (("full_attention",), ("full_attention", "mamba"))
 
 
 class TrtllmReplay(SerialReplay):

@@ -1,6 +1,6 @@
 """vLLM 0.33.0's hybrid prefix cache, replayed serially (engine `vllm`)."""
 
-from analyzer.sim.policy import Policy
+from analyzer.config.policy import Policy
 from analyzer.sim.vllm.layout import make_layout
 from analyzer.sim.vllm.replay import VllmReplay, replay
 

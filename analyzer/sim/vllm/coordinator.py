@@ -19,7 +19,7 @@ resident in every copy. Units: tokens.
 
 from __future__ import annotations
 
-from analyzer.sim.policy import GROUPS
+from analyzer.config.policy import GROUPS
 from analyzer.sim.vllm.block_pool import NULL, BlockPool
 from analyzer.sim.vllm.layout import CacheLayout, cdiv
 from analyzer.sim.vllm.mamba import MambaManager

@@ -14,14 +14,14 @@ hashes each group holds, and those follow from the chunk ends alone:
         B=4, prompt 10, hit 0, retention None:  chunk ends 8, 10; decode to 13
         Mamba boundaries: 8 (chunk end), 12 (10 -> slot 2, covered at 12 by decode)
 
-`tests/sim/test_properties.py` checks this against the block-level replay (`VllmReplay` with
+`tests/sim/vllm/test_properties.py` checks this against the block-level replay (`VllmReplay` with
 `fast=False`) on random traces. Units: tokens.
 """
 
 from __future__ import annotations
 
+from analyzer.sim.common.hashing import HashInterner, request_hashes, token_bytes
 from analyzer.sim.records import SimRequest, SimResult
-from analyzer.sim.vllm.hashing import HashInterner, request_hashes, token_bytes
 from analyzer.sim.vllm.layout import CacheLayout, cdiv
 from analyzer.sim.vllm.scheduler import chunk_tokens
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from analyzer.config.policy import GROUPS, Policy
 from analyzer.errors import ConfigError
-from analyzer.sim.policy import GROUPS, Policy
 
 FULL, SWA, MAMBA = GROUPS
 

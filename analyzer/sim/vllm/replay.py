@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from analyzer.sim.policy import Policy
+from analyzer.config.policy import Policy
+from analyzer.sim.common.hashing import HashInterner, request_hashes
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
 from analyzer.sim.vllm.fast import UnboundedReplay, failed, fast_path_applies
-from analyzer.sim.vllm.hashing import HashInterner, request_hashes
 from analyzer.sim.vllm.layout import CacheLayout, make_layout
 from analyzer.sim.vllm.managers import FullAttentionManager, ReqState
 from analyzer.sim.vllm.scheduler import chunk_tokens

@@ -1,6 +1,6 @@
 -- The first $units units of every request's inserted sequence (as
 -- match_partition_sequences.sql defines it), in arrival order: what the driver of a
--- sharded `hpa match` or replay L1/L2 pass matches itself (analyzer/executors/shallow.py).
+-- sharded `hpa match` or replay L1/L2 pass matches itself (analyzer/prefixes/shallow.py).
 -- Token requests: prompt + output (without its last $drop_last tokens) in `tokens`;
 -- hash-id requests: `block_hash_ids`.
 SELECT

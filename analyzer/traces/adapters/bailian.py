@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 from analyzer.traces.adapters import hashchain
 from analyzer.traces.batches import Batch, SourceInfo, exact_batch
 from analyzer.traces.jsonlines import json_line_chunks
-from analyzer.traces.records import KNOWN_FIELDS, RecordError, _type_name
+from analyzer.traces.records import KNOWN_FIELDS, RecordError, type_name
 
 NAME = "bailian"
 BLOCK_SIZE = 16
@@ -100,7 +100,7 @@ class _Lineage:
         if "timestamp" in rec:
             if type(rec["timestamp"]) not in (int, float):
                 return RecordError(
-                    "timestamp", f"expected seconds (a number), got {_type_name(rec['timestamp'])}"
+                    "timestamp", f"expected seconds (a number), got {type_name(rec['timestamp'])}"
                 )
             out["timestamp"] = rec["timestamp"]
         if "type" in rec:
@@ -116,7 +116,7 @@ class _Lineage:
         chat, parent = rec["chat_id"], rec.get("parent_chat_id", ROOT)
         for name, value in (("chat_id", chat), ("parent_chat_id", parent)):
             if type(value) is not int:
-                raise RecordError(name, f"expected an integer, got {_type_name(value)}")
+                raise RecordError(name, f"expected an integer, got {type_name(value)}")
         if chat < 0:
             raise RecordError("chat_id", f"{chat} is negative")
         if parent == chat:

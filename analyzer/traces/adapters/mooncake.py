@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 from analyzer.traces.batches import Batch, SourceInfo, exact_batch
 from analyzer.traces.jsonlines import json_line_chunks
-from analyzer.traces.records import KNOWN_FIELDS, RecordError, _type_name
+from analyzer.traces.records import KNOWN_FIELDS, RecordError, type_name
 
 NAME = "mooncake"
 BLOCK_SIZE = 512
@@ -67,7 +67,7 @@ def _canonical(obj: Any, stem: str, line_no: int) -> Any:
         ms = rec["timestamp"]
         if type(ms) not in (int, float):
             return RecordError(
-                "timestamp", f"expected milliseconds (a number), got {_type_name(ms)}"
+                "timestamp", f"expected milliseconds (a number), got {type_name(ms)}"
             )
         out["timestamp"] = ms / 1000.0
     out["block_hash_ids"] = rec["hash_ids"]

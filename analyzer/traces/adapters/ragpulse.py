@@ -33,8 +33,9 @@ import orjson
 
 from analyzer.errors import InputFileError
 from analyzer.traces.batches import Batch, SourceInfo, exact_batch
+from analyzer.traces.io import CountingReader, open_binary
 from analyzer.traces.jsonlines import json_line_chunks
-from analyzer.traces.records import TOKEN_ID_LIMIT, RecordError, _type_name
+from analyzer.traces.records import TOKEN_ID_LIMIT, RecordError, type_name
 
 NAME = "ragpulse"
 SOURCE = SourceInfo(
@@ -117,7 +118,6 @@ def load_lengths(directory: Path) -> Lengths:
 
 
 def _load_table(directory: Path, stem: str, field: str) -> dict[int, int]:
-    from analyzer.traces.readers import CountingReader, open_binary  # readers imports us
 
     candidates = [directory / f"{stem}.jsonl{s}" for s in ("", ".gz", ".zst")]
     path = next((p for p in candidates if p.is_file()), None)
@@ -191,7 +191,7 @@ def _prompt(
     """Synthetic prompt token ids, and the tokens of each component (plus the residual)."""
     if not isinstance(hash_ids, dict):
         raise RecordError(
-            "hash_ids", f"expected an object of components, got {_type_name(hash_ids)}"
+            "hash_ids", f"expected an object of components, got {type_name(hash_ids)}"
         )
     if type(input_length) is not int or not 0 < input_length < TOKEN_ID_LIMIT:
         raise RecordError("input_length", f"expected a positive integer, got {input_length!r}")
@@ -200,7 +200,7 @@ def _prompt(
     for i, (key, stem, _) in enumerate(COMPONENTS):
         chunks = hash_ids.get(key, [])
         if not isinstance(chunks, list):
-            raise RecordError(f"hash_ids.{key}", f"expected an array, got {_type_name(chunks)}")
+            raise RecordError(f"hash_ids.{key}", f"expected an array, got {type_name(chunks)}")
         start = len(tokens)
         for j, chunk in enumerate(chunks):
             length = lengths[i].get(chunk) if type(chunk) is int else None

@@ -50,7 +50,7 @@ from analyzer.traces.records import (
     ROW_SCHEMA,
     TOKEN_ID_LIMIT,
     RecordError,
-    _type_name,
+    type_name,
 )
 
 NAME = "tracelab"
@@ -110,7 +110,7 @@ def _round(obj: Any, sessions: dict[str, _Session]) -> tuple[dict, np.ndarray] |
     if isinstance(obj, RecordError):
         return obj
     if not isinstance(obj, dict):
-        return RecordError(None, f"expected a JSON object, got {_type_name(obj)}")
+        return RecordError(None, f"expected a JSON object, got {type_name(obj)}")
     rec = {k: v for k, v in obj.items() if v is not None}
     try:
         out = _fields(rec)
@@ -142,7 +142,7 @@ def _fields(rec: dict[str, Any]) -> dict[str, Any]:
             raise RecordError(name, "missing (required in a TraceLab round)")
     sid = rec["session_id"]
     if not isinstance(sid, str) or not sid:
-        raise RecordError("session_id", f"expected a non-empty string, got {_type_name(sid)}")
+        raise RecordError("session_id", f"expected a non-empty string, got {type_name(sid)}")
     total = _count(rec, "input_tokens_total", 1)
     cached = _count(rec, "prefix_tokens", 0)
     if cached > total:
@@ -166,7 +166,7 @@ def _fields(rec: dict[str, Any]) -> dict[str, Any]:
         out["output_tokens"] = _count(rec, "output_tokens", 0)
     if "model" in rec:
         if not isinstance(rec["model"], str):
-            raise RecordError("model", f"expected a string, got {_type_name(rec['model'])}")
+            raise RecordError("model", f"expected a string, got {type_name(rec['model'])}")
         out["model_revision"] = rec["model"]
     timestamp = _first_event_time(rec.get("timing_events"))
     if timestamp is not None:
@@ -177,7 +177,7 @@ def _fields(rec: dict[str, Any]) -> dict[str, Any]:
 def _count(rec: dict[str, Any], name: str, minimum: int) -> int:
     value = rec[name]
     if type(value) is not int:
-        raise RecordError(name, f"expected an integer, got {_type_name(value)}")
+        raise RecordError(name, f"expected an integer, got {type_name(value)}")
     if not minimum <= value < TOKEN_ID_LIMIT:
         raise RecordError(name, f"{value} is outside [{minimum}, 2^31)")
     return value
@@ -197,14 +197,14 @@ def _first_event_time(events: Any) -> float | None:
     if events is None:
         return None
     if not isinstance(events, list):
-        raise RecordError("timing_events", f"expected an array, got {_type_name(events)}")
+        raise RecordError("timing_events", f"expected an array, got {type_name(events)}")
     for i, event in enumerate(events):
         stamp = event.get("timestamp") if isinstance(event, dict) else None
         if stamp is None:
             continue
         field = f"timing_events[{i}].timestamp"
         if not isinstance(stamp, str):
-            raise RecordError(field, f"expected an ISO 8601 string, got {_type_name(stamp)}")
+            raise RecordError(field, f"expected an ISO 8601 string, got {type_name(stamp)}")
         try:
             moment = datetime.fromisoformat(stamp)
         except ValueError:

@@ -41,7 +41,7 @@ from analyzer.errors import InputFileError
 from analyzer.traces.adapters import hashchain
 from analyzer.traces.batches import Batch, SourceInfo, exact_batch
 from analyzer.traces.jsonlines import json_line_chunks
-from analyzer.traces.records import RecordError, _type_name, parse_timestamp
+from analyzer.traces.records import RecordError, parse_timestamp, type_name
 
 NAME = "weka"
 BLOCK_SIZE = 64
@@ -132,7 +132,7 @@ class _Conversation:
     ) -> Any:
         """The canonical record of one request, or a RecordError naming its WEKA path."""
         if not isinstance(req, dict):
-            return RecordError(where, f"expected a JSON object, got {_type_name(req)}")
+            return RecordError(where, f"expected a JSON object, got {type_name(req)}")
         rec = {k: v for k, v in req.items() if v is not None}
         for name in ("hash_ids", "in"):
             if name not in rec:
@@ -175,7 +175,7 @@ class _Conversation:
 
 def _seconds(value: Any, field: str) -> float:
     if type(value) not in (int, float):
-        raise RecordError(field, f"expected seconds (a number), got {_type_name(value)}")
+        raise RecordError(field, f"expected seconds (a number), got {type_name(value)}")
     return float(value)
 
 

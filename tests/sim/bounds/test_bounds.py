@@ -7,9 +7,9 @@ import pytest
 
 from analyzer.errors import ConfigError
 from analyzer.sim.bounds import replay as bound_replay
+from analyzer.sim.dispatch import replay
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
-from analyzer.sim.replay import replay
 from tests.sim.conftest import shared_prefix_requests
 
 

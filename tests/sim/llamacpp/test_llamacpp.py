@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.errors import ConfigError
+from analyzer.sim.dispatch import hit_alignment, replay
 from analyzer.sim.llamacpp import LlamacppReplay
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
-from analyzer.sim.replay import hit_alignment, replay
 from tests.sim.engine_checks import check_end_to_end, check_invariants
 from tests.sim.strategies import traces
 

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.errors import ConfigError
+from analyzer.sim.dispatch import replay
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
-from analyzer.sim.replay import replay
 from analyzer.sim.sglang import SGLangReplay
 from analyzer.sim.sglang.unified import UnifiedRadixCache
 from tests.sim.engine_checks import cat, oracle_matches, req, toks

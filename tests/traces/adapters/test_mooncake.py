@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
-from analyzer.replay import run_replay
+from analyzer.pipeline.replay import run_replay
 from analyzer.sim.policy import make_policy
 from analyzer.store.ingest import ingest
 from analyzer.traces.readers import detect_format

@@ -1,0 +1,173 @@
+"""`hpa demo`: the whole pipeline on the bundled `sample_traces/`.
+
+The realistic `mixed` trace goes into one database: ingest, prefix matching, then a
+replay under several policies (one knob at a time). Each small worked-example trace
+(SPEC 6) goes into its own database, since each is a separate experiment with its own
+ids, and is replayed with the geometry it was made for.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from analyzer.errors import InputFileError
+from analyzer.pipeline.match import MatchSummary, match_prefixes
+from analyzer.pipeline.replay import run_replay
+from analyzer.pipeline.sweep import run_sweeps
+from analyzer.report.html import render_report
+from analyzer.sim.policy import make_policy
+from analyzer.store.ingest import IngestResult, ingest
+from analyzer.store.query import run_query
+
+MAIN_TRACE = "mixed.jsonl.gz"
+MODEL = "qwen3-next-80b-a3b"
+# One knob at a time against the vLLM 0.33 default (retention 0, one chunk per prompt).
+POLICIES = {
+    "vllm default": {},
+    "retention null": {"retention_interval": None},
+    "chunked 2048": {"max_num_batched_tokens": 2048},
+    "chunked 2048 + retention null": {"max_num_batched_tokens": 2048, "retention_interval": None},
+    "pool 2000 blocks": {"num_blocks": 2000},
+    "eagle drop": {"spec_decode": "eagle_drop"},
+    "round robin x2": {"routing": "round_robin", "replicas": 2},
+    # Other engines' designs on the same trace and geometry (SPEC 7), then the ceiling.
+    "sglang no_buffer": {"engine": "sglang"},
+    "sglang extra_buffer": {"engine": "sglang", "sglang_strategy": "extra_buffer"},
+    "marconi": {"engine": "marconi"},
+    "trtllm every block": {"engine": "trtllm", "trtllm_interval": 544},
+    "llama.cpp 1 slot": {"engine": "llamacpp"},
+    "suffix replay 512": {"engine": "suffix_replay"},
+    "oracle bound": {"engine": "oracle"},
+}
+# Capacity: the hybrid pool by replays, and a full-attention-only curve from one pass.
+SWEEPS = (
+    ([f"model={MODEL}"], ["num_blocks=250,500,1000,2000,4000"]),
+    ([f"model={MODEL}", 'groups=["full_attention"]'], ["num_blocks=auto"]),
+)
+CASE_GEOMETRY = {
+    "diagnostic": {"block_size": 544},
+    "groups": {"block_size": 528},
+    "mixed_hash_ids": {"block_size": 64},
+}
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    db_path: Path
+    ingested: IngestResult
+    matched: MatchSummary
+    policies: pa.Table  # one row per policy: totals and ratios
+    cases: pa.Table  # one row per worked-example trace
+    num_sweep_points: int
+    report_path: Path
+
+
+def find_samples(start: Path | None = None) -> Path:
+    """The `sample_traces/` folder in the working directory or above it."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "sample_traces" / MAIN_TRACE).is_file():
+            return folder / "sample_traces"
+    raise InputFileError(
+        f"no sample_traces/{MAIN_TRACE} in {here} or above; run from a clone of the "
+        "project or pass --samples"
+    )
+
+
+def run_demo(
+    out_dir: str | Path,
+    *,
+    samples_dir: str | Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> DemoResult:
+    """Run every stage on the samples into fresh databases under `out_dir` (replaced).
+
+    `progress(stages done, total stages)` is called after each stage."""
+    total = 2 + len(POLICIES) + len(SWEEPS) + 2
+    done = [0]
+
+    def step() -> None:
+        done[0] += 1
+        if progress:
+            progress(done[0], total)
+
+    samples = Path(samples_dir) if samples_dir else find_samples()
+    if not (samples / MAIN_TRACE).is_file():
+        raise InputFileError(f"{samples}: no {MAIN_TRACE} in this folder")
+    out = Path(out_dir)
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "cases").mkdir(parents=True)
+    db_path = out / "demo.duckdb"
+    ingested = ingest([samples / MAIN_TRACE], db_path=db_path)
+    step()
+    matched = match_prefixes(db_path, backend="numpy")
+    step()
+    for overrides in POLICIES.values():
+        run_replay(make_policy({"model": MODEL, **overrides}), db_path=db_path)
+        step()
+    policies = _policy_table(db_path)
+    num_points = 0
+    for overrides, varies in SWEEPS:
+        for sweep in run_sweeps(None, overrides, varies, db_path=db_path):
+            num_points += len(sweep.points)
+        step()
+    report = render_report(db_path, out / "report.html")
+    step()
+    cases = _cases(samples, out / "cases")
+    step()
+    return DemoResult(db_path, ingested, matched, policies, cases, num_points, report.path)
+
+
+def _policy_table(db_path: Path) -> pa.Table:
+    table = run_query(
+        "SELECT run_id, sum(prompt_tokens) AS prompt_tokens, sum(hit_tokens) AS hit_tokens, "
+        "sum(sparse_retention_miss_tokens) AS sparse_retention_miss_tokens, "
+        "sum(lost_eviction_tokens) AS lost_eviction_tokens, "
+        "sum(lost_routing_tokens) AS lost_routing_tokens, "
+        "sum(lost_spec_decode_tokens) AS lost_spec_decode_tokens, "
+        "sum(replay_tokens) AS replay_tokens, "
+        "sum(hit_tokens) / sum(prompt_tokens) AS useful_hit_ratio, "
+        "sum(sparse_retention_miss_tokens) / sum(prompt_tokens) AS sparse_loss_ratio "
+        "FROM replay_requests GROUP BY run_id ORDER BY run_id",
+        db_path=db_path,
+    )
+    return table.drop(["run_id"]).add_column(0, "policy", pa.array(list(POLICIES)))
+
+
+def _cases(samples: Path, folder: Path) -> pa.Table:
+    rows = []
+    for path in sorted(samples.glob("*.jsonl*")):
+        if path.name == MAIN_TRACE:
+            continue
+        name = path.name.split(".")[0]
+        db = folder / f"{name}.duckdb"
+        ingest([path], db_path=db)
+        geometry = next(g for prefix, g in CASE_GEOMETRY.items() if name.startswith(prefix))
+        run_replay(make_policy(geometry), db_path=db)
+        per_request = run_query(
+            "SELECT hit_tokens, sparse_retention_miss_tokens FROM replay_requests "
+            "ORDER BY arrival_seq",
+            db_path=db,
+        ).to_pylist()
+        shown = per_request if len(per_request) <= 4 else per_request[:4]
+        rows.append(
+            {
+                "trace": path.name,
+                "block_size": geometry["block_size"],
+                "num_requests": len(per_request),
+                "hit_tokens": sum(r["hit_tokens"] for r in per_request),
+                "sparse_retention_miss_tokens": sum(
+                    r["sparse_retention_miss_tokens"] for r in per_request
+                ),
+                "first_requests_hit/miss": ", ".join(
+                    f"{r['hit_tokens']}/{r['sparse_retention_miss_tokens']}" for r in shown
+                ),
+            }
+        )
+    return pa.Table.from_pylist(rows)

@@ -1,0 +1,182 @@
+"""`hpa match`: match every request, find the junctions, write the `prefix_matches` and
+`junctions` tables (optionally derived prompt families), export.
+
+In this process (`--executor local`) the matcher reads the requests chunk by chunk; with
+another executor it runs sharded by each request's first K tokens (`analyzer.prefixes.shallow`,
+run by `analyzer.pipeline.sharded`), with identical tables. The figures are defined in
+`analyzer.prefixes.result`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from analyzer.errors import ConfigError
+from analyzer.executors import ExecutorSpec, as_spec
+from analyzer.pipeline.inputs import RequestInput, request_input
+from analyzer.pipeline.sharded import match_sharded
+from analyzer.pipeline.sources import DuckDBSource
+from analyzer.prefixes.backend import backend_name, get_xp
+from analyzer.prefixes.engine import MatchOptions
+from analyzer.prefixes.result import (
+    PrefixResult,
+    compute,
+    match_rows,
+    node_rows,
+    nodes_table,
+    path_rows,
+    to_tokens,
+)
+from analyzer.prefixes.source import RequestMeta
+from analyzer.store.db import connect
+from analyzer.store.export import check_export_path
+from analyzer.store.matches import export_prefix_matches, write_relations
+from analyzer.store.sequences import read_prefixes
+
+DEFAULT_MIN_FAMILY_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class MatchSummary:
+    """What one `hpa match` run did; `lines()` is what the CLI prints."""
+
+    num_requests: int
+    prompt_tokens: int
+    shared_any_tokens: int
+    shared_replica_tokens: int
+    num_junctions: int
+    backend: str
+    match_seconds: float
+    exact_fallbacks: int
+    num_derived: int | None = None
+    num_families: int | None = None
+    out: str | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.prompt_tokens / self.match_seconds if self.match_seconds > 0 else 0.0
+
+    def lines(self) -> list[str]:
+        share = self.shared_any_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        rep = self.shared_replica_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        out = [
+            f"matched {self.num_requests:,} requests ({self.prompt_tokens:,} prompt tokens) "
+            f"in {self.match_seconds:.2f} s: {self.tokens_per_s:,.0f} tokens/s on {self.backend}",
+            f"shared with any earlier request: {share:.1%} of prompt tokens; "
+            f"on the same replica: {rep:.1%}",
+            f"junctions: {self.num_junctions:,}; wrote tables prefix_matches, junctions",
+        ]
+        if self.num_derived is not None:
+            out.append(
+                f"derived prompt families: {self.num_families:,} labels on "
+                f"{self.num_derived:,} requests (source derived:first_junction)"
+            )
+        if self.exact_fallbacks:
+            out.append(f"hash collisions resolved by exact comparison: {self.exact_fallbacks:,}")
+        if self.out:
+            out.append(f"exported prefix_matches to {self.out}")
+        return out
+
+
+def match_prefixes(
+    db_path: str | Path,
+    *,
+    backend: str = "auto",
+    out: str | Path | None = None,
+    derive_families: bool = False,
+    min_family_tokens: int = DEFAULT_MIN_FAMILY_TOKENS,
+    options: MatchOptions | None = None,
+    executor: ExecutorSpec | str | None = None,
+    dataset: str | Path | None = None,
+) -> MatchSummary:
+    """Run the prefix matcher on the requests at `db_path` (or of a Parquet `dataset`,
+    see `analyzer.store.dataset`) and write its tables to `db_path`.
+
+    `executor` (local, processes, ray; see analyzer.executors) runs the matcher sharded by
+    each request's first K tokens (`ExecutorSpec.shard_tokens`), with identical tables.
+
+    Raises:
+        ConfigError: unknown backend, executor or `out` suffix.
+        BackendUnavailable: `backend='cupy'` cannot be used here, or ray is not installed.
+        StoreError: no database, no requests, or requests without arrival order.
+        WorkerError: a partition failed (named in the message).
+    """
+    if out is not None:
+        check_export_path(out)
+    spec = as_spec(executor)
+    source = request_input(db_path, dataset)
+    if source.is_dataset and derive_families:
+        raise ConfigError(
+            "--derive-families writes requests.prompt_family, which a --dataset cannot hold; "
+            "ingest the trace with `hpa ingest` to derive families"
+        )
+    if not spec.is_local and backend == "cupy":
+        raise ConfigError("--backend cupy runs in one process; use it with --executor local")
+    xp = get_xp(backend) if spec.is_local else np
+    options = options or MatchOptions()
+    con = source.connect()
+    try:
+        started = time.perf_counter()
+        sequences = DuckDBSource(con)
+        meta = sequences.meta
+        if spec.is_local:
+            result = compute(sequences, xp=xp, options=options)
+            relations = _relations(meta, result, node_rows(sequences, result))
+            name = backend_name(xp)
+        else:
+            con, result = _sharded(con, source, meta, spec, options)
+            relations = _relations(
+                meta, result, nodes_table(meta, result.junctions, result.junction_ids)
+            )
+            name = f"{backend_name(xp)}, {result.num_partitions} partitions on executor {spec.name}"
+        seconds = time.perf_counter() - started
+        derived = write_relations(con, relations, derive_families, min_family_tokens)
+        if out is not None:
+            export_prefix_matches(con, out)
+    finally:
+        con.close()
+    return match_summary(meta, result, name, seconds, derived, out)
+
+
+def _sharded(con, source: RequestInput, meta: RequestMeta, spec: ExecutorSpec, options):
+    """(connection, merged result): the driver reads the first K units, workers read and
+    match their partitions; the store's connection is closed while workers read it."""
+    prefixes = read_prefixes(con, spec.shard_tokens)
+    if not source.is_dataset:
+        con.close()  # workers open the store read-only
+    result = match_sharded(meta, prefixes, source.workers, spec, options, options.progress)
+    if not source.is_dataset:
+        con = connect(source.db_path, create=False)
+    return con, result
+
+
+def _relations(meta: RequestMeta, result, nodes) -> dict:
+    return {
+        "match_rows": match_rows(meta, result.arrays),
+        "match_junction_nodes": nodes,
+        "match_junction_paths": path_rows(meta, result),
+    }
+
+
+def match_summary(
+    meta: RequestMeta, result: PrefixResult, backend: str, seconds: float, derived, out
+) -> MatchSummary:
+    """What the CLI prints of one match: totals in tokens, junctions, families, timing."""
+    arrays = result.arrays
+    return MatchSummary(
+        num_requests=meta.n,
+        prompt_tokens=int(meta.prompt_tokens.sum()),
+        shared_any_tokens=int(to_tokens(arrays.shared_any, meta).sum()),
+        shared_replica_tokens=int(to_tokens(arrays.shared_replica, meta).sum()),
+        num_junctions=int(result.junctions.owner.size),
+        backend=backend,
+        match_seconds=seconds,
+        exact_fallbacks=arrays.exact_fallbacks,
+        num_derived=derived[0] if derived else None,
+        num_families=derived[1] if derived else None,
+        out=str(out) if out is not None else None,
+    )

@@ -1,0 +1,101 @@
+"""The replay's cache partitions on an executor.
+
+Routing is one ordered pass over the trace and stays on the driver; after it, every
+(model revision, replica) partition replays its own cache in arrival order, independent of
+the others. A partition's per-request results come back as an Arrow table (SimResult's
+fields as columns) and the driver puts them back in arrival order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from analyzer.executors import ExecutorSpec, Progress, map_partitions
+from analyzer.pipeline.trace import Trace
+from analyzer.sim.records import SimResult
+
+
+@dataclass(frozen=True)
+class ReplayShared:
+    """What every partition's replay reads (put once in Ray's object store)."""
+
+    trace: Trace
+    policy: Any
+    namespaces: list
+    replayer: Any
+    num_groups: dict | None
+
+
+def replay_partition(shared: ReplayShared, item: list[list[int]]) -> pa.Table:
+    """Worker: replay the (model revision, replica) partitions of `item` (lists of request
+    indices); one row per request, in the item's order."""
+    return results_table(replay_item(shared, item))
+
+
+def replay_item(shared: ReplayShared, item: list[list[int]]) -> list[SimResult]:
+    """The SimResults of `item`'s partitions, in the item's order (one read of a dataset for
+    all of the item's rows)."""
+    ns = shared.namespaces
+    rows, local = shared.trace.partition([i for indices in item for i in indices])
+    out: list[SimResult] = []
+    start = 0
+    for indices in item:
+        at = local[start : start + len(indices)]
+        start += len(indices)
+        requests = [rows.sim_request(k, ns[i]) for k, i in zip(at, indices, strict=True)]
+        out.extend(shared.replayer(requests, shared.policy, num_groups=shared.num_groups))
+    return out
+
+
+def results_table(results: list[SimResult]) -> pa.Table:
+    columns = {name: [getattr(r, name) for r in results] for name in SimResult._fields}
+    columns["chunks"] = pa.array(columns["chunks"], pa.list_(pa.int64()))
+    columns["error"] = pa.array(columns["error"], pa.string())
+    columns["note"] = pa.array(columns["note"], pa.string())
+    return pa.table(columns)
+
+
+def results_from_table(table: pa.Table) -> list[SimResult]:
+    columns = [table.column(name).to_pylist() for name in SimResult._fields]
+    chunks = SimResult._fields.index("chunks")
+    columns[chunks] = [tuple(c) for c in columns[chunks]]
+    return [SimResult(*row) for row in zip(*columns, strict=True)]
+
+
+def replay_partitions(
+    spec: ExecutorSpec,
+    shared: ReplayShared,
+    members: dict[tuple, list[int]],
+    progress: Progress | None = None,
+) -> list[SimResult | None]:
+    """Per request (arrival order): its SimResult, every partition run on `spec`.
+
+    One task per partition; for a dataset, bins of partitions (about 2 per worker, at least
+    8), because each task scans the dataset once for its rows.
+    `progress(tasks done, number of tasks)` is called as each one finishes."""
+    keys = list(members)
+    bins = shared.trace.replay_bins([len(members[k]) for k in keys], spec)
+    items = [[members[keys[k]] for k in b] for b in bins]
+    labels = [_label(keys, members, b, len(keys)) for b in bins]
+    # In this process the results need no Arrow round trip (nor do stateful replayers).
+    fn = replay_item if spec.is_local else replay_partition
+    parts = map_partitions(spec, fn, items, labels=labels, shared=shared, progress=progress)
+    results: list[SimResult | None] = [None] * shared.trace.n
+    for item, part in zip(items, parts, strict=True):
+        replayed = part if spec.is_local else results_from_table(part)
+        indices = [i for idx in item for i in idx]
+        for i, result in zip(indices, replayed, strict=True):
+            results[i] = result
+    return results
+
+
+def _label(keys: list[tuple], members: dict, chosen: list[int], total: int) -> str:
+    names = ", ".join(
+        f"{k + 1}/{total} (model revision {keys[k][0]!r}, replica {keys[k][1]!r}, "
+        f"{len(members[keys[k]]):,} requests)"
+        for k in chosen
+    )
+    return f"replay partition{'s' if len(chosen) > 1 else ''} {names}"

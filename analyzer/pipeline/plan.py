@@ -1,0 +1,360 @@
+"""`hpa plan`: the cheapest cache settings that reach a target useful hit ratio on this trace.
+
+Every figure is measured by replaying the stored trace (nothing is stored as a run). The
+search is deliberately small:
+
+1. Ceilings, from two unbounded replays: the model's groups with retention null (every sparse
+   state kept) and full attention only (the `attention_only` bound: no sparse group can veto a
+   hit, nothing is evicted). The shared-prefix ceiling is sum(matchable_tokens) / queries
+   of the latter (what any cache could reuse at this alignment). A target above the
+   attention-only bound is unreachable by any setting searched here; the answer says so.
+2. Candidate settings, each first replayed unbounded: retention interval {0, null} x match
+   unit {block size, block size / 4 when the model has a Mamba group} x placement {the
+   trace's replicas with its routing, the same replicas with prefix-aware routing, one
+   replica holding them all}. Those whose unbounded ratio misses the target are dropped.
+3. For each remaining candidate, the smallest pool (num_blocks per replica) reaching the target:
+   doubling from the smallest pool that fits every request, then bisection to within 5%
+   (about 10 replays). With --memory-budget the pool never exceeds the budget.
+
+Cost = cache occupancy: replicas x num_blocks x bytes_per_block (GiB) when the model preset
+gives bytes_per_block, else replicas x num_blocks (blocks). Candidates are printed cheapest
+first.
+
+With a Parquet dataset and a non-local executor this process holds only the per-request
+scalars (DatasetTrace: families, replicas, prompt lengths); the two ceiling replays and every
+setting's search are tasks whose workers read the whole trace from the dataset, once each
+(sweep/dataset.py). The answer is the store's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analyzer.config.memory import parse_size, pool_gib
+from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
+from analyzer.config.policy import Policy
+from analyzer.errors import ConfigError
+from analyzer.executors import LOCAL, ExecutorSpec, as_spec, map_partitions
+from analyzer.pipeline.replay import replay_rows
+from analyzer.pipeline.sweep_dataset import run_tasks
+from analyzer.pipeline.sweep_points import rows_from_table
+from analyzer.pipeline.trace import DatasetTrace, dataset_trace, load_trace
+from analyzer.sim.policy import make_policy
+from analyzer.store.db import DEFAULT_DB, connect
+
+
+@dataclass
+class Candidate:
+    retention_interval: int | None
+    prefix_match_unit: int | None
+    replicas: int
+    routing: str
+    num_blocks: int | None
+    useful_hit_ratio: float
+    memory_gib: float | None  # per replica
+    cost: float  # GiB (or blocks when the preset has no bytes_per_block)
+
+
+@dataclass
+class PlanResult:
+    target: float
+    attention_only_bound: float
+    shared_prefix_ceiling: float
+    unbounded_ratio: float  # the model's groups, retention null, unbounded
+    reachable: bool
+    candidates: list[Candidate]
+    cost_unit: str
+    replays: int
+    message: str
+
+
+class _Evaluator:
+    def __init__(self, trace, family: str | None, progress=None, executor=LOCAL) -> None:
+        self.trace = trace
+        self.replays = 0
+        self.progress = progress
+        self.executor = executor
+        fam = trace.columns["prompt_family"]
+        self.mask = None
+        if family is not None:
+            self.mask = np.asarray([f == family for f in fam])
+            if not self.mask.any():
+                known = sorted({f for f in fam if f is not None})
+                raise ConfigError(
+                    f"--family {family!r}: no such prompt family; known: {', '.join(known)}"
+                )
+
+    def rows(self, policy: Policy) -> dict:
+        rows = replay_rows(self.trace, policy, executor=self.executor)
+        self.replays += 1
+        if self.progress:
+            self.progress(self.replays)
+        return rows
+
+    def rows_of(self, policies: list[Policy]) -> list[dict]:
+        """Each policy's rows. A dataset's (DatasetTrace): every replay a task on the executor,
+        its worker reading the whole trace from the dataset."""
+        if not isinstance(self.trace, DatasetTrace):
+            return [self.rows(p) for p in policies]
+        before = self.replays
+
+        def tick(done: int, total: int) -> None:
+            self.replays = before + done
+            if self.progress:
+                self.progress(self.replays)
+
+        labels = [f"plan ceiling replay {p.to_json()}" for p in policies]
+        parts = run_tasks(self.executor, self.trace.dataset, policies, labels, tick)
+        self.replays = before + len(policies)
+        return [rows_from_table(table) for table, _ in parts]
+
+    def _sum(self, rows: dict, name: str) -> int:
+        values = np.asarray(rows[name], dtype=np.int64)
+        return int(values[self.mask].sum() if self.mask is not None else values.sum())
+
+    def ratio(self, rows: dict, name: str = "hit_tokens") -> float:
+        q = self._sum(rows, "prompt_tokens")
+        ok = np.asarray([e is None for e in rows["error"]])
+        if not (ok if self.mask is None else ok[self.mask]).all():
+            return -1.0  # some request could not be scheduled: this pool is too small
+        return self._sum(rows, name) / q if q else 0.0
+
+
+def plan(
+    target: float,
+    *,
+    model: str | None = None,
+    memory_budget: str | None = None,
+    family: str | None = None,
+    db_path: str | Path = DEFAULT_DB,
+    progress: Callable[[int], None] | None = None,
+    executor: ExecutorSpec | str | None = None,
+    dataset: str | Path | None = None,
+) -> PlanResult:
+    """Search the settings that reach `target` (useful hit ratio); see the module doc.
+
+    `progress(replays so far)` is called after each replay of the search (with a non-local
+    `executor`: after each candidate setting). With a non-local executor the ceiling
+    replays run their partitions on it, and the candidate settings are the partitions,
+    each searched whole by one worker; the answer is the same as the local search.
+    `dataset`: read the requests from a Parquet dataset instead of the store (see the
+    module doc; with `local` this process reads it whole, once)."""
+    spec = as_spec(executor)
+    if not 0.0 < target <= 1.0:
+        raise ConfigError(f"--target-useful-hit-ratio {target}: expected a number in (0, 1]")
+    preset = load_model(model) if model is not None else None
+    budget = parse_size(memory_budget) if memory_budget is not None else None
+    per_block = preset.get("bytes_per_block") if preset else None
+    if budget is not None and per_block is None:
+        raise ConfigError(
+            "--memory-budget needs a --model preset with bytes_per_block"
+            + (f" ({model} has none)" if model else "")
+        )
+    geometry = preset or load_model(DEFAULT_GEOMETRY_MODEL)  # groups and block, never bytes
+    groups = list(geometry["groups"])
+    block = geometry["block_size"]
+    trace = _load(db_path, dataset, spec)
+    ev = _Evaluator(trace, family, progress, spec)
+    num_trace_replicas = len({r for r in trace.columns["replica"] if r is not None}) or 1
+
+    base = {"groups": groups, "block_size": block, "model": model}
+    attention, dense_rows = ev.rows_of(
+        [
+            make_policy({**base, "groups": ["full_attention"], "retention_interval": None}),
+            make_policy({**base, "retention_interval": None}),
+        ]
+    )
+    bound = ev.ratio(attention)
+    ceiling = ev.ratio(attention, "matchable_tokens")
+    dense = ev.ratio(dense_rows)
+    cost_unit = "GiB" if per_block else "blocks"
+    if target > bound:
+        msg = (
+            f"unreachable: target {target:.3f} is above the attention-only bound {bound:.3f} "
+            f"(an unbounded full-attention-only cache; the model's groups with every sparse "
+            f"state kept reach {dense:.3f}); the shared-prefix ceiling is {ceiling:.3f} "
+            f"(matchable tokens / queries). No pool size, retention or match unit can "
+            f"reuse more than the trace shares."
+        )
+        return PlanResult(target, bound, ceiling, dense, False, [], cost_unit, ev.replays, msg)
+
+    placements = [(num_trace_replicas, "trace")]
+    if num_trace_replicas > 1:
+        placements += [(num_trace_replicas, "prefix_aware"), (1, "round_robin")]
+    units: list[int | None] = [None]
+    if "mamba" in groups and "sliding_window" not in groups and block % 4 == 0:
+        units.append(block // 4)
+    retentions: list[int | None] = [0, None] if len(groups) > 1 else [None]
+    settings = [
+        make_policy(
+            {
+                **base,
+                "retention_interval": ret,
+                "prefix_match_unit": unit,
+                "replicas": replicas,
+                "routing": routing,
+            }
+        )
+        for ret in retentions
+        for unit in units
+        for replicas, routing in placements
+    ]
+    if isinstance(trace, DatasetTrace):  # each setting's worker reads the dataset
+        search = _Search(None, family, target, budget, per_block, trace.dataset)
+    else:
+        search = _Search(trace, family, target, budget, per_block)
+    evaluated = None if spec.is_local else _evaluate_all(spec, search, settings, progress)
+    candidates: list[Candidate] = []
+    pruned = 0
+    for k, policy in enumerate(settings):
+        floor = (
+            policy.replicas
+            * _min_pool(policy, trace)
+            * (pool_gib(1, per_block) if per_block else 1)
+        )
+        if candidates and floor > min(c.cost for c in candidates):
+            pruned += 1  # even its smallest pool costs more than a found candidate
+            continue
+        found, replays = evaluated[k] if evaluated else _search_one(search, policy, ev)
+        ev.replays += replays if evaluated else 0
+        if found is None:
+            continue
+        num_blocks, ratio = found
+        mem = pool_gib(num_blocks, per_block) if per_block else None
+        cost = policy.replicas * (mem if mem is not None else num_blocks)
+        candidates.append(
+            Candidate(
+                policy.retention_interval,
+                policy.prefix_match_unit,
+                policy.replicas,
+                policy.routing,
+                num_blocks,
+                ratio,
+                mem,
+                cost,
+            )
+        )
+    candidates.sort(key=lambda c: (c.cost, -c.useful_hit_ratio))
+    note = f" ({pruned} settings skipped: dearer than that at any pool size)" if pruned else ""
+    if candidates:
+        best = candidates[0]
+        msg = (
+            f"cheapest: retention_interval={_j(best.retention_interval)} "
+            f"prefix_match_unit={_j(best.prefix_match_unit)} replicas={best.replicas} "
+            f"routing={best.routing} num_blocks={best.num_blocks} -> useful hit ratio "
+            f"{best.useful_hit_ratio:.3f} for {best.cost:,.2f} {cost_unit} of cache{note}"
+        )
+    else:
+        msg = (
+            f"unreachable within the search: no candidate reaches {target:.3f}"
+            + (f" within the memory budget {memory_budget}" if budget is not None else "")
+            + f" (attention-only bound {bound:.3f}, shared-prefix ceiling {ceiling:.3f}, "
+            f"model groups with every state kept {dense:.3f})"
+        )
+    return PlanResult(
+        target, bound, ceiling, dense, bool(candidates), candidates, cost_unit, ev.replays, msg
+    )
+
+
+def _load(db_path, dataset, spec: ExecutorSpec) -> Any:
+    """The trace: the store's, loaded whole; or a dataset's, whole with a local executor,
+    else only its per-request scalars (DatasetTrace; workers read the rest)."""
+    if dataset is not None:
+        return dataset_trace(str(Path(dataset).resolve()), whole=spec.is_local)
+    con = connect(db_path, create=False)
+    try:
+        return load_trace(con)
+    finally:
+        con.close()
+
+
+@dataclass(frozen=True)
+class _Search:
+    """What one candidate setting's search needs (shipped to a worker once). `dataset`: the
+    worker reads the trace from it (`trace` is then None)."""
+
+    trace: object
+    family: str | None
+    target: float
+    budget: int | None
+    per_block: int | None
+    dataset: str | None = None
+
+
+def _search_one(search: _Search, policy: Policy, ev: _Evaluator):
+    """((num_blocks, ratio) or None, replays): the unbounded check, then the smallest pool."""
+    before = ev.replays
+    if ev.ratio(ev.rows(policy)) < search.target:
+        return None, ev.replays - before
+    found = _smallest_pool(ev, policy, search.target, search.budget, search.per_block, search.trace)
+    return found, ev.replays - before
+
+
+def _search_worker(search: _Search, policy: Policy):
+    if search.dataset is not None:  # read once per setting, by its worker
+        search = replace(search, trace=dataset_trace(search.dataset, whole=True), dataset=None)
+    return _search_one(search, policy, _Evaluator(search.trace, search.family))
+
+
+def _evaluate_all(spec: ExecutorSpec, search: _Search, settings: list[Policy], progress):
+    """Every setting searched on `spec` (the local search skips some; see `plan`)."""
+    labels = [
+        f"plan setting retention_interval={_j(p.retention_interval)} prefix_match_unit="
+        f"{_j(p.prefix_match_unit)} replicas={p.replicas} routing={p.routing}"
+        for p in settings
+    ]
+    tick = (lambda done, total: progress(done)) if progress else None
+    return map_partitions(
+        spec,
+        _search_worker,
+        settings,
+        labels=labels,
+        shared=search,
+        progress=tick,
+        in_worker=search.dataset is not None,
+    )
+
+
+def _j(value) -> str:
+    return "null" if value is None else str(value)
+
+
+def _min_pool(policy: Policy, trace) -> int:
+    """A pool no smaller than this can hold the longest prompt in every group (search start)."""
+    if policy.model:
+        groups = sum(load_model(policy.model)["num_groups"].get(g, 1) for g in policy.groups)
+    else:
+        groups = len(policy.groups)
+    longest = max(int(p) for p in trace.columns["prompt_tokens"])
+    return max(2, groups * (-(-longest // policy.block_size) + 2))
+
+
+def _smallest_pool(ev: _Evaluator, policy: Policy, target, budget, per_block, trace):
+    """(num_blocks, ratio): the smallest pool per replica reaching `target`, within 5%."""
+    lo = _min_pool(policy, trace)
+    cap = budget // per_block if budget is not None else None
+    if cap is not None and cap < lo:
+        return None
+
+    def measure(n: int) -> float:
+        return ev.ratio(ev.rows(replace(policy, num_blocks=n)))
+
+    low, hi, r_hi = lo - 1, lo, measure(lo)
+    while r_hi < target:
+        if (cap is not None and hi >= cap) or hi > 2**24:
+            return None
+        low, hi = hi, min(hi * 2, cap) if cap is not None else hi * 2
+        r_hi = measure(hi)
+    while hi - low > max(1, hi // 20):
+        mid = (low + hi) // 2
+        r = measure(mid)
+        if r >= target:
+            hi, r_hi = mid, r
+        else:
+            low = mid
+    return hi, r_hi

@@ -1,0 +1,178 @@
+"""`hpa replay`: route, match, replay each (model revision, replica) partition, account.
+
+Stages: requests (`pipeline.inputs`, `pipeline.trace`) -> routing (sim.routing) -> shared
+prefixes L1/L2 (`pipeline.shared_prefixes`) -> the cache replay per partition (sim, on an
+executor: `pipeline.partitions`) -> the waterfall (metrics) -> tables (store.runs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from analyzer.config.models import load_model
+from analyzer.config.policy import Policy
+from analyzer.executors import LOCAL, ExecutorSpec, as_spec
+from analyzer.metrics.waterfall import build_levels
+from analyzer.pipeline.inputs import RequestInput, request_input
+from analyzer.pipeline.partitions import ReplayShared, replay_partitions
+from analyzer.pipeline.shared_prefixes import shared_prefixes
+from analyzer.pipeline.trace import Trace, load_trace, read_dataset_trace
+from analyzer.sim.dispatch import hit_alignment, replay
+from analyzer.sim.routing import route
+from analyzer.store.db import DEFAULT_DB
+from analyzer.store.runs import ReplayOutcome, check_measure_from, store_run
+
+
+def run_replay(
+    policy: Policy,
+    *,
+    db_path: str | Path = DEFAULT_DB,
+    out: str | Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    measure_from: float = 0.0,
+    executor: ExecutorSpec | str | None = None,
+    dataset: str | Path | None = None,
+) -> ReplayOutcome:
+    """Replay the stored trace under `policy`; store and return the run.
+
+    `progress(partitions done, total)` is called after each (revision, replica) partition.
+    `executor` (analyzer.executors) runs the partitions and the L1/L2 matcher shards;
+    tables are identical for every executor. `dataset`: read the requests from a Parquet
+    dataset (analyzer.store.dataset) instead of the store's `requests` table; the driver
+    then holds no token ids (a DatasetTrace) and workers read their partitions' rows.
+    `measure_from` (0 <= f < 1): warm-up exclusion. Every request replays, but only those
+    with arrival index >= floor(f * n) are `measured` (replay_requests.measured) and counted
+    in replay_summary and in replay_runs' prompt/hit totals.
+
+    Raises:
+        StoreError: no database or no requests. ConfigError: a policy the trace cannot
+            be replayed under (e.g. a match unit finer than a hash-id trace's blocks).
+    """
+    check_measure_from(measure_from)
+    spec = as_spec(executor)
+    source = request_input(db_path, dataset)
+    con = source.connect()
+    try:
+        trace = driver_trace(con, source)
+        started = time.perf_counter()
+        rows = replay_rows(trace, policy, progress=progress, executor=spec)
+        seconds = time.perf_counter() - started
+        return store_run(
+            con,
+            policy,
+            rows,
+            seconds,
+            trace.n,
+            out=out,
+            measure_from=measure_from,
+            fingerprint=source.fingerprint,
+        )
+    finally:
+        con.close()
+
+
+def driver_trace(con, source: RequestInput) -> Trace:
+    """The trace the replay's driver holds for `source` on its open connection: the store's
+    requests loaded whole, or a dataset's scalar columns (workers read the token ids)."""
+    if source.is_dataset:
+        return read_dataset_trace(con, source.dataset)
+    return load_trace(con)
+
+
+def namespaces(trace: Trace) -> list[tuple]:
+    c = trace.columns
+    return [
+        (bs, salt, lora)
+        for bs, salt, lora in zip(c["block_size"], c["cache_salt"], c["lora_name"], strict=True)
+    ]
+
+
+def routed_partitions(trace: Trace, policy: Policy) -> tuple[list, list[str], list[tuple]]:
+    """Per request: its cache namespace, its routed replica, and its (model revision,
+    replica) partition, the unit that replays on its own."""
+    c = trace.columns
+    ns = namespaces(trace)
+    replicas = route(
+        policy.routing,
+        policy.replicas,
+        trace_replicas=c["replica"],
+        conversation_ids=c["conversation_id"],
+        sequences=trace.prompts,
+        namespaces=ns,
+        unit_tokens=policy.hash_block_tokens,
+    )
+    partitions = list(zip(c["model_revision"], replicas, strict=True))
+    return ns, replicas, partitions
+
+
+def replay_rows(
+    trace: Trace, policy: Policy, replayer=None, progress=None, executor=None
+) -> dict[str, np.ndarray | list]:
+    """Per-request rows of one replay. `replayer(requests, policy, num_groups)` replaces the
+    cache replay of one partition (default `sim.replay.replay`; the sweep's one-pass curve).
+    `executor` runs the partitions (default: in this process)."""
+    c = trace.columns
+    spec = as_spec(executor)
+    ns, replicas, partitions = routed_partitions(trace, policy)
+    shared_any, shared_replica = shared_prefixes(trace, ns, partitions, spec)
+    results = _replay_partitions(
+        trace, policy, ns, partitions, replayer or replay, progress, executor=spec
+    )
+    prompt_tokens = np.asarray(c["prompt_tokens"], dtype=np.int64)
+    levels = build_levels(
+        prompt_tokens=prompt_tokens,
+        shared_any_tokens=shared_any,
+        shared_replica_tokens=shared_replica,
+        align_tokens=hit_alignment(policy),
+        attention_match_tokens=[r.attention_match_tokens for r in results],
+        sparse_retention_miss_tokens=[r.sparse_retention_miss_tokens for r in results],
+        hit_tokens=[r.hit_tokens for r in results],
+    )
+    rows = {
+        "arrival_seq": c["arrival_seq"],
+        "request_id": c["request_id"],
+        "prompt_family": c["prompt_family"],
+        "model_revision": c["model_revision"],
+        "replica": replicas,
+        "timestamp_s": c["timestamp_s"],
+        "prompt_tokens": prompt_tokens,
+        "shared_any_tokens": levels.shared_any_tokens,
+        "shared_replica_tokens": levels.shared_replica_tokens,
+        "matchable_tokens": levels.matchable_tokens,
+        "attention_match_tokens": levels.attention_match_tokens,
+    }
+    for name in (
+        "sparse_retention_miss_never_kept_tokens",
+        "sparse_retention_miss_evicted_tokens",
+        "junction_tokens",
+    ):
+        rows[name] = np.asarray([getattr(r, name) for r in results], dtype=np.int64)
+    rows["replay_tokens"] = np.asarray([r.replay_tokens for r in results], dtype=np.int64)
+    rows["error"] = [r.error for r in results]
+    rows["note"] = [r.note for r in results]
+    rows.update(levels.causes())
+    rows["fresh_prefill_tokens"] = prompt_tokens - levels.hit_tokens
+    return rows
+
+
+def _replay_partitions(
+    trace: Trace, policy: Policy, ns, partitions, replayer=replay, progress=None, executor=LOCAL
+) -> list:
+    """Per request: its SimResult; the (revision, replica) partitions run on `executor`."""
+    members: dict[tuple, list[int]] = {}
+    for i, key in enumerate(partitions):
+        members.setdefault(key, []).append(i)
+    shared = ReplayShared(trace, policy, ns, replayer, num_groups(policy))
+    return replay_partitions(executor, shared, members, progress)
+
+
+def num_groups(policy: Policy) -> dict[str, int] | None:
+    """KV-cache groups per type from the model preset (they share the pool's blocks)."""
+    if policy.model is None:
+        return None
+    preset = load_model(policy.model)["num_groups"]
+    return {group: preset.get(group, 1) for group in policy.groups}

@@ -1,0 +1,42 @@
+"""The replay's L1/L2: each request's longest prefix shared with any earlier request of
+its cache namespace (L1), and with one of the same model revision and replica (L2).
+
+An earlier request offers the tokens whose KV it computed: its prompt and its output but
+the last output token, which is sampled and never fed back (so never cached). The trace
+matches itself (`Trace.shared_units`): in one pass here, or sharded by each request's
+first K tokens on a non-local executor (`analyzer.prefixes.shallow`), with identical answers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyzer.executors import LOCAL, ExecutorSpec
+from analyzer.pipeline.trace import Trace
+from analyzer.prefixes.engine import MatchArrays
+
+
+def shared_prefixes(
+    trace: Trace, ns: list[tuple], partitions: list[tuple], spec: ExecutorSpec = LOCAL
+) -> tuple[np.ndarray, np.ndarray]:
+    """(L1, L2) in tokens per request (arrival order); `ns`: cache namespaces,
+    `partitions`: (model revision, replica) per request."""
+    ns_any = _dense(ns)
+    ns_replica = _dense([(a, b) for a, b in zip(ns, partitions, strict=True)])
+    return _to_tokens(trace.shared_units(ns_any, ns_replica, spec), trace)
+
+
+def _to_tokens(found: MatchArrays, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Matched units -> tokens (hash-id blocks x block size, capped at the prompt)."""
+    block = np.asarray([b or 0 for b in trace.columns["block_size"]], dtype=np.int64)
+    prompt_tokens = np.asarray(trace.columns["prompt_tokens"], dtype=np.int64)
+    unit = np.where(block > 0, block, 1)
+    return (
+        np.minimum(found.shared_any * unit, prompt_tokens),
+        np.minimum(found.shared_replica * unit, prompt_tokens),
+    )
+
+
+def _dense(keys: list) -> np.ndarray:
+    ids: dict = {}
+    return np.asarray([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)

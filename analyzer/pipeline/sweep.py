@@ -1,0 +1,148 @@
+"""`hpa sweep`: move one policy knob at a time (or a grid), one stored replay run per point.
+
+    sweeps = run_sweeps("vllm-default", ["model=qwen3.5-4b"], ["num_blocks=500,1000"], db_path=..)
+
+Every point is a normal run (replay_runs / replay_requests / replay_summary) plus a row of
+`sweep_points`. Points are replayed in worker processes (`jobs`) from the trace loaded once,
+then stored in value order, so run ids and results do not depend on `jobs`. With a Parquet
+dataset and a non-local executor, this process loads none of the trace: every task's worker
+reads it from the dataset itself (pipeline/sweep_dataset.py), and the tables are the same.
+
+A `num_blocks` sweep of an LRU full-attention-only policy (see `one_pass_applies`) is not
+replayed point by point: one stack-distance pass (stack_distance.py, one_pass.py) gives
+every capacity, and a point where that pass is not provably exact falls back to its own
+replay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from analyzer.config.policy import policy_values
+from analyzer.errors import ConfigError
+from analyzer.executors import ExecutorSpec, as_spec, map_partitions
+from analyzer.pipeline.inputs import request_input
+from analyzer.pipeline.one_pass import (
+    OnePass,
+    auto_capacities,
+    one_pass_applies,
+    one_pass_points,
+    uses_one_pass,
+)
+from analyzer.pipeline.sweep_dataset import dataset_sweeps
+from analyzer.pipeline.sweep_points import (
+    SweepOutcome,
+    parse_vary,
+    point_rows,
+    point_table,
+    rows_from_table,
+    store_sweep,
+    sweep_points,
+)
+from analyzer.pipeline.trace import dataset_trace, load_trace
+from analyzer.sim.policy import make_policy
+from analyzer.store.db import DEFAULT_DB
+
+# -- running ---------------------------------------------------------------------------------
+
+
+def run_sweeps(
+    policy_source: str | None,
+    overrides: list[str],
+    varies: list[str],
+    *,
+    grid: bool = False,
+    jobs: int = 2,
+    db_path: str | Path = DEFAULT_DB,
+    progress: Callable[[int, int], None] | None = None,
+    executor: ExecutorSpec | str | None = None,
+    dataset: str | Path | None = None,
+) -> list[SweepOutcome]:
+    """Replay every point, store runs and sweep tables, return the sweeps in order.
+
+    Points (configurations) are the partitions: they run on `executor` (default
+    `processes` with `jobs` workers; a name gets `jobs` as its workers); results are
+    stored in value order by this process, so run ids never depend on the executor.
+    `progress(done, total)` is called after each point (for a progress bar).
+    `dataset`: read the requests from a Parquet dataset (analyzer.store.dataset), the
+    runs still stored in `db_path` (created when missing). With a non-local executor each
+    task's worker reads the trace from it, once (see sweep/dataset.py); with `local` this
+    process reads it whole, once.
+    """
+    if not varies:
+        raise ConfigError("give at least one --vary KEY=V1,V2,...")
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: expected an integer >= 1")
+    spec = as_spec(executor or "processes", workers=jobs)
+    parsed = [parse_vary(v) for v in varies]
+    if grid and any(vals == ["auto"] for _, vals in parsed):
+        raise ConfigError("--vary num_blocks=auto cannot be part of a --grid")
+    base = policy_values(policy_source, overrides)
+    base_policy = make_policy(base)
+    if any(vals == ["auto"] for _, vals in parsed) and not one_pass_applies(base_policy):
+        raise ConfigError(
+            "--vary num_blocks=auto needs an LRU full-attention-only policy "
+            "(groups [full_attention], spec_decode none, no "
+            "max_num_batched_tokens); give explicit values instead"
+        )
+    source = request_input(db_path, dataset)
+    fingerprint = source.fingerprint
+    con = source.connect()
+    try:
+        if source.is_dataset and not spec.is_local:
+            path = source.dataset
+            return dataset_sweeps(con, fingerprint, path, spec, base, parsed, grid, progress)
+        trace = dataset_trace(source.dataset, whole=True) if source.is_dataset else load_trace(con)
+        one = OnePass()
+        resolved = []
+        for key, vals in parsed:
+            if vals == ["auto"]:
+                vals = auto_capacities(trace, base_policy, one)
+            resolved.append((key, vals))
+        sweeps = sweep_points(base, resolved, grid)
+        # Validate every point before replaying anything (a bad value is one line, no runs).
+        policies = [[(label, make_policy(vals)) for label, vals in pts] for _, pts in sweeps]
+        outcomes = []
+        total = sum(len(points) for points in policies)
+        done = [0]
+
+        def tick() -> None:
+            done[0] += 1
+            if progress:
+                progress(done[0], total)
+
+        for (knob, _), points in zip(sweeps, policies, strict=True):
+            started = time.perf_counter()
+            if uses_one_pass(knob, [p for _, p in points]):
+                computed = one_pass_points(trace, [p for _, p in points], one, tick)
+            else:
+                computed = [(r, s, False) for r, s in _run_points(trace, points, spec, tick, knob)]
+            outcome = store_sweep(con, base_policy, knob, points, computed, fingerprint)
+            outcome.seconds = time.perf_counter() - started
+            outcomes.append(outcome)
+        return outcomes
+    finally:
+        con.close()
+
+
+def _run_points(trace, points, spec: ExecutorSpec, tick, knob: str) -> list[tuple[dict, float]]:
+    """Every point's (rows, seconds), in value order, run on `spec`."""
+    labels = [f"sweep point {knob}={label}" for label, _ in points]
+    policies = [p for _, p in points]
+    done = [0]
+
+    def progress(n: int, total: int) -> None:
+        while done[0] < n:
+            done[0] += 1
+            tick()
+
+    if spec.is_local:
+        return map_partitions(
+            spec, point_rows, policies, labels=labels, shared=trace, progress=progress
+        )
+    parts = map_partitions(
+        spec, point_table, policies, labels=labels, shared=trace, progress=progress
+    )
+    return [(rows_from_table(table), seconds) for table, seconds in parts]

@@ -1,0 +1,155 @@
+"""Sweeps and plans over a Parquet dataset on a non-local executor: the driver holds none
+of the trace's token ids.
+
+    outcomes = dataset_sweeps(con, fingerprint, "/data/trace", spec, base, parsed, grid, None)
+
+Every task's worker reads the whole trace from the dataset itself, once per task
+(`pipeline.trace.dataset_trace`), and replays whole configurations in its own process:
+one sweep point (a replay); a whole `num_blocks` sweep of an LRU full-attention-only
+policy from one stack-distance pass, as the store's path computes it on its driver
+(`num_blocks=auto` chooses its capacities from that same curve, in the same worker); or
+one plan setting's search (plan.py). The driver stores the rows in the store path's order,
+so the tables are the store path's; only `replay_runs.trace_fingerprint` says where the
+trace came from (`dataset:` + the files' names and sizes, as `hpa replay --dataset`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from analyzer.config.policy import Policy
+from analyzer.executors import ExecutorSpec, map_partitions
+from analyzer.pipeline.one_pass import OnePass, auto_capacities, one_pass_points, uses_one_pass
+from analyzer.pipeline.sweep_points import (
+    SweepOutcome,
+    point_table,
+    rows_from_table,
+    rows_table,
+    store_sweep,
+    sweep_points,
+)
+from analyzer.pipeline.trace import dataset_trace
+from analyzer.sim.policy import make_policy
+from analyzer.store.sequences import check_requests
+
+
+@dataclass(frozen=True)
+class CurveSweep:
+    """A num_blocks sweep given by one stack-distance pass: its points' policies, or None
+    (`num_blocks=auto`: the capacities chosen from the curve) with the base policy values."""
+
+    base: dict[str, Any]
+    policies: tuple[Policy, ...] | None = None
+
+
+def run_task(dataset: str, task: Policy | CurveSweep):
+    """Worker: the trace read once, then one point -> (rows table, seconds), or a one-pass
+    sweep -> (its num_blocks values, [(rows table, seconds, from the curve), ...])."""
+    trace = dataset_trace(dataset, whole=True)
+    if isinstance(task, Policy):
+        return point_table(trace, task)
+    one = OnePass()
+    if task.policies is None:
+        values = auto_capacities(trace, make_policy(task.base), one)
+        policies = [p for _, p in _auto_points(task.base, values)]
+    else:
+        values, policies = [p.num_blocks for p in task.policies], list(task.policies)
+    computed = one_pass_points(trace, policies, one)
+    return values, [(rows_table(rows), seconds, exact) for rows, seconds, exact in computed]
+
+
+def run_tasks(
+    spec: ExecutorSpec, dataset: str, tasks: list, labels: list[str], progress=None
+) -> list:
+    """Every task on `spec`, each in a worker process (`local`: in this one)."""
+    return map_partitions(
+        spec, run_task, tasks, labels=labels, shared=dataset, progress=progress, in_worker=True
+    )
+
+
+def _auto_points(base: dict[str, Any], values: list[int]) -> list[tuple[str, Policy]]:
+    """An auto sweep's (label, policy) per capacity, built as the store path builds them."""
+    ((_, points),) = sweep_points(base, [("num_blocks", values)], False)
+    return [(label, make_policy(vals)) for label, vals in points]
+
+
+def dataset_sweeps(
+    con,
+    fingerprint: str,
+    dataset: str,
+    spec: ExecutorSpec,
+    base: dict[str, Any],
+    parsed: list[tuple[str, list]],
+    grid: bool,
+    progress: Callable[[int, int], None] | None,
+) -> list[SweepOutcome]:
+    """`run_sweeps` for a dataset on a non-local executor. Every known point is validated
+    first; the auto sweeps' tasks run first (their curves fix the number of points), then
+    every other task at once; nothing is stored until all are back, then each sweep in
+    order (sweep and run ids as the store path's)."""
+    check_requests(con)  # the driver's check, as `hpa replay --dataset` does
+    auto = [False] if grid else [vals == ["auto"] for _, vals in parsed]
+    known = [(key, [] if vals == ["auto"] else vals) for key, vals in parsed]
+    planned = sweep_points(base, known, grid)
+    knobs = [knob for knob, _ in planned]
+    sweeps = [[(label, make_policy(vals)) for label, vals in pts] for _, pts in planned]
+    computed: list = [None] * len(sweeps)
+    _run_auto(spec, dataset, base, [i for i, a in enumerate(auto) if a], sweeps, computed)
+    _run_rest(spec, dataset, knobs, sweeps, computed, progress)
+    outcomes = []
+    base_policy = make_policy(base)
+    for knob, points, results in zip(knobs, sweeps, computed, strict=True):
+        started = time.perf_counter()
+        outcome = store_sweep(con, base_policy, knob, points, results, fingerprint)
+        outcome.seconds = sum(s for _, s, _ in results) + time.perf_counter() - started
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _run_auto(spec, dataset, base, chosen: list[int], sweeps: list, computed: list) -> None:
+    """The `num_blocks=auto` sweeps, one task each: fills in their points and results."""
+    if not chosen:
+        return
+    labels = ["sweep num_blocks=auto: one stack-distance pass" for _ in chosen]
+    tasks = [CurveSweep(base) for _ in chosen]
+    for i, (values, results) in zip(chosen, run_tasks(spec, dataset, tasks, labels), strict=True):
+        sweeps[i] = _auto_points(base, values)
+        computed[i] = [(rows_from_table(t), s, exact) for t, s, exact in results]
+
+
+def _run_rest(spec, dataset, knobs, sweeps, computed, progress) -> None:
+    """Every other sweep: a one-pass num_blocks sweep is one task, else one per point."""
+    tasks, labels, owners = [], [], []
+    for i, (knob, points) in enumerate(zip(knobs, sweeps, strict=True)):
+        if computed[i] is not None:
+            continue
+        policies = tuple(p for _, p in points)
+        if uses_one_pass(knob, list(policies)):
+            tasks.append(CurveSweep({}, policies))
+            labels.append(f"sweep {knob}: one stack-distance pass ({len(points)} points)")
+            owners.append((i, None))
+            continue
+        for k, (label, policy) in enumerate(points):
+            tasks.append(policy)
+            labels.append(f"sweep point {knob}={label}")
+            owners.append((i, k))
+    total = sum(len(points) for points in sweeps)
+    ready = total - sum(len(sweeps[i]) for i in {i for i, _ in owners})
+    if progress and ready:
+        progress(ready, total)
+
+    def tick(done: int, count: int) -> None:  # points, in proportion to the tasks back
+        if progress:
+            progress(ready + (total - ready) * done // count, total)
+
+    for i, _ in owners:
+        computed[i] = [None] * len(sweeps[i])
+    for (i, k), result in zip(owners, run_tasks(spec, dataset, tasks, labels, tick), strict=True):
+        if k is None:
+            computed[i] = [(rows_from_table(t), s, exact) for t, s, exact in result[1]]
+        else:
+            table, seconds = result
+            computed[i][k] = (rows_from_table(table), seconds, False)

@@ -1,0 +1,187 @@
+"""What a sweep is made of, shared by the store path (`pipeline.sweep`) and the dataset path
+(`pipeline.sweep_dataset`): `--vary` parsing, the points of one knob or a grid, one point's
+replay (here or in a worker, as an Arrow table) and the sweep's stored rows."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from analyzer.config.memory import policy_pool_gib
+from analyzer.config.policy import KEYS, Policy
+from analyzer.errors import ConfigError
+from analyzer.pipeline.replay import replay_rows
+from analyzer.store.runs import store_run
+from analyzer.store.sweeps import insert_sweep, insert_sweep_point
+
+
+@dataclass
+class SweepPoint:
+    knob: str
+    value: str
+    run_id: int
+    prompt_tokens: int
+    hit_tokens: int
+    sparse_retention_miss_tokens: int
+    useful_hit_ratio: float | None
+    sparse_loss_ratio: float | None
+    memory_gib: float | None
+    one_pass: bool  # hits from the stack-distance pass (False: its own replay)
+
+
+@dataclass
+class SweepOutcome:
+    sweep_id: int
+    knob: str
+    base_policy: Policy
+    points: list[SweepPoint] = field(default_factory=list)
+    seconds: float = 0.0  # wall time (dataset on a non-local executor: its tasks' seconds)
+
+
+# -- parsing --------------------------------------------------------------------------------
+
+
+def _split_top(raw: str) -> list[str]:
+    """Split on commas outside brackets: `[full_attention,mamba],[full_attention]`."""
+    parts, depth, cur = [], 0, ""
+    for ch in raw:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return parts
+
+
+def _value(key: str, raw: str) -> Any:
+    raw = raw.strip()
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        if raw.startswith("[") and raw.endswith("]"):
+            return [v.strip() for v in raw[1:-1].split(",") if v.strip()]
+        return raw
+
+
+def parse_vary(item: str) -> tuple[str, list[Any]]:
+    """`KEY=V1,V2,...` -> (key, values); `num_blocks=auto` -> (num_blocks, ["auto"])."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key or not raw.strip():
+        raise ConfigError(f"--vary {item!r}: expected KEY=V1,V2,...")
+    if key not in KEYS:
+        raise ConfigError(f"--vary {item!r}: unknown policy key {key!r}; known: {', '.join(KEYS)}")
+    parts = _split_top(raw)
+    if any(not p.strip() for p in parts):
+        raise ConfigError(f"--vary {item!r}: empty value in the list")
+    if key == "num_blocks" and [p.strip() for p in parts] == ["auto"]:
+        return key, ["auto"]
+    values = [_value(key, p) for p in parts]
+    labels = [json.dumps(v) for v in values]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"--vary {item!r}: a value is repeated")
+    return key, values
+
+
+def _label(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+def point_rows(trace, policy: Policy) -> tuple[dict, float]:
+    started = time.perf_counter()
+    rows = replay_rows(trace, policy)
+    return rows, time.perf_counter() - started
+
+
+def point_table(trace, policy: Policy) -> tuple[pa.Table, float]:
+    """Worker (processes, ray): one point's rows as an Arrow table, and its seconds."""
+    rows, seconds = point_rows(trace, policy)
+    return rows_table(rows), seconds
+
+
+def rows_table(rows: dict) -> pa.Table:
+    """A replay's rows as an Arrow table (what a worker sends back)."""
+    return pa.table({k: pa.array(v) for k, v in rows.items()})
+
+
+def rows_from_table(table: pa.Table) -> dict:
+    return {
+        name: col.to_numpy()
+        if col.null_count == 0 and pa.types.is_integer(col.type)
+        else col.to_pylist()
+        for name, col in zip(table.column_names, table.columns, strict=True)
+    }
+
+
+def sweep_points(
+    base: dict[str, Any], varies: list[tuple[str, list[Any]]], grid: bool
+) -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+    """[(knob, [(value label, policy values), ...]), ...]: one sweep per --vary, or a grid."""
+    if grid:
+        keys = [k for k, _ in varies]
+        if len(set(keys)) != len(keys):
+            raise ConfigError("--grid: each key may be varied once")
+        points = []
+        for combo in itertools.product(*(vals for _, vals in varies)):
+            label = ",".join(f"{k}={_label(v)}" for k, v in zip(keys, combo, strict=True))
+            points.append((label, {**base, **dict(zip(keys, combo, strict=True))}))
+        return [("x".join(keys), points)]
+    return [(k, [(_label(v), {**base, k: v}) for v in vals]) for k, vals in varies]
+
+
+def store_sweep(
+    con, base_policy: Policy, knob: str, points, computed, fingerprint: str | None = None
+) -> SweepOutcome:
+    """Store one sweep's runs (in value order) and its rows of `sweeps` / `sweep_points`.
+    `fingerprint`: the runs' trace_fingerprint (None: the store's, from `sources`)."""
+    sweep_id = insert_sweep(con, base_policy.to_json(), knob)
+    outcome = SweepOutcome(sweep_id, knob, base_policy)
+    for (label, policy), (rows, seconds, from_curve) in zip(points, computed, strict=True):
+        run = store_run(
+            con, policy, rows, seconds, len(rows["request_id"]), fingerprint=fingerprint
+        )
+        prompt = int(np.sum(rows["prompt_tokens"]))
+        hit = int(np.sum(rows["hit_tokens"]))
+        sparse = int(np.sum(rows["sparse_retention_miss_tokens"]))
+        point = SweepPoint(
+            knob,
+            label,
+            run.run_id,
+            prompt,
+            hit,
+            sparse,
+            hit / prompt if prompt else None,
+            sparse / prompt if prompt else None,
+            policy_pool_gib(policy.model, policy.num_blocks),
+            from_curve,
+        )
+        insert_sweep_point(
+            con,
+            [
+                sweep_id,
+                knob,
+                label,
+                point.run_id,
+                prompt,
+                hit,
+                sparse,
+                point.useful_hit_ratio,
+                point.sparse_loss_ratio,
+                point.memory_gib,
+            ],
+        )
+        outcome.points.append(point)
+    return outcome

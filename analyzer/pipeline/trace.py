@@ -1,0 +1,318 @@
+"""The trace a replay driver holds, behind one interface with two implementations:
+
+- `LoadedTrace`: every column and every request's token ids in memory (the store's
+  `requests`, or a dataset read whole by a worker or a local run);
+- `DatasetTrace`: a Parquet dataset's scalar columns only; workers read the token ids of
+  their own rows (`partition`), and the L1/L2 matcher reads each shard's rows itself.
+
+Both give `n`, `columns` (name -> list, arrival order), `prompts` (token ids, or block hash
+ids for hash-id requests), `shared_units(ns_any, ns_replica, spec)` (the replay's L1/L2 in
+match units, see `analyzer.pipeline.shared_prefixes`), `replay_bins(sizes, spec)` (how the
+replay's partitions are grouped into tasks) and `partition(indices)` (a LoadedTrace of those
+rows and their local indices).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from analyzer.errors import StoreError
+from analyzer.executors import ExecutorSpec, map_partitions
+from analyzer.pipeline.arrays import pack_arrays, unpack_arrays
+from analyzer.pipeline.sharded import shared_units
+from analyzer.prefixes.engine import MatchOptions, run_matcher
+from analyzer.prefixes.memory import MemorySource
+from analyzer.prefixes.shallow import ShallowTask
+from analyzer.prefixes.sharding import answers_only, merged_answers, sharded_items
+from analyzer.prefixes.source import PartitionSource, RequestMeta, lists_to_flat
+from analyzer.sim.records import SimRequest
+from analyzer.store.dataset import open_dataset, read_rows, register_requests
+from analyzer.store.db import load_sql, query_arrow, require_tables
+from analyzer.store.sequences import TraceInput, check_requests, read_prefixes, read_sequences
+
+TOKEN_COLUMNS = ("prompt_token_ids", "block_hash_ids", "output_token_ids")
+
+
+@dataclass
+class LoadedTrace:
+    """The requests as columns (arrival order) plus per-request token arrays."""
+
+    columns: dict[str, list]
+    prompts: list[np.ndarray]  # token ids, or block hash ids for hash-id requests
+    outputs: list[np.ndarray | None]
+
+    @property
+    def n(self) -> int:
+        return len(self.prompts)
+
+    def __getstate__(self) -> dict:  # for workers: a few flat buffers, not an object a row
+        return {
+            "columns": self.columns,
+            "prompts": pack_arrays(self.prompts),
+            "outputs": pack_arrays(self.outputs),
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        self.columns = state["columns"]
+        self.prompts = unpack_arrays(state["prompts"])
+        self.outputs = unpack_arrays(state["outputs"])
+
+    def sim_request(self, i: int, namespace: tuple) -> SimRequest:
+        """Request `i` as the replay reads it, in cache namespace `namespace`."""
+        c = self.columns
+        if c["block_size"][i] is not None:
+            return SimRequest(
+                request_id=c["request_id"][i],
+                block_hash_ids=self.prompts[i],
+                trace_block_size=c["block_size"][i],
+                prompt_tokens=c["prompt_tokens"][i],
+                output_tokens=c["output_tokens"][i] or 0,
+                namespace=namespace,
+            )
+        return SimRequest(
+            request_id=c["request_id"][i],
+            prompt_token_ids=self.prompts[i],
+            output_token_ids=self.outputs[i],
+            output_tokens=c["output_tokens"][i] or 0,
+            namespace=namespace,
+        )
+
+    def partition(self, indices: list[int]) -> tuple[LoadedTrace, list[int]]:
+        return self, indices
+
+    def replay_bins(self, sizes: list[int], spec: ExecutorSpec) -> list[list[int]]:
+        """One task per partition: the rows are in memory already."""
+        return [[k] for k in range(len(sizes))]
+
+    def shared_units(self, ns_any: np.ndarray, ns_replica: np.ndarray, spec: ExecutorSpec):
+        """L1/L2 in units (MatchArrays): one pass here, or sharded on `spec`."""
+        meta, flat, offsets = self.inserted(ns_any, ns_replica)
+        if spec.is_local:
+            return run_matcher(MemorySource(meta, flat, offsets), xp=np, options=MatchOptions())
+        return shared_units(meta, flat, offsets, spec)  # identical answers
+
+    def inserted(self, ns_any: np.ndarray, ns_replica: np.ndarray):
+        """(meta, flat, offsets) of the sequences whose KV each request leaves behind: its
+        prompt and its output but the last token, which is sampled and never fed back."""
+        lens_q = np.asarray([len(p) for p in self.prompts], dtype=np.int64)
+        inserted = [
+            p
+            if self.columns["block_size"][i] is not None or self.outputs[i] is None
+            else np.concatenate([p, self.outputs[i][:-1]])
+            for i, p in enumerate(self.prompts)
+        ]
+        lens_i = np.asarray([len(s) for s in inserted], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lens_i)]).astype(np.int64)
+        flat = np.concatenate(inserted).astype(np.int64) if inserted else np.zeros(0, np.int64)
+        meta = _meta(self.columns, ns_any, ns_replica, lens_q, lens_i)
+        return meta, flat, offsets
+
+
+def _meta(columns: dict, ns_any, ns_replica, query_len, insert_len) -> RequestMeta:
+    n = len(columns["request_id"])
+    return RequestMeta(
+        ns_any=ns_any,
+        ns_replica=ns_replica,
+        ns_conversation=np.full(n, -1, dtype=np.int64),
+        query_len=query_len,
+        insert_len=insert_len,
+        block_size=np.asarray([b or 0 for b in columns["block_size"]], dtype=np.int64),
+        prompt_tokens=np.asarray(columns["prompt_tokens"], dtype=np.int64),
+    )
+
+
+def load_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
+    """The stored requests of an open connection, loaded once (for sweeps over policies)."""
+    require_tables(con, "requests")
+    trace = read_trace(con)
+    if trace.n == 0:
+        raise StoreError("no requests in the database; run `hpa ingest FILE` first")
+    return trace
+
+
+def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
+    """Every row of `requests` on `con`, unchecked."""
+    table = query_arrow(con, load_sql("replay_load"))
+    columns = {
+        name: table.column(name).to_pylist()
+        for name in table.column_names
+        if name not in TOKEN_COLUMNS
+    }
+    prompts = _arrays(table.column("prompt_token_ids"), table.column("block_hash_ids"))
+    outputs = _arrays(table.column("output_token_ids"), None)
+    return LoadedTrace(columns, prompts, outputs)
+
+
+def _arrays(primary: pa.ChunkedArray, fallback: pa.ChunkedArray | None) -> list:
+    """One numpy array (or None) per row from list columns, without per-token Python."""
+    out = []
+    for i, chunk in enumerate(primary.chunks):
+        other = fallback.chunks[i] if fallback is not None else None
+        out.extend(_chunk_arrays(chunk, other))
+    return out
+
+
+def _chunk_arrays(chunk: pa.ListArray, other: pa.ListArray | None) -> list:
+    values = chunk.values.to_numpy(zero_copy_only=False)
+    offsets = chunk.offsets.to_numpy()
+    valid = chunk.is_valid().to_numpy(zero_copy_only=False)
+    if other is not None:
+        o_values = other.values.to_numpy(zero_copy_only=False)
+        o_offsets = other.offsets.to_numpy()
+    result = []
+    for i in range(len(chunk)):
+        if valid[i]:
+            result.append(values[offsets[i] : offsets[i + 1]])
+        elif other is not None and other[i].is_valid:
+            result.append(o_values[o_offsets[i] : o_offsets[i + 1]])
+        else:
+            result.append(None)
+    return result
+
+
+# -- a Parquet dataset: the driver holds scalar columns, workers read their token ids --------
+
+
+@dataclass
+class DatasetTrace:
+    """A dataset trace as the replay's driver holds it: every column but the token ids
+    (`columns`, as LoadedTrace's) and lengths in units; workers read the token ids of their
+    partitions. `prompts` streams them in arrival order (only prefix-aware routing asks)."""
+
+    columns: dict[str, list]
+    dataset: str
+    query_len: np.ndarray
+    insert_len: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.columns["request_id"])
+
+    @property
+    def prompts(self) -> StreamedPrompts:
+        return StreamedPrompts(self.dataset)
+
+    def partition(self, indices: list[int]) -> tuple[LoadedTrace, list[int]]:
+        """Worker: a LoadedTrace of the rows `indices` (one read of the dataset) and where
+        each of them is in it."""
+        wanted = sorted(indices)
+        where = {i: k for k, i in enumerate(wanted)}
+        seqs = np.asarray([self.columns["arrival_seq"][i] for i in wanted], dtype=np.int64)
+        con = duckdb.connect()
+        try:
+            register_requests(con, read_rows(self.dataset, seqs))
+            rows = read_trace(con)
+        finally:
+            con.close()
+        return rows, [where[i] for i in indices]
+
+    def replay_bins(self, sizes: list[int], spec: ExecutorSpec) -> list[list[int]]:
+        """Bins of partitions (about 2 per worker, at least 8): each task scans the dataset
+        once for its rows."""
+        return lpt_bins(sizes, max(8, 2 * spec.num_workers()))
+
+    def shared_units(self, ns_any: np.ndarray, ns_replica: np.ndarray, spec: ExecutorSpec):
+        """L1/L2 in units (MatchArrays): the shallow pass over each request's first K units
+        (read by the driver) and the groups' shards, on `spec`, each shard's worker reading
+        its own rows (see analyzer.prefixes.shallow)."""
+        meta = _meta(self.columns, ns_any, ns_replica, self.query_len, self.insert_len)
+        prefixes = dataset_prefixes(self.dataset, spec.shard_tokens)
+        limit, items, labels = sharded_items(
+            meta,
+            prefixes,
+            MatchOptions(),
+            shard_tokens=spec.shard_tokens,
+            num_workers=spec.num_workers(),
+            junctions=False,
+        )
+        source = TraceInput(dataset=self.dataset)
+        found = map_partitions(spec, _dataset_match, items, labels=labels, shared=source)
+        return merged_answers(self.n, limit, found)
+
+
+class StreamedPrompts:
+    """Iterates every prompt of a dataset in arrival order, a batch in memory at a time."""
+
+    def __init__(self, dataset: str) -> None:
+        self.dataset = dataset
+
+    def __iter__(self):
+        con = duckdb.connect()
+        try:
+            register_requests(con, open_dataset(self.dataset))
+            reader = con.sql(load_sql("replay_stream_prompts")).to_arrow_reader(8192)
+            for batch in reader:
+                flat, offsets = lists_to_flat(batch.column(0))
+                for k in range(batch.num_rows):
+                    yield flat[offsets[k] : offsets[k + 1]]
+        finally:
+            con.close()
+
+
+def read_dataset_trace(con: duckdb.DuckDBPyConnection, dataset: str) -> DatasetTrace:
+    """The driver's part of the dataset registered as `requests` on `con`."""
+    check_requests(con)
+    table = query_arrow(con, load_sql("replay_load_scalars"))
+    arrays = {}
+    for name in ("query_len", "insert_len"):
+        arrays[name] = table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
+        table = table.drop_columns([name])
+    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    return DatasetTrace(columns, dataset, arrays["query_len"], arrays["insert_len"])
+
+
+def dataset_trace(dataset: str, *, whole: bool) -> LoadedTrace | DatasetTrace:
+    """A dataset's trace, checked as the replay's driver checks it (requests present, dense
+    arrival order). `whole`: every column, token ids included (a LoadedTrace: what a sweep
+    point's or plan setting's worker reads once, or a local run); else the driver's scalars
+    (a DatasetTrace)."""
+    con = duckdb.connect()
+    try:
+        register_requests(con, open_dataset(dataset))
+        if not whole:
+            return read_dataset_trace(con, dataset)
+        check_requests(con)
+        return read_trace(con)
+    finally:
+        con.close()
+
+
+def dataset_prefixes(dataset: str, units: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first `units` units of every inserted sequence of a dataset (L1/L2's: without
+    the last output token), in arrival order; never more of the token ids."""
+    con = duckdb.connect()
+    try:
+        register_requests(con, open_dataset(dataset))
+        return read_prefixes(con, units, drop_last_output=True)
+    finally:
+        con.close()
+
+
+def _dataset_match(source: TraceInput, task):
+    """Worker of `DatasetTrace.shared_units`: one partition's views, its rows read here."""
+    if isinstance(task, ShallowTask):
+        return task.run()
+    flat, offsets = read_sequences(source, task.ids, drop_last_output=True)
+    options = replace(task.options, archive_tokens=task.options.chunk_tokens)
+    arrays = run_matcher(PartitionSource(task.meta, flat, offsets), xp=np, options=options)
+    return answers_only(task.ids, arrays)
+
+
+def lpt_bins(sizes: list[int], count: int) -> list[list[int]]:
+    """Indices of `sizes` in about-equal bins (largest first, to the lightest bin; ties by
+    index); each bin ascending; empty bins dropped. Deterministic."""
+    heap = [(0, b) for b in range(max(1, min(count, len(sizes))))]
+    bins: list[list[int]] = [[] for _ in heap]
+    for k in sorted(range(len(sizes)), key=lambda k: (-sizes[k], k)):
+        load, b = heapq.heappop(heap)
+        bins[b].append(k)
+        heapq.heappush(heap, (load + sizes[k], b))
+    return [sorted(b) for b in bins if b]
+
+
+Trace = LoadedTrace | DatasetTrace

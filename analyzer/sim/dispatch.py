@@ -1,0 +1,67 @@
+"""Replay entry point: records in, results out, by the policy's engine (pure, no I/O).
+
+    for result in replay(requests, policy):   # SimRequest in arrival order -> SimResult
+        ...
+
+The caller partitions requests by replica (and model revision); one call replays one cache.
+Each engine is a package under analyzer/sim/, named by its row of the engine table
+(`analyzer.config.engines`), exposing
+`replay(requests, policy, *, num_groups=None) -> Iterator[SimResult]`, optionally
+`check_policy(policy)` (validation without building the cache) and, when its hits are
+not whole blocks, `hit_alignment(policy) -> int` (tokens every hit and attention match is a
+multiple of; default `policy.block_size`). The waterfall floors its L3 level to it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Iterator
+
+from analyzer.config.engines import engine
+from analyzer.config.policy import Policy
+from analyzer.sim.records import SimRequest, SimResult
+
+__all__ = [
+    "SimRequest",
+    "SimResult",
+    "check_engine",
+    "hit_alignment",
+    "replay",
+]
+
+
+def _engine(policy: Policy):
+    # The table names each engine's module; importing on first use keeps config below sim.
+    return importlib.import_module(engine(policy.engine).module)
+
+
+def hit_alignment(policy: Policy) -> int:
+    """Tokens every hit of the policy's engine is a multiple of."""
+    module = _engine(policy)
+    align = getattr(module, "hit_alignment", None)
+    return align(policy) if align is not None else policy.block_size
+
+
+def check_engine(policy: Policy) -> None:
+    """Raise the engine's own ConfigError for a policy it cannot replay (e.g. a group or a
+    key it does not model), before any request runs. An engine whose construction is costly
+    (vLLM builds its block pool) exposes a `check_policy(policy)` that only validates; the
+    others check at construction, so an empty replay validates them."""
+    module = _engine(policy)
+    check = getattr(module, "check_policy", None)
+    if check is not None:
+        check(policy)
+        return
+    for _ in module.replay((), policy):
+        pass
+
+
+def replay(
+    requests: Iterable[SimRequest], policy: Policy, *, num_groups: dict[str, int] | None = None
+) -> Iterator[SimResult]:
+    """Replay `requests` serially (each admitted after the previous one finished).
+
+    `num_groups`: KV-cache groups per type (default 1 each); only capacity (`num_blocks`) and
+    vLLM's choice of coordinator (one group vs several) depend on it.
+    """
+    return _engine(policy).replay(requests, policy, num_groups=num_groups)

@@ -1,0 +1,43 @@
+"""The matcher's tables: `prefix_matches` and `junctions` (and derived prompt families)
+written in one transaction from the relations a match computed, and their export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from analyzer.store.db import load_sql
+from analyzer.store.export import export_table
+
+
+def write_relations(
+    con, relations: dict[str, pa.Table], derive_families: bool, min_family_tokens: int
+) -> tuple[int, int] | None:
+    """Write the relations `match_rows`, `match_junction_nodes` and `match_junction_paths`
+    (Arrow tables, see `analyzer.prefixes.result`) in one transaction. Returns (requests
+    labelled, distinct labels) when deriving families."""
+    for name, table in relations.items():
+        con.register(name, table)
+    try:
+        con.execute("BEGIN TRANSACTION")
+        con.execute(load_sql("match_write_prefix_matches"))
+        if derive_families:
+            con.execute(load_sql("match_derive_families"), {"min_tokens": min_family_tokens})
+        con.execute(load_sql("match_write_junctions"))
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        for name in relations:
+            con.unregister(name)
+    if not derive_families:
+        return None
+    labelled, labels = con.execute(load_sql("match_count_derived")).fetchall()[0]
+    return int(labelled), int(labels)
+
+
+def export_prefix_matches(con, out: str | Path) -> int:
+    """Write table prefix_matches to `out` (.parquet, .jsonl or .csv), in arrival order."""
+    return export_table(con, load_sql("match_export_prefix_matches"), out)

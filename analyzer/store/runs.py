@@ -1,0 +1,134 @@
+"""`hpa replay`'s tables: a replay's rows stored as one run (replay_runs, replay_requests,
+replay_summary), and several runs side by side."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from analyzer.config.policy import Policy
+from analyzer.errors import ConfigError
+from analyzer.store.db import load_sql, query_arrow
+from analyzer.store.export import export_table
+
+VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    run_id: int
+    num_requests: int
+    summary: pa.Table
+    seconds: float
+    num_errors: int  # requests vLLM could not schedule at all (pool too small)
+    notes: tuple[str, ...] = ()  # engines' notes per partition, in arrival order
+
+
+def check_measure_from(fraction: float) -> float:
+    """`fraction` if it is a valid --measure-from (0 <= f < 1), else a one-line ConfigError."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction < 1:
+        raise ConfigError(f"--measure-from: expected a fraction 0 <= f < 1, got {fraction!r}")
+    return float(fraction)
+
+
+def store_run(
+    con,
+    policy: Policy,
+    rows: dict,
+    seconds: float,
+    n: int,
+    *,
+    out: str | Path | None = None,
+    measure_from: float = 0.0,
+    fingerprint: str | None = None,
+) -> ReplayOutcome:
+    """Store replay rows (`pipeline.replay.replay_rows`) as a normal run; return its outcome.
+
+    Rows are in arrival order; those before floor(measure_from * n) are warm-up (not measured).
+    """
+    check_measure_from(measure_from)
+    count = len(rows["request_id"])
+    rows = {**rows, "measured": np.arange(count) >= int(np.floor(measure_from * count))}
+    run_id = _store(con, policy, rows, seconds, measure_from, fingerprint)
+    summary = query_arrow(con, load_sql("replay_run_summary"), [run_id])
+    if out is not None:
+        export_table(con, load_sql("replay_export_requests"), out, {"run_id": int(run_id)})
+    num_errors = sum(e is not None for e in rows["error"])
+    notes = tuple(
+        f"replica {replica}, model revision {revision}: {note}"
+        for note, replica, revision in zip(
+            rows["note"], rows["replica"], rows["model_revision"], strict=True
+        )
+        if note is not None
+    )
+    return ReplayOutcome(run_id, n, summary, seconds, num_errors, notes)
+
+
+def _fingerprint(con) -> str:
+    sources, num = con.execute(load_sql("trace_fingerprint")).fetchall()[0]
+    return hashlib.sha256(f"{sources}|{num}".encode()).hexdigest()
+
+
+def _store(
+    con, policy: Policy, rows: dict, seconds: float, measure_from: float = 0.0, fingerprint=None
+) -> int:
+    con.execute(load_sql("replay_schema"))
+    measured = np.asarray(rows["measured"], dtype=bool)
+    run_id = con.execute(load_sql("replay_next_run_id")).fetchall()[0][0]
+    table = pa.table(
+        {
+            "run_id": pa.array([run_id] * len(rows["request_id"]), pa.int32()),
+            **{k: pa.array(v) for k, v in rows.items()},
+        }
+    )
+    con.register("replay_rows", table)
+    con.execute(load_sql("replay_insert_requests"))
+    con.unregister("replay_rows")
+    con.execute(load_sql("replay_summary"), {"run_id": run_id})
+    con.execute(
+        load_sql("replay_insert_run"),
+        [
+            run_id,
+            policy.to_json(),
+            fingerprint or _fingerprint(con),
+            len(rows["request_id"]),
+            int(np.sum(np.asarray(rows["prompt_tokens"])[measured])),
+            int(np.sum(np.asarray(rows["hit_tokens"])[measured])),
+            seconds,
+            VERSION,
+            measure_from,
+        ],
+    )
+    return run_id
+
+
+def side_by_side(names: list[str], outcomes: list[ReplayOutcome]) -> pa.Table:
+    """One row per replayed policy (measured requests only): the SPEC 3 headline figures."""
+    out: dict[str, list] = {
+        "policy": [],
+        "run_id": [],
+        "prompt_tokens": [],
+        "hit_tokens": [],
+        "sparse_retention_miss_tokens": [],
+        "replay_tokens": [],
+        "useful_hit_ratio": [],
+        "sparse_loss_ratio": [],
+    }
+    for name, outcome in zip(names, outcomes, strict=True):
+        s = outcome.summary
+        prompt = sum(s.column("prompt_tokens").to_pylist())
+        hit = sum(s.column("hit_tokens").to_pylist())
+        miss = sum(s.column("sparse_retention_miss_tokens").to_pylist())
+        out["policy"].append(name)
+        out["run_id"].append(outcome.run_id)
+        out["prompt_tokens"].append(prompt)
+        out["hit_tokens"].append(hit)
+        out["sparse_retention_miss_tokens"].append(miss)
+        out["replay_tokens"].append(sum(s.column("replay_tokens").to_pylist()))
+        out["useful_hit_ratio"].append(hit / prompt if prompt else 0.0)
+        out["sparse_loss_ratio"].append(miss / prompt if prompt else 0.0)
+    return pa.table(out)

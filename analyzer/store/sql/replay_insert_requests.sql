@@ -1,0 +1,1 @@
+INSERT INTO replay_requests BY NAME SELECT * FROM replay_rows

@@ -1,0 +1,1 @@
+INSERT INTO sweeps VALUES (?, ?, ?, current_timestamp)

@@ -1,0 +1,49 @@
+"""Reading sequences from DuckDB: chunks, re-reads of old sequences, arrival-order checks."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pytest
+
+from analyzer.errors import StoreError
+from analyzer.pipeline.match import compute, match_prefixes
+from analyzer.pipeline.sources import DuckDBSource
+from analyzer.prefixes.engine import MatchOptions
+from analyzer.prefixes.memory import Request
+from tests.prefixes.helpers import assert_same_as_trie, store
+
+REQUESTS = [
+    Request(
+        f"r{i}", prompt=(1, 2, 3, i % 4, 5, i % 3), output=(i % 2, 7), conversation_id=f"c{i % 3}"
+    )
+    for i in range(25)
+] + [Request("h", block_hash_ids=(-5, 2**40, 3), block_size=16, num_prompt_tokens=40)]
+
+
+def test_sequences_round_trip(tmp_path):
+    db = store(tmp_path / "t.duckdb", REQUESTS)
+    source = DuckDBSource(duckdb.connect(str(db)))
+    chunk = source.read(3, 6)
+    got = [chunk.flat[chunk.offsets[k] : chunk.offsets[k + 1]].tolist() for k in range(3)]
+    assert got == [list(REQUESTS[i].inserted) for i in range(3, 6)]
+    flat, offsets = source.fetch(np.asarray([0, 25]))
+    assert flat[offsets[1] : offsets[2]].tolist() == [-5, 2**40, 3]
+    assert source.meta.block_size.tolist()[-1] == 16
+
+
+def test_rereading_old_chunks_from_duckdb_gives_the_same_answers(tmp_path):
+    db = store(tmp_path / "t.duckdb", REQUESTS)
+    source = DuckDBSource(duckdb.connect(str(db)))
+    result = compute(source, xp=np, options=MatchOptions(chunk_requests=2, archive_tokens=1))
+    assert result.arrays.archive_rereads > 0
+    assert_same_as_trie(REQUESTS, result.arrays)
+
+
+def test_arrival_seq_must_be_dense(tmp_path):
+    db = store(tmp_path / "t.duckdb", REQUESTS[:3])
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE requests SET arrival_seq = 7 WHERE request_id = 'r1'")
+    con.close()
+    with pytest.raises(StoreError, match="not a dense 0..n-1 arrival order"):
+        match_prefixes(db, backend="numpy")

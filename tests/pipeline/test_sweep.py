@@ -1,0 +1,200 @@
+"""`hpa sweep` and `hpa plan`: stored runs and tables, one-pass points, errors, the planner."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from analyzer.config.memory import parse_size
+from analyzer.pipeline.plan import plan
+from analyzer.pipeline.replay import run_replay
+from analyzer.pipeline.sweep import parse_vary, run_sweeps
+from analyzer.sim.policy import make_policy
+from tests.conftest import db_rows
+
+FA64 = ['groups=["full_attention"]', "block_size=64"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_num_blocks_sweep_one_pass_equals_replays(mixed_db):
+    (sweep,) = run_sweeps("vllm-default", FA64, ["num_blocks=100,500,2000,5000"], db_path=mixed_db)
+    assert [p.one_pass for p in sweep.points] == [True] * 4
+    hits = [p.hit_tokens for p in sweep.points]
+    assert hits == [1_781_952, 2_583_040, 2_701_184, 2_718_912]
+    assert [p.prompt_tokens for p in sweep.points] == [3_557_670] * 4
+    # The same runs, replayed one by one, store identical per-request rows.
+    for point, n in zip(sweep.points, (100, 500, 2000, 5000), strict=True):
+        policy = make_policy({"groups": ["full_attention"], "block_size": 64, "num_blocks": n})
+        separate = run_replay(policy, db_path=mixed_db)
+        cols = "request_id, replica, hit_tokens, attention_match_tokens, lost_eviction_tokens"
+        q = "SELECT {} FROM replay_requests WHERE run_id = {} ORDER BY arrival_seq"
+        assert db_rows(mixed_db, q.format(cols, point.run_id)) == db_rows(
+            mixed_db, q.format(cols, separate.run_id)
+        )
+
+
+def test_sweep_tables_runs_in_value_order_and_jobs_agree(groups_db):
+    args = ["model=qwen3.5-4b"]
+    a = run_sweeps(
+        "vllm-default", args, ["retention_interval=0,null,1056"], jobs=2, db_path=groups_db
+    )
+    b = run_sweeps(
+        "vllm-default", args, ["retention_interval=0,null,1056"], jobs=1, db_path=groups_db
+    )
+    (sa,), (sb,) = a, b
+    assert [p.run_id for p in sa.points] == [1, 2, 3]
+    assert [p.run_id for p in sb.points] == [4, 5, 6]
+    strip = [(p.value, p.hit_tokens, p.sparse_retention_miss_tokens) for p in sa.points]
+    assert strip == [(p.value, p.hit_tokens, p.sparse_retention_miss_tokens) for p in sb.points]
+    assert strip == [("0", 25_344, 12_672), ("null", 25_344, 12_672), ("1056", 25_344, 12_672)]
+    rows = db_rows(groups_db, "SELECT sweep_id, knob, value, run_id FROM sweep_points ORDER BY 4")
+    assert rows[:3] == [
+        (1, "retention_interval", v, i + 1) for i, v in enumerate(["0", "null", "1056"])
+    ]
+    assert db_rows(groups_db, "SELECT count(*) FROM sweeps") == [(2,)]
+
+
+def test_memory_gib_and_grid(groups_db):
+    (s,) = run_sweeps(
+        "vllm-default",
+        ["model=qwen3.5-4b"],
+        ["num_blocks=30,60", "retention_interval=0,null"],
+        grid=True,
+        db_path=groups_db,
+    )
+    assert [p.value for p in s.points] == [
+        "num_blocks=30,retention_interval=0",
+        "num_blocks=30,retention_interval=null",
+        "num_blocks=60,retention_interval=0",
+        "num_blocks=60,retention_interval=null",
+    ]
+    assert s.points[0].memory_gib == pytest.approx(30 * 17_301_504 / 2**30)
+    assert not any(p.one_pass for p in s.points)
+    # No model preset: bytes per block unknown, so memory unknown.
+    (s2,) = run_sweeps("vllm-default", ["block_size=784"], ["num_blocks=40"], db_path=groups_db)
+    assert s2.points[0].memory_gib is None
+
+
+def test_auto_curve_cli(groups_db):
+    r = run(
+        "sweep",
+        "--db",
+        str(groups_db),
+        "--set",
+        'groups=["full_attention"]',
+        "--set",
+        "block_size=528",
+        "--vary",
+        "num_blocks=auto",
+    )
+    assert r.exit_code == 0, r.output
+    assert "from one stack-distance pass" in r.output
+    assert "useful_hit_ratio" in r.output
+
+
+@pytest.mark.parametrize(
+    ("vary", "message"),
+    [
+        ("num_blocks", "expected KEY=V1,V2,..."),
+        ("num_blocks=", "expected KEY=V1,V2,..."),
+        ("num_blocks=10,,20", "empty value"),
+        ("foo=1,2", "unknown policy key 'foo'"),
+        ("num_blocks=1", "expected an integer >= 2"),
+        ("routing=sideways", "'sideways' is not one of"),
+        ("num_blocks=10,10", "repeated"),
+    ],
+)
+def test_sweep_errors_are_one_line(groups_db, vary, message):
+    r = run("sweep", "--db", str(groups_db), "--set", "model=qwen3.5-4b", "--vary", vary)
+    assert r.exit_code == 2
+    assert message in r.output
+    assert r.output.count("\n") == 1
+
+
+def test_sweep_auto_needs_full_attention_only(groups_db):
+    r = run(
+        "sweep", "--db", str(groups_db), "--set", "model=qwen3.5-4b", "--vary", "num_blocks=auto"
+    )
+    assert r.exit_code == 2 and "full-attention-only" in r.output
+
+
+def test_parse_vary_lists():
+    assert parse_vary("groups=[full_attention],[full_attention,mamba]") == (
+        "groups",
+        [["full_attention"], ["full_attention", "mamba"]],
+    )
+    assert parse_vary("retention_interval=0,null,1056") == ("retention_interval", [0, None, 1056])
+
+
+def test_parse_size():
+    assert parse_size("40GiB") == 40 * 2**30
+    assert parse_size("512 MiB") == 512 * 2**20
+    assert parse_size("1.5TiB") == int(1.5 * 2**40)
+
+
+def test_plan_reachable_exact(groups_db):
+    r = plan(0.3, model="qwen3.5-4b", db_path=groups_db)
+    assert r.reachable
+    assert r.attention_only_bound == pytest.approx(38_016 / 70_400)
+    best = r.candidates[0]
+    assert (best.num_blocks, best.useful_hit_ratio) == (28, pytest.approx(25_344 / 70_400))
+    assert best.memory_gib == pytest.approx(28 * 17_301_504 / 2**30)
+
+
+def test_plan_unreachable_cli(groups_db):
+    r = run(
+        "plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.9", "--model", "qwen3.5-4b"
+    )
+    assert r.exit_code == 1
+    assert "unreachable: target 0.900 is above the attention-only bound 0.540" in r.output
+    assert "shared-prefix ceiling is 0.540" in r.output
+
+
+def test_plan_budget_too_small_cli(groups_db):
+    r = run(
+        "plan",
+        "--db",
+        str(groups_db),
+        "--target-useful-hit-ratio",
+        "0.3",
+        "--model",
+        "qwen3.5-4b",
+        "--memory-budget",
+        "100MiB",
+    )
+    assert r.exit_code == 1
+    assert "within the memory budget 100MiB" in r.output
+
+
+def test_plan_errors(groups_db):
+    r = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "1.5")
+    assert r.exit_code == 2 and "expected a number in (0, 1]" in r.output
+    r = run(
+        "plan",
+        "--db",
+        str(groups_db),
+        "--target-useful-hit-ratio",
+        "0.3",
+        "--memory-budget",
+        "lots",
+    )
+    assert r.exit_code == 2 and "expected a size" in r.output
+    r = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.3", "--family", "nope")
+    assert r.exit_code == 2 and "no such prompt family" in r.output
+
+
+def test_pool_too_small_for_the_curve_falls_back_to_replay(mixed_db):
+    # 50 blocks cannot hold the longest request: the curve does not apply, the point replays.
+    (sweep,) = run_sweeps("vllm-default", FA64, ["num_blocks=50,5000"], db_path=mixed_db)
+    assert [p.one_pass for p in sweep.points] == [False, True]
+    policy = make_policy({"groups": ["full_attention"], "block_size": 64, "num_blocks": 50})
+    separate = run_replay(policy, db_path=mixed_db)
+    assert separate.num_errors > 0
+    q = "SELECT sum(hit_tokens), count(error) FROM replay_requests WHERE run_id = {}"
+    assert db_rows(mixed_db, q.format(sweep.points[0].run_id)) == db_rows(
+        mixed_db, q.format(separate.run_id)
+    )

@@ -1,0 +1,254 @@
+"""The vLLM server-log adapter: the logged formats, rejects, time stamps, detection, CLI."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from analyzer.errors import InputFileError
+from analyzer.store.ingest import ingest
+from analyzer.traces.adapters import vllm_log
+from analyzer.traces.adapters.logs import LogStats
+from analyzer.traces.readers import detect_format
+from tests.conftest import db_rows
+
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "external" / "vllm_log" / "vllm_server.log"
+WRITTEN = datetime(2026, 11, 29, 15, 0, tzinfo=UTC)  # the log's modification time
+OLD, NEW = "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen3-Next-80B-A3B-Instruct"
+
+
+def _copy(tmp_path: Path, name: str = "vllm_server.log", text: str | None = None) -> Path:
+    path = tmp_path / name
+    if text is None:
+        shutil.copy(FIXTURE, path)
+    else:
+        path.write_text(text)
+    os.utime(path, (WRITTEN.timestamp(), WRITTEN.timestamp()))
+    return path
+
+
+def _ids(line_no: int, label: str) -> list[int]:
+    """The last `label: [..]` list of a fixture line (a prompt may quote an earlier one)."""
+    line = FIXTURE.read_text().splitlines()[line_no - 1]
+    return orjson.loads(re.findall(label + r": (\[[^\]]*\])", line)[-1])
+
+
+def _at(clock: str) -> float:
+    return datetime.fromisoformat(f"2026-11-29T{clock}+00:00").timestamp()
+
+
+def test_stored_values_and_rejects_of_the_fixture(tmp_path, db):
+    src = ingest([_copy(tmp_path)], db_path=db, fmt="vllm_log").sources[0]
+    assert (src.format, src.num_read, src.num_stored, src.num_rejected) == ("vllm_log", 7, 4, 3)
+    rows = db_rows(
+        db,
+        "SELECT request_id, line_no, timestamp_s, prompt_token_ids, output_token_ids, "
+        "output_tokens, model_revision, lora_name, cached_tokens FROM requests ORDER BY line_no",
+    )
+    assert rows == [
+        ("chat-6f1c2a4be0b34e0a9d8c1f2e3a4b5c6d", 6, _at("14:03:12"), _ids(6, "prompt_token_ids"),
+         None, None, OLD, None, None),
+        ("cmpl-9a8b7c6d5e4f40318273645546372819-0", 9, _at("14:03:15"),
+         _ids(9, "prompt_token_ids"), None, None, OLD, "sql-adapter", None),
+        ("chatcmpl-4c1d2e3f", 15, _at("14:12:40"), _ids(15, "prompt_token_ids"),
+         _ids(18, "output_token_ids"), 12, NEW, "chat-v2", None),
+        ("chatcmpl-7a8b9c0d", 20, _at("14:12:55"), _ids(20, "prompt_token_ids"),
+         None, None, NEW, "chat-v2", None),
+    ]  # fmt: skip
+    assert [(r.line_no, r.field) for r in src.rejects] == [(11, "prompt_token_ids")] * 1 + [
+        (12, "prompt_token_ids"),
+        (25, "prompt_token_ids"),
+    ]
+    reasons = [r.reason for r in src.rejects]
+    assert reasons[0] == "the token list is cut off (no closing ']'; the log line was truncated)"
+    assert reasons[1].startswith("None in the log")
+    assert reasons[2].startswith("not logged: vLLM >= 0.11.2 logs prompt token ids only at DEBUG")
+    assert db_rows(db, "SELECT format, block_size FROM sources") == [("vllm_log", None)]
+
+
+def test_every_line_is_counted(tmp_path):
+    path = _copy(tmp_path)
+    stats = LogStats()
+    with open(path, "rb") as f:
+        batches = list(vllm_log.read_vllm_log(path, f, lambda: None, stats))
+    assert sum(b.num_read for b in batches) == stats.num_request_lines == 7
+    assert stats.num_request_lines + stats.num_skipped == 26  # every line of the file
+    assert sum(b.num_skipped for b in batches) == stats.num_skipped == 19
+
+    # The second turn shares the first turn's prompt and output (its output ids were logged).
+    rows = [row for b in batches for row in b.rows.to_pylist()]
+    first, second = (r for r in rows if r["request_id"].startswith("chatcmpl-"))
+    carried = first["prompt_token_ids"] + first["output_token_ids"]
+    assert second["prompt_token_ids"][: len(carried)] == carried
+
+
+def test_skipped_lines_are_reported_and_stored(tmp_path, db):
+    path = _copy(tmp_path)
+    res = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(path), "--allow-rejects"])
+    assert res.exit_code == 0, res.output
+    assert (
+        "read 7 = stored 4 + rejected 3 (182 prompt tokens; 19 other lines skipped)" in res.output
+    )
+    assert db_rows(db, "SELECT num_read, num_skipped FROM sources") == [(7, 19)]
+
+
+def _line(rid: str, clock: str, ids: str, level: str = "INFO", day: str = "11-29") -> str:
+    return (
+        f"{level} {day} {clock} logger.py:37] Received request {rid}: prompt: 'x', "
+        f"params: SamplingParams(n=1, stop=['prompt_token_ids: [9]']), prompt_token_ids: {ids}, "
+        "lora_request: None, prompt_adapter_request: None."
+    )
+
+
+def test_year_comes_from_the_modification_time_and_rolls_over(tmp_path, db):
+    text = "\n".join(
+        [
+            _line("a", "23:59:58", "[1, 2]", day="12-31"),
+            _line("b", "00:00:01", "[1, 2, 3]", day="01-01"),
+            _line("c", "00:00:00", "[4]", day="12-31"),  # a late line from before midnight
+        ]
+    )
+    path = tmp_path / "newyear.log"
+    path.write_text(text + "\n")
+    written = datetime(2027, 1, 1, 0, 5, tzinfo=UTC).timestamp()
+    os.utime(path, (written, written))
+    ingest([path], db_path=db)
+    stamps = db_rows(db, "SELECT request_id, timestamp_s FROM requests ORDER BY line_no")
+    assert [(rid, datetime.fromtimestamp(t, UTC).isoformat()) for rid, t in stamps] == [
+        ("a", "2026-12-31T23:59:58+00:00"),
+        ("b", "2027-01-01T00:00:01+00:00"),
+        ("c", "2026-12-31T00:00:00+00:00"),
+    ]
+    assert db_rows(db, "SELECT request_id FROM requests ORDER BY arrival_seq") == [
+        ("c",),
+        ("a",),
+        ("b",),
+    ]
+
+
+def test_outputs_wait_only_a_window_of_lines(tmp_path, db, monkeypatch):
+    monkeypatch.setattr(vllm_log, "WINDOW_LINES", 2)
+    output = (
+        "INFO 11-29 14:00:09 logger.py:71] Generated response {}: output: 'ok', "
+        "output_token_ids: [7, 8], finish_reason: stop"
+    )
+    lines = [_line("near", "14:00:00", "[1]"), output.format("near")]
+    lines += [_line("far", "14:00:01", "[2]"), "noise", "noise", "noise", output.format("far")]
+    ingest([_copy(tmp_path, "w.log", "\n".join(lines) + "\n")], db_path=db)
+    assert db_rows(db, "SELECT request_id, output_token_ids FROM requests ORDER BY line_no") == [
+        ("near", [7, 8]),
+        ("far", None),
+    ]
+
+
+def test_unparseable_token_lists_are_rejects_never_evaluated(tmp_path, db):
+    lines = [
+        _line("ok", "14:00:00", "[1, 2]"),
+        _line("float", "14:00:01", "[1, 2.5]"),
+        _line("code", "14:00:02", "__import__('os').system('false')"),
+        _line("nested", "14:00:03", "[[1], [2]]"),
+        _line("neg", "14:00:04", "[-3]"),
+        "INFO 11-29 14:00:05 logger.py:37] Received request cut: prompt: 'never clo",
+    ]
+    src = ingest([_copy(tmp_path, "bad.log", "\n".join(lines))], db_path=db).sources[0]
+    assert (src.num_read, src.num_stored, src.num_rejected) == (6, 1, 5)
+    reasons = {r.line_no: f"{r.field}: {r.reason}" for r in src.rejects}
+    assert reasons == {
+        2: "prompt_token_ids[1]: expected an integer, got number",
+        3: "prompt_token_ids: expected a list of token ids, got \"__import__('os').sys\"",
+        4: "prompt_token_ids: not a list of integers: '[[1], [2]], lora_request: None, prompt_a'",
+        5: "prompt_token_ids[0]: -3 is outside [0, 2^31)",
+        6: "prompt_token_ids: the log line is cut off inside the prompt text",
+    }
+
+
+def test_detection_cli_and_compressed_logs(tmp_path, db):
+    path = _copy(tmp_path, "server.log")
+    assert detect_format(path) == "vllm_log"
+    packed = tmp_path / "server2.log.gz"
+    packed.write_bytes(
+        gzip.compress(
+            FIXTURE.read_bytes().replace(b"cmpl-", b"cmpl2-").replace(b"chat-", b"chat2-"), mtime=0
+        )
+    )
+    assert detect_format(packed) == "vllm_log"
+    res = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(path), str(packed)])
+    assert res.exit_code == 1, res.output
+    assert f"{path}: read 7 = stored 4 + rejected 3 (182 prompt tokens; 19 " in res.output
+    assert (
+        f"rejected {path}:11: prompt_token_ids: the token list is cut off (no closing ']'; "
+        "the log line was truncated)\n" in res.output
+    )
+    assert f"{packed}: read 7 = stored 4 + rejected 3" in res.output
+    res = CliRunner().invoke(
+        cli,
+        ["ingest", "--db", str(tmp_path / "x.duckdb"), str(path), "--allow-rejects"]
+        + ["--format", "vllm_log"],
+    )
+    assert res.exit_code == 0, res.output
+    assert "read 7 = stored 4 + rejected 3" in res.output
+
+
+def test_a_log_without_request_lines_is_a_one_line_error(tmp_path, db):
+    quiet = _copy(tmp_path, "quiet.log", "INFO 11-29 14:00:01 api_server.py:528] vLLM API\n")
+    with pytest.raises(InputFileError, match="no vLLM request lines .* --enable-log-requests"):
+        ingest([quiet], db_path=db, fmt="vllm_log")
+    assert db_rows(db, "SELECT count(*) FROM sources") == [(0,)]
+    res = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(quiet)])
+    assert res.exit_code == 2
+    assert res.output.count("\n") == 1 and "cannot tell the format" in res.output
+    res = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(quiet), "--format", "vllm_log"])
+    assert res.exit_code == 2
+    assert res.output.count("\n") == 1 and "--enable-log-requests?" in res.output
+
+
+def test_the_vectorised_path_stores_what_the_exact_path_stores(tmp_path, monkeypatch):
+    from analyzer.traces.adapters import logs
+
+    query = "SELECT * EXCLUDE (arrival_seq, source_id) FROM requests ORDER BY line_no"
+    fast = tmp_path / "fast.duckdb"
+    real, results = logs.fast_rows, []
+    monkeypatch.setattr(logs, "fast_rows", lambda t, n: results.append(real(t, n)) or results[-1])
+    ingest([_copy(tmp_path)], db_path=fast, fmt="vllm_log")
+    assert results and None not in results  # the records took the vectorised path
+    monkeypatch.setattr(logs, "fast_rows", lambda table, line_nos: None)
+    exact = tmp_path / "exact.duckdb"
+    ingest([_copy(tmp_path, "again.log")], db_path=exact, fmt="vllm_log")
+    assert db_rows(fast, query) == db_rows(exact, query)
+    assert len(db_rows(fast, query)) == 4
+
+
+def test_a_rejected_details_line_and_its_info_line_are_one_request(tmp_path, db):
+    lines = [
+        "DEBUG 11-29 14:00:00 [logger.py:40] Request r1 details: prompt: 'x', "
+        "prompt_token_ids: [1, 2, 3",
+        "INFO 11-29 14:00:00 [logger.py:47] Received request r1: params: SamplingParams(n=1), "
+        "lora_request: None.",
+    ]
+    path = _copy(tmp_path, "cut.log", "\n".join(lines) + "\n")
+    stats = LogStats()
+    with open(path, "rb") as f:
+        batches = list(vllm_log.read_vllm_log(path, f, lambda: None, stats))
+    assert (stats.num_request_lines, stats.num_skipped) == (1, 1)
+    assert [(r.line_no, r.field) for b in batches for r in b.rejects] == [(1, "prompt_token_ids")]
+
+
+def test_a_message_quoted_in_a_text_is_not_a_message(tmp_path, db):
+    quoted = "Received request z: prompt: None, prompt_token_ids: [5]"
+    lines = [
+        _line("a", "14:00:00", "[1, 2]"),
+        f"INFO 11-29 14:00:01 [logger.py:71] Generated response a: output: '{quoted}', "
+        "output_token_ids: [3], finish_reason: stop",
+    ]
+    src = ingest([_copy(tmp_path, "q.log", "\n".join(lines) + "\n")], db_path=db).sources[0]
+    assert (src.num_read, src.num_stored) == (1, 1)
+    assert db_rows(db, "SELECT request_id, output_token_ids FROM requests") == [("a", [3])]
