@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from analyzer.pipeline.trace import Trace, dataset_trace, load_trace, read_dataset_trace
 from analyzer.store.dataset import fingerprint, open_dataset, register_requests
 from analyzer.store.db import DEFAULT_DB, connect
 from analyzer.store.sequences import TraceInput
@@ -42,6 +43,22 @@ class StoredRequests:
     @property
     def dataset(self) -> str | None:
         return None
+
+    def whole_trace(self, con: duckdb.DuckDBPyConnection) -> Trace:
+        """Every column and token id, loaded here (the store's requests on `con`)."""
+        return load_trace(con)
+
+    def driver_trace(self, con: duckdb.DuckDBPyConnection) -> Trace:
+        """What a replay's driver holds: the store's requests, loaded whole."""
+        return load_trace(con)
+
+    def hand_over(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Before workers read: they open the store read-only, so this process lets go."""
+        con.close()
+
+    def take_back(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """After the workers: the driver's connection again."""
+        return self.connect()
 
 
 @dataclass(frozen=True)
@@ -70,6 +87,20 @@ class DatasetRequests:
     @property
     def dataset(self) -> str | None:
         return self.path
+
+    def whole_trace(self, con: duckdb.DuckDBPyConnection) -> Trace:
+        """Every column and token id of the dataset, read here once."""
+        return dataset_trace(self.path, whole=True)
+
+    def driver_trace(self, con: duckdb.DuckDBPyConnection) -> Trace:
+        """What a replay's driver holds: the scalar columns (workers read the token ids)."""
+        return read_dataset_trace(con, self.path)
+
+    def hand_over(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Workers read the dataset's files; the driver's connection stays open."""
+
+    def take_back(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        return con
 
 
 RequestInput = StoredRequests | DatasetRequests

@@ -32,7 +32,6 @@ from analyzer.prefixes.result import (
     to_tokens,
 )
 from analyzer.prefixes.source import RequestMeta
-from analyzer.store.db import connect
 from analyzer.store.export import check_export_path
 from analyzer.store.matches import export_prefix_matches, write_relations
 from analyzer.store.sequences import read_prefixes
@@ -146,12 +145,9 @@ def _sharded(con, source: RequestInput, meta: RequestMeta, spec: ExecutorSpec, o
     """(connection, merged result): the driver reads the first K units, workers read and
     match their partitions; the store's connection is closed while workers read it."""
     prefixes = read_prefixes(con, spec.shard_tokens)
-    if not source.is_dataset:
-        con.close()  # workers open the store read-only
+    source.hand_over(con)
     result = match_sharded(meta, prefixes, source.workers, spec, options, options.progress)
-    if not source.is_dataset:
-        con = connect(source.db_path, create=False)
-    return con, result
+    return source.take_back(con), result
 
 
 def _relations(meta: RequestMeta, result, nodes) -> dict:

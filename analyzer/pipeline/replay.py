@@ -17,10 +17,10 @@ from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
 from analyzer.metrics.waterfall import build_levels
-from analyzer.pipeline.inputs import RequestInput, request_input
+from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.partitions import ReplayShared, replay_partitions
 from analyzer.pipeline.shared_prefixes import shared_prefixes
-from analyzer.pipeline.trace import Trace, load_trace, read_dataset_trace
+from analyzer.pipeline.trace import Trace
 from analyzer.sim.dispatch import hit_alignment, replay
 from analyzer.sim.routing import route
 from analyzer.store.db import DEFAULT_DB
@@ -57,7 +57,7 @@ def run_replay(
     source = request_input(db_path, dataset)
     con = source.connect()
     try:
-        trace = driver_trace(con, source)
+        trace = source.driver_trace(con)
         started = time.perf_counter()
         rows = replay_rows(trace, policy, progress=progress, executor=spec)
         seconds = time.perf_counter() - started
@@ -73,14 +73,6 @@ def run_replay(
         )
     finally:
         con.close()
-
-
-def driver_trace(con, source: RequestInput) -> Trace:
-    """The trace the replay's driver holds for `source` on its open connection: the store's
-    requests loaded whole, or a dataset's scalar columns (workers read the token ids)."""
-    if source.is_dataset:
-        return read_dataset_trace(con, source.dataset)
-    return load_trace(con)
 
 
 def namespaces(trace: Trace) -> list[tuple]:

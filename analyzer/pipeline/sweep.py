@@ -41,7 +41,6 @@ from analyzer.pipeline.sweep_points import (
     store_sweep,
     sweep_points,
 )
-from analyzer.pipeline.trace import dataset_trace, load_trace
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import DEFAULT_DB
 
@@ -94,7 +93,7 @@ def run_sweeps(
         if source.is_dataset and not spec.is_local:
             path = source.dataset
             return dataset_sweeps(con, fingerprint, path, spec, base, parsed, grid, progress)
-        trace = dataset_trace(source.dataset, whole=True) if source.is_dataset else load_trace(con)
+        trace = source.whole_trace(con)
         one = OnePass()
         resolved = []
         for key, vals in parsed:
