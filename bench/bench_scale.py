@@ -73,22 +73,14 @@ kind, db = sys.argv[1], sys.argv[2]
 from analyzer.store.db import connect
 if kind == "match":
     from analyzer.executors import ExecutorSpec
-    from analyzer.pipeline.sharded import match_partition
-    from analyzer.prefixes.sharding import sharded_items
+    from analyzer.pipeline.sharded import match_partition, plan_shards
     from analyzer.store.sequences import TraceInput, read_prefixes
     from analyzer.pipeline.sources import DuckDBSource
     from analyzer.prefixes.engine import MatchOptions
     con = connect(db, create=False)
     meta = DuckDBSource(con).meta
     spec = ExecutorSpec("processes", workers=2)
-    _, items, _ = sharded_items(
-        meta,
-        read_prefixes(con, 256),
-        MatchOptions(),
-        shard_tokens=spec.shard_tokens,
-        num_workers=spec.num_workers(),
-        junctions=True,
-    )
+    _, items, _ = plan_shards(meta, read_prefixes(con, 256), spec, MatchOptions(), junctions=True)
     tasks = items[1:]  # 4 shards (the shallow pass is one more partition)
     con.close()
     task = max(tasks, key=lambda t: int(t.meta.insert_len.sum()))
@@ -196,10 +188,10 @@ def largest_share(db: Path, k: int, parts: int = 4) -> tuple[float, int]:
     import duckdb
 
     from analyzer.executors import ExecutorSpec
+    from analyzer.pipeline.sharded import plan_shards
     from analyzer.pipeline.sources import DuckDBSource
     from analyzer.prefixes.engine import MatchOptions
     from analyzer.prefixes.shallow import group_roots, truncate, unit_limits
-    from analyzer.prefixes.sharding import sharded_items
     from analyzer.store.sequences import read_prefixes
 
     con = duckdb.connect(str(db), read_only=True)
@@ -209,14 +201,7 @@ def largest_share(db: Path, k: int, parts: int = 4) -> tuple[float, int]:
     finally:
         con.close()
     spec = ExecutorSpec("processes", workers=parts // 2, shard_tokens=k)
-    _, items, _ = sharded_items(
-        meta,
-        prefixes,
-        MatchOptions(),
-        shard_tokens=spec.shard_tokens,
-        num_workers=spec.num_workers(),
-        junctions=False,
-    )
+    _, items, _ = plan_shards(meta, prefixes, spec, MatchOptions(), junctions=False)
     shards = items[1:]
     top = max(int(t.meta.insert_len.sum()) for t in shards)
     limit = unit_limits(meta.block_size, k)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from analyzer.config.engines import ENGINE_NAMES
+from analyzer.config.engines import BOUNDS, ENGINE_NAMES
 from analyzer.config.models import SCHEMAS, load_model
 from analyzer.config.options import OPTIONS, resolve
 from analyzer.errors import ConfigError
@@ -129,7 +129,7 @@ def build_policy(values: dict[str, Any]) -> Policy:
 
 
 def _check_consistency(p: Policy) -> None:
-    if p.engine in ("attention_only", "oracle") and p.num_blocks is not None:
+    if p.engine in BOUNDS and p.num_blocks is not None:
         raise ConfigError(
             f"policy key 'num_blocks': engine {p.engine} is an unbounded cache; use null"
         )

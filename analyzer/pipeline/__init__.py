@@ -10,25 +10,7 @@
 Every driver reads its requests through `pipeline.inputs` (the store's `requests` table or a
 Parquet dataset) and holds them as a `pipeline.trace.Trace` (loaded whole, or a dataset's
 scalar columns with workers reading their own rows); the pure stages below (prefixes, sim,
-metrics) never see which. The drivers are imported on first use, so importing one command's
-driver does not load the others'. (`plan` is reached as `analyzer.pipeline.plan.plan`:
-the package attribute `plan` is its module.)
+metrics) never see which. Import each driver from its module, so importing one command's
+driver does not load the others' (`analyzer/__init__.py` offers the main ones lazily as
+`analyzer.run_replay`, `analyzer.match_prefixes`, ...).
 """
-
-from importlib import import_module
-
-_DRIVERS = {
-    "match_prefixes": "analyzer.pipeline.match",
-    "run_replay": "analyzer.pipeline.replay",
-    "run_sweeps": "analyzer.pipeline.sweep",
-    "write_probe": "analyzer.pipeline.probe",
-    "run_demo": "analyzer.pipeline.demo",
-}
-
-__all__ = list(_DRIVERS)
-
-
-def __getattr__(name: str):
-    if name in _DRIVERS:
-        return getattr(import_module(_DRIVERS[name]), name)
-    raise AttributeError(f"module 'analyzer.pipeline' has no attribute {name!r}")

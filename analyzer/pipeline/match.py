@@ -138,7 +138,7 @@ def match_prefixes(
             export_prefix_matches(con, out)
     finally:
         con.close()
-    return match_summary(meta, result, name, seconds, derived, out)
+    return _summary(meta, result, name, seconds, derived, out)
 
 
 def _sharded(con, source: RequestInput, meta: RequestMeta, spec: ExecutorSpec, options):
@@ -158,7 +158,7 @@ def _relations(meta: RequestMeta, result, nodes) -> dict:
     }
 
 
-def match_summary(
+def _summary(
     meta: RequestMeta, result: PrefixResult, backend: str, seconds: float, derived, out
 ) -> MatchSummary:
     """What the CLI prints of one match: totals in tokens, junctions, families, timing."""

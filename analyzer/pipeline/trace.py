@@ -15,25 +15,23 @@ rows and their local indices).
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
 from analyzer.errors import StoreError
-from analyzer.executors import ExecutorSpec, map_partitions
+from analyzer.executors import ExecutorSpec
 from analyzer.pipeline.arrays import pack_arrays, unpack_arrays
-from analyzer.pipeline.sharded import shared_units
+from analyzer.pipeline.sharded import dataset_shared_units, shared_units
 from analyzer.prefixes.engine import MatchOptions, run_matcher
 from analyzer.prefixes.memory import MemorySource
-from analyzer.prefixes.shallow import ShallowTask
-from analyzer.prefixes.sharding import answers_only, merged_answers, sharded_items
-from analyzer.prefixes.source import PartitionSource, RequestMeta, lists_to_flat
+from analyzer.prefixes.source import RequestMeta, lists_to_flat
 from analyzer.sim.records import SimRequest
 from analyzer.store.dataset import open_dataset, read_rows, register_requests
 from analyzer.store.db import load_sql, query_arrow, require_tables
-from analyzer.store.sequences import TraceInput, check_requests, read_prefixes, read_sequences
+from analyzer.store.sequences import check_requests
 
 TOKEN_COLUMNS = ("prompt_token_ids", "block_hash_ids", "output_token_ids")
 
@@ -221,18 +219,7 @@ class DatasetTrace:
         (read by the driver) and the groups' shards, on `spec`, each shard's worker reading
         its own rows (see analyzer.prefixes.shallow)."""
         meta = _meta(self.columns, ns_any, ns_replica, self.query_len, self.insert_len)
-        prefixes = dataset_prefixes(self.dataset, spec.shard_tokens)
-        limit, items, labels = sharded_items(
-            meta,
-            prefixes,
-            MatchOptions(),
-            shard_tokens=spec.shard_tokens,
-            num_workers=spec.num_workers(),
-            junctions=False,
-        )
-        source = TraceInput(dataset=self.dataset)
-        found = map_partitions(spec, _dataset_match, items, labels=labels, shared=source)
-        return merged_answers(self.n, limit, found)
+        return dataset_shared_units(meta, self.dataset, spec)
 
 
 class StreamedPrompts:
@@ -280,27 +267,6 @@ def dataset_trace(dataset: str, *, whole: bool) -> LoadedTrace | DatasetTrace:
         return read_trace(con)
     finally:
         con.close()
-
-
-def dataset_prefixes(dataset: str, units: int) -> tuple[np.ndarray, np.ndarray]:
-    """The first `units` units of every inserted sequence of a dataset (L1/L2's: without
-    the last output token), in arrival order; never more of the token ids."""
-    con = duckdb.connect()
-    try:
-        register_requests(con, open_dataset(dataset))
-        return read_prefixes(con, units, drop_last_output=True)
-    finally:
-        con.close()
-
-
-def _dataset_match(source: TraceInput, task):
-    """Worker of `DatasetTrace.shared_units`: one partition's views, its rows read here."""
-    if isinstance(task, ShallowTask):
-        return task.run()
-    flat, offsets = read_sequences(source, task.ids, drop_last_output=True)
-    options = replace(task.options, archive_tokens=task.options.chunk_tokens)
-    arrays = run_matcher(PartitionSource(task.meta, flat, offsets), xp=np, options=options)
-    return answers_only(task.ids, arrays)
 
 
 def lpt_bins(sizes: list[int], count: int) -> list[list[int]]:

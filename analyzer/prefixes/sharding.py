@@ -50,7 +50,7 @@ class MatchTask:
 
 @dataclass
 class ShardedResult:
-    """A merged sharded match: the same fields `api.PrefixResult` has, plus junction ids."""
+    """A merged sharded match: `prefixes.result.PrefixResult`'s fields and junction ids."""
 
     arrays: MatchArrays
     junctions: Junctions

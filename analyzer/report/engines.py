@@ -16,13 +16,12 @@ import json
 import plotly.graph_objects as go
 import polars as pl
 
-from analyzer.config.engines import ENGINES
+from analyzer.config.engines import BOUNDS, ENGINES
 from analyzer.report import figures
 from analyzer.report.blocks import figure_div, html_table, meaning
 from analyzer.report.data import ReportData
 
 FIGURE_ID = "fig-engines"
-BOUNDS = ("oracle", "attention_only")
 # (label, colour, tokens of one overall row): the parts sum to the queried tokens.
 PARTS = (
     ("hit (reused)", "#2ca02c", lambda r: r["hit_tokens"]),

@@ -233,9 +233,9 @@ def test_sharded_match_equals_one_pass(stores, tmp_path, name, k):
 
 def largest_partition_share(db: Path, k: int, num_parts: int = 4) -> float:
     """The largest match partition's share of the trace's units, with key length K."""
+    from analyzer.pipeline.sharded import plan_shards
     from analyzer.pipeline.sources import DuckDBSource
     from analyzer.prefixes.engine import MatchOptions
-    from analyzer.prefixes.sharding import sharded_items
     from analyzer.store.sequences import read_prefixes
 
     con = duckdb.connect(str(db), read_only=True)
@@ -245,14 +245,7 @@ def largest_partition_share(db: Path, k: int, num_parts: int = 4) -> float:
     finally:
         con.close()
     spec = ExecutorSpec("processes", workers=num_parts // 2, shard_tokens=k)
-    _, items, _ = sharded_items(
-        meta,
-        prefixes,
-        MatchOptions(),
-        shard_tokens=spec.shard_tokens,
-        num_workers=spec.num_workers(),
-        junctions=False,
-    )
+    _, items, _ = plan_shards(meta, prefixes, spec, MatchOptions(), junctions=False)
     return max(int(t.meta.insert_len.sum()) for t in items[1:]) / int(meta.insert_len.sum())
 
 

@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.executors import ExecutorSpec
-from analyzer.pipeline.sharded import shared_units
+from analyzer.pipeline.sharded import plan_shards, shared_units
 from analyzer.prefixes import result as api
 from analyzer.prefixes.engine import MatchOptions, run_matcher
 from analyzer.prefixes.memory import MemorySource, Request
 from analyzer.prefixes.merge import merge_junctions
 from analyzer.prefixes.shallow import group_roots, truncate, unit_limits
-from analyzer.prefixes.sharding import match_local, merged_answers, sharded_items
+from analyzer.prefixes.sharding import match_local, merged_answers
 from analyzer.prefixes.source import PartitionSource, take_sequences
 
 BOS = 7
@@ -76,13 +76,8 @@ def sharded(source: MemorySource, k: int, workers: int, options: MatchOptions):
     """The sharded match of `match_sharded`, its workers' reads replaced by `source`."""
     meta = source.meta
     spec = ExecutorSpec("processes", workers=workers, shard_tokens=k)
-    limit, items, _ = sharded_items(
-        meta,
-        (source.flat, source.offsets),
-        options,
-        shard_tokens=spec.shard_tokens,
-        num_workers=spec.num_workers(),
-        junctions=True,
+    limit, items, _ = plan_shards(
+        meta, (source.flat, source.offsets), spec, options, junctions=True
     )
     parts = [items[0].run()]
     for task in items[1:]:

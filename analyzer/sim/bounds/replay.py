@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from analyzer.config.engines import BOUNDS
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
 from analyzer.sim.common.hashing import HashInterner, request_hashes
 from analyzer.sim.common.serial import SerialReplay, budget_chunks, empty_result
 from analyzer.sim.records import SimRequest, SimResult, match_result
-
-BOUND_ENGINES = ("attention_only", "oracle")
 
 
 def match_alignment(policy: Policy) -> int:
@@ -26,7 +25,7 @@ class BoundReplay(SerialReplay):
     """One unbounded cache: the set of full-attention hash ids ever cached."""
 
     def __init__(self, policy: Policy) -> None:
-        if policy.engine not in BOUND_ENGINES:
+        if policy.engine not in BOUNDS:
             raise ConfigError(f"the bound replay cannot run engine {policy.engine!r}")
         if policy.num_blocks is not None:
             raise ConfigError(
