@@ -23,7 +23,7 @@ first.
 With a Parquet dataset and a non-local executor this process holds only the per-request
 scalars (DatasetTrace: families, replicas, prompt lengths); the two ceiling replays and every
 setting's search are tasks whose workers read the whole trace from the dataset, once each
-(sweep/dataset.py). The answer is the store's.
+(pipeline/sweep_dataset.py). The answer is the store's.
 """
 
 from __future__ import annotations

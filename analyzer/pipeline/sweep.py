@@ -9,9 +9,9 @@ dataset and a non-local executor, this process loads none of the trace: every ta
 reads it from the dataset itself (pipeline/sweep_dataset.py), and the tables are the same.
 
 A `num_blocks` sweep of an LRU full-attention-only policy (see `one_pass_applies`) is not
-replayed point by point: one stack-distance pass (stack_distance.py, one_pass.py) gives
-every capacity, and a point where that pass is not provably exact falls back to its own
-replay.
+replayed point by point: one stack-distance pass (sim/stack_distance.py,
+pipeline/one_pass.py) gives every capacity, and a point where that pass is not provably exact
+falls back to its own replay.
 """
 
 from __future__ import annotations
@@ -44,8 +44,6 @@ from analyzer.pipeline.sweep_points import (
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import DEFAULT_DB
 
-# -- running ---------------------------------------------------------------------------------
-
 
 def run_sweeps(
     policy_source: str | None,
@@ -67,8 +65,8 @@ def run_sweeps(
     `progress(done, total)` is called after each point (for a progress bar).
     `dataset`: read the requests from a Parquet dataset (analyzer.store.dataset), the
     runs still stored in `db_path` (created when missing). With a non-local executor each
-    task's worker reads the trace from it, once (see sweep/dataset.py); with `local` this
-    process reads it whole, once.
+    task's worker reads the trace from it, once (see pipeline/sweep_dataset.py); with
+    `local` this process reads it whole, once.
     """
     if not varies:
         raise ConfigError("give at least one --vary KEY=V1,V2,...")

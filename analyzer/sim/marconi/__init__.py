@@ -2,9 +2,8 @@
 replayed serially like the vLLM engine.
 
 Tree: one page-level radix tree (analyzer/sim/common/tree.py); a page is block_size tokens
-keyed by its
-chained block hash. Marconi is token-level; here every depth is whole pages (exact at
-block_size 1).
+keyed by its chained block hash. Marconi is token-level; here every depth is whole pages
+(exact at block_size 1).
 
 Placement (admission): at most two states per request. Before prefill, a speculative
 insertion walks the tree with the prompt's pages; if the prompt diverges inside an edge at b,

@@ -2,10 +2,9 @@
 1.3), replayed serially like the vLLM engine.
 
 Tree: a page-level radix tree (analyzer/sim/common/tree.py); a page is block_size tokens
-keyed by its
-chained block hash (token-id and hash-id traces alike), split where a match or insert diverges
-inside an edge. Only whole pages are cached (SGLang cuts keys to the page size); the match runs
-over the prompt less its last token.
+keyed by its chained block hash (token-id and hash-id traces alike), split where a match or
+insert diverges inside an edge. Only whole pages are cached (SGLang cuts keys to the page
+size); the match runs over the prompt less its last token.
 
 Groups full_attention + mamba (MambaRadixCache): a node may hold one recurrent state, taken
 after its last token; a node without one is a tombstone (KV kept). The hit is the depth of the
