@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from analyzer.executors import ExecutorSpec
 from analyzer.pipeline.trace import Trace, dataset_trace, load_trace, read_dataset_trace
 from analyzer.store.dataset import fingerprint, open_dataset, register_requests
 from analyzer.store.db import DEFAULT_DB, connect
@@ -51,6 +52,15 @@ class StoredRequests:
     def driver_trace(self, con: duckdb.DuckDBPyConnection) -> Trace:
         """What a replay's driver holds: the store's requests, loaded whole."""
         return load_trace(con)
+
+    def read_only_trace(self, spec: ExecutorSpec) -> Trace:
+        """For a driver that writes nothing (plan): the store's requests, loaded whole, and
+        the store closed again."""
+        con = self.connect()
+        try:
+            return load_trace(con)
+        finally:
+            con.close()
 
     def hand_over(self, con: duckdb.DuckDBPyConnection) -> None:
         """Before workers read: they open the store read-only, so this process lets go."""
@@ -95,6 +105,11 @@ class DatasetRequests:
     def driver_trace(self, con: duckdb.DuckDBPyConnection) -> Trace:
         """What a replay's driver holds: the scalar columns (workers read the token ids)."""
         return read_dataset_trace(con, self.path)
+
+    def read_only_trace(self, spec: ExecutorSpec) -> Trace:
+        """For a driver that writes nothing (plan; no store is created): the dataset read
+        whole with a local `spec`, else only its scalars (workers read the rest)."""
+        return dataset_trace(self.path, whole=spec.is_local)
 
     def hand_over(self, con: duckdb.DuckDBPyConnection) -> None:
         """Workers read the dataset's files; the driver's connection stays open."""

@@ -20,10 +20,12 @@ Cost = cache occupancy: replicas x num_blocks x bytes_per_block (GiB) when the m
 gives bytes_per_block, else replicas x num_blocks (blocks). Candidates are printed cheapest
 first.
 
-With a Parquet dataset and a non-local executor this process holds only the per-request
-scalars (DatasetTrace: families, replicas, prompt lengths); the two ceiling replays and every
-setting's search are tasks whose workers read the whole trace from the dataset, once each
-(pipeline/sweep_dataset.py). The answer is the store's.
+The requests come from a request input (pipeline/inputs.py): the store's, or a Parquet
+dataset's without creating a store. With a dataset and a non-local executor this process
+holds only the per-request scalars (a DatasetTrace: families, replicas, prompt lengths); the
+ceiling replays read their partitions in workers, as `hpa replay --dataset` does, and every
+setting's search is a task whose worker reads the whole trace from the dataset once. The
+answer is the store's.
 """
 
 from __future__ import annotations
@@ -40,12 +42,11 @@ from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec, map_partitions
+from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.replay import replay_rows
-from analyzer.pipeline.sweep_dataset import run_tasks
-from analyzer.pipeline.sweep_points import rows_from_table
-from analyzer.pipeline.trace import DatasetTrace, dataset_trace, load_trace
+from analyzer.pipeline.sweep_points import rows_from_table, rows_table
 from analyzer.sim.policy import make_policy
-from analyzer.store.db import DEFAULT_DB, connect
+from analyzer.store.db import DEFAULT_DB
 
 
 @dataclass
@@ -96,10 +97,10 @@ class _Evaluator:
             self.progress(self.replays)
         return rows
 
-    def rows_of(self, policies: list[Policy]) -> list[dict]:
-        """Each policy's rows. A dataset's (DatasetTrace): every replay a task on the executor,
-        its worker reading the whole trace from the dataset."""
-        if not isinstance(self.trace, DatasetTrace):
+    def ceilings(self, policies: list[Policy]) -> list[dict]:
+        """Each policy's rows: replayed here, or (a non-local executor) each replay one task
+        on the whole trace, shipped to its worker as `for_workers()` (a dataset: its path)."""
+        if self.executor.is_local:
             return [self.rows(p) for p in policies]
         before = self.replays
 
@@ -108,10 +109,17 @@ class _Evaluator:
             if self.progress:
                 self.progress(self.replays)
 
-        labels = [f"plan ceiling replay {p.to_json()}" for p in policies]
-        parts = run_tasks(self.executor, self.trace.dataset, policies, labels, tick)
+        parts = map_partitions(
+            self.executor,
+            _ceiling_worker,
+            policies,
+            labels=[f"plan ceiling replay {p.to_json()}" for p in policies],
+            shared=self.trace.for_workers(),
+            progress=tick,
+            in_worker=True,
+        )
         self.replays = before + len(policies)
-        return [rows_from_table(table) for table, _ in parts]
+        return [rows_from_table(table) for table in parts]
 
     def _sum(self, rows: dict, name: str) -> int:
         values = np.asarray(rows[name], dtype=np.int64)
@@ -158,12 +166,12 @@ def plan(
     geometry = preset or load_model(DEFAULT_GEOMETRY_MODEL)  # groups and block, never bytes
     groups = list(geometry["groups"])
     block = geometry["block_size"]
-    trace = _load(db_path, dataset, spec)
+    trace = request_input(db_path, dataset).read_only_trace(spec)
     ev = _Evaluator(trace, family, progress, spec)
     num_trace_replicas = len({r for r in trace.columns["replica"] if r is not None}) or 1
 
     base = {"groups": groups, "block_size": block, "model": model}
-    attention, dense_rows = ev.rows_of(
+    attention, dense_rows = ev.ceilings(
         [
             make_policy({**base, "groups": ["full_attention"], "retention_interval": None}),
             make_policy({**base, "retention_interval": None}),
@@ -204,10 +212,7 @@ def plan(
         for unit in units
         for replicas, routing in placements
     ]
-    if isinstance(trace, DatasetTrace):  # each setting's worker reads the dataset
-        search = _Search(None, family, target, budget, per_block, trace.dataset)
-    else:
-        search = _Search(trace, family, target, budget, per_block)
+    search = _Search(trace.for_workers(), family, target, budget, per_block)
     evaluated = None if spec.is_local else _evaluate_all(spec, search, settings, progress)
     candidates: list[Candidate] = []
     pruned = 0
@@ -261,29 +266,16 @@ def plan(
     )
 
 
-def _load(db_path, dataset, spec: ExecutorSpec) -> Any:
-    """The trace: the store's, loaded whole; or a dataset's, whole with a local executor,
-    else only its per-request scalars (DatasetTrace; workers read the rest)."""
-    if dataset is not None:
-        return dataset_trace(str(Path(dataset).resolve()), whole=spec.is_local)
-    con = connect(db_path, create=False)
-    try:
-        return load_trace(con)
-    finally:
-        con.close()
-
-
 @dataclass(frozen=True)
 class _Search:
-    """What one candidate setting's search needs (shipped to a worker once). `dataset`: the
-    worker reads the trace from it (`trace` is then None)."""
+    """What one candidate setting's search needs (shipped to a worker once). `trace`: the
+    whole trace, or what a worker reads it from (a DatasetRef)."""
 
-    trace: object
+    trace: Any
     family: str | None
     target: float
     budget: int | None
     per_block: int | None
-    dataset: str | None = None
 
 
 def _search_one(search: _Search, policy: Policy, ev: _Evaluator):
@@ -295,9 +287,12 @@ def _search_one(search: _Search, policy: Policy, ev: _Evaluator):
     return found, ev.replays - before
 
 
+def _ceiling_worker(shipped, policy: Policy):
+    return rows_table(replay_rows(shipped.whole(), policy))
+
+
 def _search_worker(search: _Search, policy: Policy):
-    if search.dataset is not None:  # read once per setting, by its worker
-        search = replace(search, trace=dataset_trace(search.dataset, whole=True), dataset=None)
+    search = replace(search, trace=search.trace.whole())  # a dataset: read once per setting
     return _search_one(search, policy, _Evaluator(search.trace, search.family))
 
 
@@ -316,7 +311,7 @@ def _evaluate_all(spec: ExecutorSpec, search: _Search, settings: list[Policy], p
         labels=labels,
         shared=search,
         progress=tick,
-        in_worker=search.dataset is not None,
+        in_worker=search.trace.reads_in_worker,
     )
 
 

@@ -9,7 +9,8 @@ Both give `n`, `columns` (name -> list, arrival order), `prompts` (token ids, or
 ids for hash-id requests), `shared_units(ns_any, ns_replica, spec)` (the replay's L1/L2 in
 match units, see `analyzer.pipeline.shared_prefixes`), `replay_bins(sizes, spec)` (how the
 replay's partitions are grouped into tasks) and `partition(indices)` (a LoadedTrace of those
-rows and their local indices).
+rows and their local indices). `for_workers()` is what a worker that needs the whole trace
+is shipped (the trace itself, or a `DatasetRef` it reads); its `whole()` is the LoadedTrace.
 """
 
 from __future__ import annotations
@@ -80,8 +81,17 @@ class LoadedTrace:
             namespace=namespace,
         )
 
+    reads_in_worker = False  # shipped whole: a worker has every row already
+
     def partition(self, indices: list[int]) -> tuple[LoadedTrace, list[int]]:
         return self, indices
+
+    def for_workers(self) -> LoadedTrace:
+        """What a worker that searches the whole trace is shipped: the trace itself."""
+        return self
+
+    def whole(self) -> LoadedTrace:
+        return self
 
     def replay_bins(self, sizes: list[int], spec: ExecutorSpec) -> list[list[int]]:
         """One task per partition: the rows are in memory already."""
@@ -195,6 +205,11 @@ class DatasetTrace:
     def prompts(self) -> StreamedPrompts:
         return StreamedPrompts(self.dataset)
 
+    def for_workers(self) -> DatasetRef:
+        """What a worker that searches the whole trace is shipped: the dataset's path (it
+        reads the trace itself, once)."""
+        return DatasetRef(self.dataset)
+
     def partition(self, indices: list[int]) -> tuple[LoadedTrace, list[int]]:
         """Worker: a LoadedTrace of the rows `indices` (one read of the dataset) and where
         each of them is in it."""
@@ -220,6 +235,17 @@ class DatasetTrace:
         its own rows (see analyzer.prefixes.shallow)."""
         meta = _meta(self.columns, ns_any, ns_replica, self.query_len, self.insert_len)
         return dataset_shared_units(meta, self.dataset, spec)
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """A dataset as shipped to a worker: `whole()` reads its trace there."""
+
+    dataset: str
+    reads_in_worker = True
+
+    def whole(self) -> LoadedTrace:
+        return dataset_trace(self.dataset, whole=True)
 
 
 class StreamedPrompts:

@@ -149,6 +149,15 @@ def test_plan_over_a_dataset_gives_the_store_runs_answer(traces):
     assert got == expected
 
 
+@pytest.mark.parametrize("executor", ["local", "processes"])
+def test_plan_over_a_dataset_creates_no_store(traces, tmp_path, executor):
+    db, data = traces["synth"]
+    absent = tmp_path / "absent.duckdb"
+    got = plan(0.3, dataset=data, db_path=absent, executor=executor)
+    assert got == plan(0.3, db_path=db)
+    assert not absent.exists()
+
+
 def test_a_failing_sweep_point_is_named_and_stores_nothing(traces, tmp_path):
     _, data = traces["namespaced"]  # its hash-id requests have 16-token blocks
     out = tmp_path / "out.duckdb"
