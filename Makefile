@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HPA := $(VENV)/bin/hpa
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench bench-ingest bench-replay bench-peer samples clean
+.PHONY: install demo test lint bench bench-ingest bench-replay bench-peer schemas samples clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ bench-replay: $(STAMP)
 # hpa vs kvcache-simulator (PyPI) on the Mooncake conversation trace (installs the peer).
 bench-peer: $(STAMP)
 	$(PY) bench/bench_peer.py
+
+# schemas/policy.schema.json from the config tables (tests/config/test_schema.py checks it).
+schemas: $(STAMP)
+	$(PY) -m analyzer.config.schema > schemas/policy.schema.json
 
 samples: $(STAMP)
 	PATH=$(abspath $(VENV))/bin:$$PATH bash sample_traces/make_samples.sh

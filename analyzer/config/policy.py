@@ -22,6 +22,16 @@ from analyzer.errors import ConfigError
 GROUPS = ("full_attention", "sliding_window", "mamba")
 SPEC_DECODE = ("none", "eagle_lookahead", "eagle_drop")
 ROUTING = ("trace", "round_robin", "session", "prefix_aware")
+CHOICES = {"groups": GROUPS, "spec_decode": SPEC_DECODE, "routing": ROUTING}
+MINIMUMS = {  # integer keys (null allowed but for replicas) and their smallest value
+    "block_size": 1,
+    "prefix_match_unit": 1,
+    "retention_interval": 0,
+    "sliding_window": 1,
+    "max_num_batched_tokens": 1,
+    "num_blocks": 2,
+    "replicas": 1,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +77,9 @@ BASE_KEYS = tuple(f.name for f in fields(Policy) if f.name != "options")
 KEYS = BASE_KEYS + tuple(OPTIONS)
 
 
-def _int_or_none(key: str, value: Any, minimum: int) -> int | None:
+def _integer(values: dict[str, Any], key: str) -> int | None:
+    """`values[key]`: null, or an integer of at least MINIMUMS[key]."""
+    value, minimum = values[key], MINIMUMS[key]
     if value is None:
         return None
     if type(value) is not int or value < minimum:
@@ -102,7 +114,7 @@ def build_policy(values: dict[str, Any]) -> Policy:
         raise ConfigError("policy key 'groups': each group once, full_attention included")
     groups = tuple(g for g in GROUPS if g in groups)  # canonical order: FA first
     model = load_model(v["model"]) if v["model"] is not None else None
-    block_size = _int_or_none("block_size", v["block_size"], 1)
+    block_size = _integer(v, "block_size")
     if block_size is None and model is not None:
         block_size = model["block_size"]
     if block_size is None:
@@ -111,15 +123,13 @@ def build_policy(values: dict[str, Any]) -> Policy:
         engine=_choice("engine", v["engine"], ENGINE_NAMES),
         groups=groups,
         block_size=block_size,
-        prefix_match_unit=_int_or_none("prefix_match_unit", v["prefix_match_unit"], 1),
-        retention_interval=_int_or_none("retention_interval", v["retention_interval"], 0),
-        sliding_window=_int_or_none("sliding_window", v["sliding_window"], 1),
-        max_num_batched_tokens=_int_or_none(
-            "max_num_batched_tokens", v["max_num_batched_tokens"], 1
-        ),
-        num_blocks=_int_or_none("num_blocks", v["num_blocks"], 2),
+        prefix_match_unit=_integer(v, "prefix_match_unit"),
+        retention_interval=_integer(v, "retention_interval"),
+        sliding_window=_integer(v, "sliding_window"),
+        max_num_batched_tokens=_integer(v, "max_num_batched_tokens"),
+        num_blocks=_integer(v, "num_blocks"),
         spec_decode=_choice("spec_decode", v["spec_decode"], SPEC_DECODE),
-        replicas=_int_or_none("replicas", v["replicas"], 1) or 1,
+        replicas=_integer(v, "replicas") or 1,
         routing=_choice("routing", v["routing"], ROUTING),
         model=v["model"],
         options=resolve(v["engine"], {k: x for k, x in values.items() if k in OPTIONS}),

@@ -1,0 +1,128 @@
+"""`schemas/policy.schema.json`, generated from the config tables (the policy's fields, their
+choices and minimums, the engine table, the engine options), so the schema a user's editor
+checks against cannot drift from what `build_policy` accepts.
+
+    python -m analyzer.config.schema > schemas/policy.schema.json    # `make schemas`
+
+`tests/config/test_schema.py` fails when the committed file differs from this output.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from analyzer.config.engines import ENGINES
+from analyzer.config.options import OPTIONS, Option
+from analyzer.config.policy import BASE_KEYS, CHOICES, MINIMUMS, Policy
+
+SCHEMA_ID = "https://github.com/hybrid-prefix-analyzer/hpa/schemas/policy.schema.json"
+
+# What each policy field means; its type, choices, minimum and default come from the tables.
+BASE_DOCS = {
+    "engine": "Keys named <engine>_* are that engine's options; setting one for another "
+    "engine is an error (docs/engines.md).",
+    "groups": "Cache groups present. Mamba stands for any recurrent layer (Mamba, GDN, "
+    "linear attention) in vLLM's align mode.",
+    "block_size": "Block size of every group (align mode forces Mamba = attention); null = "
+    "from the model preset.",
+    "prefix_match_unit": "Hash block size (vLLM --prefix-match-unit); must divide "
+    "block_size; null = block_size.",
+    "retention_interval": "null = keep every produced sparse state; 0 = semantic checkpoints "
+    "only (replay boundary, junction); N (a multiple of block_size) = also every N tokens.",
+    "sliding_window": "Window W in tokens; required exactly when groups has sliding_window.",
+    "max_num_batched_tokens": "Per-step token budget (chunked prefill); null = a prompt is "
+    "one chunk.",
+    "num_blocks": "Shared pool capacity in blocks, counted as vLLM counts num_gpu_blocks "
+    "(all groups draw from it); null = unbounded.",
+    "spec_decode": "eagle_lookahead = vLLM 0.33 default for EAGLE/MTP (lookahead hashes, "
+    "no drop); eagle_drop = legacy last-block drop.",
+    "replicas": "Engine replicas, each with its own cache of num_blocks.",
+    "routing": "Which replica serves a request: trace = the record's replica; round_robin = "
+    "in arrival order; session = a conversation's requests to one replica; prefix_aware = "
+    "the replica whose earlier requests share the longest prefix.",
+    "model": "A preset in schemas/models/ (block size and bytes per block and per state, "
+    "for memory figures).",
+}
+
+EXAMPLES = [
+    {"groups": ["full_attention", "mamba"], "block_size": 544, "retention_interval": 0},
+    {
+        "model": "qwen3-next-80b-a3b",
+        "retention_interval": None,
+        "max_num_batched_tokens": 2048,
+        "num_blocks": 4000,
+    },
+]
+
+
+def policy_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a policy file."""
+    properties = {key: _base_property(key) for key in BASE_KEYS}
+    properties.update({key: _option_property(option) for key, option in OPTIONS.items()})
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "hpa replay policy",
+        "description": "How `hpa replay` models the cache. Keys use vLLM's names where vLLM "
+        "has one; all sizes are in tokens. `hpa replay --set KEY=VALUE` overrides one key "
+        "(VALUE is JSON: null, 0, [..]; else a string).",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+        "examples": EXAMPLES,
+    }
+
+
+def _base_property(key: str) -> dict[str, Any]:
+    default = asdict(Policy())[key]
+    doc = BASE_DOCS[key]
+    if key == "engine":
+        prop: dict[str, Any] = {"enum": list(ENGINES)}
+        designs = "; ".join(f"{row.name} = {row.design}" for row in ENGINES.values())
+        doc = f"Whose semantics to replay: {designs}. {doc}"
+    elif key == "groups":
+        prop = {
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "contains": {"const": "full_attention"},
+            "items": {"enum": list(CHOICES["groups"])},
+        }
+        default = list(default)
+    elif key in CHOICES:
+        prop = {"enum": list(CHOICES[key])}
+    elif key in MINIMUMS:
+        nullable = key != "replicas"
+        prop = {"type": ["integer", "null"] if nullable else "integer", "minimum": MINIMUMS[key]}
+    else:
+        prop = {"type": ["string", "null"]}
+    if default is not None:
+        prop["default"] = default
+    prop["description"] = doc
+    return prop
+
+
+def _option_property(option: Option) -> dict[str, Any]:
+    if option.kind == "choice":
+        prop: dict[str, Any] = {"enum": list(option.choices)}
+    elif option.kind == "bool":
+        prop = {"type": "boolean"}
+    elif option.kind == "number_or_auto":
+        prop = {"anyOf": [{"type": "number", "minimum": option.minimum}, {"const": "auto"}]}
+    else:
+        kind = "integer" if option.kind == "int" else "number"
+        prop = {"type": [kind, "null"] if option.nullable else kind, "minimum": option.minimum}
+    prop["default"] = option.default
+    prop["description"] = f"engine {option.engine}: {option.doc}"
+    return prop
+
+
+def schema_text() -> str:
+    """The schema file's text: two-space indents, a final newline."""
+    return json.dumps(policy_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    print(schema_text(), end="")
