@@ -233,11 +233,8 @@ def _check_windows(con, run_id: int, windows) -> None:
             "compare two runs with --run A --run B instead"
         )
     for w in windows:
-        n = con.execute(
-            "SELECT count(*) FROM replay_requests WHERE run_id = ? "
-            "AND timestamp_s >= ? AND timestamp_s < ?",
-            [run_id, w.start_s, w.end_s],
-        ).fetchone()[0]
+        params = {"run_id": run_id, "start": w.start_s, "end": w.end_s}
+        n = con.execute(load_sql("compare_window_count"), params).fetchone()[0]
         if n == 0:
             raise ConfigError(
                 f"window {w.text} holds no requests of run {run_id} "
@@ -246,11 +243,7 @@ def _check_windows(con, run_id: int, windows) -> None:
 
 
 def _check_same_trace(con, a: int, b: int) -> None:
-    found = dict(
-        con.execute(
-            "SELECT run_id, trace_fingerprint FROM replay_runs WHERE run_id IN (?, ?)", [a, b]
-        ).fetchall()
-    )
+    found = dict(con.execute(load_sql("compare_fingerprints"), {"a": a, "b": b}).fetchall())
     if found[a] != found[b]:
         raise ConfigError(
             f"runs {a} and {b} replayed different traces (fingerprints {found[a][:12]} and "
@@ -283,23 +276,15 @@ def _ttft_model(con, run_id: int) -> tuple[dict[str, TtftFit | None], str, str]:
             "trace ttft_ms",
             "fitted from the trace's ttft_ms",
         )
-    policy = orjson.loads(
-        con.execute("SELECT policy FROM replay_runs WHERE run_id = ?", [run_id]).fetchone()[0]
-    )
+    params = {"run_id": run_id}
+    policy = orjson.loads(con.execute(load_sql("replay_run_policy"), params).fetchone()[0])
     model = policy.get("model")
     cost = None
     if model:
         cost = load_model(model).get("prefill_cost")
     if cost:
         fit = TtftFit(float(cost["a_ms"]), float(cost["b_ms_per_token"]), math.nan, 0)
-        revs = [
-            r[0]
-            for r in con.execute(
-                "SELECT DISTINCT coalesce(model_revision, '(none)') FROM replay_requests "
-                "WHERE run_id = ? ORDER BY 1",
-                [run_id],
-            ).fetchall()
-        ]
+        revs = [r[0] for r in con.execute(load_sql("compare_revisions"), params).fetchall()]
         return {r: fit for r in revs}, "model preset", f"prefill cost of model preset {model}"
     why = f"model preset {model} has no prefill cost" if model else "the run names no model preset"
     return (

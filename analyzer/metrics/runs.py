@@ -5,16 +5,14 @@ from __future__ import annotations
 import duckdb
 
 from analyzer.errors import ConfigError, StoreError
+from analyzer.store.db import load_sql, table_names
 
 
 def known_runs(con: duckdb.DuckDBPyConnection) -> list[int]:
     """Run ids in `replay_runs`, ascending; StoreError when no replay ran yet."""
-    present = {
-        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
-    }
-    if not {"replay_runs", "replay_requests"} <= present:
+    if not {"replay_runs", "replay_requests"} <= table_names(con):
         raise StoreError("no replay runs in the database; run `hpa replay` first")
-    runs = [r[0] for r in con.execute("SELECT run_id FROM replay_runs ORDER BY run_id").fetchall()]
+    runs = [r[0] for r in con.execute(load_sql("replay_run_ids")).fetchall()]
     if not runs:
         raise StoreError("no replay runs in the database; run `hpa replay` first")
     return runs

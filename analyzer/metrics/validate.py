@@ -35,7 +35,7 @@ import pyarrow as pa
 from analyzer.errors import ConfigError, InputFileError, StoreError
 from analyzer.metrics.exposition import format_labels, read_counters
 from analyzer.metrics.runs import resolve_run
-from analyzer.store.db import DEFAULT_DB, connect, load_sql
+from analyzer.store.db import DEFAULT_DB, column_names, connect, load_sql
 from analyzer.store.export import check_export_path, export_table
 from analyzer.traces.records import RecordError, parse_time_text
 
@@ -134,12 +134,8 @@ def validate(
         meta = [start, end, _str(before), _str(after), model_name]
         validation_id = _store(con, run_id, meta, rows)
         if out is not None:
-            export_table(
-                con,
-                "SELECT * EXCLUDE (validation_id, created_at) FROM validations "
-                f"WHERE validation_id = {int(validation_id)} ORDER BY rowid",
-                out,
-            )
+            params = {"validation_id": int(validation_id)}
+            export_table(con, load_sql("validate_export"), out, params)
     finally:
         con.close()
     note = _metrics_note(before, after, model_name, deltas) if deltas else None
@@ -191,15 +187,8 @@ def _describe_window(run_id: int, since, until, n: int | None = None) -> str:
 
 
 def _groups(con, run_id: int, start: float, end: float) -> list[dict]:
-    has_column = con.execute(
-        "SELECT count(*) FROM information_schema.columns "
-        "WHERE table_name = 'requests' AND column_name = 'cached_tokens'"
-    ).fetchall()[0][0]
-    observed = "cached_tokens" if has_column else "NULL::BIGINT AS cached_tokens"
-    con.execute(
-        f"CREATE OR REPLACE TEMP VIEW observed_requests AS SELECT request_id, {observed} "
-        "FROM requests"
-    )
+    observed = "cached_tokens" in column_names(con, "requests")
+    con.execute(load_sql("validate_observed_view" + ("" if observed else "_missing")))
     windowed = math.isfinite(start) or math.isfinite(end)
     params = {"run_id": run_id, "windowed": windowed, "start": start, "end": end}
     cur = con.execute(load_sql("validate_requests"), params)
@@ -356,21 +345,18 @@ def _metrics_note(before, after, model_name, deltas) -> str:
 def _store(con, run_id: int, meta: list, rows: pa.Table) -> int:
     """Append the rows as one validation; returns its id."""
     con.execute(load_sql("validate_schema"))
-    validation_id = con.execute(
-        "SELECT coalesce(max(validation_id), 0) + 1 FROM validations"
-    ).fetchall()[0][0]
-    start, end, *names = meta
+    validation_id = con.execute(load_sql("validate_next_id")).fetchall()[0][0]
+    start, end, before, after, model_name = meta
     con.register("validation_rows", rows)
-    con.execute(
-        "INSERT INTO validations SELECT ?, ?, current_timestamp, ?, ?, ?, ?, ?, * "
-        "FROM validation_rows",
-        [
-            validation_id,
-            run_id,
-            start if math.isfinite(start) else None,
-            end if math.isfinite(end) else None,
-            *names,
-        ],
-    )
+    params = {
+        "validation_id": validation_id,
+        "run_id": run_id,
+        "window_start_s": start if math.isfinite(start) else None,
+        "window_end_s": end if math.isfinite(end) else None,
+        "metrics_before": before,
+        "metrics_after": after,
+        "model_name": model_name,
+    }
+    con.execute(load_sql("validate_insert"), params)
     con.unregister("validation_rows")
     return validation_id

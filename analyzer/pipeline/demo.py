@@ -21,6 +21,7 @@ from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import run_sweeps
 from analyzer.report.html import render_report
 from analyzer.sim.policy import make_policy
+from analyzer.store.db import load_sql
 from analyzer.store.ingest import IngestResult, ingest
 from analyzer.store.query import run_query
 
@@ -126,15 +127,7 @@ def run_demo(
 
 def _policy_table(db_path: Path) -> pa.Table:
     table = run_query(
-        "SELECT run_id, sum(prompt_tokens) AS prompt_tokens, sum(hit_tokens) AS hit_tokens, "
-        "sum(sparse_retention_miss_tokens) AS sparse_retention_miss_tokens, "
-        "sum(lost_eviction_tokens) AS lost_eviction_tokens, "
-        "sum(lost_routing_tokens) AS lost_routing_tokens, "
-        "sum(lost_spec_decode_tokens) AS lost_spec_decode_tokens, "
-        "sum(replay_tokens) AS replay_tokens, "
-        "sum(hit_tokens) / sum(prompt_tokens) AS useful_hit_ratio, "
-        "sum(sparse_retention_miss_tokens) / sum(prompt_tokens) AS sparse_loss_ratio "
-        "FROM replay_requests GROUP BY run_id ORDER BY run_id",
+        load_sql("demo_policy_totals"),
         db_path=db_path,
     )
     return table.drop(["run_id"]).add_column(0, "policy", pa.array(list(POLICIES)))
@@ -150,11 +143,7 @@ def _cases(samples: Path, folder: Path) -> pa.Table:
         ingest([path], db_path=db)
         geometry = next(g for prefix, g in CASE_GEOMETRY.items() if name.startswith(prefix))
         run_replay(make_policy(geometry), db_path=db)
-        per_request = run_query(
-            "SELECT hit_tokens, sparse_retention_miss_tokens FROM replay_requests "
-            "ORDER BY arrival_seq",
-            db_path=db,
-        ).to_pylist()
+        per_request = run_query(load_sql("demo_case_rows"), db_path=db).to_pylist()
         shown = per_request if len(per_request) <= 4 else per_request[:4]
         rows.append(
             {

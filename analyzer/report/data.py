@@ -17,7 +17,14 @@ import polars as pl
 from analyzer.config.memory import policy_pool_gib
 from analyzer.errors import ConfigError, StoreError
 from analyzer.report.junction_paths import deepest_junctions
-from analyzer.store.db import connect, load_sql, query_arrow, require_tables
+from analyzer.store.db import (
+    column_names,
+    connect,
+    load_sql,
+    query_arrow,
+    require_tables,
+    table_names,
+)
 
 # Window widths (seconds) the time-window figure may use: about 24 windows per trace.
 NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
@@ -52,7 +59,7 @@ def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> Repo
     con = connect(db_path, create=False)
     try:
         require_tables(con, "requests")
-        present = _tables(con)
+        present = table_names(con)
         if "replay_runs" not in present:
             raise StoreError("no replay runs in the database; run `hpa replay` first")
         run_frame = _runs(con, runs)
@@ -73,17 +80,8 @@ def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> Repo
         con.close()
 
 
-def _tables(con) -> set[str]:
-    return {
-        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
-    }
-
-
 def _runs(con, runs: list[int] | None) -> pl.DataFrame:
-    rows = con.execute(
-        "SELECT run_id, policy, trace_fingerprint, num_requests, prompt_tokens, hit_tokens, "
-        "hpa_version FROM replay_runs ORDER BY run_id"
-    ).fetchall()
+    rows = con.execute(load_sql("report_runs")).fetchall()
     if not rows:
         raise StoreError("no replay runs in the database; run `hpa replay` first")
     known = [r[0] for r in rows]
@@ -174,11 +172,7 @@ def window_width(span: float) -> float:
 
 
 def _windows(con, ids: list[int], labels: dict[int, str]) -> tuple[pl.DataFrame, str]:
-    t_min, t_max, n = con.execute(
-        "SELECT min(timestamp_s), max(timestamp_s), max(arrival_seq) + 1 FROM replay_requests "
-        "WHERE list_contains(?, run_id)",
-        [ids],
-    ).fetchall()[0]
+    t_min, t_max, n = con.execute(load_sql("report_window_span"), {"runs": ids}).fetchall()[0]
     if t_min is None:  # no timestamps: windows of arrival order
         by_seq, t0, width, unit = True, 0.0, float(max(1, -(-int(n) // TARGET_WINDOWS))), "requests"
     else:
@@ -210,13 +204,7 @@ def _junctions(con, ids: list[int], labels: dict[int, str]) -> pl.DataFrame:
 
 def _sweeps(con) -> pl.DataFrame | None:
     """The sweep_points table (written by `hpa sweep`), or None if it lacks a column."""
-    cols = {r[0] for r in con.execute("DESCRIBE sweep_points").fetchall()}
-    if not set(SWEEP_COLUMNS) <= cols:
+    if not set(SWEEP_COLUMNS) <= column_names(con, "sweep_points"):
         return None
-    frame = pl.from_arrow(
-        query_arrow(
-            con,
-            f"SELECT {', '.join(SWEEP_COLUMNS)} FROM sweep_points ORDER BY sweep_id, knob, run_id",
-        )
-    )
+    frame = pl.from_arrow(query_arrow(con, load_sql("report_sweeps")))
     return frame.with_columns(pl.col("value").cast(pl.String))

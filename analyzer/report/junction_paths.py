@@ -20,21 +20,7 @@ import pyarrow.compute as pc
 
 from analyzer.prefixes.arrays import ragged_arange
 from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, HashParams, PowerTables
-from analyzer.store.db import query_arrow
-
-_REQUESTS = """
-SELECT r.arrival_seq, coalesce(m.shared_any_tokens, 0) AS shared_tokens, r.prompt_tokens,
-       coalesce(r.cache_salt, '') || chr(31) || coalesce(r.lora_name, '') AS salt_lora,
-       r.prompt_token_ids::BIGINT[] AS token_ids, r.block_hash_ids, r.block_size
-FROM requests AS r LEFT JOIN prefix_matches AS m ON m.arrival_seq = r.arrival_seq
-ORDER BY r.arrival_seq
-"""
-_JUNCTIONS = """
-SELECT j.junction_id, j.position_tokens, r.arrival_seq AS first_seq
-FROM junctions AS j JOIN requests AS r ON r.request_id = j.first_request_id
-WHERE j.num_requests_through > 1
-ORDER BY j.position_tokens, j.junction_id
-"""
+from analyzer.store.db import load_sql, query_arrow
 
 
 class _Sequences:
@@ -73,8 +59,8 @@ def deepest_junctions(con, *, params: HashParams = DEFAULT_HASH) -> pa.Table:
     """(arrival_seq, junction_id) of every request pinned to a junction (see the module).
 
     `params`: the prefix hash; tests mask its keys to a few bits to force collisions."""
-    table = query_arrow(con, _REQUESTS)
-    junctions = query_arrow(con, _JUNCTIONS)
+    table = query_arrow(con, load_sql("report_junction_requests"))
+    junctions = query_arrow(con, load_sql("report_junction_firsts"))
     empty = pa.table(
         {"arrival_seq": pa.array([], pa.int64()), "junction_id": pa.array([], pa.string())}
     )

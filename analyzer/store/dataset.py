@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from analyzer.errors import InputFileError
+from analyzer.store.db import load_sql
 
 # Every column of `requests` (schema.sql) with its DuckDB type: absent ones read as NULL.
 COLUMNS = {
@@ -86,12 +87,11 @@ def register_requests(con: duckdb.DuckDBPyConnection, data: pads.Dataset | pa.Ta
         else f"CAST(NULL AS {kind}) AS {name}"
         for name, kind in COLUMNS.items()
     )
-    view = f"CREATE OR REPLACE TEMP VIEW requests AS SELECT\n    {cols}\nFROM requests_dataset"
-    con.execute(view)
+    con.execute(load_sql("dataset_requests_view").format(columns=cols))
 
 
 def unregister_requests(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute("DROP VIEW IF EXISTS temp.requests")
+    con.execute(load_sql("dataset_drop_view"))
     con.unregister("requests_dataset")
 
 

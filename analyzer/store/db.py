@@ -21,8 +21,11 @@ def load_sql(name: str) -> str:
     return resources.files("analyzer.store").joinpath("sql", f"{name}.sql").read_text()
 
 
-def connect(path: str | Path = DEFAULT_DB, *, create: bool = True) -> duckdb.DuckDBPyConnection:
-    """Open (and, with `create`, initialise) the store at `path`.
+def connect(
+    path: str | Path = DEFAULT_DB, *, create: bool = True, memory_limit: str | None = None
+) -> duckdb.DuckDBPyConnection:
+    """Open (and, with `create`, initialise) the store at `path`; `memory_limit` caps
+    DuckDB's buffer memory (its own units: '2GB').
 
     Raises:
         StoreError: the file is missing while `create` is false, is not a DuckDB file,
@@ -32,7 +35,8 @@ def connect(path: str | Path = DEFAULT_DB, *, create: bool = True) -> duckdb.Duc
     if not create and not path.exists():
         raise StoreError(f"{path}: no such database; run `hpa ingest FILE --db {path}` first")
     try:
-        con = duckdb.connect(str(path))
+        config = {"memory_limit": memory_limit} if memory_limit is not None else {}
+        con = duckdb.connect(str(path), config=config)
     except duckdb.Error as exc:
         raise StoreError(f"{path}: cannot open as a DuckDB database ({_first_line(exc)})") from None
     try:
@@ -44,33 +48,36 @@ def connect(path: str | Path = DEFAULT_DB, *, create: bool = True) -> duckdb.Duc
 
 
 def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    has_meta = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
-    ).fetchall()[0][0]
-    if has_meta:
-        found = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+    if "meta" in table_names(con):
+        found = con.execute(load_sql("meta_schema_version")).fetchall()
         if found and found[0][0] != SCHEMA_VERSION:
             raise StoreError(
                 f"{path}: schema version {found[0][0]}, this hpa needs {SCHEMA_VERSION}; "
                 "re-ingest into a new database"
             )
     con.execute(load_sql("schema"))
-    con.execute(
-        "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
-        [SCHEMA_VERSION],
-    )
+    con.execute(load_sql("meta_set_schema_version"), {"version": SCHEMA_VERSION})
 
 
 def require_tables(con: duckdb.DuckDBPyConnection, *names: str) -> None:
     """Raise StoreError naming the first missing table and the command that writes it."""
-    present = {
-        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
-    }
+    present = table_names(con)
     writers = {"prefix_matches": "hpa match", "junctions": "hpa match"}
     for name in names:
         if name not in present:
             hint = writers.get(name, "hpa ingest")
             raise StoreError(f"table {name!r} is not in the database; run `{hint}` first")
+
+
+def table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """Every table and view on `con`."""
+    return {r[0] for r in con.execute(load_sql("table_names")).fetchall()}
+
+
+def column_names(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
+    """The columns of `table` (empty when there is no such table)."""
+    rows = con.execute(load_sql("column_names"), {"table_name": table}).fetchall()
+    return {r[0] for r in rows}
 
 
 def _first_line(exc: BaseException) -> str:

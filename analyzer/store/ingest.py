@@ -101,19 +101,16 @@ def ingest(
     for path in paths:
         if not path.is_file():
             raise InputFileError(f"{path}: no such file")
-    con = connect(db_path)
     # DuckDB caches written blocks up to its memory limit (80% of RAM by default);
     # capping it keeps ingest memory flat however large the file is.
-    con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
+    con = connect(db_path, memory_limit=INGEST_MEMORY_LIMIT)
     results: list[SourceResult] = []
     try:
         _forget_unfinished(con)
         known = _known_sources(con)
         first_seen = {
             rid: (sid, line)
-            for rid, sid, line in con.execute(
-                "SELECT request_id, source_id, line_no FROM requests"
-            ).fetchall()
+            for rid, sid, line in con.execute(load_sql("ingest_first_seen")).fetchall()
         }
         for path in paths:
             results.append(_ingest_file(con, path, fmt, known, first_seen, progress))
@@ -133,18 +130,17 @@ def _check_format(fmt: str) -> None:
 def _forget_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
     """Remove what an unfinished ingest of `source_id` stored (batches commit one by one,
     so memory stays bounded; a file is complete only once its sources row exists)."""
-    con.execute("DELETE FROM requests WHERE source_id = ?", [source_id])
-    con.execute("DELETE FROM rejects WHERE source_id = ?", [source_id])
+    con.execute(load_sql("ingest_forget_requests"), {"source_id": source_id})
+    con.execute(load_sql("ingest_forget_rejects"), {"source_id": source_id})
 
 
 def _forget_unfinished(con: duckdb.DuckDBPyConnection) -> None:
     """Rows of an ingest that was killed midway have no sources row: drop them."""
-    con.execute("DELETE FROM requests WHERE source_id NOT IN (SELECT source_id FROM sources)")
-    con.execute("DELETE FROM rejects WHERE source_id NOT IN (SELECT source_id FROM sources)")
+    con.execute(load_sql("ingest_forget_unfinished"))
 
 
 def _known_sources(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, str]]:
-    rows = con.execute("SELECT sha256, source_id, path FROM sources").fetchall()
+    rows = con.execute(load_sql("ingest_known_sources")).fetchall()
     return {sha: (sid, p) for sha, sid, p in rows}
 
 
@@ -161,7 +157,7 @@ def _ingest_file(con, path, fmt, known, first_seen, progress) -> SourceResult:
     fmt = detect_format(path) if fmt == "auto" else fmt
     if sha in known:
         return SourceResult(str(path), sha, fmt, duplicate_of=known[sha][0])
-    source_id = con.execute("SELECT coalesce(max(source_id), 0) + 1 FROM sources").fetchall()[0][0]
+    source_id = con.execute(load_sql("ingest_next_source_id")).fetchall()[0][0]
     sources = {sid: p for sid, p in known.values()}
     sources[source_id] = str(path)
     tally = _Tally(source_id, str(path), dict(first_seen), sources)
@@ -173,24 +169,20 @@ def _ingest_file(con, path, fmt, known, first_seen, progress) -> SourceResult:
         raise
     # The sources row is written last: it marks the file as complete.
     info = SOURCE_INFO.get(fmt, SourceInfo())
-    con.execute(
-        "INSERT INTO sources (source_id, path, sha256, format, num_read, num_stored, "
-        "num_rejected, num_prompt_tokens, ingested_at, block_size, provenance, num_skipped) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp, ?, ?, ?)",
-        [
-            source_id,
-            str(path),
-            sha,
-            fmt,
-            tally.num_read,
-            tally.num_stored,
-            tally.num_rejected,
-            tally.num_prompt_tokens,
-            info.block_size_tokens or _single(tally.block_sizes),
-            info.provenance,
-            tally.num_skipped,
-        ],
-    )
+    row = {
+        "source_id": source_id,
+        "path": str(path),
+        "sha256": sha,
+        "format": fmt,
+        "num_read": tally.num_read,
+        "num_stored": tally.num_stored,
+        "num_rejected": tally.num_rejected,
+        "num_prompt_tokens": tally.num_prompt_tokens,
+        "block_size": info.block_size_tokens or _single(tally.block_sizes),
+        "provenance": info.provenance,
+        "num_skipped": tally.num_skipped,
+    }
+    con.execute(load_sql("ingest_insert_source"), row)
     first_seen.update(tally.first_seen)
     known[sha] = (source_id, str(path))
     return SourceResult(
@@ -243,7 +235,7 @@ def _store_batch(con, batch: Batch, tally: _Tally) -> None:
             tally.block_sizes.update(sizes[:2])
     if rejects:
         con.executemany(
-            "INSERT INTO rejects VALUES (?, ?, ?, ?, ?, ?)",
+            load_sql("ingest_insert_rejects"),
             [
                 [tally.source_id, tally.path, r.line_no, r.field, r.reason, r.raw_excerpt]
                 for r in rejects

@@ -20,14 +20,14 @@ def write_relations(
     for name, table in relations.items():
         con.register(name, table)
     try:
-        con.execute("BEGIN TRANSACTION")
+        con.begin()
         con.execute(load_sql("match_write_prefix_matches"))
         if derive_families:
             con.execute(load_sql("match_derive_families"), {"min_tokens": min_family_tokens})
         con.execute(load_sql("match_write_junctions"))
-        con.execute("COMMIT")
+        con.commit()
     except BaseException:
-        con.execute("ROLLBACK")
+        con.rollback()
         raise
     finally:
         for name in relations:

@@ -1,0 +1,2 @@
+-- One rejected record: source, path, line, field, reason, raw excerpt.
+INSERT INTO rejects VALUES (?, ?, ?, ?, ?, ?);

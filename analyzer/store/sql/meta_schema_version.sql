@@ -1,0 +1,4 @@
+-- The schema version the store was created with.
+SELECT value
+FROM meta
+WHERE key = 'schema_version';

@@ -1,0 +1,3 @@
+-- Every table and view in the store.
+SELECT table_name
+FROM information_schema.tables;
