@@ -19,13 +19,15 @@ class Engine:
     """One engine. `module`: the package exposing `replay(requests, policy, *, num_groups)`
     (and optionally `check_policy(policy)`, `hit_alignment(policy)`); `design`: where it keeps
     recurrent state, in one line; `preset`: its policy preset (`schemas/policies/<preset>.json`);
-    `bound`: an unbounded reference cache, not an engine."""
+    `bound`: an unbounded reference cache, not an engine; `schedules`: the policy `schedule`s
+    it replays (`analyzer.config.schedule`; only vLLM's scheduler is modelled concurrently)."""
 
     name: str
     module: str
     preset: str
     design: str
     bound: bool = False
+    schedules: tuple[str, ...] = ("serial",)
 
 
 _ROWS = (
@@ -35,6 +37,7 @@ _ROWS = (
         "vllm-default",
         "vLLM 0.33 align mode: states at block-aligned junctions, replay boundaries "
         "and every retention interval",
+        schedules=("serial", "concurrent"),
     ),
     Engine(
         "sglang",

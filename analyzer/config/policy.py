@@ -14,15 +14,22 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from analyzer.config.engines import BOUNDS, ENGINE_NAMES
+from analyzer.config.engines import BOUNDS, ENGINE_NAMES, ENGINES
 from analyzer.config.models import SCHEMAS, load_model
 from analyzer.config.options import OPTIONS, resolve
+from analyzer.config.schedule import (
+    CONCURRENT_KEYS,
+    SCHEDULE_KEYS,
+    SCHEDULES,
+    VLLM_STEP_TOKEN_BUDGET,
+    check_schedule,
+)
 from analyzer.errors import ConfigError
 
 GROUPS = ("full_attention", "sliding_window", "mamba")
 SPEC_DECODE = ("none", "eagle_lookahead", "eagle_drop")
 ROUTING = ("trace", "round_robin", "session", "prefix_aware")
-CHOICES = {"groups": GROUPS, "spec_decode": SPEC_DECODE, "routing": ROUTING}
+CHOICES = {"groups": GROUPS, "spec_decode": SPEC_DECODE, "routing": ROUTING, "schedule": SCHEDULES}
 MINIMUMS = {  # integer keys (null allowed but for replicas) and their smallest value
     "block_size": 1,
     "prefix_match_unit": 1,
@@ -50,6 +57,12 @@ class Policy:
     replicas: int = 1
     routing: str = "trace"
     model: str | None = None
+    # The schedule (analyzer/config/schedule.py); the other four keys are the concurrent one's.
+    schedule: str = "serial"
+    max_num_seqs: int = CONCURRENT_KEYS["max_num_seqs"].default
+    step_base_ms: float = CONCURRENT_KEYS["step_base_ms"].default
+    step_token_us: float = CONCURRENT_KEYS["step_token_us"].default
+    time_scale: float = CONCURRENT_KEYS["time_scale"].default
     options: tuple[tuple[str, Any], ...] = ()  # the engine's options (analyzer/config/options.py)
 
     def option(self, key: str) -> Any:
@@ -66,9 +79,22 @@ class Policy:
         """The prefix match unit in tokens (defaults to the block size)."""
         return self.prefix_match_unit or self.block_size
 
+    @property
+    def step_token_budget(self) -> int | None:
+        """The scheduler's token budget per step: `max_num_batched_tokens`, which under the
+        concurrent schedule is vLLM's 8192 when null (a serial replay sees the key as is:
+        null = a prompt is one chunk)."""
+        if self.max_num_batched_tokens is None and self.schedule == "concurrent":
+            return VLLM_STEP_TOKEN_BUDGET
+        return self.max_num_batched_tokens
+
     def to_json(self) -> str:
-        """Canonical JSON (sorted keys): stored with every run and part of its identity."""
+        """Canonical JSON (sorted keys): stored with every run and part of its identity. A
+        serial policy leaves the schedule keys out, so its identity predates them."""
         values = asdict(self)
+        if self.schedule == "serial":
+            for key in SCHEDULE_KEYS:
+                del values[key]
         values.update(values.pop("options"))  # flat, as the user writes them
         return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
@@ -132,6 +158,7 @@ def build_policy(values: dict[str, Any]) -> Policy:
         replicas=_integer(v, "replicas") or 1,
         routing=_choice("routing", v["routing"], ROUTING),
         model=v["model"],
+        **check_schedule({k: v[k] for k in SCHEDULE_KEYS}),
         options=resolve(v["engine"], {k: x for k, x in values.items() if k in OPTIONS}),
     )
     _check_consistency(policy)
@@ -139,6 +166,11 @@ def build_policy(values: dict[str, Any]) -> Policy:
 
 
 def _check_consistency(p: Policy) -> None:
+    if p.schedule not in ENGINES[p.engine].schedules:
+        raise ConfigError(
+            f"policy key 'schedule': engine {p.engine} has no {p.schedule} replay; only "
+            "vllm's scheduler is modelled"
+        )
     if p.engine in BOUNDS and p.num_blocks is not None:
         raise ConfigError(
             f"policy key 'num_blocks': engine {p.engine} is an unbounded cache; use null"

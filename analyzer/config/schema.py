@@ -1,6 +1,6 @@
 """`schemas/policy.schema.json`, generated from the config tables (the policy's fields, their
-choices and minimums, the engine table, the engine options), so the schema a user's editor
-checks against cannot drift from what `build_policy` accepts.
+choices and minimums, the schedule's keys, the engine table, the engine options), so the
+schema a user's editor checks against cannot drift from what `build_policy` accepts.
 
     python -m analyzer.config.schema > schemas/policy.schema.json    # `make schemas`
 
@@ -16,6 +16,7 @@ from typing import Any
 from analyzer.config.engines import ENGINES
 from analyzer.config.options import OPTIONS, Option
 from analyzer.config.policy import BASE_KEYS, CHOICES, MINIMUMS, Policy
+from analyzer.config.schedule import CONCURRENT_KEYS, SCHEDULES
 
 SCHEMA_ID = "https://github.com/hybrid-prefix-analyzer/hpa/schemas/policy.schema.json"
 
@@ -33,7 +34,7 @@ BASE_DOCS = {
     "only (replay boundary, junction); N (a multiple of block_size) = also every N tokens.",
     "sliding_window": "Window W in tokens; required exactly when groups has sliding_window.",
     "max_num_batched_tokens": "Per-step token budget (chunked prefill); null = a prompt is "
-    "one chunk.",
+    "one chunk (schedule serial) or vLLM's 8192 (schedule concurrent).",
     "num_blocks": "Shared pool capacity in blocks, counted as vLLM counts num_gpu_blocks "
     "(all groups draw from it); null = unbounded.",
     "spec_decode": "eagle_lookahead = vLLM 0.33 default for EAGLE/MTP (lookahead hashes, "
@@ -44,6 +45,17 @@ BASE_DOCS = {
     "the replica whose earlier requests share the longest prefix.",
     "model": "A preset in schemas/models/ (block size and bytes per block and per state, "
     "for memory figures).",
+    "schedule": "serial = each request admitted after the previous one finished (the "
+    "no-contention bound); concurrent = every request through vLLM 0.33's scheduler on a "
+    "simulated clock (engine vllm only; the trace needs timestamps). The next four keys "
+    "apply to concurrent only.",
+    "max_num_seqs": "schedule concurrent: most requests running at once (vLLM --max-num-seqs).",
+    "step_base_ms": "schedule concurrent: fixed time of a scheduler step in ms; a step lasts "
+    "step_base_ms/1e3 + step_token_us/1e6 x (tokens scheduled in it) seconds.",
+    "step_token_us": "schedule concurrent: time per token scheduled in a step, in "
+    "microseconds (see step_base_ms).",
+    "time_scale": "schedule concurrent: a request arrives at (timestamp - earliest "
+    "timestamp) x time_scale seconds; < 1 compresses the trace (more contention).",
 }
 
 EXAMPLES = [
@@ -71,8 +83,26 @@ def policy_schema() -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "properties": properties,
+        "allOf": _schedule_rules(),
         "examples": EXAMPLES,
     }
+
+
+def _schedule_rules() -> list[dict[str, Any]]:
+    """What `build_policy` checks across keys: a concurrent key away from its default needs
+    `schedule: concurrent`; a schedule other than serial needs an engine that replays it."""
+
+    def given(schedule: str) -> dict[str, Any]:
+        return {"required": ["schedule"], "properties": {"schedule": {"const": schedule}}}
+
+    defaults = {key: {"const": row.default} for key, row in CONCURRENT_KEYS.items()}
+    rules: list[dict[str, Any]] = [
+        {"if": {"not": given("concurrent")}, "then": {"properties": defaults}}
+    ]
+    for schedule in SCHEDULES[1:]:
+        engines = [row.name for row in ENGINES.values() if schedule in row.schedules]
+        rules.append({"if": given(schedule), "then": {"properties": {"engine": {"enum": engines}}}})
+    return rules
 
 
 def _base_property(key: str) -> dict[str, Any]:
@@ -93,6 +123,10 @@ def _base_property(key: str) -> dict[str, Any]:
         default = list(default)
     elif key in CHOICES:
         prop = {"enum": list(CHOICES[key])}
+    elif key in CONCURRENT_KEYS:
+        row = CONCURRENT_KEYS[key]
+        bound = "exclusiveMinimum" if row.exclusive else "minimum"
+        prop = {"type": "integer" if row.kind == "int" else "number", bound: row.minimum}
     elif key in MINIMUMS:
         nullable = key != "replicas"
         prop = {"type": ["integer", "null"] if nullable else "integer", "minimum": MINIMUMS[key]}

@@ -47,7 +47,7 @@ def test_overrides_parse_json_values(tmp_path):
 
 
 def test_presets_load_and_validate():
-    assert {"vllm-default", "vllm-dense"} <= set(presets())
+    assert {"vllm-default", "vllm-dense", "vllm-concurrent"} <= set(presets())
     for name in presets():
         data = json.loads((SCHEMAS / "policies" / f"{name}.json").read_text())
         jsonschema.validate(data, SCHEMA)

@@ -1,0 +1,76 @@
+"""The replay schedule (SPEC 5): `serial`, or `concurrent` with the keys of its simulated clock.
+
+`serial` (the default) admits each request after the previous one finished: the no-contention
+bound. `concurrent` runs every request through one vLLM 0.33 scheduler on a simulated clock;
+its keys are the rows of `CONCURRENT_KEYS`. A concurrent key set to anything but its default
+on a serial policy is an error rather than silently ignored; a serial policy leaves all of
+them out of its canonical JSON, so its identity is what it was before schedules existed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from analyzer.errors import ConfigError
+
+SCHEDULES = ("serial", "concurrent")
+VLLM_STEP_TOKEN_BUDGET = 8192  # vLLM's max_num_batched_tokens when none is given
+
+
+@dataclass(frozen=True)
+class ClockKey:
+    """One key of the concurrent schedule. `kind`: int or number (int or float, stored as a
+    float); the value is >= `minimum`, or > it when `exclusive`."""
+
+    kind: str
+    default: int | float
+    minimum: int | float
+    exclusive: bool = False
+
+    def check(self, key: str, value: Any) -> int | float:
+        numeric = (int,) if self.kind == "int" else (int, float)
+        ok = type(value) in numeric and _finite(value)
+        if not ok or (value <= self.minimum if self.exclusive else value < self.minimum):
+            what = "an integer" if self.kind == "int" else "a number"
+            bound = ">" if self.exclusive else ">="
+            raise ConfigError(
+                f"policy key {key!r}: expected {what} {bound} {self.minimum:g}, got {value!r}"
+            )
+        return value if self.kind == "int" else float(value)
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+CONCURRENT_KEYS: dict[str, ClockKey] = {
+    "max_num_seqs": ClockKey("int", 256, 1),
+    "step_base_ms": ClockKey("number", 5.0, 0),
+    "step_token_us": ClockKey("number", 100.0, 0),
+    "time_scale": ClockKey("number", 1.0, 0, exclusive=True),
+}
+SCHEDULE_KEYS = ("schedule", *CONCURRENT_KEYS)
+
+
+def check_schedule(values: dict[str, Any]) -> dict[str, Any]:
+    """The schedule keys of `values` (every one present) checked: a non-default concurrent
+    key needs `schedule: concurrent`."""
+    schedule = values["schedule"]
+    if schedule not in SCHEDULES:
+        raise ConfigError(
+            f"policy key 'schedule': {schedule!r} is not one of {', '.join(SCHEDULES)}"
+        )
+    checked = {"schedule": schedule}
+    for key, row in CONCURRENT_KEYS.items():
+        checked[key] = row.check(key, values[key])
+        if schedule != "concurrent" and checked[key] != row.default:
+            raise ConfigError(
+                f"policy key {key!r} needs schedule: concurrent (a {schedule} replay runs "
+                "one request at a time, on no clock)"
+            )
+    return checked
