@@ -72,6 +72,7 @@ class LoadedTrace:
                 prompt_tokens=c["prompt_tokens"][i],
                 output_tokens=c["output_tokens"][i] or 0,
                 namespace=namespace,
+                timestamp_s=c["timestamp_s"][i],
             )
         return SimRequest(
             request_id=c["request_id"][i],
@@ -79,6 +80,7 @@ class LoadedTrace:
             output_token_ids=self.outputs[i],
             output_tokens=c["output_tokens"][i] or 0,
             namespace=namespace,
+            timestamp_s=c["timestamp_s"][i],
         )
 
     reads_in_worker = False  # shipped whole: a worker has every row already

@@ -26,7 +26,8 @@ class SimRequest:
     Outputs: `output_token_ids` when the trace has them (decode appends them, so a later prompt
     can match prompt + output), else `output_tokens` (a count): decode then produces tokens
     that match nothing. `namespace` isolates caches (cache_salt, LoRA): requests in different
-    namespaces never share a block, from block 0 on.
+    namespaces never share a block, from block 0 on. `timestamp_s`: when it arrived (seconds,
+    any origin), which only the concurrent schedule reads.
     """
 
     request_id: str
@@ -37,6 +38,7 @@ class SimRequest:
     block_hash_ids: Sequence[int] | None = None
     trace_block_size: int | None = None
     prompt_tokens: int | None = None
+    timestamp_s: float | None = None
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -87,6 +89,14 @@ class SimResult(NamedTuple):
       recomputing the last matched tokens through the recurrent layers; those tokens are not
       hits: they are part of `sparse_retention_miss_tokens` (never kept), counted here too.
 
+    The concurrent schedule (simulated clock, seconds from the earliest arrival) also gives
+    `arrival_s`, `first_scheduled_s` (the step that first admitted it starts), `first_token_s`
+    and `finished_s` (the steps that sampled its first and last token end), and per request
+    `num_preemptions`, `hit_total_tokens` (hits over every admission, re-admissions after a
+    preemption included) and `recomputed_tokens` (computed before a preemption and not hit
+    again at the re-admission). The other fields describe the first admission. A serial
+    replay leaves the times None.
+
     A NamedTuple rather than a dataclass: one is built per request, and this is ~4x cheaper.
     """
 
@@ -103,6 +113,13 @@ class SimResult(NamedTuple):
     error: str | None = None
     replay_tokens: int = 0
     note: str | None = None
+    arrival_s: float | None = None
+    first_scheduled_s: float | None = None
+    first_token_s: float | None = None
+    finished_s: float | None = None
+    num_preemptions: int = 0
+    hit_total_tokens: int | None = None
+    recomputed_tokens: int = 0
 
 
 def match_result(

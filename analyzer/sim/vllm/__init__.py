@@ -1,10 +1,25 @@
-"""vLLM 0.33.0's hybrid prefix cache, replayed serially (engine `vllm`)."""
+"""vLLM 0.33.0's hybrid prefix cache (engine `vllm`), replayed serially or, with
+`schedule: concurrent`, through its scheduler on a simulated clock."""
+
+from collections.abc import Iterable, Iterator
 
 from analyzer.config.policy import Policy
+from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.vllm.concurrent import ConcurrentReplay
 from analyzer.sim.vllm.layout import make_layout
-from analyzer.sim.vllm.replay import VllmReplay, replay
+from analyzer.sim.vllm.replay import VllmReplay
 
-__all__ = ["VllmReplay", "check_policy", "hit_alignment", "replay"]
+__all__ = ["ConcurrentReplay", "VllmReplay", "check_policy", "hit_alignment", "replay"]
+
+
+def replay(
+    requests: Iterable[SimRequest], policy: Policy, *, num_groups: dict[str, int] | None = None
+) -> Iterator[SimResult]:
+    """Replay `requests` (arrival order, one cache) under `policy`, serially or concurrently
+    as its `schedule` says. `num_groups`: KV-cache groups per type (capacity only)."""
+    if policy.schedule == "concurrent":
+        return ConcurrentReplay(policy, num_groups=num_groups).run(requests)
+    return VllmReplay(policy, num_groups=num_groups).run(requests)
 
 
 def check_policy(policy: Policy) -> None:

@@ -52,6 +52,58 @@ class Coordinator:
         for m in self.spec_groups[0]:
             m.use_eagle = layout.eagle_drop  # the drafter shares full-attention group 0
         self.hybrid = layout.hybrid
+        self.bound: ReqState | None = None  # the request the managers hold (concurrent)
+        # Copy-on-write endpoints per manager, freed when the step ends (concurrent schedule);
+        # None: freed right after the allocation (serial: one request per step).
+        self.pending_copies: list[list[int]] | None = None
+
+    # -- the concurrent schedule ----------------------------------------------------------
+
+    def schedule_concurrently(self) -> None:
+        """Several requests per step: track the keys Mamba hashes in a step, and free
+        copy-on-write endpoints at the step's end (vLLM `take_kv_cache_block_copies`)."""
+        self.pending_copies = [[] for _ in self.managers]
+        for m in self.managers:
+            if m.kind == MAMBA:
+                m.this_step = set()
+
+    def bind(self, req: ReqState) -> None:
+        """Let the managers work on `req` (the bound request's tables are kept on it)."""
+        bound = self.bound
+        if bound is req:
+            return
+        tables = req.tables
+        saved = [m.swap(tables[m.gid] if tables else None) for m in self.managers]
+        req.tables = None
+        if bound is not None:
+            bound.tables = saved
+        self.bound = req
+
+    def new_step(self) -> None:
+        """A step starts (vLLM `new_step_starts`)."""
+        for m in self.managers:
+            if m.this_step is not None:
+                m.this_step.clear()
+
+    def end_step(self) -> None:
+        """The step's copies have run: release their endpoints, manager by manager."""
+        pending = self.pending_copies
+        blocks = [b for mine in pending for b in mine]
+        if blocks:
+            self.pool.free_blocks(blocks)
+        for mine in pending:
+            mine.clear()
+
+    def deferred(self, req: ReqState, hit_tokens: int) -> bool:
+        """Mamba's same-step rule: a hit whose state was hashed in this step (by another
+        request) waits for the next step (vLLM returns num_gpu_blocks + 1 blocks needed)."""
+        if not hit_tokens:
+            return False
+        h = req.hashes[hit_tokens // self.layout.hash_block_size - 1]
+        groups = self.pool.num_groups
+        return any(
+            m.this_step is not None and h * groups + m.gid in m.this_step for m in self.managers
+        )
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -149,6 +201,8 @@ class Coordinator:
         allocate, cache the full blocks, and free copy-on-write sources once copied.
         """
         layout, managers = self.layout, self.managers
+        if hit_tokens and self.pending_copies is not None and self.deferred(req, hit_tokens):
+            return False
         computed = req.computed + hit_tokens
         main_tokens = computed + num_new
         slots = main_tokens + layout.alloc_lookahead
@@ -164,8 +218,9 @@ class Coordinator:
             for m in managers:
                 m.add_hit(hit[m.gid], hit_tokens)
         copies: list[int] = []
+        pending = self.pending_copies
         for m in managers:
-            m.allocate(slots, main_tokens, copies)
+            m.allocate(slots, main_tokens, copies if pending is None else pending[m.gid])
         self.cache(req, min(main_tokens, req.num_tokens), boundaries)
         if copies:
             self.pool.free_blocks(copies)
@@ -224,6 +279,7 @@ class Coordinator:
         """The request finished: each group frees its blocks, group by group, tail first."""
         for m in self.managers:
             m.free()
+        self.bound = None
 
 
 def replay_boundaries(prompt: int, block: int, eagle_drop: bool) -> list[int]:

@@ -33,6 +33,7 @@ def checkpoint_position(num_tokens: int, unit: int, drop: bool, lookahead: int) 
 class MambaManager(Manager):
     kind = "mamba"
     sparse = True
+    REQUEST_FIELDS = (*Manager.REQUEST_FIELDS, "last_state", "retired", "allocated")
 
     def start(self) -> None:
         super().start()
@@ -127,6 +128,8 @@ class MambaManager(Manager):
         if self.allocated:
             # Our own prompt-tail state: the cache entry moves to the copy.
             pool.move_hashes(source, cow)
+            if self.this_step is not None and pool.primary[cow] != -1:
+                self.this_step.add(pool.primary[cow])  # filled only by this step's copy
             if pool.bounded:
                 pool.ref[source] += 1
         else:

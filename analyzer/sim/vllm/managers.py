@@ -1,8 +1,10 @@
 """Per-group cache managers (vLLM `SingleTypeKVCacheManager`): the base and full attention.
 
-One manager instance per KV-cache group. Requests replay serially, so a manager only tracks
-the request in flight: its block table `blocks` (block ids; NULL where a slot holds nothing)
-and `ncached`, how many leading slots have already been offered to the hash map.
+One manager instance per KV-cache group. A manager tracks one request at a time, the one
+bound to it: its block table `blocks` (block ids; NULL where a slot holds nothing) and
+`ncached`, how many leading slots have already been offered to the hash map. A serial replay
+binds each request in turn; the concurrent one swaps the bound request's fields
+(`REQUEST_FIELDS`, `swap`) whenever it works on another request.
 
 Units: `B` = block size in tokens, `H` = hash block size (match unit) in tokens, `s = B // H`
 hashes per block. A block table slot i covers tokens [i*B, (i+1)*B).
@@ -33,6 +35,7 @@ class ReqState:
         "plain",
         "source",
         "plain_source",
+        "tables",
     )
 
     def __init__(self, prompt: int, source, plain_source) -> None:
@@ -44,6 +47,7 @@ class ReqState:
         self.plain_source = plain_source
         self.hashes: list[int] = source.ids
         self.plain: list[int] | None = plain_source.ids if plain_source else None
+        self.tables: list[list] | None = None  # per group, while another request is bound
 
 
 class Manager:
@@ -51,6 +55,7 @@ class Manager:
 
     kind: ClassVar[str] = ""
     sparse: ClassVar[bool] = False  # keeps states only at some boundaries (Mamba, SWA)
+    REQUEST_FIELDS: ClassVar[tuple[str, ...]] = ("blocks", "ncached", "active", "partial_hit")
 
     def __init__(self, gid: int, pool: BlockPool, layout: CacheLayout) -> None:
         self.gid = gid
@@ -63,6 +68,8 @@ class Manager:
         self.admission_cap: int | None = None  # blocks a recycling group can hold at most
         # Keys ever cached, for sparse groups: tells evicted states from never-kept ones.
         self.ever: set[int] | None = set() if self.sparse else None
+        # Keys hashed in the current step (Mamba under the concurrent schedule); None = off.
+        self.this_step: set[int] | None = None
         self.start()
 
     def start(self) -> None:
@@ -71,6 +78,18 @@ class Manager:
         self.ncached = 0
         self.active = False  # vLLM: request id in `num_cached_block`
         self.partial_hit: tuple[int, int] | None = None  # (slot, shared source block)
+
+    def swap(self, saved: list | None) -> list:
+        """Unbind the bound request (its fields are returned) and bind `saved` (None: a new
+        request with an empty table)."""
+        fields = self.REQUEST_FIELDS
+        mine = [getattr(self, name) for name in fields]
+        if saved is None:
+            self.start()
+        else:
+            for name, value in zip(fields, saved, strict=True):
+                setattr(self, name, value)
+        return mine
 
     # -- sizes -------------------------------------------------------------------------------
 
@@ -186,6 +205,8 @@ class Manager:
             pool.insert(key, block, (i + 1) * B, shadow)
             if ever is not None:
                 ever.add(key)
+                if self.this_step is not None:
+                    self.this_step.add(key)
         self.ncached = full
         self.active = True
 
@@ -213,6 +234,8 @@ class Manager:
         pool.insert(key, block, num_tokens, shadow)
         if self.ever is not None:
             self.ever.add(key)
+            if self.this_step is not None:
+                self.this_step.add(key)
         return key
 
 

@@ -1,0 +1,316 @@
+"""Concurrent replay of vLLM 0.33: every request through one scheduler on a simulated clock.
+
+The loop of vLLM's synchronous engine core (`schedule()`, the model, `update_from_output()`),
+with its `Scheduler`'s rules (what `oracle/vllm_oracle.py --concurrent` drives):
+
+    clock = 0
+    loop: add the requests that have arrived (arrival <= clock), in arrival order
+          nothing running or waiting: jump to the next arrival (or stop)
+          schedule: the running requests first (admission order), each min(remaining,
+                    budget) tokens, preempting the most recently admitted one when its
+                    blocks do not fit; then, unless that preempted, the waiting ones
+                    (FCFS, a prefix lookup each, stop at the first that does not fit)
+          every request whose prompt (and outputs) is now computed samples one token
+          clock += step_base_ms / 1e3 + step_token_us / 1e6 x tokens scheduled
+          finished requests free their blocks (still cached)
+
+Blocks are hashed into the cache when their chunk is scheduled, so a request admitted later
+in a step hits what was scheduled before it. Times are seconds; lengths tokens.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+
+from analyzer.config.policy import Policy
+from analyzer.errors import ConfigError
+from analyzer.sim.common.hashing import request_hashes
+from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
+from analyzer.sim.vllm.flight import Admission, Flight
+from analyzer.sim.vllm.managers import ReqState
+from analyzer.sim.vllm.replay import NOT_SCHEDULABLE, VllmReplay
+from analyzer.sim.vllm.scheduler import mamba_split
+
+
+class ConcurrentReplay(VllmReplay):
+    """One replica's scheduler and cache; `run` yields one result per request, in the
+    order the requests were given."""
+
+    def __init__(self, policy: Policy, *, num_groups: dict[str, int] | None = None) -> None:
+        super().__init__(policy, num_groups=num_groups, fast=False)
+        budget = policy.step_token_budget
+        if budget != self.layout.max_num_batched_tokens:
+            self.layout = replace(self.layout, max_num_batched_tokens=budget)
+            self.coord = Coordinator(self.layout)
+        self.coord.schedule_concurrently()
+        self.events = frozenset(self._events)
+        # Per position in a block: decode steps until one at an event position.
+        B = self.layout.block_size
+        self.to_event = [
+            min((e - r) % B for e in self.events) if self.events else B for r in range(B)
+        ]
+        self.quiet = not self.layout.speculative  # a drafter re-caches at every sample
+        self.budget = budget
+        self.max_num_seqs = policy.max_num_seqs
+        self.step_base_s = policy.step_base_ms / 1000
+        self.step_token_s = policy.step_token_us / 1e6
+        self.time_scale = policy.time_scale
+        self.clock = 0.0
+        self.num_steps = 0
+        self.running: list[Flight] = []
+        self.waiting: deque[Flight] = deque()
+
+    def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
+        flights = self._flights(list(requests))
+        arrivals = deque(sorted(flights, key=lambda f: (f.arrival_s, f.index)))
+        while arrivals or self.running or self.waiting:
+            while arrivals and arrivals[0].arrival_s <= self.clock:
+                self.waiting.append(arrivals.popleft())
+            if not self.running and not self.waiting:
+                self.clock = arrivals[0].arrival_s  # idle until the next arrival
+                continue
+            if not self._quiet_steps(arrivals):
+                self._step()
+        for f in flights:
+            yield f.result()
+
+    def _flights(self, requests: list[SimRequest]) -> list[Flight]:
+        stamps = [r.timestamp_s for r in requests]
+        if any(t is None for t in stamps):
+            missing = next(r.request_id for r in requests if r.timestamp_s is None)
+            raise ConfigError(
+                f"request {missing!r} has no timestamp; schedule 'concurrent' needs every "
+                "request's arrival time (use schedule 'serial')"
+            )
+        t0 = min(stamps, default=0.0)
+        scale = self.time_scale
+        return [self._flight(k, r, (r.timestamp_s - t0) * scale) for k, r in enumerate(requests)]
+
+    def _flight(self, index: int, sim: SimRequest, arrival_s: float) -> Flight:
+        layout = self.layout
+        prompt = sim.num_prompt_tokens
+        source, plain = request_hashes(
+            self.interner, sim, layout.hash_block_size, layout.hash_lookahead
+        )
+        req = ReqState(prompt, source, plain)
+        self._show_hashes(req)
+        base = replay_boundaries(prompt, layout.block_size, layout.eagle_drop)
+        return Flight(index, sim, arrival_s, req, max(1, sim.num_output_tokens), base)
+
+    # -- steps in which nothing but decoding happens ---------------------------------------
+
+    def _quiet_steps(self, arrivals: deque[Flight]) -> int:
+        """Run the next steps at once while they only decode: nobody waits or arrives,
+        every running request decodes at a position no group acts at, none finishes. The
+        clock still adds each step's time, one at a time (the same doubles). Returns the
+        number of steps run."""
+        running = self.running
+        if self.waiting or not self.quiet or len(running) > self.budget:
+            return 0
+        count = min(self._quiet_run(f) for f in running)
+        if count < 2:
+            return 0
+        step_s = self.step_base_s + self.step_token_s * len(running)
+        done = 0
+        while done < count and not (arrivals and arrivals[0].arrival_s <= self.clock):
+            self.clock = self.clock + step_s
+            done += 1
+        for f in running:
+            req = f.req
+            req.computed += done
+            req.num_tokens += done
+            f.num_output += done
+            f.chunks.extend([1] * done)
+            self._show_hashes(req)
+        self.num_steps += done
+        return done
+
+    def _quiet_run(self, f: Flight) -> int:
+        """How many of `f`'s next steps are quiet decode steps that do not finish it."""
+        req = f.req
+        if not f.decoding or req.computed < max(req.prompt, req.num_tokens - 1):
+            return 0
+        to_event = self.to_event[req.computed % self.layout.block_size]
+        return min(to_event, f.max_tokens - f.num_output - 1)
+
+    # -- one step ------------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        coord = self.coord
+        coord.new_step()
+        start_s = self.clock
+        scheduled: list[tuple[Flight, int]] = []
+        budget = self._schedule_running(scheduled)
+        if budget >= 0:
+            self._schedule_waiting(scheduled, budget, start_s)
+        coord.end_step()
+        if not scheduled:
+            if budget >= 0 and not self.running and self.waiting:
+                self._abort(self.waiting.popleft())
+            return  # an empty step takes no time
+        total = 0
+        for f, n in scheduled:
+            f.req.computed += n
+            f.prefill_chunk = f.req.computed < f.req.num_tokens
+            f.chunks.append(n)
+            total += n
+        self.num_steps += 1
+        self.clock = self.clock + (self.step_base_s + self.step_token_s * total)
+        for f, _ in scheduled:
+            if f.req.computed >= f.req.num_tokens:
+                f.req.computed -= f.pad  # the padded draft slot is rejected
+                f.pad = 0
+                self._sample(f)
+
+    def _schedule_running(self, scheduled: list[tuple[Flight, int]]) -> int:
+        """Schedule the running requests; the budget left, or -1 when a request was
+        preempted (no waiting request is admitted in that step)."""
+        budget, preempted, i = self.budget, False, 0
+        self.prefill_scheduled = False
+        running = self.running
+        while i < len(running) and budget > 0:
+            f = running[i]
+            req = f.req
+            n = min(req.num_tokens - req.computed, budget)
+            if self.layout.has_mamba:
+                n = mamba_split(self.layout, req, req.computed, n)
+            if n == 0:
+                i += 1
+                continue
+            if n == 1 and self._quiet_decode(f):
+                scheduled.append((f, 1))  # no block to allocate, free or hash: skip the cache
+                budget -= 1
+                i += 1
+                continue
+            if not self._allocate(f, n):
+                preempted = True
+                break
+            preempted = preempted or f.preempted_others
+            self.prefill_scheduled = self.prefill_scheduled or f.prefill_chunk
+            scheduled.append((f, n))
+            budget -= n
+            i += 1
+        return -1 if preempted else budget
+
+    def _quiet_decode(self, f: Flight) -> bool:
+        """A decode step that changes nothing in the cache: past the first decode step since
+        admission, at a position no group acts at (see `replay._decode_events`)."""
+        req = f.req
+        if req.computed < max(req.prompt, req.num_tokens - 1):
+            return False  # still prefilling
+        if not f.decoding:
+            f.decoding = True  # the first decode step is always simulated
+            return False
+        return req.computed % self.layout.block_size not in self.events
+
+    def _allocate(self, f: Flight, n: int) -> bool:
+        """vLLM's running-request allocation: preempt the last running request until `f`'s
+        `n` tokens fit, or `f` itself was preempted (False)."""
+        f.preempted_others = False
+        while True:
+            self.coord.bind(f.req)
+            if self.coord.step(f.req, n, boundaries=f.boundaries):
+                return True
+            victim = self.running.pop()
+            self._preempt(victim)
+            if victim is f:
+                return False
+            f.preempted_others = True
+
+    def _schedule_waiting(
+        self, scheduled: list[tuple[Flight, int]], budget: int, start_s: float
+    ) -> None:
+        waiting, running = self.waiting, self.running
+        batched = bool(scheduled)  # running requests are in this step's batch
+        while budget > 0 and waiting and len(running) < self.max_num_seqs:
+            f = waiting[0]
+            req = f.req
+            self.coord.bind(req)
+            hit, longest, found = self.coord.lookup(req.hashes, req.num_tokens - 1)
+            req.junction = longest if longest > hit else 0
+            f.set_junction(req.junction)
+            n, pad = self._admission_tokens(req, hit, budget, batched)
+            if n == 0:
+                break
+            admission = self._admission(f, hit, longest, found)
+            if not self.coord.step(req, n, hit, self.coord.hit_blocks(found), f.boundaries):
+                break
+            waiting.popleft()
+            running.append(f)
+            f.admitted(admission, start_s, self.num_steps)
+            f.pad = pad
+            req.computed = hit
+            scheduled.append((f, n))
+            budget -= n
+
+    def _admission_tokens(
+        self, req: ReqState, hit: int, budget: int, batched: bool
+    ) -> tuple[int, int]:
+        """(tokens an admission schedules, draft slots padded among them); 0 = none fit.
+
+        A speculative decoder pads a one-token admission with a draft slot, unless a running
+        prefill is in the batch (vLLM: nothing scheduled and no hit also means no pad)."""
+        layout = self.layout
+        wanted = req.num_tokens - hit
+        pad = (
+            layout.speculative
+            and wanted == 1
+            and not self.prefill_scheduled
+            and (batched or hit > 0)
+        )
+        if pad and budget < 2:
+            return 0, 0
+        n = 2 if pad else min(wanted, budget)
+        if layout.has_mamba:
+            n = mamba_split(layout, req, hit, n)
+        if pad and n != 2:
+            n, pad = 1, False
+        return n, int(pad)
+
+    def _admission(self, f: Flight, hit: int, longest: int, found: list) -> Admission:
+        """The lookup's figures, before the hit is adopted (diagnostics read the cache as
+        the lookup saw it)."""
+        req = f.req
+        if f.first is not None:
+            return Admission(hit, req.num_tokens, longest, 0, longest, req.junction)
+        attention = self._attention_match(req, longest)
+        evicted = self._evicted(req, hit, longest, found) if longest > hit else 0
+        return Admission(hit, req.num_tokens, longest, evicted, attention, req.junction)
+
+    # -- outputs, preemption, aborts ---------------------------------------------------------
+
+    def _sample(self, f: Flight) -> None:
+        """The step sampled a token for `f`: it joins the sequence; the last one finishes it."""
+        req = f.req
+        f.num_output += 1
+        if f.first_token_s is None:
+            f.first_token_s = self.clock
+        self._sampled(req, f.boundaries)
+        if f.num_output >= f.max_tokens:
+            f.finished_s = self.clock
+            self.running.remove(f)
+            self.coord.bind(req)
+            self.coord.free()
+
+    def _preempt(self, f: Flight) -> None:
+        """Free `f`'s blocks (they stay cached) and put it first in the waiting queue."""
+        self.coord.bind(f.req)
+        self.coord.free()
+        f.preempted()
+        self.waiting.appendleft(f)
+
+    def _abort(self, f: Flight) -> None:
+        """A request that cannot fit even alone: vLLM's engine aborts it."""
+        f.finished_s = self.clock
+        if f.first is None:
+            f.error = NOT_SCHEDULABLE.format(self.layout.num_blocks)
+
+
+def replay_concurrent(
+    requests: Iterable[SimRequest], policy: Policy, *, num_groups: dict[str, int] | None = None
+) -> Iterator[SimResult]:
+    """Replay `requests` (one cache) under `policy` (engine vllm, schedule concurrent)."""
+    return ConcurrentReplay(policy, num_groups=num_groups).run(requests)

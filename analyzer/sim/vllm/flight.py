@@ -1,0 +1,149 @@
+"""One request in the concurrent replay: where it is, what its admissions found, its times.
+
+Times are seconds on the simulated clock; lengths tokens.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.vllm.managers import ReqState
+
+
+class Admission(NamedTuple):
+    """What one admission's lookup found (vLLM `get_computed_blocks`)."""
+
+    hit_tokens: int
+    queried_tokens: int  # the sequence looked up: prompt, + outputs after a preemption
+    longest_tokens: int  # the attention-side match (hit + sparse-retention miss)
+    evicted_tokens: int  # of the miss: lost to evicted sparse states
+    attention_tokens: int  # full attention's plain match (no lookahead, no drop)
+    junction_tokens: int
+
+
+class Flight:
+    """A request from arrival to finish. `first` is its first admission (the figures a
+    request is reported with); later admissions follow preemptions."""
+
+    __slots__ = (
+        "index",
+        "sim",
+        "arrival_s",
+        "req",
+        "max_tokens",
+        "base_boundaries",
+        "boundaries",
+        "num_output",
+        "first",
+        "first_scheduled_s",
+        "first_step",
+        "first_token_s",
+        "finished_s",
+        "num_preemptions",
+        "hit_total_tokens",
+        "recomputed_tokens",
+        "computed_at_preemption",
+        "preempted_others",
+        "decoding",
+        "prefill_chunk",
+        "pad",
+        "chunks",
+        "error",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        sim: SimRequest,
+        arrival_s: float,
+        req: ReqState,
+        max_tokens: int,
+        boundaries: list[int],
+    ) -> None:
+        self.index = index
+        self.sim = sim
+        self.arrival_s = arrival_s
+        self.req = req
+        self.max_tokens = max_tokens  # it finishes after this many sampled tokens
+        self.base_boundaries = boundaries
+        self.boundaries = boundaries
+        self.num_output = 0
+        self.first: Admission | None = None
+        self.first_scheduled_s: float | None = None
+        self.first_step: int | None = None
+        self.first_token_s: float | None = None
+        self.finished_s: float | None = None
+        self.num_preemptions = 0
+        self.hit_total_tokens = 0
+        self.recomputed_tokens = 0
+        self.computed_at_preemption = 0
+        self.preempted_others = False
+        self.decoding = False  # a decode step was simulated since the last admission
+        self.prefill_chunk = False  # its last step left its prefill unfinished
+        self.pad = 0  # draft slots padded into this step's tokens (rejected after it)
+        self.chunks: list[int] = []
+        self.error: str | None = None
+
+    def set_junction(self, junction: int) -> None:
+        """The lookup's shared-prefix boundary joins the positions whose state is kept."""
+        base = self.base_boundaries
+        self.boundaries = [*base, junction] if junction else base
+
+    def admitted(self, admission: Admission, start_s: float, step: int) -> None:
+        self.decoding = False
+        if self.first is None:
+            self.first = admission
+            self.first_scheduled_s = start_s
+            self.first_step = step
+        else:
+            lost = self.computed_at_preemption - admission.hit_tokens
+            self.recomputed_tokens += max(lost, 0)
+        self.hit_total_tokens += admission.hit_tokens
+
+    def preempted(self) -> None:
+        """Its blocks were freed: it starts again from a fresh lookup."""
+        self.computed_at_preemption = self.req.computed
+        self.req.computed = 0
+        self.num_preemptions += 1
+
+    def result(self) -> SimResult:
+        prompt = self.req.prompt
+        first = self.first
+        if first is None:
+            return SimResult(
+                self.sim.request_id,
+                prompt,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                (),
+                self.error or "never scheduled",
+                arrival_s=self.arrival_s,
+                finished_s=self.finished_s,
+            )
+        miss = first.longest_tokens - first.hit_tokens
+        return SimResult(
+            self.sim.request_id,
+            prompt,
+            first.hit_tokens,
+            miss,
+            miss - first.evicted_tokens,
+            first.evicted_tokens,
+            first.attention_tokens,
+            first.longest_tokens,
+            first.junction_tokens,
+            tuple(self.chunks),
+            self.error,
+            arrival_s=self.arrival_s,
+            first_scheduled_s=self.first_scheduled_s,
+            first_token_s=self.first_token_s,
+            finished_s=self.finished_s,
+            num_preemptions=self.num_preemptions,
+            hit_total_tokens=self.hit_total_tokens,
+            recomputed_tokens=self.recomputed_tokens,
+        )

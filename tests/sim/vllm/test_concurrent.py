@@ -1,0 +1,64 @@
+"""The concurrent schedule against the serial one: with arrivals far apart no two requests
+overlap, so every request must get exactly what the serial golden files (vLLM 0.33's own
+scheduler, one request at a time) say: hit, sparse-retention miss, junction, attention match
+and chunks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analyzer.errors import ConfigError
+from analyzer.sim.policy import make_policy
+from analyzer.sim.records import SimRequest
+from analyzer.sim.vllm import replay
+from tests.sim.vllm.test_oracle_golden import CASES, GOLDEN, _num_groups, _requests
+
+APART_S = 1000.0  # far longer than any request of the serial traces takes
+ONE_CHUNK = 1 << 22  # serial's null budget: a prompt is one chunk
+
+
+def _far_apart(requests: list[SimRequest]) -> list[SimRequest]:
+    return [
+        SimRequest(r.request_id, r.prompt_token_ids, r.output_token_ids, timestamp_s=k * APART_S)
+        for k, r in enumerate(requests)
+    ]
+
+
+@pytest.mark.skipif(not CASES, reason="no golden files in tests/golden/oracle")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_far_apart_arrivals_replay_as_the_serial_goldens(name):
+    case = CASES[name]
+    values = {**case["policy"], "schedule": "concurrent"}
+    values["max_num_batched_tokens"] = values.get("max_num_batched_tokens") or ONE_CHUNK
+    policy = make_policy(values)
+    rows = [json.loads(line) for line in (GOLDEN / case["expected"]).read_text().splitlines()]
+    expected = [row for row in rows if row and not row.get("summary")]
+    requests = _far_apart(_requests(GOLDEN / case["trace"]))
+    num_groups = _num_groups(case.get("oracle_args", []), policy.groups) or None
+    results = list(replay(requests, policy, num_groups=num_groups))
+    assert [r.request_id for r in results] == [w["request_id"] for w in expected]
+    for want, got in zip(expected, results, strict=True):
+        assert (
+            got.hit_tokens,
+            got.sparse_retention_miss_tokens,
+            got.junction_tokens,
+            got.attention_match_after_spec_tokens,
+            list(got.chunks),
+            got.num_preemptions,
+        ) == (
+            want["hit"],
+            want["uncached_common"],
+            want["junction"],
+            want["attn_match"],
+            want["chunks"],
+            0,
+        ), want["request_id"]
+
+
+def test_a_request_without_a_timestamp_is_a_one_line_error():
+    policy = make_policy({"block_size": 16, "schedule": "concurrent"})
+    requests = [SimRequest("a", [1, 2, 3], timestamp_s=0.0), SimRequest("b", [1, 2])]
+    with pytest.raises(ConfigError, match=r"^request 'b' has no timestamp; schedule 'concurrent'"):
+        list(replay(requests, policy))
