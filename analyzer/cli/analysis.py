@@ -189,6 +189,8 @@ def _print_replay(policy, result, render) -> None:
         f"run {result.run_id}: {result.num_requests:,} requests replayed in "
         f"{result.seconds:.2f} s; policy {policy.to_json()}"
     )
+    if result.load is not None:
+        click.echo(_load_line(result.load))
     for note in result.notes:
         click.echo(f"note: {note}")
     if result.num_errors:
@@ -198,6 +200,18 @@ def _print_replay(policy, result, render) -> None:
             f"replay_requests.error",
             err=True,
         )
+
+
+def _load_line(load: dict) -> str:
+    """The concurrent schedule's figures in one line (simulated seconds)."""
+    return (
+        f"load: TTFT p50 {load['ttft_p50_s']:.3f} s, p90 {load['ttft_p90_s']:.3f} s, "
+        f"p99 {load['ttft_p99_s']:.3f} s; queue mean {load['queue_mean_s']:.3f} s, "
+        f"p99 {load['queue_p99_s']:.3f} s; {load['num_preemptions']:,} preemptions of "
+        f"{load['num_preempted_requests']:,} requests ({load['recomputed_tokens']:,} tokens "
+        f"recomputed); in flight peak {load['in_flight_peak']:,}, mean "
+        f"{load['in_flight_mean']:.1f}"
+    )
 
 
 @cli.command("metrics")

@@ -123,6 +123,7 @@ def replay_rows(
         attention_match_tokens=[r.attention_match_tokens for r in results],
         sparse_retention_miss_tokens=[r.sparse_retention_miss_tokens for r in results],
         hit_tokens=[r.hit_tokens for r in results],
+        scheduled_match_tokens=_scheduled_match(results),
     )
     rows = {
         "arrival_seq": c["arrival_seq"],
@@ -144,11 +145,46 @@ def replay_rows(
     ):
         rows[name] = np.asarray([getattr(r, name) for r in results], dtype=np.int64)
     rows["replay_tokens"] = np.asarray([r.replay_tokens for r in results], dtype=np.int64)
+    rows.update(schedule_columns(results))
     rows["error"] = [r.error for r in results]
     rows["note"] = [r.note for r in results]
     rows.update(levels.causes())
     rows["fresh_prefill_tokens"] = prompt_tokens - levels.hit_tokens
     return rows
+
+
+def _scheduled_match(results: list) -> list[int] | None:
+    """L3' per request (None for a serial replay; a request never admitted gets no bound)."""
+    found = [r.scheduled_match_tokens for r in results]
+    if all(v is None for v in found):
+        return None
+    return [np.iinfo(np.int64).max if v is None else v for v in found]
+
+
+SCHEDULE_TIMES = ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s")
+
+
+def schedule_columns(results: list) -> dict[str, list | np.ndarray]:
+    """The concurrent schedule's per-request columns (seconds on the simulated clock, from
+    the earliest arrival of the request's partition; None for a serial replay): its times,
+    `queue_s` (arrival to first scheduled), `ttft_s` (arrival to first token), preemptions,
+    hits over every admission and the tokens recomputed after preemptions."""
+    out: dict[str, list | np.ndarray] = {
+        name: [getattr(r, name) for r in results] for name in SCHEDULE_TIMES
+    }
+    out["queue_s"] = _elapsed(out["arrival_s"], out["first_scheduled_s"])
+    out["ttft_s"] = _elapsed(out["arrival_s"], out["first_token_s"])
+    out["num_preemptions"] = np.asarray([r.num_preemptions for r in results], dtype=np.int64)
+    out["hit_total_tokens"] = np.asarray(
+        [r.hit_tokens if r.hit_total_tokens is None else r.hit_total_tokens for r in results],
+        dtype=np.int64,
+    )
+    out["recomputed_tokens"] = np.asarray([r.recomputed_tokens for r in results], np.int64)
+    return out
+
+
+def _elapsed(starts: list, ends: list) -> list[float | None]:
+    return [None if a is None or b is None else b - a for a, b in zip(starts, ends, strict=True)]
 
 
 def _replay_partitions(

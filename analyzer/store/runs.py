@@ -26,6 +26,7 @@ class ReplayOutcome:
     seconds: float
     num_errors: int  # requests vLLM could not schedule at all (pool too small)
     notes: tuple[str, ...] = ()  # engines' notes per partition, in arrival order
+    load: dict | None = None  # the concurrent schedule's figures (replay_load_summary.sql)
 
 
 def check_measure_from(fraction: float) -> float:
@@ -65,7 +66,13 @@ def store_run(
         )
         if note is not None
     )
-    return ReplayOutcome(run_id, n, summary, seconds, num_errors, notes)
+    return ReplayOutcome(run_id, n, summary, seconds, num_errors, notes, load_figures(con, run_id))
+
+
+def load_figures(con, run_id: int) -> dict | None:
+    """TTFT, queueing, preemption and in-flight figures of a concurrent run (None: serial)."""
+    row = query_arrow(con, load_sql("replay_load_summary"), {"run_id": int(run_id)}).to_pylist()
+    return row[0] if row and row[0]["num_timed"] else None
 
 
 def _fingerprint(con) -> str:

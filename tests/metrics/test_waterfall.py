@@ -32,11 +32,39 @@ def test_diagnostic_second_request():
         "unshared_tokens": 1088,
         "lost_routing_tokens": 0,
         "lost_granularity_tokens": 0,
+        "lost_in_flight_tokens": 0,
         "lost_eviction_tokens": 0,
         "sparse_retention_miss_tokens": 1088,
         "lost_spec_decode_tokens": 0,
         "hit_tokens": 0,
     }
+
+
+@pytest.mark.parametrize(
+    ("scheduled", "in_flight", "eviction"),
+    [
+        (1632, 0, 1088),  # every shared block had been scheduled; later evicted
+        (1088, 544, 544),  # the producer had scheduled 1,088 of the 1,632 shared
+        (544, 1088, 0),  # what was scheduled is resident: the rest was still in flight
+        (0, 1088, 0),  # held at L4 (never below what attention matched)
+        (2176, 0, 1088),  # held at L3
+    ],
+)
+def test_in_flight_loss_is_matchable_not_yet_scheduled(scheduled, in_flight, eviction):
+    levels = build_levels(
+        prompt_tokens=[2176],
+        shared_any_tokens=[1632],
+        shared_replica_tokens=[1632],
+        align_tokens=544,
+        attention_match_tokens=[544],
+        sparse_retention_miss_tokens=[0],
+        hit_tokens=[544],
+        scheduled_match_tokens=[scheduled],
+    )
+    causes = levels.causes()
+    assert int(causes["lost_in_flight_tokens"][0]) == in_flight
+    assert int(causes["lost_eviction_tokens"][0]) == eviction
+    assert sum(int(v[0]) for v in causes.values()) == 2176
 
 
 def test_spec_decode_loss_is_after_the_sparse_miss():

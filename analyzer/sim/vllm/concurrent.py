@@ -275,10 +275,11 @@ class ConcurrentReplay(VllmReplay):
         the lookup saw it)."""
         req = f.req
         if f.first is not None:
-            return Admission(hit, req.num_tokens, longest, 0, longest, req.junction)
+            return Admission(hit, req.num_tokens, longest, 0, longest, req.junction, 0)
         attention = self._attention_match(req, longest)
         evicted = self._evicted(req, hit, longest, found) if longest > hit else 0
-        return Admission(hit, req.num_tokens, longest, evicted, attention, req.junction)
+        produced = self.coord.scheduled_match(req)
+        return Admission(hit, req.num_tokens, longest, evicted, attention, req.junction, produced)
 
     # -- outputs, preemption, aborts ---------------------------------------------------------
 
@@ -288,6 +289,8 @@ class ConcurrentReplay(VllmReplay):
         f.num_output += 1
         if f.first_token_s is None:
             f.first_token_s = self.clock
+        if self.layout.speculative:
+            self.coord.bind(req)  # a drafter re-caches the request's blocks
         self._sampled(req, f.boundaries)
         if f.num_output >= f.max_tokens:
             f.finished_s = self.clock

@@ -66,6 +66,17 @@ class Coordinator:
         for m in self.managers:
             if m.kind == MAMBA:
                 m.this_step = set()
+            elif m.kind == FULL:
+                m.ever = set()  # every attention block ever hashed: what was scheduled
+
+    def scheduled_match(self, req: ReqState) -> int:
+        """Full attention's match (cap prompt - 1, aligned) against every block ever hashed:
+        what an unbounded cache would hold of the blocks scheduled so far."""
+        members = self.spec_groups[0]
+        ever = members[0].ever if len(members) == 1 else set().union(*(m.ever for m in members))
+        probe = self._probe(members, ever)
+        hit, _ = members[0].longest_hit(probe, req.hashes, req.prompt - 1, False, self.layout)
+        return hit
 
     def bind(self, req: ReqState) -> None:
         """Let the managers work on `req` (the bound request's tables are kept on it)."""

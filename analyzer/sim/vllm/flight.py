@@ -20,6 +20,7 @@ class Admission(NamedTuple):
     evicted_tokens: int  # of the miss: lost to evicted sparse states
     attention_tokens: int  # full attention's plain match (no lookahead, no drop)
     junction_tokens: int
+    scheduled_match_tokens: int  # attention's match against everything scheduled so far
 
 
 class Flight:
@@ -140,6 +141,7 @@ class Flight:
             tuple(self.chunks),
             self.error,
             arrival_s=self.arrival_s,
+            scheduled_match_tokens=first.scheduled_match_tokens,
             first_scheduled_s=self.first_scheduled_s,
             first_token_s=self.first_token_s,
             finished_s=self.finished_s,

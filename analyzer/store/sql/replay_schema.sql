@@ -71,3 +71,17 @@ ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS replay_tokens BIGINT DEFAUL
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS replay_tokens BIGINT DEFAULT 0;
 -- An engine's note on the request where one of its own choices took effect (rarely set).
 ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS note VARCHAR;
+-- The concurrent schedule (SPEC 6): simulated times in seconds (NULL for a serial run),
+-- preemptions, hits over every admission and tokens recomputed after preemptions.
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS arrival_s DOUBLE;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS first_scheduled_s DOUBLE;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS first_token_s DOUBLE;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS finished_s DOUBLE;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS queue_s DOUBLE;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS ttft_s DOUBLE;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS num_preemptions BIGINT DEFAULT 0;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS hit_total_tokens BIGINT;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS recomputed_tokens BIGINT DEFAULT 0;
+-- Shared prefix still in flight at admission (concurrent schedule; 0 for a serial run).
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS lost_in_flight_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS lost_in_flight_tokens BIGINT DEFAULT 0;

@@ -24,7 +24,8 @@ SELECT
     avg(hit_tokens / prompt_tokens),
     quantile_cont(hit_tokens / prompt_tokens, 0.5),
     quantile_cont(hit_tokens / prompt_tokens, 0.9),
-    sum(replay_tokens)
+    sum(replay_tokens),
+    sum(lost_in_flight_tokens)
 FROM replay_requests
 WHERE run_id = $run_id AND measured
 GROUP BY ALL
