@@ -21,7 +21,8 @@ AUTO_POINTS = 12
 
 def one_pass_applies(policy: Policy) -> bool:
     """An LRU full-attention-only cache replayed serially: the stack-distance pass is exact
-    (under the per-capacity conditions `CapacityCurve.valid` checks)."""
+    (under the per-capacity conditions `CapacityCurve.valid` checks). Never under the
+    concurrent schedule, where requests in flight pin blocks and preempt."""
     if (
         policy.model is not None
         and load_model(policy.model)["num_groups"].get("full_attention", 1) != 1
@@ -29,6 +30,7 @@ def one_pass_applies(policy: Policy) -> bool:
         return False
     return (
         policy.engine == "vllm"
+        and policy.schedule == "serial"
         and policy.groups == ("full_attention",)
         and policy.spec_decode == "none"
         and policy.max_num_batched_tokens is None

@@ -82,7 +82,7 @@ def run_sweeps(
         raise ConfigError(
             "--vary num_blocks=auto needs an LRU full-attention-only policy "
             "(groups [full_attention], spec_decode none, no "
-            "max_num_batched_tokens); give explicit values instead"
+            "max_num_batched_tokens, schedule serial); give explicit values instead"
         )
     source = request_input(db_path, dataset)
     fingerprint = source.fingerprint

@@ -37,6 +37,24 @@ def test_num_blocks_sweep_one_pass_equals_replays(mixed_db):
         )
 
 
+def test_concurrent_num_blocks_sweep_replays_every_point(mixed_db):
+    """Under load no stack-distance pass is exact: each point is a concurrent replay."""
+    load = [*FA64, "schedule=concurrent", "time_scale=0.2"]
+    (sweep,) = run_sweeps("vllm-default", load, ["num_blocks=300,3000"], db_path=mixed_db)
+    assert [p.one_pass for p in sweep.points] == [False, False]
+    for point, n in zip(sweep.points, (300, 3000), strict=True):
+        values = {"groups": ["full_attention"], "block_size": 64, "num_blocks": n}
+        values |= {"schedule": "concurrent", "time_scale": 0.2}
+        separate = run_replay(make_policy(values), db_path=mixed_db)
+        cols = "request_id, hit_tokens, lost_in_flight_tokens, num_preemptions, ttft_s"
+        q = "SELECT {} FROM replay_requests WHERE run_id = {} ORDER BY arrival_seq"
+        assert db_rows(mixed_db, q.format(cols, point.run_id)) == db_rows(
+            mixed_db, q.format(cols, separate.run_id)
+        )
+    small, large = sweep.points
+    assert small.hit_tokens < large.hit_tokens
+
+
 def test_sweep_tables_runs_in_value_order_and_jobs_agree(groups_db):
     args = ["model=qwen3.5-4b"]
     a = run_sweeps(
