@@ -294,6 +294,8 @@ def compare_cmd(
         "current_est_ttft_ms",
         "est_ttft_change_ms",
     ]
+    if result.groups.column("sim_ttft_change_s").null_count < result.groups.num_rows:
+        cols += ["baseline_sim_ttft_s", "current_sim_ttft_s", "sim_queue_change_s"]
     click.echo(render(result.groups.select(cols)), nl=False)
     click.echo("\nshares of each side's queried tokens (change in points):")
     nonzero = [

@@ -16,6 +16,7 @@ FIGURES = (
     ("unshared", "unshared_tokens", "unshared prefixes"),
     ("routing", "lost_routing_tokens", "routing losses"),
     ("granularity", "lost_granularity_tokens", "match-granularity losses"),
+    ("in_flight", "lost_in_flight_tokens", "prefixes still in flight"),
     ("eviction", "lost_eviction_tokens", "dense evictions"),
     ("sparse_retention", "sparse_retention_miss_tokens", "sparse-retention misses"),
     (
@@ -30,7 +31,15 @@ FIGURES = (
     ),
     ("spec_decode", "lost_spec_decode_tokens", "speculative-decoding losses"),
 )
-CAUSES = ("unshared", "routing", "granularity", "eviction", "sparse_retention", "spec_decode")
+CAUSES = (
+    "unshared",
+    "routing",
+    "granularity",
+    "in_flight",
+    "eviction",
+    "sparse_retention",
+    "spec_decode",
+)
 SUMS = (
     "requests",
     "prompt_tokens",
@@ -38,6 +47,9 @@ SUMS = (
     "fresh_prefill_tokens",
     "ttft_requests",
     "ttft_ms_sum",
+    "sim_requests",
+    "sim_ttft_s_sum",
+    "sim_queue_s_sum",
 )
 
 
@@ -113,6 +125,7 @@ def build_tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table,
                 "est_ttft_change_ms": None if est_b is None or est_c is None else est_c - est_b,
                 "baseline_observed_ttft_ms": _mean_ttft(tb),
                 "current_observed_ttft_ms": _mean_ttft(tc),
+                **_simulated(tb, tc),
             }
         )
         for fig, col, _ in FIGURES:
@@ -142,6 +155,21 @@ def _share(tokens: int, sums: dict) -> float | None:
 
 def _points(new: float | None, old: float | None) -> float | None:
     return None if new is None or old is None else 100.0 * (new - old)
+
+
+def _simulated(base: dict, cur: dict) -> dict[str, float | None]:
+    """Mean simulated TTFT and queue time per side (concurrent runs), and their changes."""
+    out: dict[str, float | None] = {}
+    for name in ("ttft", "queue"):
+        b, c = (_mean(s[f"sim_{name}_s_sum"], s["sim_requests"]) for s in (base, cur))
+        out[f"baseline_sim_{name}_s"] = b
+        out[f"current_sim_{name}_s"] = c
+        out[f"sim_{name}_change_s"] = None if b is None or c is None else c - b
+    return out
+
+
+def _mean(total: float, count: int) -> float | None:
+    return total / count if count else None
 
 
 def _mean_ttft(sums: dict) -> float | None:
@@ -211,6 +239,13 @@ def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
                     f", largest in {_label(where['prompt_family'], where['model_revision'])} "
                     f"({where['change_points']:+.1f} points of its queried tokens)"
                 )
+    sim = top["sim_ttft_change_s"]
+    if sim is not None:
+        queue = top["sim_queue_change_s"]
+        return text + (
+            f"; simulated TTFT {sim:+.3f} s per request ({queue:+.3f} s of it queueing), "
+            f"{top['baseline_sim_ttft_s']:.3f} s -> {top['current_sim_ttft_s']:.3f} s."
+        )
     est = top["est_ttft_change_ms"]
     if est is not None:
         text += f"; estimated TTFT {est:+.1f} ms per request"
@@ -235,6 +270,12 @@ _GROUP_SCHEMA = pa.schema(
         ("est_ttft_change_ms", pa.float64()),
         ("baseline_observed_ttft_ms", pa.float64()),
         ("current_observed_ttft_ms", pa.float64()),
+        ("baseline_sim_ttft_s", pa.float64()),
+        ("current_sim_ttft_s", pa.float64()),
+        ("sim_ttft_change_s", pa.float64()),
+        ("baseline_sim_queue_s", pa.float64()),
+        ("current_sim_queue_s", pa.float64()),
+        ("sim_queue_change_s", pa.float64()),
     ]
 )
 _CAUSE_SCHEMA = pa.schema(

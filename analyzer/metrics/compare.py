@@ -26,6 +26,12 @@ squares (`analyzer.metrics.ttft`) over the requests of one run that carry `ttft_
 window's run, or the baseline run A), applied to both sides; without `ttft_ms` a model preset's
 `prefill_cost` ({"a_ms", "b_ms_per_token"}) is used when it has one, else the TTFT change is
 reported as unavailable.
+
+Simulated TTFT: when both sides are concurrent replays (`schedule: concurrent`), each group
+also carries the mean simulated TTFT and queue time of its requests (vLLM's scheduler on the
+replay's clock, `ttft_s` and `queue_s`), and the sentence reports their change instead of the
+estimate: how much of a TTFT change queueing explains. In-flight losses
+(`lost_in_flight_tokens`) are a cause like the others.
 """
 
 from __future__ import annotations

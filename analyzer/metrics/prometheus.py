@@ -32,6 +32,7 @@ CAUSE_LABELS = (
     ("unshared", "unshared_tokens"),
     ("routing", "lost_routing_tokens"),
     ("granularity", "lost_granularity_tokens"),
+    ("in_flight", "lost_in_flight_tokens"),
     ("eviction", "lost_eviction_tokens"),
     ("sparse_retention_never_kept", "sparse_retention_miss_never_kept_tokens"),
     ("sparse_retention_evicted", "sparse_retention_miss_evicted_tokens"),

@@ -209,7 +209,7 @@ def test_cli_table_and_json(groups_db):
     doc = orjson.loads(result.stdout)
     assert doc["baseline"] == {"run_id": 1, "window": None, "requests": 32}
     assert doc["groups"][-1]["change_points"] == pytest.approx(-18.0)
-    assert len(doc["causes"]) == 9 * 9
+    assert len(doc["causes"]) == 9 * 10  # 9 groups x 10 figures (the hit and the causes)
     assert doc["sentence"].startswith("useful hit ratio fell 18.0 points")
     assert doc["ttft_model"]["source"] == "unavailable"
     result = run(
@@ -217,3 +217,35 @@ def test_cli_table_and_json(groups_db):
     )
     doc = orjson.loads(result.stdout)
     assert doc["current"]["window"] == {"text": "2..4", "start_s": 2.0, "end_s": 4.0}
+
+
+def test_concurrent_runs_compare_simulated_ttft_and_in_flight(tmp_path):
+    """Two concurrent replays of the mixed sample, a roomy pool and a tight one under a
+    compressed clock: the sentence reports the simulated TTFT change and its queueing part,
+    and every group's figures still sum to its queried tokens."""
+    db = tmp_path / "c.duckdb"
+    ingest([SAMPLES / "mixed.jsonl.gz"], db_path=db)
+    load = {"block_size": 544, "schedule": "concurrent", "time_scale": 0.2}
+    for num_blocks in (2000, 150):
+        run_replay(make_policy({**load, "num_blocks": num_blocks}), db_path=db)
+    result = compare(db_path=db, runs=(1, 2))
+    top = result.groups.to_pylist()[-1]
+    assert top["current_sim_ttft_s"] > top["baseline_sim_ttft_s"] > 0
+    assert top["sim_queue_change_s"] > 0
+    change = top["sim_ttft_change_s"]
+    assert f"simulated TTFT {change:+.3f} s per request" in result.sentence
+    causes = [r for r in result.causes.to_pylist() if r["prompt_family"] == "(all)"]
+    by_figure = {r["figure"]: r for r in causes}
+    assert by_figure["in_flight"]["baseline_tokens"] > 0
+    parts = ("hit", "unshared", "routing", "granularity", "in_flight", "eviction")
+    for side in ("baseline", "current"):
+        total = sum(by_figure[f][f"{side}_tokens"] for f in (*parts, "sparse_retention"))
+        assert total + by_figure["spec_decode"][f"{side}_tokens"] == top[f"{side}_prompt_tokens"]
+    out = run("compare", "--db", str(db), "--run", "1", "--run", "2")
+    assert out.exit_code == 0 and "current_sim_ttft_s" in out.output
+
+
+def test_serial_runs_have_no_simulated_ttft(groups_db):
+    result = compare(db_path=groups_db, runs=(1, 2))
+    assert result.groups.column("sim_ttft_change_s").null_count == result.groups.num_rows
+    assert "simulated" not in result.sentence

@@ -26,6 +26,7 @@ CAUSE_SQL = {
     "unshared": "unshared_tokens",
     "routing": "lost_routing_tokens",
     "granularity": "lost_granularity_tokens",
+    "in_flight": "lost_in_flight_tokens",
     "eviction": "lost_eviction_tokens",
     "sparse_retention_never_kept": "sparse_retention_miss_never_kept_tokens",
     "sparse_retention_evicted": "sparse_retention_miss_evicted_tokens",
@@ -113,7 +114,7 @@ def test_text_layout_is_deterministic_and_defaults_to_the_latest_run(groups_db):
     )
     assert latest.text.endswith("\n")
     assert sum(line.startswith("# TYPE ") for line in lines) == 5
-    assert len(lines) == 5 * 2 + 8 * (4 + 7)
+    assert len(lines) == 5 * 2 + 8 * (4 + 8)  # 4 plain families + 8 causes per label set
 
 
 def test_label_values_are_escaped(tmp_path):

@@ -1,5 +1,6 @@
 -- One side of `hpa compare`: run $run_id's requests (those with $start <= timestamp_s < $end
 -- when $windowed), summed per prompt family x model revision. NULL labels become '(none)'.
+-- sim_*: the simulated TTFT and queue time of a concurrent run (none for a serial one).
 SELECT
     coalesce(r.prompt_family, '(none)') AS prompt_family,
     coalesce(r.model_revision, '(none)') AS model_revision,
@@ -9,6 +10,7 @@ SELECT
     sum(r.unshared_tokens)::BIGINT AS unshared_tokens,
     sum(r.lost_routing_tokens)::BIGINT AS lost_routing_tokens,
     sum(r.lost_granularity_tokens)::BIGINT AS lost_granularity_tokens,
+    sum(r.lost_in_flight_tokens)::BIGINT AS lost_in_flight_tokens,
     sum(r.lost_eviction_tokens)::BIGINT AS lost_eviction_tokens,
     sum(r.sparse_retention_miss_tokens)::BIGINT AS sparse_retention_miss_tokens,
     sum(r.sparse_retention_miss_never_kept_tokens)::BIGINT
@@ -17,7 +19,10 @@ SELECT
     sum(r.lost_spec_decode_tokens)::BIGINT AS lost_spec_decode_tokens,
     sum(r.fresh_prefill_tokens)::BIGINT AS fresh_prefill_tokens,
     count(q.ttft_ms) AS ttft_requests,
-    coalesce(sum(q.ttft_ms), 0)::DOUBLE AS ttft_ms_sum
+    coalesce(sum(q.ttft_ms), 0)::DOUBLE AS ttft_ms_sum,
+    count(r.ttft_s) AS sim_requests,
+    coalesce(sum(r.ttft_s), 0)::DOUBLE AS sim_ttft_s_sum,
+    coalesce(sum(r.queue_s), 0)::DOUBLE AS sim_queue_s_sum
 FROM replay_requests AS r
 LEFT JOIN requests AS q ON q.request_id = r.request_id
 WHERE r.run_id = $run_id
