@@ -92,6 +92,14 @@ def sweep_cmd(
         )
 
 
+SCHEDULE_LINES = {
+    "serial": "schedule: serial (each request after the previous one finished: the "
+    "no-contention bound; --schedule concurrent replays vLLM's scheduler under load)",
+    "concurrent": "schedule: concurrent (vLLM's scheduler on the trace's arrival times: "
+    "queueing, requests in flight and preemption count)",
+}
+
+
 @cli.command("plan")
 @db_option
 @click.option(
@@ -105,6 +113,20 @@ def sweep_cmd(
 @click.option("--memory-budget", default=None, help="Cache memory per replica, e.g. 40GiB.")
 @click.option("--family", default=None, help="Measure one prompt family only.")
 @click.option(
+    "--schedule",
+    type=click.Choice(["serial", "concurrent"]),
+    default="serial",
+    show_default=True,
+    help="How every replay runs: serial (the no-contention bound) or concurrent (vLLM's "
+    "scheduler on the trace's arrival times: queueing and preemption count).",
+)
+@click.option(
+    "--time-scale",
+    type=float,
+    default=None,
+    help="With --schedule concurrent: arrival = (timestamp - earliest) x this [default: 1].",
+)
+@click.option(
     "--dataset",
     default=None,
     type=click.Path(),
@@ -114,7 +136,17 @@ def sweep_cmd(
 @executor_options
 @workers_option
 def plan_cmd(
-    db_path, target, model, memory_budget, family, dataset, executor, ray_address, workers
+    db_path,
+    target,
+    model,
+    memory_budget,
+    family,
+    schedule,
+    time_scale,
+    dataset,
+    executor,
+    ray_address,
+    workers,
 ):
     """Search the cheapest cache settings that reach a target useful hit ratio (by replays).
 
@@ -136,7 +168,10 @@ def plan_cmd(
             progress=update,
             executor=executor_spec(executor, workers, ray_address),
             dataset=dataset,
+            schedule=schedule,
+            time_scale=time_scale,
         )
+    click.echo(SCHEDULE_LINES[r.schedule])
     click.echo(
         f"ceilings: attention-only bound {r.attention_only_bound:.3f}, shared-prefix ceiling "
         f"{r.shared_prefix_ceiling:.3f}, model groups unbounded (retention null) "

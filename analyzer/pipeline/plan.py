@@ -72,6 +72,7 @@ class PlanResult:
     cost_unit: str
     replays: int
     message: str
+    schedule: str = "serial"  # every replay's (see analyzer/config/schedule.py)
 
 
 class _Evaluator:
@@ -143,6 +144,8 @@ def plan(
     progress: Callable[[int], None] | None = None,
     executor: ExecutorSpec | str | None = None,
     dataset: str | Path | None = None,
+    schedule: str = "serial",
+    time_scale: float | None = None,
 ) -> PlanResult:
     """Search the settings that reach `target` (useful hit ratio); see the module doc.
 
@@ -151,7 +154,9 @@ def plan(
     replays run their partitions on it, and the candidate settings are the partitions,
     each searched whole by one worker; the answer is the same as the local search.
     `dataset`: read the requests from a Parquet dataset instead of the store (see the
-    module doc; with `local` this process reads it whole, once)."""
+    module doc; with `local` this process reads it whole, once). `schedule`: every replay's
+    (`concurrent`: vLLM's scheduler on the trace's arrival times, `time_scale` compressing
+    or stretching them: queueing, in-flight producers and preemption count)."""
     spec = as_spec(executor)
     if not 0.0 < target <= 1.0:
         raise ConfigError(f"--target-useful-hit-ratio {target}: expected a number in (0, 1]")
@@ -170,7 +175,9 @@ def plan(
     ev = _Evaluator(trace, family, progress, spec)
     num_trace_replicas = len({r for r in trace.columns["replica"] if r is not None}) or 1
 
-    base = {"groups": groups, "block_size": block, "model": model}
+    base = {"groups": groups, "block_size": block, "model": model, "schedule": schedule}
+    if time_scale is not None:
+        base["time_scale"] = time_scale
     attention, dense_rows = ev.ceilings(
         [
             make_policy({**base, "groups": ["full_attention"], "retention_interval": None}),
@@ -189,7 +196,9 @@ def plan(
             f"(matchable tokens / queries). No pool size, retention or match unit can "
             f"reuse more than the trace shares."
         )
-        return PlanResult(target, bound, ceiling, dense, False, [], cost_unit, ev.replays, msg)
+        return PlanResult(
+            target, bound, ceiling, dense, False, [], cost_unit, ev.replays, msg, schedule
+        )
 
     placements = [(num_trace_replicas, "trace")]
     if num_trace_replicas > 1:
@@ -262,7 +271,16 @@ def plan(
             f"model groups with every state kept {dense:.3f})"
         )
     return PlanResult(
-        target, bound, ceiling, dense, bool(candidates), candidates, cost_unit, ev.replays, msg
+        target,
+        bound,
+        ceiling,
+        dense,
+        bool(candidates),
+        candidates,
+        cost_unit,
+        ev.replays,
+        msg,
+        schedule,
     )
 
 

@@ -216,3 +216,17 @@ def test_pool_too_small_for_the_curve_falls_back_to_replay(mixed_db):
     assert db_rows(mixed_db, q.format(sweep.points[0].run_id)) == db_rows(
         mixed_db, q.format(separate.run_id)
     )
+
+
+def test_plan_says_its_schedule_and_plans_under_load(groups_db):
+    serial = plan(0.2, db_path=groups_db)
+    loaded = plan(0.2, db_path=groups_db, schedule="concurrent", time_scale=0.001)
+    assert (serial.schedule, loaded.schedule) == ("serial", "concurrent")
+    assert loaded.reachable and serial.reachable
+    # In flight together, the requests pin blocks: the cheapest pool is no smaller.
+    assert loaded.candidates[0].cost >= serial.candidates[0].cost
+    r = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.3")
+    assert r.output.startswith("schedule: serial (each request after the previous one")
+    r = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.3", "--time-scale", "2")
+    assert r.exit_code == 2
+    assert "policy key 'time_scale' needs schedule: concurrent" in r.output

@@ -53,6 +53,8 @@ class ConcurrentReplay(VllmReplay):
             min((e - r) % B for e in self.events) if self.events else B for r in range(B)
         ]
         self.quiet = not self.layout.speculative  # a drafter re-caches at every sample
+        self.hash_block = self.layout.hash_block_size
+        self.hash_lookahead = self.layout.hash_lookahead
         self.budget = budget
         self.max_num_seqs = policy.max_num_seqs
         self.step_base_s = policy.step_base_ms / 1000
@@ -151,29 +153,35 @@ class ConcurrentReplay(VllmReplay):
             if budget >= 0 and not self.running and self.waiting:
                 self._abort(self.waiting.popleft())
             return  # an empty step takes no time
-        total = 0
-        for f, n in scheduled:
-            f.req.computed += n
-            f.prefill_chunk = f.req.computed < f.req.num_tokens
-            f.chunks.append(n)
-            total += n
+        total = sum(n for _, n in scheduled)
         self.num_steps += 1
         self.clock = self.clock + (self.step_base_s + self.step_token_s * total)
-        for f, _ in scheduled:
-            if f.req.computed >= f.req.num_tokens:
-                f.req.computed -= f.pad  # the padded draft slot is rejected
-                f.pad = 0
-                self._sample(f)
+        for f, n in scheduled:
+            req = f.req
+            req.computed += n
+            f.chunks.append(n)
+            if req.computed < req.num_tokens:
+                f.prefill_chunk = True
+                continue
+            f.prefill_chunk = False
+            req.computed -= f.pad  # the padded draft slot is rejected
+            f.pad = 0
+            self._sample(f)
 
     def _schedule_running(self, scheduled: list[tuple[Flight, int]]) -> int:
         """Schedule the running requests; the budget left, or -1 when a request was
         preempted (no waiting request is admitted in that step)."""
         budget, preempted, i = self.budget, False, 0
         self.prefill_scheduled = False
-        running = self.running
+        running, events, B = self.running, self.events, self.layout.block_size
         while i < len(running) and budget > 0:
             f = running[i]
             req = f.req
+            if f.decoding and req.computed % B not in events:
+                scheduled.append((f, 1))  # a quiet decode step (see _quiet_decode)
+                budget -= 1
+                i += 1
+                continue
             n = min(req.num_tokens - req.computed, budget)
             if self.layout.has_mamba:
                 n = mamba_split(self.layout, req, req.computed, n)
@@ -289,9 +297,13 @@ class ConcurrentReplay(VllmReplay):
         f.num_output += 1
         if f.first_token_s is None:
             f.first_token_s = self.clock
-        if self.layout.speculative:
+        if self.quiet:
+            req.num_tokens = req.computed + 1
+            if (req.num_tokens - self.hash_lookahead) // self.hash_block > len(req.hashes):
+                self._show_hashes(req)
+        else:
             self.coord.bind(req)  # a drafter re-caches the request's blocks
-        self._sampled(req, f.boundaries)
+            self._sampled(req, f.boundaries)
         if f.num_output >= f.max_tokens:
             f.finished_s = self.clock
             self.running.remove(f)
