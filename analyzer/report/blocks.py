@@ -7,7 +7,7 @@ import html
 import plotly.graph_objects as go
 import polars as pl
 
-from analyzer.report import figures
+from analyzer.report import waterfall
 from analyzer.report.data import ReportData
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -51,5 +51,5 @@ def overall_rows(data: ReportData) -> pl.DataFrame:
 
 
 def largest_loss(row: dict) -> tuple[str, int]:
-    causes = [(name, row[col]) for col, name, _ in figures.SEGMENTS[1:]]
+    causes = [(name, row[col]) for col, name, _ in waterfall.segments(row)[1:]]
     return max(causes, key=lambda c: (c[1], c[0]))

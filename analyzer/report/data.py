@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from analyzer.config.memory import policy_pool_gib
+from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.errors import ConfigError, StoreError
 from analyzer.report.junction_paths import deepest_junctions
 from analyzer.store.db import (
@@ -48,6 +49,10 @@ class ReportData:
     window_unit: str  # "s" (timestamps) or "requests" (arrival order)
     junctions: pl.DataFrame | None  # report_junctions.sql rows; None without `hpa match`
     sweeps: pl.DataFrame | None  # the sweep_points table when it exists
+    # The concurrent runs' load (None when every run shown is serial): one row per run
+    # (replay_load_summary.sql) and its arrival windows (report_load_windows.sql).
+    load: pl.DataFrame | None = None
+    load_windows: pl.DataFrame | None = None
 
 
 def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> ReportData:
@@ -62,20 +67,21 @@ def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> Repo
         present = table_names(con)
         if "replay_runs" not in present:
             raise StoreError("no replay runs in the database; run `hpa replay` first")
+        if "lost_in_flight_tokens" not in column_names(con, "replay_requests"):
+            con.execute(load_sql("replay_schema"))  # a store written before the column
         run_frame = _runs(con, runs)
         ids = run_frame["run_id"].to_list()
         labels = dict(zip(ids, run_frame["run_label"].to_list(), strict=True))
-        groups = _with_labels(
-            pl.from_arrow(query_arrow(con, load_sql("report_groups"), {"runs": ids})), labels
-        )
+        groups = _groups(con, run_frame, labels)
         windows, unit = _windows(con, ids, labels)
+        load, load_windows = _load(con, run_frame, labels)
         junctions = None
         if {"junctions", "prefix_matches"} <= present:
             junctions = _junctions(con, ids, labels)
         sweeps = None
         if "sweep_points" in present:
             sweeps = _sweeps(con)
-        return ReportData(run_frame, groups, windows, unit, junctions, sweeps)
+        return ReportData(run_frame, groups, windows, unit, junctions, sweeps, load, load_windows)
     finally:
         con.close()
 
@@ -93,22 +99,31 @@ def _runs(con, runs: list[int] | None) -> pl.DataFrame:
             )
         rows = [r for r in rows if r[0] in set(runs)]
     policies = [json.loads(r[1]) for r in rows]
-    labels = policy_labels([r[0] for r in rows], policies)
+    named = [with_schedule_defaults(p) for p in policies]
+    labels = policy_labels([r[0] for r in rows], named)
     return pl.DataFrame(
         {
             "run_id": [r[0] for r in rows],
             "run_label": labels,
             "policy_json": [json.dumps(p, sort_keys=True, indent=1) for p in policies],
-            "policy_changes": [_changes(p, _baseline(policies)) for p in policies],
+            "policy_changes": [_changes(p, _baseline(named)) for p in named],
             "trace_fingerprint": [r[2] for r in rows],
             "num_requests": [r[3] for r in rows],
             "prompt_tokens": [r[4] for r in rows],
             "hit_tokens": [r[5] for r in rows],
             "hpa_version": [r[6] for r in rows],
             "memory_gib": [memory_gib(p) for p in policies],
+            "concurrent": [p.get("schedule") == "concurrent" for p in policies],
         },
         schema_overrides={"memory_gib": pl.Float64},
     )
+
+
+def with_schedule_defaults(policy: dict) -> dict:
+    """`policy` with the schedule keys a serial policy leaves out (schedule: serial, the
+    clock keys at their defaults), so that a concurrent run is named only by what differs."""
+    defaults = {key: row.default for key, row in CONCURRENT_KEYS.items()}
+    return {"schedule": "serial", **defaults, **policy}
 
 
 def _baseline(policies: list[dict]) -> dict:
@@ -163,6 +178,16 @@ def _with_labels(frame: pl.DataFrame, labels: dict[int, str]) -> pl.DataFrame:
     )
 
 
+def _groups(con, run_frame: pl.DataFrame, labels: dict[int, str]) -> pl.DataFrame:
+    """report_groups.sql rows; the lost_in_flight_tokens column only when some run shown
+    is concurrent or lost tokens in flight (so a serial-only report is what it always was)."""
+    ids = run_frame["run_id"].to_list()
+    frame = pl.from_arrow(query_arrow(con, load_sql("report_groups"), {"runs": ids}))
+    if not run_frame["concurrent"].any() and not (frame["lost_in_flight_tokens"] > 0).any():
+        frame = frame.drop("lost_in_flight_tokens")
+    return _with_labels(frame, labels)
+
+
 def window_width(span: float) -> float:
     """A round window width (seconds) giving about TARGET_WINDOWS windows over `span`."""
     for width in NICE_WIDTHS_S:
@@ -187,6 +212,42 @@ def _windows(con, ids: list[int], labels: dict[int, str]) -> tuple[pl.DataFrame,
         (pl.col("sparse_retention_miss_tokens") / queries).round(9).alias("sparse_loss_ratio"),
     )
     return _with_labels(frame, labels), unit
+
+
+# --- load (concurrent runs) -----------------------------------------------------------
+
+
+def _load(con, run_frame: pl.DataFrame, labels: dict[int, str]):
+    """(per-run load figures, per-arrival-window TTFT and queueing) of the concurrent runs
+    shown, or (None, None) when there are none. Each run has its own window width (about
+    TARGET_WINDOWS over its arrivals: time_scale differs between runs). Times are simulated
+    seconds, rounded to the microsecond so float sums in any thread order give the same bytes."""
+    ids = run_frame.filter(pl.col("concurrent"))["run_id"].to_list()
+    if not ids:
+        return None, None
+    rows, frames = [], []
+    for run_id in ids:
+        row = query_arrow(con, load_sql("replay_load_summary"), {"run_id": run_id}).to_pylist()
+        rows.append({"run_id": run_id, **row[0]})
+        t_max = con.execute(load_sql("report_load_span"), {"runs": [run_id]}).fetchall()[0][0]
+        width = window_width(float(t_max or 0.0))
+        params = {"runs": [run_id], "width": width}
+        frame = pl.from_arrow(query_arrow(con, load_sql("report_load_windows"), params))
+        frames.append(
+            _rounded(frame).with_columns(
+                (pl.col("window_idx") * width).alias("window_start"),
+                (pl.col("window_idx") * width + width).alias("window_end"),
+            )
+        )
+    summary = _rounded(pl.DataFrame(rows, infer_schema_length=None))
+    return _with_labels(summary, labels), _with_labels(pl.concat(frames), labels)
+
+
+def _rounded(frame: pl.DataFrame) -> pl.DataFrame:
+    """Floats rounded to 1e-6; DuckDB's integer sums (DECIMAL) as Int64."""
+    floats = [c for c, t in frame.schema.items() if t.is_float()]
+    sums = [c for c, t in frame.schema.items() if isinstance(t, pl.Decimal)]
+    return frame.with_columns(pl.col(floats).round(6), pl.col(sums).cast(pl.Int64))
 
 
 # --- junctions -------------------------------------------------------------------------

@@ -43,6 +43,7 @@ PARTS = (
             r["unshared_tokens"]
             + r["lost_routing_tokens"]
             + r["lost_granularity_tokens"]
+            + r.get("lost_in_flight_tokens", 0)
             + r["lost_spec_decode_tokens"]
         ),
     ),

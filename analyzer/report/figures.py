@@ -10,16 +10,6 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-# The hit then the SPEC 3 causes, in waterfall order: (column, readable name, colour).
-SEGMENTS = (
-    ("hit_tokens", "hit (reused)", "#2ca02c"),
-    ("sparse_retention_miss_tokens", "sparse-retention miss", "#d62728"),
-    ("lost_spec_decode_tokens", "lost to spec decode", "#8c564b"),
-    ("lost_eviction_tokens", "lost to dense eviction", "#ff7f0e"),
-    ("lost_granularity_tokens", "lost to match granularity", "#bcbd22"),
-    ("lost_routing_tokens", "lost to routing", "#9467bd"),
-    ("unshared_tokens", "unshared (no common prefix)", "#b0b0b0"),
-)
 FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13}
 TOP_JUNCTIONS = 15
 MARGIN_TOP, MARGIN_BOTTOM = 120, 50
@@ -49,7 +39,7 @@ def style_figure(fig: go.Figure, title: str, height: int) -> go.Figure:
     return fig
 
 
-def _run_dropdown(fig: go.Figure, labels: list[str], per_run: int) -> None:
+def run_dropdown(fig: go.Figure, labels: list[str], per_run: int) -> None:
     """Show one run at a time: traces are laid out run by run, `per_run` each."""
     if len(labels) < 2:
         return
@@ -81,79 +71,6 @@ def _run_dropdown(fig: go.Figure, labels: list[str], per_run: int) -> None:
             }
         ]
     )
-
-
-def _waterfall_bars(frame: pl.DataFrame, y: list[str], share: bool, showlegend: bool) -> list:
-    total = frame["prompt_tokens"].cast(pl.Float64)
-    traces = []
-    for col, name, colour in SEGMENTS:
-        tokens = frame[col]
-        shares = (tokens / total).fill_nan(0.0).round(9)
-        unit = "% of queried tokens" if share else "tokens"
-        traces.append(
-            go.Bar(
-                name=name,
-                y=y,
-                x=(shares * 100).round(6).to_list() if share else tokens.to_list(),
-                orientation="h",
-                marker_color=colour,
-                legendgroup=name,
-                showlegend=showlegend,
-                customdata=list(zip(tokens.to_list(), shares.to_list(), strict=True)),
-                hovertemplate=(
-                    f"<b>%{{y}}</b><br>{name}: %{{customdata[0]:,}} tokens "
-                    f"(%{{customdata[1]:.1%}} of queried)<extra>{unit}</extra>"
-                ),
-            )
-        )
-    return traces
-
-
-def waterfall_runs(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
-    """(a)+(d) The loss waterfall of every run, one stacked bar per run (overall rows)."""
-    overall = groups.filter(pl.col("is_overall")).sort("run_id")
-    fig = go.Figure(_waterfall_bars(overall, overall["run_label"].to_list(), share, True))
-    fig.update_layout(barmode="stack")
-    fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title="share of queried prompt tokens (%)" if share else "prompt tokens")
-    what = "shares" if share else "tokens"
-    return style_figure(
-        fig,
-        f"Where the queried prompt tokens went, per run ({what})",
-        160 + 42 * overall.height,
-    )
-
-
-def group_label(frame: pl.DataFrame) -> list[str]:
-    return [
-        f"{f} · {r}"
-        for f, r in zip(
-            frame["prompt_family"].to_list(), frame["model_revision"].to_list(), strict=True
-        )
-    ]
-
-
-def waterfall_groups(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
-    """(a) The loss waterfall per prompt family x model revision, one run at a time
-    (a dropdown picks the run; rows sorted by queried tokens, largest first)."""
-    rows = groups.filter(~pl.col("is_overall"))
-    labels = rows.select("run_id", "run_label").unique().sort("run_id")["run_label"].to_list()
-    traces = []
-    height = 200
-    for k, run_label in enumerate(labels):
-        part = rows.filter(pl.col("run_label") == run_label).sort(
-            ["prompt_tokens", "prompt_family", "model_revision"], descending=[True, False, False]
-        )
-        height = max(height, 180 + 40 * part.height)
-        traces.extend(_waterfall_bars(part, group_label(part), share, k == 0))
-    fig = go.Figure(traces)
-    fig.update_layout(barmode="stack")
-    fig.update_yaxes(autorange="reversed", title="prompt family · model revision")
-    fig.update_xaxes(title="share of queried prompt tokens (%)" if share else "prompt tokens")
-    what = "shares" if share else "tokens"
-    style_figure(fig, f"Loss waterfall per prompt family × model revision ({what})", height)
-    _run_dropdown(fig, labels, len(SEGMENTS))
-    return fig
 
 
 def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
@@ -195,7 +112,7 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
                     x=mid,
                     y=part[col].to_list(),
                     mode="lines+markers",
-                    line={"color": _palette(k)},
+                    line={"color": palette(k)},
                     legendgroup=run_label,
                     showlegend=row == 1,
                     customdata=custom,
@@ -232,7 +149,7 @@ _COLOURS = (
 )
 
 
-def _palette(k: int) -> str:
+def palette(k: int) -> str:
     return _COLOURS[k % len(_COLOURS)]
 
 
@@ -327,7 +244,7 @@ def junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> go.Figure:
         220 + 40 * max(chosen.height, 1),
     )
     fig.update_layout(showlegend=False)  # the subplot titles name the two bars
-    _run_dropdown(fig, labels, 2)
+    run_dropdown(fig, labels, 2)
     return fig
 
 
@@ -434,7 +351,7 @@ def sweeps(frame: pl.DataFrame) -> go.Figure:
                 x=part["value"].to_list(),
                 y=part["useful_hit_ratio"].round(9).to_list(),
                 mode="lines+markers",
-                line={"color": _palette(k)},
+                line={"color": palette(k)},
                 customdata=custom,
                 hovertemplate=(
                     f"<b>{knob} = %{{x}}</b><br>useful-hit ratio %{{y:.2%}}<br>"

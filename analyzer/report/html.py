@@ -12,23 +12,24 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
-from analyzer.report import engines
+from analyzer.report import engines, load
 from analyzer.report.data import ReportData, load_report_data
 from analyzer.report.sections import (
     SWEEP_FIGURE_ID,
     config_section,
     engines_section,
-    groups_section,
     junctions_section,
     policy_section,
     runs_section,
     sweep_section,
-    waterfall_runs_section,
     weighting_section,
     windows_section,
 )
+from analyzer.report.waterfall_sections import groups_section, waterfall_runs_section
 
-# Figure ids in page order (the sweep figure only when sweep_points exists).
+# Figure ids in page order (the load figure, after fig-windows, only when a run is
+# concurrent; the engine figure only with several engines; the sweep figure only when
+# sweep_points exists).
 FIGURE_IDS = (
     "fig-waterfall-runs-tokens",
     "fig-waterfall-runs-shares",
@@ -107,6 +108,7 @@ def build_html(data: ReportData, *, title_db: str) -> tuple[str, tuple[str, ...]
         waterfall_runs_section,
         groups_section,
         windows_section,
+        load.load_section,
         junctions_section,
         policy_section,
         engines_section,
@@ -122,9 +124,10 @@ def build_html(data: ReportData, *, title_db: str) -> tuple[str, tuple[str, ...]
         ("waterfall", "Waterfall"),
         ("groups", "Families × revisions"),
         ("windows", "Over time"),
-        ("junctions", "Junctions"),
-        ("policies", "Policies"),
     ]
+    if load.FIGURE_ID in ids:
+        nav.append(("load", "Load"))
+    nav += [("junctions", "Junctions"), ("policies", "Policies")]
     if engines.FIGURE_ID in ids:
         nav.append(("engines", "Engines"))
     nav.append(("weighting", "Request vs token"))

@@ -12,12 +12,11 @@ from analyzer.report.blocks import (
     count,
     figure_div,
     html_table,
-    largest_loss,
     meaning,
     overall_rows,
     pct,
 )
-from analyzer.report.data import ReportData, policy_value
+from analyzer.report.data import ReportData, policy_value, with_schedule_defaults
 
 SWEEP_FIGURE_ID = "fig-sweeps"  # and engines.FIGURE_ID when the runs use several engines
 
@@ -67,37 +66,10 @@ def runs_section(data: ReportData) -> str:
     )
 
 
-def waterfall_runs_section(data: ReportData) -> tuple[str, list[str]]:
-    overall = overall_rows(data)
-    best = max(overall.iter_rows(named=True), key=lambda r: (r["hit_tokens"], -r["run_id"]))
-    first = overall.row(0, named=True)
-    cause, tokens = largest_loss(first)
-    q = first["prompt_tokens"] or 1
-    text = (
-        "Each bar is one run; its parts sum exactly to the queried prompt tokens (SPEC 3 "
-        "waterfall). Green is reused; every other colour is a reason the tokens were "
-        "computed again. Grey tokens were never shared with an earlier request, so no cache "
-        "could have helped; red (sparse-retention miss) tokens were matched by full attention "
-        "but the recurrent/sliding-window group had no state at that boundary, which an "
-        "ordinary hit-rate chart reports as &ldquo;no sharing&rdquo;. "
-        f"In {html.escape(first['run_label'])}, {pct(first['hit_tokens'] / q)} of queried "
-        f"tokens were hits and the largest loss was {html.escape(cause)} "
-        f"({count(tokens)} tokens, {pct(tokens / q)}). The run with the most hits is "
-        f"{html.escape(best['run_label'])} "
-        f"({pct(best['hit_tokens'] / (best['prompt_tokens'] or 1))})."
-    )
-    body = (
-        '<section id="waterfall"><h2>(a) Loss waterfall per run</h2>'
-        + figure_div(figures.waterfall_runs(data.groups), "fig-waterfall-runs-tokens")
-        + figure_div(figures.waterfall_runs(data.groups, share=True), "fig-waterfall-runs-shares")
-        + meaning(text)
-        + "</section>"
-    )
-    return body, ["fig-waterfall-runs-tokens", "fig-waterfall-runs-shares"]
-
-
 def policy_section(data: ReportData) -> tuple[str, list[str]]:
     policies = [json.loads(p) for p in data.runs["policy_json"].to_list()]
+    if any("schedule" in p for p in policies):  # a serial run's schedule keys: its defaults
+        policies = [with_schedule_defaults(p) for p in policies]
     keys = sorted({k for p in policies for k in p})
     head = ["policy key"] + [f"run {i}" for i in data.runs["run_id"].to_list()]
     cells = []
@@ -145,73 +117,6 @@ def policy_section(data: ReportData) -> tuple[str, list[str]]:
 
 def engines_section(data: ReportData) -> tuple[str, list[str]]:
     return engines.engine_section(data)
-
-
-def groups_section(data: ReportData) -> tuple[str, list[str]]:
-    rows = data.groups.filter(~pl.col("is_overall")).sort(
-        ["run_id", "prompt_tokens", "prompt_family", "model_revision"],
-        descending=[False, True, False, False],
-    )
-    first_run = rows["run_id"][0]
-    worst = (
-        rows.filter(pl.col("run_id") == first_run)
-        .with_columns((pl.col("sparse_retention_miss_tokens") / pl.col("prompt_tokens")).alias("s"))
-        .sort(["s", "prompt_family", "model_revision"], descending=[True, False, False])
-        .row(0, named=True)
-    )
-    table_rows = [
-        [
-            r["run_label"],
-            r["prompt_family"],
-            r["model_revision"],
-            count(r["num_requests"]),
-            count(r["prompt_tokens"]),
-            pct(r["hit_tokens"] / (r["prompt_tokens"] or 1)),
-            pct(r["sparse_retention_miss_tokens"] / (r["prompt_tokens"] or 1)),
-            pct(r["unshared_tokens"] / (r["prompt_tokens"] or 1)),
-            pct(r["lost_routing_tokens"] / (r["prompt_tokens"] or 1)),
-            pct(r["lost_eviction_tokens"] / (r["prompt_tokens"] or 1)),
-            pct(r["lost_spec_decode_tokens"] / (r["prompt_tokens"] or 1)),
-        ]
-        for r in rows.iter_rows(named=True)
-    ]
-    table = html_table(
-        [
-            "run",
-            "prompt family",
-            "model revision",
-            "requests",
-            "queried tokens",
-            "hit",
-            "sparse-retention miss",
-            "unshared",
-            "routing",
-            "dense eviction",
-            "spec decode",
-        ],
-        table_rows,
-        numeric=set(range(3, 11)),
-    )
-    text = (
-        "The same waterfall split by prompt family and model revision (largest traffic "
-        "first; the menu at the top right picks the run). A family whose bar is mostly red "
-        "shares its prefix but loses it at the sparse group: a retention or checkpoint "
-        "setting, not the traffic, is the cause. Mostly grey means the prompts simply do "
-        "not repeat. In the first run the highest sparse-loss share is "
-        f"{html.escape(worst['prompt_family'])} on {html.escape(worst['model_revision'])} "
-        f"({pct(worst['s'])} of its queried tokens)."
-    )
-    body = (
-        '<section id="groups"><h2>(a) Loss waterfall per prompt family × model revision</h2>'
-        + figure_div(figures.waterfall_groups(data.groups), "fig-waterfall-groups-tokens")
-        + figure_div(
-            figures.waterfall_groups(data.groups, share=True), "fig-waterfall-groups-shares"
-        )
-        + meaning(text)
-        + "<details><summary>Table: shares of queried tokens per run, family and revision "
-        "(sorted by run, then queried tokens)</summary>" + table + "</details></section>"
-    )
-    return body, ["fig-waterfall-groups-tokens", "fig-waterfall-groups-shares"]
 
 
 def windows_section(data: ReportData) -> tuple[str, list[str]]:

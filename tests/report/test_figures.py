@@ -5,12 +5,12 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analyzer.report import figures
+from analyzer.report import figures, waterfall
 from analyzer.report.data import memory_gib, policy_labels, window_width
 from tests.conftest import db_rows
 
 NUM_RUNS = 2
-SEG = len(figures.SEGMENTS)
+SEG = len(waterfall.SEGMENTS)
 
 
 def test_policy_labels_name_what_differs():
@@ -43,14 +43,14 @@ def test_report_data_runs(report_data):
 
 
 def test_waterfall_runs_sums_to_queried_tokens(report_data):
-    fig = figures.waterfall_runs(report_data.groups)
+    fig = waterfall.waterfall_runs(report_data.groups)
     assert len(fig.data) == SEG
     assert "per run (tokens)" in fig.layout.title.text
     assert [t.name for t in fig.data][:2] == ["hit (reused)", "sparse-retention miss"]
     overall = report_data.groups.filter(pl.col("is_overall")).sort("run_id")
     for i, queried in enumerate(overall["prompt_tokens"].to_list()):
         assert sum(t.x[i] for t in fig.data) == queried
-    shares = figures.waterfall_runs(report_data.groups, share=True)
+    shares = waterfall.waterfall_runs(report_data.groups, share=True)
     assert "(shares)" in shares.layout.title.text
     for i in range(NUM_RUNS):
         assert sum(t.x[i] for t in shares.data) == pytest.approx(100.0, abs=1e-4)
@@ -60,7 +60,7 @@ def test_waterfall_runs_sums_to_queried_tokens(report_data):
 
 
 def test_waterfall_groups_one_run_at_a_time(report_data):
-    fig = figures.waterfall_groups(report_data.groups)
+    fig = waterfall.waterfall_groups(report_data.groups)
     assert len(fig.data) == SEG * NUM_RUNS
     assert fig.layout.title.text.startswith("Loss waterfall per prompt family")
     (menu,) = fig.layout.updatemenus
@@ -145,7 +145,7 @@ def test_sweeps_figure():
 
 def test_figures_are_pure(report_data):
     before = report_data.groups.clone()
-    for build in (figures.waterfall_runs, figures.waterfall_groups, figures.weighting):
+    for build in (waterfall.waterfall_runs, waterfall.waterfall_groups, figures.weighting):
         assert build(report_data.groups).to_json() == build(report_data.groups).to_json()
     assert report_data.groups.equals(before)
     j = report_data.junctions

@@ -13,6 +13,7 @@ SELECT
     sum(unshared_tokens)::BIGINT AS unshared_tokens,
     sum(lost_routing_tokens)::BIGINT AS lost_routing_tokens,
     sum(lost_granularity_tokens)::BIGINT AS lost_granularity_tokens,
+    sum(lost_in_flight_tokens)::BIGINT AS lost_in_flight_tokens,
     sum(lost_eviction_tokens)::BIGINT AS lost_eviction_tokens,
     sum(sparse_retention_miss_tokens)::BIGINT AS sparse_retention_miss_tokens,
     sum(sparse_retention_miss_never_kept_tokens)::BIGINT AS sparse_retention_miss_never_kept_tokens,

@@ -1,0 +1,107 @@
+"""The loss-waterfall figures of `hpa report`: stacked bars of where the queried prompt
+tokens went, per run and per prompt family x model revision (pure functions of the frame).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import plotly.graph_objects as go
+import polars as pl
+
+from analyzer.report.figures import run_dropdown, style_figure
+
+# The hit then the SPEC 3 causes, in waterfall order: (column, readable name, colour).
+SEGMENTS = (
+    ("hit_tokens", "hit (reused)", "#2ca02c"),
+    ("sparse_retention_miss_tokens", "sparse-retention miss", "#d62728"),
+    ("lost_spec_decode_tokens", "lost to spec decode", "#8c564b"),
+    ("lost_eviction_tokens", "lost to dense eviction", "#ff7f0e"),
+    ("lost_granularity_tokens", "lost to match granularity", "#bcbd22"),
+    ("lost_routing_tokens", "lost to routing", "#9467bd"),
+    ("unshared_tokens", "unshared (no common prefix)", "#b0b0b0"),
+)
+# The concurrent schedule's cause, between dense eviction and granularity in the bars.
+IN_FLIGHT = ("lost_in_flight_tokens", "lost in flight (not yet scheduled)", "#e377c2")
+
+
+def segments(columns: Iterable[str]) -> tuple[tuple[str, str, str], ...]:
+    """SEGMENTS, with IN_FLIGHT when the frame has its column (analyzer/report/data.py
+    keeps the column only when a run shown is concurrent or lost tokens in flight)."""
+    if "lost_in_flight_tokens" not in set(columns):
+        return SEGMENTS
+    at = [col for col, _, _ in SEGMENTS].index("lost_granularity_tokens")
+    return (*SEGMENTS[:at], IN_FLIGHT, *SEGMENTS[at:])
+
+
+def _waterfall_bars(frame: pl.DataFrame, y: list[str], share: bool, showlegend: bool) -> list:
+    total = frame["prompt_tokens"].cast(pl.Float64)
+    traces = []
+    for col, name, colour in segments(frame.columns):
+        tokens = frame[col]
+        shares = (tokens / total).fill_nan(0.0).round(9)
+        unit = "% of queried tokens" if share else "tokens"
+        traces.append(
+            go.Bar(
+                name=name,
+                y=y,
+                x=(shares * 100).round(6).to_list() if share else tokens.to_list(),
+                orientation="h",
+                marker_color=colour,
+                legendgroup=name,
+                showlegend=showlegend,
+                customdata=list(zip(tokens.to_list(), shares.to_list(), strict=True)),
+                hovertemplate=(
+                    f"<b>%{{y}}</b><br>{name}: %{{customdata[0]:,}} tokens "
+                    f"(%{{customdata[1]:.1%}} of queried)<extra>{unit}</extra>"
+                ),
+            )
+        )
+    return traces
+
+
+def waterfall_runs(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
+    """(a)+(d) The loss waterfall of every run, one stacked bar per run (overall rows)."""
+    overall = groups.filter(pl.col("is_overall")).sort("run_id")
+    fig = go.Figure(_waterfall_bars(overall, overall["run_label"].to_list(), share, True))
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title="share of queried prompt tokens (%)" if share else "prompt tokens")
+    what = "shares" if share else "tokens"
+    return style_figure(
+        fig,
+        f"Where the queried prompt tokens went, per run ({what})",
+        160 + 42 * overall.height,
+    )
+
+
+def group_label(frame: pl.DataFrame) -> list[str]:
+    return [
+        f"{f} · {r}"
+        for f, r in zip(
+            frame["prompt_family"].to_list(), frame["model_revision"].to_list(), strict=True
+        )
+    ]
+
+
+def waterfall_groups(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
+    """(a) The loss waterfall per prompt family x model revision, one run at a time
+    (a dropdown picks the run; rows sorted by queried tokens, largest first)."""
+    rows = groups.filter(~pl.col("is_overall"))
+    labels = rows.select("run_id", "run_label").unique().sort("run_id")["run_label"].to_list()
+    traces = []
+    height = 200
+    for k, run_label in enumerate(labels):
+        part = rows.filter(pl.col("run_label") == run_label).sort(
+            ["prompt_tokens", "prompt_family", "model_revision"], descending=[True, False, False]
+        )
+        height = max(height, 180 + 40 * part.height)
+        traces.extend(_waterfall_bars(part, group_label(part), share, k == 0))
+    fig = go.Figure(traces)
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(autorange="reversed", title="prompt family · model revision")
+    fig.update_xaxes(title="share of queried prompt tokens (%)" if share else "prompt tokens")
+    what = "shares" if share else "tokens"
+    style_figure(fig, f"Loss waterfall per prompt family × model revision ({what})", height)
+    run_dropdown(fig, labels, len(segments(groups.columns)))
+    return fig
