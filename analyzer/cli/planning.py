@@ -1,4 +1,4 @@
-"""Commands for capacity planning and reports: sweep, plan, report."""
+"""Commands for capacity planning and reports: sweep, plan, calibrate, report."""
 
 from __future__ import annotations
 
@@ -90,6 +90,40 @@ def sweep_cmd(
             f"sweep {s.sweep_id} ({s.knob}): {len(s.points)} points in {s.seconds:.2f} s{how}; "
             f"base policy {s.base_policy.to_json()}"
         )
+
+
+@cli.command("calibrate")
+@db_option
+@policy_options
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the fitted policy (JSON, a policy file) to FILE.",
+)
+def calibrate_cmd(db_path, policy_source, overrides, out):
+    """Fit the concurrent schedule's step time (step_base_ms, step_token_us) to the trace's
+    observed ttft_ms.
+
+    The policy is replayed concurrently; each request's simulated TTFT is linear in the two
+    parameters for a given schedule, so they are fitted by least squares and the replay is
+    repeated with the fit until they settle. Prints the fit and its quality (R^2, absolute
+    errors) over the requests that carry ttft_ms."""
+    from analyzer.pipeline.calibrate import calibrate
+
+    fit = calibrate(policy_source, list(overrides), db_path=db_path, out=out)
+    p = fit.policy
+    click.echo(
+        f"fitted step_base_ms={p.step_base_ms:g} step_token_us={p.step_token_us:g} "
+        f"({fit.replays} replays)"
+    )
+    click.echo(
+        f"quality over {fit.num_requests:,} requests with ttft_ms: R^2 {fit.r2:.3f}, median "
+        f"|error| {fit.median_abs_error_ms:.1f} ms, p90 {fit.p90_abs_error_ms:.1f} ms; mean "
+        f"observed {fit.mean_observed_ms:.1f} ms, simulated {fit.mean_simulated_ms:.1f} ms"
+    )
+    if out is not None:
+        click.echo(f"wrote {out}")
 
 
 SCHEDULE_LINES = {

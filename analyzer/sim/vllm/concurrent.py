@@ -62,15 +62,19 @@ class ConcurrentReplay(VllmReplay):
         self.time_scale = policy.time_scale
         self.clock = 0.0
         self.num_steps = 0
+        self.num_tokens = 0  # scheduled so far, over every step
         self.running: list[Flight] = []
+        self.flights: list[Flight] = []
         self.waiting: deque[Flight] = deque()
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        flights = self._flights(list(requests))
+        flights = self.flights = self._flights(list(requests))
         arrivals = deque(sorted(flights, key=lambda f: (f.arrival_s, f.index)))
         while arrivals or self.running or self.waiting:
             while arrivals and arrivals[0].arrival_s <= self.clock:
-                self.waiting.append(arrivals.popleft())
+                f = arrivals.popleft()
+                f.added = (self.num_steps, self.num_tokens, self.clock)
+                self.waiting.append(f)
             if not self.running and not self.waiting:
                 self.clock = arrivals[0].arrival_s  # idle until the next arrival
                 continue
@@ -78,6 +82,20 @@ class ConcurrentReplay(VllmReplay):
                 self._step()
         for f in flights:
             yield f.result()
+
+    def ttft_terms(self) -> list[tuple[float, int, int] | None]:
+        """Per request (after `run`): its TTFT as lead_s + step_base_s x steps + step_token_s x
+        tokens, that is (lead_s, steps, tokens): the steps from its arrival's to its first
+        token's, the tokens they scheduled, and the rest of the step it arrived in. None when
+        it got no token. Linear in the time model for this schedule (`hpa calibrate`)."""
+        out = []
+        for f in self.flights:
+            if f.first_token_s is None:
+                out.append(None)
+                continue
+            _, _, added_s = f.added
+            out.append((added_s - f.arrival_s, *f.to_first))
+        return out
 
     def _flights(self, requests: list[SimRequest]) -> list[Flight]:
         stamps = [r.timestamp_s for r in requests]
@@ -128,6 +146,7 @@ class ConcurrentReplay(VllmReplay):
             f.chunks.extend([1] * done)
             self._show_hashes(req)
         self.num_steps += done
+        self.num_tokens += done * len(running)
         return done
 
     def _quiet_run(self, f: Flight) -> int:
@@ -155,6 +174,7 @@ class ConcurrentReplay(VllmReplay):
             return  # an empty step takes no time
         total = sum(n for _, n in scheduled)
         self.num_steps += 1
+        self.num_tokens += total
         self.clock = self.clock + (self.step_base_s + self.step_token_s * total)
         for f, n in scheduled:
             req = f.req
@@ -297,6 +317,8 @@ class ConcurrentReplay(VllmReplay):
         f.num_output += 1
         if f.first_token_s is None:
             f.first_token_s = self.clock
+            steps, tokens, _ = f.added
+            f.to_first = (self.num_steps - steps, self.num_tokens - tokens)
         if self.quiet:
             req.num_tokens = req.computed + 1
             if (req.num_tokens - self.hash_lookahead) // self.hash_block > len(req.hashes):

@@ -49,6 +49,8 @@ class Flight:
         "decoding",
         "prefill_chunk",
         "pad",
+        "added",
+        "to_first",
         "chunks",
         "error",
     )
@@ -83,6 +85,8 @@ class Flight:
         self.decoding = False  # a decode step was simulated since the last admission
         self.prefill_chunk = False  # its last step left its prefill unfinished
         self.pad = 0  # draft slots padded into this step's tokens (rejected after it)
+        self.added: tuple[int, int, float] = (0, 0, 0.0)  # steps, tokens, clock when queued
+        self.to_first: tuple[int, int] = (0, 0)  # steps and their tokens until its 1st token
         self.chunks: list[int] = []
         self.error: str | None = None
 

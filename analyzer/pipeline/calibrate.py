@@ -1,0 +1,204 @@
+"""`hpa calibrate`: fit the concurrent schedule's step-time model to a trace's observed TTFT.
+
+A step lasts step_base_ms/1e3 + step_token_us/1e6 x (tokens it schedules) seconds. For a fixed
+schedule every request's simulated TTFT is linear in the two parameters:
+
+    ttft = lead + step_base x steps + step_token x tokens
+
+(`ConcurrentReplay.ttft_terms`: the steps between its arrival and its first token, the tokens
+they scheduled, and what was left of the step it arrived in). So: replay, fit both by least
+squares (non-negative) against the observed `ttft_ms`, replay again with the fit (the schedule
+moves with the clock), until the parameters settle (at most 8 fits), starting from the best
+points of a coarse 5 x 5 grid (far from the truth a fit on the wrong schedule can run away);
+the parameters whose own replay matches the observations best are kept. Quality: R^2 of
+simulated vs observed TTFT and the absolute errors, over the requests with an observed TTFT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from analyzer.config.policy import Policy, policy_values
+from analyzer.errors import ConfigError, InputFileError
+from analyzer.pipeline.replay import num_groups, routed_partitions
+from analyzer.pipeline.trace import LoadedTrace, load_trace
+from analyzer.sim.policy import make_policy
+from analyzer.sim.vllm import ConcurrentReplay
+from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow
+
+MAX_ITERATIONS = 8
+START_MS = (1.0, 3.0, 10.0, 30.0, 100.0)  # step_base_ms of the starting grid
+START_US = (5.0, 15.0, 50.0, 150.0, 500.0)  # step_token_us of the starting grid
+STARTS = 3  # searches, from the grid's best points
+SETTLED = 1e-3  # the simplex's size in log units (0.1%) at which the search stops
+
+
+@dataclass(frozen=True)
+class Calibration:
+    policy: Policy  # the input policy, concurrent, with the fitted step_base_ms/step_token_us
+    num_requests: int  # requests with an observed TTFT and a first token
+    replays: int  # concurrent replays the search took
+    r2: float
+    median_abs_error_ms: float
+    p90_abs_error_ms: float
+    mean_observed_ms: float
+    mean_simulated_ms: float
+    sse_ms2: float  # sum of squared errors (ms^2), what the search minimises
+
+
+Evaluation = tuple[Calibration, np.ndarray]  # a policy's quality, and its TTFT terms
+
+
+def calibrate(
+    policy_source: str | None,
+    overrides: list[str] = (),
+    *,
+    db_path: str | Path = DEFAULT_DB,
+    out: str | Path | None = None,
+) -> Calibration:
+    """Fit step_base_ms and step_token_us of the policy (made concurrent) to the stored
+    trace's `ttft_ms`; with `out`, write the fitted policy there as JSON."""
+    values = {**policy_values(policy_source, list(overrides)), "schedule": "concurrent"}
+    make_policy(values)  # a bad policy fails before the trace is read
+    trace, observed_ms = _load(db_path)
+    replays = 0
+
+    def evaluate(x: np.ndarray) -> Evaluation:
+        nonlocal replays
+        replays += 1
+        base_ms, token_us = (round(float(v), 6) for v in np.exp(x))
+        policy = make_policy({**values, "step_base_ms": base_ms, "step_token_us": token_us})
+        return _evaluate(trace, policy, observed_ms)
+
+    grid = sorted(
+        (evaluate(np.log([b, t])) for b in START_MS for t in START_US),
+        key=lambda e: e[0].sse_ms2,
+    )
+    best = min((_search(evaluate, start) for start in grid[:STARTS]), key=lambda e: e[0].sse_ms2)
+    for _ in range(MAX_ITERATIONS):  # polish: the exact fit on the best one's schedule
+        fit = evaluate(np.log(np.maximum(_fit(best[1], observed_ms), 1e-6)))
+        if fit[0].sse_ms2 >= best[0].sse_ms2:
+            break
+        best = fit
+    result = replace(best[0], replays=replays)
+    if out is not None:
+        _write(out, result.policy)
+    return result
+
+
+def _search(evaluate, start: Evaluation, evaluations: int = 60) -> Evaluation:
+    """Nelder-Mead over log(step_base_ms), log(step_token_us), from the grid's best point:
+    the replay's schedule moves with the parameters, so the error is not smooth in them."""
+    x0 = np.log([start[0].policy.step_base_ms, start[0].policy.step_token_us])
+    simplex = [(start, x0)] + [(evaluate(x), x) for x in (x0 + [0.7, 0], x0 + [0, 0.7])]
+    for _ in range(evaluations):
+        simplex.sort(key=lambda e: e[0][0].sse_ms2)
+        (_, xb), (_, xm), (worst, xw) = simplex
+        if np.abs(xw - xb).max() < SETTLED:
+            break
+        centre = (xb + xm) / 2
+        for step in (1.0, 2.0, 0.5, -0.5):  # reflect, expand, contract out, contract in
+            x = centre + step * (centre - xw)
+            trial = evaluate(x)
+            if trial[0].sse_ms2 < worst[0].sse_ms2:
+                simplex[2] = (trial, x)
+                break
+        else:  # shrink towards the best
+            halves = [(xb + x) / 2 for _, x in simplex[1:]]
+            simplex = [simplex[0]] + [(evaluate(x), x) for x in halves]
+    return min(simplex, key=lambda e: e[0][0].sse_ms2)[0]
+
+
+def _evaluate(trace: LoadedTrace, policy: Policy, observed_ms: np.ndarray) -> Evaluation:
+    """One concurrent replay of `policy`: its quality and its TTFT terms."""
+    terms = _terms(trace, policy)
+    return _quality(policy, terms, observed_ms), terms
+
+
+def _load(db_path) -> tuple[LoadedTrace, np.ndarray]:
+    con = connect(db_path, create=False)
+    try:
+        trace = load_trace(con)
+        table = query_arrow(con, load_sql("calibrate_observed"))
+    finally:
+        con.close()
+    observed = np.asarray(
+        [np.nan if v is None else float(v) for v in table.column("ttft_ms").to_pylist()]
+    )
+    if not np.isfinite(observed).any():
+        raise ConfigError(
+            "the trace has no ttft_ms: calibrate fits the step time model to observed TTFT; "
+            "ingest records that carry ttft_ms"
+        )
+    return trace, observed
+
+
+def _terms(trace: LoadedTrace, policy: Policy) -> np.ndarray:
+    """(lead_s, steps, tokens) per request in arrival order; NaN rows for no first token."""
+    ns, _, partitions = routed_partitions(trace, policy)
+    members: dict[tuple, list[int]] = {}
+    for i, key in enumerate(partitions):
+        members.setdefault(key, []).append(i)
+    out = np.full((trace.n, 3), np.nan)
+    groups = num_groups(policy)
+    for indices in members.values():
+        replay = ConcurrentReplay(policy, num_groups=groups)
+        for _ in replay.run(trace.sim_request(i, ns[i]) for i in indices):
+            pass
+        for i, term in zip(indices, replay.ttft_terms(), strict=True):
+            if term is not None:
+                out[i] = term
+    return out
+
+
+def _fit(terms: np.ndarray, observed_ms: np.ndarray) -> tuple[float, float]:
+    """Non-negative least squares of observed - lead on (steps, tokens): (base ms, token us)."""
+    ok = np.isfinite(observed_ms) & np.isfinite(terms[:, 0])
+    if ok.sum() < 2:
+        raise ConfigError("calibrate needs at least 2 requests with an observed TTFT")
+    y = observed_ms[ok] / 1e3 - terms[ok, 0]
+    x = terms[ok, 1:]
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    if coef[0] < 0 or coef[1] < 0:  # one parameter at 0: the other alone
+        k = 1 if coef[0] < 0 else 0
+        col = x[:, k]
+        best = max(float(col @ y) / float(col @ col), 0.0) if col @ col else 0.0
+        coef = np.zeros(2)
+        coef[k] = best
+    return round(float(coef[0]) * 1e3, 6), round(float(coef[1]) * 1e6, 6)
+
+
+def _quality(policy: Policy, terms: np.ndarray, observed_ms: np.ndarray) -> Calibration:
+    ok = np.isfinite(observed_ms) & np.isfinite(terms[:, 0])
+    base_s, token_s = policy.step_base_ms / 1e3, policy.step_token_us / 1e6
+    simulated = (terms[ok, 0] + base_s * terms[ok, 1] + token_s * terms[ok, 2]) * 1e3
+    observed = observed_ms[ok]
+    errors = np.abs(simulated - observed)
+    total = float(((observed - observed.mean()) ** 2).sum())
+    r2 = 1.0 - float(((observed - simulated) ** 2).sum()) / total if total else float("nan")
+    return Calibration(
+        policy,
+        int(ok.sum()),
+        0,
+        r2,
+        float(np.median(errors)),
+        float(np.quantile(errors, 0.9)),
+        float(observed.mean()),
+        float(simulated.mean()),
+        float(((observed - simulated) ** 2).sum()),
+    )
+
+
+def _write(out: str | Path, policy: Policy) -> None:
+    """The fitted policy as a policy file (its canonical JSON), written atomically."""
+    path = Path(out)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(policy.to_json() + "\n")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputFileError(f"{path}: cannot write ({exc.strerror or exc})") from None
