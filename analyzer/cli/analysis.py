@@ -204,13 +204,15 @@ def _print_replay(policy, result, render) -> None:
 
 def _load_line(load: dict) -> str:
     """The concurrent schedule's figures in one line (simulated seconds)."""
+    peak = load["held_blocks_peak"]
+    held = "" if peak is None else f"; pool blocks in use at an admission: peak {peak:,}"
     return (
         f"load: TTFT p50 {load['ttft_p50_s']:.3f} s, p90 {load['ttft_p90_s']:.3f} s, "
         f"p99 {load['ttft_p99_s']:.3f} s; queue mean {load['queue_mean_s']:.3f} s, "
         f"p99 {load['queue_p99_s']:.3f} s; {load['num_preemptions']:,} preemptions of "
         f"{load['num_preempted_requests']:,} requests ({load['recomputed_tokens']:,} tokens "
         f"recomputed); in flight peak {load['in_flight_peak']:,}, mean "
-        f"{load['in_flight_mean']:.1f}"
+        f"{load['in_flight_mean']:.1f}" + held
     )
 
 

@@ -180,6 +180,7 @@ def schedule_columns(results: list) -> dict[str, list | np.ndarray]:
         dtype=np.int64,
     )
     out["recomputed_tokens"] = np.asarray([r.recomputed_tokens for r in results], np.int64)
+    out["held_blocks"] = [r.held_blocks for r in results]
     return out
 
 

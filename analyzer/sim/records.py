@@ -97,8 +97,10 @@ class SimResult(NamedTuple):
     its first and last token end), and per request
     `num_preemptions`, `hit_total_tokens` (hits over every admission, re-admissions after a
     preemption included) and `recomputed_tokens` (computed before a preemption and not hit
-    again at the re-admission). The other fields describe the first admission. A serial
-    replay leaves the times None.
+    again at the re-admission), and `held_blocks`: pool blocks in use (held by the requests
+    in flight, this one's hit and first chunk included) right after its first admission, for
+    a bounded pool. The other fields describe the first admission. A serial replay leaves
+    the times None.
 
     A NamedTuple rather than a dataclass: one is built per request, and this is ~4x cheaper.
     """
@@ -124,6 +126,7 @@ class SimResult(NamedTuple):
     num_preemptions: int = 0
     hit_total_tokens: int | None = None
     recomputed_tokens: int = 0
+    held_blocks: int | None = None
 
 
 def match_result(

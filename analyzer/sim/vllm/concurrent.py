@@ -269,6 +269,8 @@ class ConcurrentReplay(VllmReplay):
             waiting.popleft()
             running.append(f)
             f.admitted(admission, start_s, self.num_steps)
+            if f.held_blocks is None and self.coord.pool.bounded:
+                f.held_blocks = self.layout.num_blocks - 1 - self.coord.pool.num_free()
             f.pad = pad
             req.computed = hit
             scheduled.append((f, n))

@@ -50,6 +50,7 @@ class Flight:
         "prefill_chunk",
         "pad",
         "added",
+        "held_blocks",
         "to_first",
         "chunks",
         "error",
@@ -87,6 +88,7 @@ class Flight:
         self.pad = 0  # draft slots padded into this step's tokens (rejected after it)
         self.added: tuple[int, int, float] = (0, 0, 0.0)  # steps, tokens, clock when queued
         self.to_first: tuple[int, int] = (0, 0)  # steps and their tokens until its 1st token
+        self.held_blocks: int | None = None  # pool blocks in use right after its admission
         self.chunks: list[int] = []
         self.error: str | None = None
 
@@ -152,4 +154,5 @@ class Flight:
             num_preemptions=self.num_preemptions,
             hit_total_tokens=self.hit_total_tokens,
             recomputed_tokens=self.recomputed_tokens,
+            held_blocks=self.held_blocks,
         )

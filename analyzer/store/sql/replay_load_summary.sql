@@ -1,7 +1,8 @@
 -- The concurrent schedule's load figures of run $run_id (measured requests; simulated
 -- seconds): TTFT and queueing quantiles, preemptions, recomputed tokens, and requests in
 -- flight (arrival to finish) per (model revision, replica) partition, each on its own clock:
--- the peak, and the mean over the partition's span. NULL times: a serial run.
+-- the peak, and the mean over the partition's span; and the most pool blocks in use at an
+-- admission (bounded pools). NULL times: a serial run.
 WITH req AS (
     SELECT * FROM replay_requests WHERE run_id = $run_id AND measured
 ),
@@ -38,5 +39,6 @@ SELECT
     count(*) FILTER (WHERE num_preemptions > 0) AS num_preempted_requests,
     sum(recomputed_tokens) AS recomputed_tokens,
     (SELECT max(in_flight) FROM running) AS in_flight_peak,
-    (SELECT sum(busy_s) / nullif(sum(span_s), 0) FROM spans) AS in_flight_mean
+    (SELECT sum(busy_s) / nullif(sum(span_s), 0) FROM spans) AS in_flight_mean,
+    max(held_blocks) AS held_blocks_peak
 FROM req;

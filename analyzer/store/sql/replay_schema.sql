@@ -85,3 +85,5 @@ ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS recomputed_tokens BIGINT DE
 -- Shared prefix still in flight at admission (concurrent schedule; 0 for a serial run).
 ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS lost_in_flight_tokens BIGINT DEFAULT 0;
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS lost_in_flight_tokens BIGINT DEFAULT 0;
+-- Pool blocks in use right after a concurrent request's admission (bounded pools).
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS held_blocks BIGINT;
