@@ -87,3 +87,10 @@ ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS lost_in_flight_tokens BIGIN
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS lost_in_flight_tokens BIGINT DEFAULT 0;
 -- Pool blocks in use right after a concurrent request's admission (bounded pools).
 ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS held_blocks BIGINT;
+-- The concurrent schedule's figures per group (simulated seconds; NULL for a serial run).
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS ttft_p50_s DOUBLE;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS ttft_p90_s DOUBLE;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS ttft_p99_s DOUBLE;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS queue_mean_s DOUBLE;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS num_preemptions BIGINT DEFAULT 0;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS recomputed_tokens BIGINT DEFAULT 0;

@@ -25,7 +25,13 @@ SELECT
     quantile_cont(hit_tokens / prompt_tokens, 0.5),
     quantile_cont(hit_tokens / prompt_tokens, 0.9),
     sum(replay_tokens),
-    sum(lost_in_flight_tokens)
+    sum(lost_in_flight_tokens),
+    quantile_cont(ttft_s, 0.5),
+    quantile_cont(ttft_s, 0.9),
+    quantile_cont(ttft_s, 0.99),
+    avg(queue_s),
+    sum(num_preemptions),
+    sum(recomputed_tokens)
 FROM replay_requests
 WHERE run_id = $run_id AND measured
 GROUP BY ALL
