@@ -162,3 +162,52 @@ def test_cli_replay_errors(diag_db, tmp_path):
     assert result.stderr == (
         "Error: policy key 'block_size': required (or give 'model' with a preset)\n"
     )
+
+
+def test_concurrent_replay_needs_timestamps(tmp_path):
+    """A trace without timestamps: one line naming the first such request, nothing stored."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"request_id": "a", "prompt_token_ids": [1, 2, 3, 4]}\n'
+        '{"request_id": "b", "prompt_token_ids": [1, 2, 3, 5]}\n'
+    )
+    db = tmp_path / "t.duckdb"
+    ingest([trace], db_path=db)
+    result = run("replay", "--db", db, "--policy", "vllm-concurrent", "--set", "block_size=2")
+    assert result.exit_code == 2
+    assert result.output.endswith(
+        "request 'a' has no timestamp; schedule 'concurrent' needs every request's arrival "
+        "time (use schedule 'serial')\n"
+    )
+    assert len(result.output.splitlines()) == 1
+    tables = "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'replay_runs'"
+    assert rows(db, tables) == [(0,)]
+
+
+def test_concurrent_run_stores_times_and_prints_its_load(tmp_path):
+    db = tmp_path / "b.duckdb"
+    ingest([SAMPLES / "mixed.jsonl.gz"], db_path=db)
+    result = run(
+        "replay",
+        "--db",
+        db,
+        "--policy",
+        "vllm-concurrent",
+        "--set",
+        "block_size=544",
+        "--set",
+        "num_blocks=200",
+        "--set",
+        "time_scale=0.2",
+    )
+    assert result.exit_code == 0, result.output
+    load = next(line for line in result.output.splitlines() if line.startswith("load: "))
+    assert "preemptions of" in load and "pool blocks in use at an admission: peak" in load
+    got = rows(
+        db,
+        "SELECT count(*) FILTER (WHERE ttft_s >= queue_s AND queue_s >= 0), "
+        "count(*) FILTER (WHERE abs(queue_s - (first_scheduled_s - arrival_s)) < 1e-9), "
+        "sum(num_preemptions) > 0, bool_and(hit_total_tokens >= hit_tokens), "
+        "bool_and(finished_s >= first_token_s) FROM replay_requests",
+    )
+    assert got == [(2500, 2500, True, True, True)]
