@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 # Every benchmark, each against a peer or a naive baseline in the same run.
-bench: bench-ingest bench-match bench-replay bench-peer bench-scale
+bench: bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent
 
 bench-ingest: $(STAMP)
 	$(PY) bench/bench_ingest.py
@@ -66,3 +66,9 @@ bench-gpu:
 # Executors: match and replay with 1 and 2 workers, processes and Ray (about 3 minutes).
 bench-scale: $(STAMP)
 	$(PY) bench/bench_scale.py
+
+.PHONY: bench-concurrent
+# Concurrent replay vs the oracle's --concurrent mode on 2,000 requests (3 layouts; hpa's
+# serial replay as the baseline without the oracle), then a serial vs concurrent capacity curve.
+bench-concurrent: $(STAMP)
+	$(PY) bench/bench_concurrent.py

@@ -308,7 +308,7 @@ class ConcurrentReplay(VllmReplay):
             return Admission(hit, req.num_tokens, longest, 0, longest, req.junction, 0)
         attention = self._attention_match(req, longest)
         evicted = self._evicted(req, hit, longest, found) if longest > hit else 0
-        produced = self.coord.scheduled_match(req)
+        produced = self.coord.scheduled_match(req, longest)
         return Admission(hit, req.num_tokens, longest, evicted, attention, req.junction, produced)
 
     # -- outputs, preemption, aborts ---------------------------------------------------------
@@ -342,10 +342,16 @@ class ConcurrentReplay(VllmReplay):
         self.waiting.appendleft(f)
 
     def _abort(self, f: Flight) -> None:
-        """A request that cannot fit even alone: vLLM's engine aborts it."""
+        """A request that cannot fit even alone: vLLM's engine aborts it (a preempted one too:
+        its sequence grew by its outputs; its first admission's figures stay)."""
         f.finished_s = self.clock
         if f.first is None:
             f.error = NOT_SCHEDULABLE.format(self.layout.num_blocks)
+        else:
+            f.error = (
+                f"aborted after {f.num_preemptions} preemptions: its {f.req.num_tokens}-token "
+                f"sequence no longer fits the pool ({self.layout.num_blocks} blocks)"
+            )
 
 
 def replay_concurrent(

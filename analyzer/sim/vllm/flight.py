@@ -132,6 +132,7 @@ class Flight:
                 self.error or "never scheduled",
                 arrival_s=self.arrival_s,
                 finished_s=self.finished_s,
+                hit_total_tokens=0,
             )
         miss = first.longest_tokens - first.hit_tokens
         return SimResult(

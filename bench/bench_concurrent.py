@@ -1,0 +1,406 @@
+"""Concurrent replay speed: hpa's concurrent vLLM replay against vLLM 0.33's own scheduler
+driven on a simulated clock (the oracle's `--concurrent` mode), on the same trace.
+
+Trace (seeded numpy, cached in bench/data/): `--requests` requests (2,000) arriving as a
+Poisson process of 7.5 requests/s overall, like the oracle README's concurrent speed table:
+new chats on 8 system prompts (800-1,600 tokens) + a user message, multi-turn follow-ups
+carrying a recent request's prompt + outputs, bursts of 4-16 requests a few ms apart sharing
+a system prompt + a document, and unrelated prompts; about 2,800 prompt tokens a request, 1-119
+outputs. Configurations: (a) FA + Mamba align, B = 544, 100,000 blocks; (b) the same with 400
+blocks (eviction, preemption); (c) FA only, B = 16, 3,000 blocks. Retention 0, budget 8192,
+max_num_seqs 256, time scale 1, a step of 5 ms + 100 us per scheduled token.
+
+Each contender runs in a fresh process (its peak RSS is its own): hpa's replay time (the
+trace already loaded) and the whole process's wall time; the oracle's own `replay_seconds`
+(its stderr timing line: start-up and trace loading excluded) and its wall time. Per-request
+results must be identical (hit, uncached_common, junction, attention match, preemptions, hits
+over every admission, chunks; arrival, first scheduled, first token and finished times within
+1e-6 s). Without the oracle (`$HPA_ORACLE_PYTHON`, default ~/.cache/hpa-oracle/bin/python)
+the comparison is skipped and hpa's SERIAL replay of the same trace is the baseline instead.
+
+Then a capacity curve on sample_traces/mixed.jsonl.gz (ingested into a temporary DuckDB; 4
+partitions, each its own pool): the useful hit ratio (hit tokens / prompt tokens) of
+`run_replay` for several pool sizes, serial against concurrent at time scale 1 and 0.2.
+
+Usage: `python bench/bench_concurrent.py [--requests 2000] [--seed 0] [--no-curve]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+ORACLE_PYTHON = Path(
+    os.environ.get("HPA_ORACLE_PYTHON", Path.home() / ".cache/hpa-oracle/bin/python")
+)
+ORACLE_SCRIPT = Path(
+    os.environ.get("HPA_ORACLE_SCRIPT", ROOT.parent / "shared/oracle/vllm_oracle.py")
+)
+FA, MAMBA = "full_attention", "mamba"
+RATE, BURST_SHARE, VOCAB = 7.5, 0.05, 32000
+CLOCK = {"max_num_seqs": 256, "step_base_ms": 5.0, "step_token_us": 100.0, "time_scale": 1.0}
+CONFIGS = {
+    "(a) FA+Mamba align B=544, 100,000 blocks": {"groups": [FA, MAMBA], "block_size": 544},
+    "(b) FA+Mamba align B=544, 400 blocks": {
+        "groups": [FA, MAMBA],
+        "block_size": 544,
+        "num_blocks": 400,
+    },
+    "(c) FA only B=16, 3,000 blocks": {"groups": [FA], "block_size": 16, "num_blocks": 3000},
+}
+TIMES = ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s")
+COUNTS = (
+    "hit",
+    "uncached_common",
+    "junction",
+    "attn_match",
+    "num_preemptions",
+    "hit_total",
+    "chunks",
+)
+CURVE_BLOCKS = (50, 100, 200, 400, 800, None)
+
+
+def policy_of(config: dict, schedule: str = "concurrent") -> dict:
+    values = {
+        "engine": "vllm",
+        "retention_interval": 0,
+        "max_num_batched_tokens": 8192,
+        "num_blocks": 100_000,
+        **config,
+    }
+    return {**values, "schedule": "concurrent", **CLOCK} if schedule == "concurrent" else values
+
+
+# --------------------------------------------------------------------------------------------
+# The trace
+# --------------------------------------------------------------------------------------------
+
+
+def make_trace(num_requests: int, seed: int) -> list[dict]:
+    """Records in arrival order (oracle JSONL format, timestamps in seconds)."""
+    rng = np.random.default_rng(seed)
+
+    def toks(lo: int, hi: int) -> np.ndarray:
+        return rng.integers(0, VOCAB, int(rng.integers(lo, hi + 1)), dtype=np.int32)
+
+    systems = [toks(800, 1600) for _ in range(8)]
+    history: list[tuple[np.ndarray, np.ndarray]] = []
+    records: list[dict] = []
+    t = 0.0
+    event_rate = RATE / (1 - BURST_SHARE + BURST_SHARE * 10)  # a burst is 10 on average
+
+    def add(kind: str, prompt: np.ndarray) -> None:
+        outputs = rng.integers(0, VOCAB, int(rng.integers(1, 120)), dtype=np.int32)
+        history.append((prompt, outputs))
+        records.append(
+            {
+                "request_id": f"c{len(records):05d}-{kind}",
+                "timestamp": round(t, 6),
+                "prompt_token_ids": prompt.tolist(),
+                "output_token_ids": outputs.tolist(),
+            }
+        )
+
+    while len(records) < num_requests:
+        t += float(rng.exponential(1 / event_rate))
+        u = float(rng.random())
+        if u < BURST_SHARE:
+            head = np.concatenate([systems[int(rng.integers(8))], toks(800, 1800)])
+            for j in range(min(int(rng.integers(4, 17)), num_requests - len(records))):
+                t += float(rng.exponential(0.005)) if j else 0.0
+                add("burst", np.concatenate([head, toks(50, 300)]))
+            continue
+        if u < 0.4 and history:
+            prompt, outputs = history[-1 - int(rng.integers(min(20, len(history))))]
+            follow_up = np.concatenate([prompt, outputs, toks(100, 600)])
+            if len(follow_up) <= 8000:
+                add("turn", follow_up)
+                continue
+        if u < 0.85:
+            add("new", np.concatenate([systems[int(rng.integers(8))], toks(650, 2100)]))
+        else:
+            add("unique", toks(1000, 4000))
+    return records
+
+
+def trace_file(num_requests: int, seed: int) -> Path:
+    DATA.mkdir(exist_ok=True)
+    path = DATA / f"concurrent_{num_requests}_{seed}.jsonl"
+    if not path.exists():
+        records = make_trace(num_requests, seed)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+        tmp.replace(path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Contenders, each in a fresh process
+# --------------------------------------------------------------------------------------------
+
+# hpa: load the trace (untimed), replay it (timed), then the per-request rows (untimed).
+_HPA_CHILD = """
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from analyzer.sim.policy import make_policy
+from analyzer.sim.records import SimRequest
+from analyzer.sim.vllm import replay
+requests = []
+with open(sys.argv[2]) as f:
+    for line in f:
+        r = json.loads(line)
+        requests.append(SimRequest(r["request_id"], np.asarray(r["prompt_token_ids"]),
+                                   np.asarray(r.get("output_token_ids") or [0]),
+                                   timestamp_s=r["timestamp"]))
+policy = make_policy(json.loads(sys.argv[3]))
+start = time.perf_counter()
+results = list(replay(requests, policy))
+seconds = time.perf_counter() - start
+rows = [{"request_id": r.request_id, "arrival_s": r.arrival_s,
+         "first_scheduled_s": r.first_scheduled_s, "first_token_s": r.first_token_s,
+         "finished_s": r.finished_s, "hit": r.hit_tokens,
+         "uncached_common": r.sparse_retention_miss_tokens, "junction": r.junction_tokens,
+         "attn_match": r.attention_match_after_spec_tokens,
+         "num_preemptions": r.num_preemptions, "hit_total": r.hit_total_tokens,
+         "chunks": list(r.chunks), "error": r.error is not None,
+         "prompt_tokens": r.prompt_tokens} for r in results]
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": seconds, "peak_mib": peak, "rows": rows}))
+"""
+
+# The oracle's own main() (so its stdout and stderr are the CLI's), then its peak RSS.
+_ORACLE_CHILD = """
+import json, resource, sys
+sys.path.insert(0, sys.argv[1])
+import vllm_oracle
+rc = vllm_oracle.main(sys.argv[2:])
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"peak_mib": peak}), file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+def run_hpa(trace: Path, policy: dict) -> dict:
+    started = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", _HPA_CHILD, str(ROOT), str(trace), json.dumps(policy)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    return {**figures, "wall": time.perf_counter() - started}
+
+
+def oracle_args(policy: dict) -> list[str]:
+    args = ["--concurrent", "--block-size", str(policy["block_size"])]
+    args += ["--mamba-mode", "align" if MAMBA in policy["groups"] else "off"]
+    args += ["--retention-interval", str(policy["retention_interval"])]
+    args += ["--max-num-batched-tokens", str(policy["max_num_batched_tokens"])]
+    args += ["--num-gpu-blocks", str(policy["num_blocks"])]
+    args += ["--max-num-seqs", str(policy["max_num_seqs"])]
+    args += ["--time-scale", repr(policy["time_scale"])]
+    args += ["--step-base-ms", repr(policy["step_base_ms"])]
+    return args + ["--step-token-us", repr(policy["step_token_us"])]
+
+
+def run_oracle(trace: Path, policy: dict) -> dict:
+    cmd = [str(ORACLE_PYTHON), "-c", _ORACLE_CHILD, str(ORACLE_SCRIPT.parent)]
+    cmd += ["--trace", str(trace), *oracle_args(policy)]
+    started = time.perf_counter()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ORACLE_SCRIPT.parent)
+    wall = time.perf_counter() - started
+    lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    err = [json.loads(x) for x in out.stderr.splitlines() if x.startswith("{")]
+    timing = next(x for x in err if x.get("timing"))
+    peak = next(x["peak_mib"] for x in err if "peak_mib" in x)
+    rows = [x for x in lines if not x.get("summary")]
+    summary = next(x for x in lines if x.get("summary"))
+    return {
+        "seconds": timing["replay_seconds"],
+        "setup": timing["setup_seconds"],
+        "wall": wall,
+        "peak_mib": peak,
+        "rows": rows,
+        "summary": summary,
+    }
+
+
+def differences(ours: list[dict], theirs: list[dict]) -> list[str]:
+    out = []
+    for mine, want in zip(ours, theirs, strict=True):
+        fields = [k for k in COUNTS if mine[k] != want[k]]
+        fields += [
+            k
+            for k in TIMES
+            if (mine[k] is None) != (want[k] is None)
+            or (mine[k] is not None and abs(mine[k] - want[k]) > 1e-6)
+        ]
+        if mine["error"] != ("error" in want):
+            fields.append("error")
+        if fields:
+            out.append(f"{want['request_id']}: {', '.join(fields)}")
+    return out
+
+
+def _load(rows: list[dict]) -> str:
+    text = f"{sum(r['hit'] for r in rows):,} hit tokens"
+    if any(r["finished_s"] is not None for r in rows):  # a serial replay has no clock
+        preemptions = sum(r["num_preemptions"] for r in rows)
+        makespan = max(r["finished_s"] or 0.0 for r in rows)
+        text += f", {preemptions} preemptions, simulated makespan {makespan:.1f} s"
+    return text
+
+
+def bench_config(name: str, config: dict, trace: Path, n: int, oracle: bool) -> tuple[float, bool]:
+    """Prints one configuration's rows; returns (replay-time ratio, per-request identical)."""
+    policy = policy_of(config)
+    print(f"\n{name}")
+    ours = run_hpa(trace, policy)
+    print(f"  hpa concurrent: {_load(ours['rows'])}")
+    if oracle:
+        base = run_oracle(trace, policy)
+        s = base["summary"]
+        print(
+            f"  vLLM 0.33:      {s['hits']:,} hit tokens, {s['preemptions']} preemptions, "
+            f"simulated makespan {s['makespan_s']:.1f} s; {s['steps']:,} steps, "
+            f"{s['evicted_blocks']:,} evicted blocks, {s['in_flight_time_mean']} in flight "
+            f"(time mean)"
+        )
+        diff = differences(ours["rows"], base["rows"])
+        same = not diff
+        print(
+            f"  per-request results: identical ({n:,} requests)"
+            if same
+            else f"  per-request results: {len(diff)} of {n:,} requests DIFFER, e.g. {diff[:3]}"
+        )
+        label = "vLLM 0.33 (oracle)"
+    else:
+        base = run_hpa(trace, policy_of(config, "serial"))
+        print(f"  hpa serial:     {_load(base['rows'])} (one request at a time: other hits)")
+        same, label = True, "hpa serial replay"
+    print(f"  {'contender':<20} {'replay s':>9} {'req/s':>9} {'wall s':>8} {'peak MiB':>9}")
+    for who, fig in (("hpa concurrent", ours), (label, base)):
+        print(
+            f"  {who:<20} {fig['seconds']:9.3f} {n / fig['seconds']:9,.0f} "
+            f"{fig['wall']:8.2f} {fig['peak_mib']:9,.0f}"
+        )
+    ratio = base["seconds"] / ours["seconds"]
+    if oracle:
+        print(
+            f"  speed ratio hpa/vLLM: {ratio:.1f}x on replay time (target >= 10x), "
+            f"{base['wall'] / ours['wall']:.1f}x on wall time (the oracle's start-up "
+            f"{base['setup']:.1f} s included)"
+        )
+    else:
+        print(f"  concurrent / serial replay time: {ours['seconds'] / base['seconds']:.2f}x")
+    return ratio, same
+
+
+# --------------------------------------------------------------------------------------------
+# Capacity curve: serial vs concurrent on the mixed sample trace
+# --------------------------------------------------------------------------------------------
+
+
+def capacity_curve() -> None:
+    from analyzer.pipeline.replay import run_replay
+    from analyzer.sim.policy import make_policy
+    from analyzer.store.ingest import ingest
+
+    sample = ROOT / "sample_traces" / "mixed.jsonl.gz"
+    columns = {
+        "serial": {},
+        "concurrent, time scale 1": {"time_scale": 1.0},
+        "concurrent, time scale 0.2": {"time_scale": 0.2},
+    }
+    print(
+        f"\ncapacity curve: {sample.relative_to(ROOT)}, FA+Mamba align B=544, retention 0, "
+        "budget 8192 (4 partitions: 2 revisions x 2 replicas, a pool each)"
+    )
+    print("useful hit ratio = hit tokens / prompt tokens (concurrent: preemptions in brackets)")
+    header = f"  {'num_blocks':>10} " + " ".join(f"{c:>28}" for c in columns)
+    print(header)
+    seconds = dict.fromkeys(columns, 0.0)
+    with tempfile.TemporaryDirectory(prefix="hpa_bench_conc_") as tmp:
+        db = Path(tmp) / "mixed.duckdb"
+        ingest([sample], db_path=db)
+        for blocks in CURVE_BLOCKS:
+            cells = []
+            for column, clock in columns.items():
+                values = {
+                    "engine": "vllm",
+                    "groups": [FA, MAMBA],
+                    "block_size": 544,
+                    "retention_interval": 0,
+                    "max_num_batched_tokens": 8192,
+                    "num_blocks": blocks,
+                }
+                if clock:
+                    values.update({"schedule": "concurrent", **clock})
+                outcome = run_replay(make_policy(values), db_path=db)
+                seconds[column] += outcome.seconds
+                s = outcome.summary
+                hit = sum(s.column("hit_tokens").to_pylist())
+                prompt = sum(s.column("prompt_tokens").to_pylist())
+                cell = f"{100 * hit / prompt:.2f}%"
+                if outcome.load is not None:
+                    cell += f" ({outcome.load['num_preemptions']})"
+                cells.append(cell)
+            label = "unbounded" if blocks is None else f"{blocks:,}"
+            print(f"  {label:>10} " + " ".join(f"{c:>28}" for c in cells))
+    print(
+        "  replay seconds, whole column: " + ", ".join(f"{c} {s:.1f}" for c, s in seconds.items())
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-curve", action="store_true", help="skip the capacity curve")
+    args = parser.parse_args()
+    trace = trace_file(args.requests, args.seed)
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    prompts = [len(r["prompt_token_ids"]) for r in records]
+    outputs = [len(r["output_token_ids"]) for r in records]
+    span = records[-1]["timestamp"] - records[0]["timestamp"]
+    print(
+        f"trace {trace.relative_to(ROOT)}: {len(records):,} requests over {span:.0f} s "
+        f"({len(records) / span:.2f} req/s), {sum(prompts):,} prompt tokens (mean "
+        f"{np.mean(prompts):,.0f}, {min(prompts):,}-{max(prompts):,}), outputs "
+        f"{min(outputs)}-{max(outputs)} (mean {np.mean(outputs):.0f})"
+    )
+    oracle = ORACLE_PYTHON.exists() and ORACLE_SCRIPT.exists()
+    if not oracle:
+        print(
+            f"oracle not found ({ORACLE_PYTHON}, {ORACLE_SCRIPT}): the comparison with vLLM is "
+            "skipped; the baseline is hpa's serial replay of the same trace"
+        )
+    ok = True
+    for name, config in CONFIGS.items():
+        _, same = bench_config(name, config, trace, len(records), oracle)
+        ok &= same
+    if oracle:
+        print(
+            "\n(vLLM: its stderr timing line's replay_seconds, start-up and trace loading "
+            "excluded; wall: the whole process)"
+        )
+    if not args.no_curve:
+        capacity_curve()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
