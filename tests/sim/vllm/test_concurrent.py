@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from analyzer.errors import ConfigError
@@ -62,3 +63,25 @@ def test_a_request_without_a_timestamp_is_a_one_line_error():
     requests = [SimRequest("a", [1, 2, 3], timestamp_s=0.0), SimRequest("b", [1, 2])]
     with pytest.raises(ConfigError, match=r"^request 'b' has no timestamp; schedule 'concurrent'"):
         list(replay(requests, policy))
+
+
+def test_refused_requests_are_reported_as_vllm_reports_them():
+    """A 70-block pool (1,104 tokens): `grows` (800 + 400 outputs) is admitted, preempted when
+    its decode outgrows the pool, and aborted since its sequence no longer fits alone; `huge`
+    (1,200 tokens) never fits. Figures from vLLM 0.33's scheduler (oracle --concurrent)."""
+    rng = np.random.default_rng(3)
+    requests = [
+        SimRequest(
+            "grows", rng.integers(0, 1000, 800), rng.integers(0, 1000, 400), timestamp_s=0.0
+        ),
+        SimRequest("huge", rng.integers(0, 1000, 1200), [1], timestamp_s=100.0),
+    ]
+    values = {"groups": ["full_attention"], "block_size": 16, "num_blocks": 70}
+    grows, huge = replay(requests, make_policy({**values, "schedule": "concurrent"}))
+    assert (grows.num_preemptions, grows.hit_total_tokens) == (1, 0)
+    assert grows.first_token_s == pytest.approx(0.085) and grows.finished_s == pytest.approx(1.6354)
+    assert grows.error.startswith(
+        "aborted after 1 preemptions: its 1105-token sequence"
+    )  # 305 outputs
+    assert (huge.first_scheduled_s, huge.finished_s, huge.hit_total_tokens) == (None, 100.0, 0)
+    assert huge.error == "not schedulable (KV cache too small: 70 blocks?)"
