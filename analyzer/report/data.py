@@ -67,8 +67,6 @@ def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> Repo
         present = table_names(con)
         if "replay_runs" not in present:
             raise StoreError("no replay runs in the database; run `hpa replay` first")
-        if "lost_in_flight_tokens" not in column_names(con, "replay_requests"):
-            con.execute(load_sql("replay_schema"))  # a store written before the column
         run_frame = _runs(con, runs)
         ids = run_frame["run_id"].to_list()
         labels = dict(zip(ids, run_frame["run_label"].to_list(), strict=True))

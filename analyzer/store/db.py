@@ -57,6 +57,10 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             )
     con.execute(load_sql("schema"))
     con.execute(load_sql("meta_set_schema_version"), {"version": SCHEMA_VERSION})
+    if "replay_runs" in table_names(con):
+        # Replay tables gain columns over time (ALTER ... IF NOT EXISTS): a store written
+        # by an earlier hpa reads like a new one, its old runs with the columns' defaults.
+        con.execute(load_sql("replay_schema"))
 
 
 def require_tables(con: duckdb.DuckDBPyConnection, *names: str) -> None:
