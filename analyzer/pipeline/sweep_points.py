@@ -17,6 +17,7 @@ from analyzer.config.memory import policy_pool_gib
 from analyzer.config.policy import KEYS, Policy
 from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import replay_rows
+from analyzer.store.db import transaction
 from analyzer.store.runs import store_run
 from analyzer.store.sweeps import insert_sweep, insert_sweep_point
 
@@ -146,7 +147,13 @@ def store_sweep(
     con, base_policy: Policy, knob: str, points, computed, fingerprint: str | None = None
 ) -> SweepOutcome:
     """Store one sweep's runs (in value order) and its rows of `sweeps` / `sweep_points`.
-    `fingerprint`: the runs' trace_fingerprint (None: the store's, from `sources`)."""
+    `fingerprint`: the runs' trace_fingerprint (None: the store's, from `sources`). One
+    transaction: the sweep lands whole or not at all."""
+    with transaction(con):
+        return _store_sweep(con, base_policy, knob, points, computed, fingerprint)
+
+
+def _store_sweep(con, base_policy, knob, points, computed, fingerprint) -> SweepOutcome:
     sweep_id = insert_sweep(con, base_policy.to_json(), knob)
     outcome = SweepOutcome(sweep_id, knob, base_policy)
     for (label, policy), (rows, seconds, from_curve) in zip(points, computed, strict=True):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -61,6 +64,33 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         # Replay tables gain columns over time (ALTER ... IF NOT EXISTS): a store written
         # by an earlier hpa reads like a new one, its old runs with the columns' defaults.
         con.execute(load_sql("replay_schema"))
+
+
+_OPEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> depth
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """One all-or-nothing write: committed when the outermost block ends, rolled back if it
+    raises (a killed process commits nothing either). A block inside another is part of it."""
+    depth = _OPEN.get(con, 0)
+    if depth:
+        _OPEN[con] = depth + 1
+        try:
+            yield
+        finally:
+            _OPEN[con] = depth
+        return
+    con.begin()
+    _OPEN[con] = 1
+    try:
+        yield
+    except BaseException:
+        con.rollback()
+        raise
+    finally:
+        _OPEN.pop(con, None)
+    con.commit()
 
 
 def require_tables(con: duckdb.DuckDBPyConnection, *names: str) -> None:

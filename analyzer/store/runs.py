@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
-from analyzer.store.db import load_sql, query_arrow
+from analyzer.store.db import load_sql, query_arrow, transaction
 from analyzer.store.export import export_table
 
 VERSION = "0.1.0"
@@ -54,7 +54,8 @@ def store_run(
     check_measure_from(measure_from)
     count = len(rows["request_id"])
     rows = {**rows, "measured": np.arange(count) >= int(np.floor(measure_from * count))}
-    run_id = _store(con, policy, rows, seconds, measure_from, fingerprint)
+    with transaction(con):  # requests, summary and run row land together or not at all
+        run_id = _store(con, policy, rows, seconds, measure_from, fingerprint)
     summary = query_arrow(con, load_sql("replay_run_summary"), [run_id])
     if out is not None:
         export_table(con, load_sql("replay_export_requests"), out, {"run_id": int(run_id)})
