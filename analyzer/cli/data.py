@@ -77,12 +77,21 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
     type=click.Choice(["table", "csv", "json"]),
     help="Output format.",
 )
-def query(sql: str, db_path: str, fmt: str) -> None:
-    """Run SQL over the stored tables (requests, rejects, sources, ...) and print the result."""
+@click.option("--write", is_flag=True, help="Let the statement change the database.")
+@click.option(
+    "--files",
+    is_flag=True,
+    help="Let the statement read and write files (COPY ... TO, read_csv, ATTACH, INSTALL).",
+)
+def query(sql: str, db_path: str, fmt: str, write: bool, files: bool) -> None:
+    """Run SQL over the stored tables (requests, rejects, sources, ...) and print the result.
+
+    The database is opened read-only and the statement can reach no file unless --write or
+    --files says otherwise."""
     from analyzer.report.tables import render
     from analyzer.store.query import run_query
 
-    click.echo(render(run_query(sql, db_path=db_path), fmt), nl=False)
+    click.echo(render(run_query(sql, db_path=db_path, write=write, files=files), fmt), nl=False)
 
 
 @cli.command("synth")

@@ -25,10 +25,14 @@ def load_sql(name: str) -> str:
 
 
 def connect(
-    path: str | Path = DEFAULT_DB, *, create: bool = True, memory_limit: str | None = None
+    path: str | Path = DEFAULT_DB,
+    *,
+    create: bool = True,
+    memory_limit: str | None = None,
+    config: dict | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """Open (and, with `create`, initialise) the store at `path`; `memory_limit` caps
-    DuckDB's buffer memory (its own units: '2GB').
+    DuckDB's buffer memory (its own units: '2GB'); `config`: further DuckDB settings.
 
     Raises:
         StoreError: the file is missing while `create` is false, is not a DuckDB file,
@@ -38,8 +42,10 @@ def connect(
     if not create and not path.exists():
         raise StoreError(f"{path}: no such database; run `hpa ingest FILE --db {path}` first")
     try:
-        config = {"memory_limit": memory_limit} if memory_limit is not None else {}
-        con = duckdb.connect(str(path), config=config)
+        settings = dict(config or {})
+        if memory_limit is not None:
+            settings["memory_limit"] = memory_limit
+        con = duckdb.connect(str(path), config=settings)
     except duckdb.Error as exc:
         raise StoreError(f"{path}: cannot open as a DuckDB database ({_first_line(exc)})") from None
     try:

@@ -10,17 +10,48 @@ import pyarrow as pa  # noqa: F401  (return type)
 from analyzer.errors import StoreError
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow
 
+# DuckDB settings of a guarded query: no files, no extensions fetched or loaded behind its back.
+NO_FILES = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
 
-def run_query(sql: str, *, db_path: str | Path = DEFAULT_DB) -> pa.Table:
-    """The result of one SQL statement as an Arrow table; raises StoreError on bad SQL."""
-    con = connect(db_path, create=False)
+
+def run_query(
+    sql: str, *, db_path: str | Path = DEFAULT_DB, write: bool = False, files: bool = False
+) -> pa.Table:
+    """The result of one SQL statement as an Arrow table; raises StoreError on bad SQL.
+
+    By default the store is opened read-only and the statement can reach no file (no
+    `COPY ... TO`, `read_csv`, `ATTACH`, `INSTALL`): `write` lets it change the database,
+    `files` lets it read and write files."""
+    con = _open(Path(db_path), write, files)
     try:
         return query_arrow(con, sql)
     except duckdb.Error as exc:
         message = str(exc).strip().splitlines()[0]
-        raise StoreError(f"query failed: {message}") from None
+        hint = ""
+        if isinstance(exc, duckdb.PermissionException) and not files:
+            hint = " (pass --files to let the query read or write files)"
+        elif "read-only mode" in message and not write:
+            hint = " (pass --write to let the query change the database)"
+        raise StoreError(f"query failed: {message}{hint}") from None
     finally:
         con.close()
+
+
+def _open(path: Path, write: bool, files: bool) -> duckdb.DuckDBPyConnection:
+    config = {} if files else NO_FILES
+    if write:
+        return connect(path, create=False, config=config)
+    if not path.exists():
+        raise StoreError(f"{path}: no such database; run `hpa ingest FILE --db {path}` first")
+    try:
+        return duckdb.connect(str(path), read_only=True, config=config)
+    except duckdb.Error as exc:
+        message = str(exc).strip().splitlines()[0]
+        raise StoreError(f"{path}: cannot open as a DuckDB database ({message})") from None
 
 
 def stored_summary(*, db_path: str | Path = DEFAULT_DB) -> pa.Table:

@@ -1,0 +1,75 @@
+"""`hpa query` opens the store read-only and reaches no file unless told to (issue 13,
+item 10: DROP TABLE, COPY ... TO, read_csv('/etc/passwd'), ATTACH and INSTALL all ran)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from analyzer.store.ingest import ingest
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+FILES = " (pass --files to let the query read or write files)\n"
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    path = tmp_path / "q.duckdb"
+    ingest([SAMPLES / "diagnostic_1088.jsonl"], db_path=path)
+    return path
+
+
+def query(db: Path, sql: str, *flags: str):
+    return CliRunner().invoke(cli, ["query", sql, "--db", str(db), "--format", "csv", *flags])
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        (
+            "DROP TABLE requests",
+            'Error: query failed: Invalid Input Error: Cannot execute statement of type "DROP" '
+            'on database "q" which is attached in read-only mode! '
+            "(pass --write to let the query change the database)\n",
+        ),
+        (
+            "SELECT * FROM read_csv('/etc/passwd')",
+            'Error: query failed: Permission Error: Cannot access file "/etc/passwd" - file '
+            "system operations are disabled by configuration" + FILES,
+        ),
+        ("INSTALL httpfs", None),
+        ("ATTACH '/tmp/other.duckdb'", None),
+    ],
+)
+def test_a_guarded_query_is_refused_in_one_line(db, sql, message):
+    result = query(db, sql)
+    assert result.exit_code == 1  # a store error
+    if message is None:
+        assert result.output.startswith("Error: query failed: Permission Error: ")
+        assert result.output.endswith(FILES)
+    else:
+        assert result.output == message
+    assert query(db, "SELECT count(*) AS n FROM requests").output == "n\n3\n"
+
+
+def test_write_and_files_opt_in(db, tmp_path):
+    out = tmp_path / "r.parquet"
+    refused = query(db, f"COPY requests TO '{out}' (FORMAT parquet)")
+    assert refused.exit_code == 1 and refused.output.endswith(FILES) and not out.exists()
+    assert query(db, f"COPY requests TO '{out}' (FORMAT parquet)", "--files").exit_code == 0
+    assert duckdb.sql(f"SELECT count(*) FROM '{out}'").fetchall() == [(3,)]
+    assert query(db, "CREATE TABLE notes AS SELECT 1 AS x", "--write").exit_code == 0
+    assert query(db, "SELECT x FROM notes").output == "x\n1\n"
+
+
+def test_a_missing_database_is_one_line(tmp_path):
+    result = query(tmp_path / "none.duckdb", "SELECT 1")
+    assert result.exit_code == 1  # a store error
+    assert result.output == (
+        f"Error: {tmp_path / 'none.duckdb'}: no such database; run `hpa ingest FILE --db "
+        f"{tmp_path / 'none.duckdb'}` first\n"
+    )
