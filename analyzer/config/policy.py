@@ -39,6 +39,9 @@ MINIMUMS = {  # integer keys (null allowed but for replicas) and their smallest 
     "num_blocks": 2,
     "replicas": 1,
 }
+# The replay's block pool holds a few Python objects per block: 2^24 blocks (16.7 M, far above
+# any GPU's pool) is about 2 GB; beyond it a pool is a MemoryError, not an answer.
+MAXIMUMS = {"num_blocks": 1 << 24}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,10 +107,16 @@ KEYS = BASE_KEYS + tuple(OPTIONS)
 
 
 def _integer(values: dict[str, Any], key: str) -> int | None:
-    """`values[key]`: null, or an integer of at least MINIMUMS[key]."""
+    """`values[key]`: null, or an integer of at least MINIMUMS[key] (and at most
+    MAXIMUMS[key], where the replay would otherwise run out of memory or overflow)."""
     value, minimum = values[key], MINIMUMS[key]
     if value is None:
         return None
+    maximum = MAXIMUMS.get(key)
+    if type(value) is int and maximum is not None and value > maximum:
+        raise ConfigError(
+            f"policy key {key!r}: expected an integer <= {maximum:,} or null, got {value!r}"
+        )
     if type(value) is not int or value < minimum:
         raise ConfigError(
             f"policy key {key!r}: expected an integer >= {minimum} or null, got {value!r}"

@@ -15,7 +15,7 @@ from typing import Any
 
 from analyzer.config.engines import ENGINES
 from analyzer.config.options import OPTIONS, Option
-from analyzer.config.policy import BASE_KEYS, CHOICES, MINIMUMS, Policy
+from analyzer.config.policy import BASE_KEYS, CHOICES, MAXIMUMS, MINIMUMS, Policy
 from analyzer.config.schedule import CONCURRENT_KEYS, SCHEDULES
 
 SCHEMA_ID = "https://github.com/hybrid-prefix-analyzer/hpa/schemas/policy.schema.json"
@@ -130,6 +130,8 @@ def _base_property(key: str) -> dict[str, Any]:
     elif key in MINIMUMS:
         nullable = key != "replicas"
         prop = {"type": ["integer", "null"] if nullable else "integer", "minimum": MINIMUMS[key]}
+        if key in MAXIMUMS:
+            prop["maximum"] = MAXIMUMS[key]
     else:
         prop = {"type": ["string", "null"]}
     if default is not None:

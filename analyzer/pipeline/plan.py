@@ -39,7 +39,7 @@ import numpy as np
 
 from analyzer.config.memory import parse_size, pool_gib
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
-from analyzer.config.policy import Policy
+from analyzer.config.policy import MAXIMUMS, Policy
 from analyzer.errors import ConfigError
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec, map_partitions
 from analyzer.pipeline.inputs import request_input
@@ -350,8 +350,12 @@ def _min_pool(policy: Policy, trace) -> int:
 def _smallest_pool(ev: _Evaluator, policy: Policy, target, budget, per_block, trace):
     """(num_blocks, ratio): the smallest pool per replica reaching `target`, within 5%."""
     lo = _min_pool(policy, trace)
-    cap = budget // per_block if budget is not None else None
-    if cap is not None and cap < lo:
+    cap = (
+        MAXIMUMS["num_blocks"]
+        if budget is None
+        else min(budget // per_block, MAXIMUMS["num_blocks"])
+    )
+    if cap < lo:
         return None
 
     def measure(n: int) -> float:
@@ -359,9 +363,9 @@ def _smallest_pool(ev: _Evaluator, policy: Policy, target, budget, per_block, tr
 
     low, hi, r_hi = lo - 1, lo, measure(lo)
     while r_hi < target:
-        if (cap is not None and hi >= cap) or hi > 2**24:
+        if hi >= cap:  # the budget, or the largest pool a replay can hold
             return None
-        low, hi = hi, min(hi * 2, cap) if cap is not None else hi * 2
+        low, hi = hi, min(hi * 2, cap)
         r_hi = measure(hi)
     while hi - low > max(1, hi // 20):
         mid = (low + hi) // 2

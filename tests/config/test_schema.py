@@ -42,6 +42,8 @@ def test_every_preset_is_valid(preset):
     [
         {"block_size": 0},
         {"block_size": 16, "num_blocks": 1},
+        {"block_size": 16, "num_blocks": 99999999999999999999999},
+        {"block_size": 16, "num_blocks": (1 << 24) + 1},
         {"block_size": 16, "retention_interval": -1},
         {"block_size": 16, "replicas": 0},
         {"block_size": 16, "routing": "random"},
