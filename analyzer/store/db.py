@@ -66,6 +66,7 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             )
     con.execute(load_sql("schema"))
     con.execute(load_sql("meta_set_schema_version"), {"version": SCHEMA_VERSION})
+    _recover_ingest(con)
     if "replay_runs" in table_names(con):
         # Replay tables gain columns over time (ALTER ... IF NOT EXISTS): a store written
         # by an earlier hpa reads like a new one, its old runs with the columns' defaults.
@@ -97,6 +98,16 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     finally:
         _OPEN.pop(con, None)
     con.commit()
+
+
+def _recover_ingest(con: duckdb.DuckDBPyConnection) -> None:
+    """Undo what an ingest killed midway left (DuckDB lets one process write at a time, so
+    none is running now): the rows of its unfinished file go, and the files it finished get
+    their arrival order, as if it had stopped cleanly after them."""
+    if con.execute(load_sql("ingest_unfinished")).fetchall()[0][0]:
+        with transaction(con):
+            con.execute(load_sql("ingest_forget_unfinished"))
+            con.execute(load_sql("arrival_order"))
 
 
 def require_tables(con: duckdb.DuckDBPyConnection, *names: str) -> None:

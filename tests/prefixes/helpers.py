@@ -111,6 +111,14 @@ def store(path: Path, requests: list[Request]) -> Path:
         con.register("rows", requests_table(requests))
         con.execute("INSERT INTO requests BY NAME SELECT * FROM rows")
         con.unregister("rows")
+        # The file the rows came from, as ingest records it last: rows without it are what
+        # a killed ingest leaves, and the next connect removes them.
+        con.execute(
+            "INSERT INTO sources (source_id, path, sha256, format, num_read, num_stored, "
+            "num_rejected, num_prompt_tokens, ingested_at) VALUES "
+            "(1, 'helpers', 'helpers', 'jsonl', ?, ?, 0, 0, current_timestamp)",
+            [len(requests), len(requests)],
+        )
     finally:
         con.close()
     return path
