@@ -213,7 +213,7 @@ def _read_into(con, path: Path, fmt: str, tally: _Tally, progress: Progress | No
             where = f"after line {tally.num_read}" if tally.num_read else "at the start"
             raise InputFileError(f"{path}: cannot be read {where} ({exc})") from None
         except Exception as exc:
-            if type(exc).__module__.startswith("zstd"):
+            if type(exc).__module__.startswith(("zstd", "zstandard")):  # zstandard.backend_c
                 raise InputFileError(f"{path}: corrupt zstd stream ({exc})") from None
             raise
         if progress:

@@ -26,6 +26,48 @@ class CountingReader(io.RawIOBase):
         return n
 
 
+class ZstdReader(io.RawIOBase):
+    """The decompressed bytes of a zstd stream (one or more frames). zstandard's stream
+    reader ends quietly where a cut file ends; this one raises EOFError when the input stops
+    inside a frame or holds none, so a truncated trace is an error, not a shorter trace."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        import zstandard  # only needed for .zst input
+
+        self._new = zstandard.ZstdDecompressor().decompressobj
+        self._raw, self._frame = raw, self._new()
+        self._out, self._pos = b"", 0  # decompressed bytes not yet read, from _pos on
+        self._frames, self._in_frame, self._done = 0, False, False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while self._pos >= len(self._out) and not self._done:
+            self._out, self._pos = self._fill(), 0
+        n = min(len(buffer), len(self._out) - self._pos)
+        buffer[:n] = self._out[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+    def _fill(self) -> bytes:
+        chunk = self._raw.read(1 << 20)
+        if not chunk:
+            if self._in_frame or not self._frames:
+                raise EOFError("truncated zstd stream: the file ends inside a frame")
+            self._done = True
+            return b""
+        parts = []
+        while chunk:
+            self._in_frame = True
+            parts.append(self._frame.decompress(chunk))
+            if not self._frame.eof:
+                break
+            self._frames, self._in_frame = self._frames + 1, False
+            chunk, self._frame = self._frame.unused_data, self._new()
+        return b"".join(parts)
+
+
 def open_binary(path: Path, counter: CountingReader) -> BinaryIO:
     """The decompressed byte stream of `path` read through `counter`."""
     kind = COMPRESSED.get(path.suffix.lower())
@@ -33,7 +75,5 @@ def open_binary(path: Path, counter: CountingReader) -> BinaryIO:
     if kind == "gzip":
         return gzip.GzipFile(fileobj=buffered, mode="rb")
     if kind == "zstd":
-        import zstandard  # only needed for .zst input
-
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(buffered), 1 << 20)
+        return io.BufferedReader(ZstdReader(buffered), 1 << 20)
     return buffered

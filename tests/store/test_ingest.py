@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import tempfile
 from pathlib import Path
 
@@ -203,6 +204,48 @@ def test_truncated_gzip_is_a_file_error_and_leaves_nothing(tmp_path, db):
         ingest([path], db_path=db)
     assert rows(db, "SELECT count(*) FROM requests") == [(0,)]
     assert rows(db, "SELECT count(*) FROM sources") == [(0,)]
+
+
+ZST_DATA = b"".join(
+    b'{"request_id": "r%d", "prompt_token_ids": [1, %d]}\n' % (i, i) for i in range(5000)
+)
+ZST = zstandard.ZstdCompressor(level=6).compress(ZST_DATA)
+
+
+def _corrupt(blob: bytes) -> bytes:
+    broken = bytearray(blob)
+    broken[40:60] = b"\xff" * 20
+    return bytes(broken)
+
+
+@pytest.mark.parametrize(
+    ("blob", "message"),
+    [
+        (ZST[: len(ZST) * 6 // 10], "truncated zstd stream: the file ends inside a frame"),
+        (ZST[:2], "truncated zstd stream: the file ends inside a frame"),
+        (b"", "truncated zstd stream: the file ends inside a frame"),
+        (ZST + ZST[:10], "truncated zstd stream: the file ends inside a frame"),
+        (_corrupt(ZST), "corrupt zstd stream (zstd decompressor error: Data corruption detected)"),
+    ],
+    ids=["cut-at-60%", "cut-at-the-start", "empty", "second-frame-cut", "corrupt"],
+)
+def test_a_truncated_or_corrupt_zstd_file_is_an_error_and_stores_nothing(
+    tmp_path, db, blob, message
+):
+    """(issue 13, item 4: a cut .zst was read as a shorter trace, a corrupt one a traceback)"""
+    path = tmp_path / "t.jsonl.zst"
+    path.write_bytes(blob)
+    with pytest.raises(InputFileError, match=re.escape(message)):
+        ingest([path], db_path=db)
+    assert rows(db, "SELECT count(*) FROM requests") == [(0,)]
+    assert rows(db, "SELECT count(*) FROM sources") == [(0,)]
+
+
+def test_a_zstd_file_of_several_frames_is_read_whole(tmp_path, db):
+    path = tmp_path / "t.jsonl.zst"
+    tail = zstandard.ZstdCompressor().compress(b'{"request_id": "z", "prompt_token_ids": [7]}\n')
+    path.write_bytes(ZST + tail)
+    assert ingest([path], db_path=db).num_stored == 5001
 
 
 def test_parquet_fast_and_exact_paths(tmp_path, db):
