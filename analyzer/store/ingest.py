@@ -139,9 +139,22 @@ def _forget_unfinished(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(load_sql("ingest_forget_unfinished"))
 
 
-def _known_sources(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, str]]:
+def _known_sources(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, str, str, int]]:
+    """sha256 -> (source_id, path, format, requests stored) of every ingested file."""
     rows = con.execute(load_sql("ingest_known_sources")).fetchall()
-    return {sha: (sid, p) for sha, sid, p in rows}
+    return {sha: (sid, p, fmt, stored) for sha, sid, p, fmt, stored in rows}
+
+
+def _read_again(con, known: dict, sha: str, fmt: str) -> bool:
+    """Whether a file ingested before is read again: its earlier ingest, under another
+    format, stored nothing (all rejected). That ingest's rejects and sources row go."""
+    source_id, _, old_format, stored = known[sha]
+    if stored or old_format == fmt:
+        return False
+    con.execute(load_sql("ingest_forget_rejects"), {"source_id": source_id})
+    con.execute(load_sql("ingest_delete_source"), {"source_id": source_id})
+    del known[sha]
+    return True
 
 
 def _sha256(path: Path) -> str:
@@ -155,10 +168,10 @@ def _ingest_file(con, path, fmt, known, first_seen, progress) -> SourceResult:
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
     fmt = detect_format(path) if fmt == "auto" else fmt
-    if sha in known:
+    if sha in known and not _read_again(con, known, sha, fmt):
         return SourceResult(str(path), sha, fmt, duplicate_of=known[sha][0])
     source_id = con.execute(load_sql("ingest_next_source_id")).fetchall()[0][0]
-    sources = {sid: p for sid, p in known.values()}
+    sources = {sid: p for sid, p, _, _ in known.values()}
     sources[source_id] = str(path)
     tally = _Tally(source_id, str(path), dict(first_seen), sources)
     try:
@@ -184,7 +197,7 @@ def _ingest_file(con, path, fmt, known, first_seen, progress) -> SourceResult:
     }
     con.execute(load_sql("ingest_insert_source"), row)
     first_seen.update(tally.first_seen)
-    known[sha] = (source_id, str(path))
+    known[sha] = (source_id, str(path), fmt, tally.num_stored)
     return SourceResult(
         str(path),
         sha,

@@ -386,3 +386,16 @@ def test_read_equals_stored_plus_rejected(files, batch_bytes):
             assert stored == good_ids | {f"tail{i}" for i in range(len(files))}
     finally:
         readers.BATCH_BYTES = saved
+
+
+def test_a_file_a_wrong_format_stored_nothing_of_can_be_ingested_again(tmp_path, db):
+    """(issue 13, item 6: its sha256 was recorded and a later ingest said "identical")"""
+    path = write_jsonl(tmp_path / "t.jsonl", [{"request_id": "a", "prompt_token_ids": [1, 2]}])
+    wrong = ingest([path], db_path=db, fmt="mooncake")
+    assert (wrong.num_stored, wrong.num_rejected) == (0, 1)
+    right = ingest([path], db_path=db, fmt="jsonl")
+    assert right.num_stored == 1
+    assert rows(db, "SELECT format, num_stored FROM sources") == [("jsonl", 1)]
+    assert rows(db, "SELECT count(*) FROM rejects") == [(0,)]
+    again = ingest([path], db_path=db)  # now a duplicate, whatever the format
+    assert again.sources[0].duplicate_of is not None and again.num_stored == 0
