@@ -15,7 +15,12 @@ SAMPLES = Path(__file__).parents[1] / "sample_traces"
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
-    return tmp_path / "test.duckdb"
+    """An empty store (a failed ingest leaves it as it was; into no store, it leaves none)."""
+    from analyzer.store.db import connect
+
+    path = tmp_path / "test.duckdb"
+    connect(path).close()
+    return path
 
 
 @pytest.fixture(scope="module")

@@ -101,10 +101,21 @@ def ingest(
     for path in paths:
         if not path.is_file():
             raise InputFileError(f"{path}: no such file")
+    created = not Path(db_path).exists()
     # DuckDB caches written blocks up to its memory limit (80% of RAM by default);
     # capping it keeps ingest memory flat however large the file is.
     con = connect(db_path, memory_limit=INGEST_MEMORY_LIMIT)
     results: list[SourceResult] = []
+    try:
+        _ingest_files(con, paths, fmt, progress, results)
+    except BaseException:
+        if created and not any(r.num_stored for r in results):
+            _remove_store(Path(db_path))  # a failed first ingest leaves no database behind
+        raise
+    return IngestResult(tuple(results))
+
+
+def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> None:
     try:
         _forget_unfinished(con)
         known = _known_sources(con)
@@ -118,7 +129,11 @@ def ingest(
         if any(r.num_stored for r in results):
             con.execute(load_sql("arrival_order"))
         con.close()
-    return IngestResult(tuple(results))
+
+
+def _remove_store(path: Path) -> None:
+    for leftover in (path, path.with_name(path.name + ".wal")):
+        leftover.unlink(missing_ok=True)
 
 
 def _check_format(fmt: str) -> None:

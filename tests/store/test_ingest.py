@@ -399,3 +399,18 @@ def test_a_file_a_wrong_format_stored_nothing_of_can_be_ingested_again(tmp_path,
     assert rows(db, "SELECT count(*) FROM rejects") == [(0,)]
     again = ingest([path], db_path=db)  # now a duplicate, whatever the format
     assert again.sources[0].duplicate_of is not None and again.num_stored == 0
+
+
+def test_a_failed_first_ingest_leaves_no_database(tmp_path):
+    """(issue 13, item 11: the database file was created although ingest failed with exit 2)"""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json at all\n")
+    new = tmp_path / "new.duckdb"
+    with pytest.raises(InputFileError, match="not JSON Lines"):
+        ingest([bad], db_path=new, fmt="jsonl")
+    assert not new.exists() and not new.with_name("new.duckdb.wal").exists()
+    good = write_jsonl(tmp_path / "t.jsonl", [{"request_id": "a", "prompt_token_ids": [1]}])
+    ingest([good], db_path=new)
+    with pytest.raises(InputFileError):
+        ingest([bad], db_path=new, fmt="jsonl")
+    assert rows(new, "SELECT count(*) FROM requests") == [(1,)]  # an existing store stays
