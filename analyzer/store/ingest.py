@@ -116,8 +116,7 @@ def ingest(
 
 
 def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> None:
-    try:
-        _forget_unfinished(con)
+    try:  # connect() already undid what a killed ingest left
         known = _known_sources(con)
         first_seen = {
             rid: (sid, line)
@@ -147,11 +146,6 @@ def _forget_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
     so memory stays bounded; a file is complete only once its sources row exists)."""
     con.execute(load_sql("ingest_forget_requests"), {"source_id": source_id})
     con.execute(load_sql("ingest_forget_rejects"), {"source_id": source_id})
-
-
-def _forget_unfinished(con: duckdb.DuckDBPyConnection) -> None:
-    """Rows of an ingest that was killed midway have no sources row: drop them."""
-    con.execute(load_sql("ingest_forget_unfinished"))
 
 
 def _known_sources(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, str, str, int]]:

@@ -151,9 +151,9 @@ class ConcurrentReplay(VllmReplay):
 
     def _quiet_run(self, f: Flight) -> int:
         """How many of `f`'s next steps are quiet decode steps that do not finish it."""
-        req = f.req
-        if not f.decoding or req.computed < max(req.prompt, req.num_tokens - 1):
+        if not f.decoding:  # prefilling, or its first decode step not yet taken
             return 0
+        req = f.req
         to_event = self.to_event[req.computed % self.layout.block_size]
         return min(to_event, f.max_tokens - f.num_output - 1)
 
@@ -198,7 +198,7 @@ class ConcurrentReplay(VllmReplay):
             f = running[i]
             req = f.req
             if f.decoding and req.computed % B not in events:
-                scheduled.append((f, 1))  # a quiet decode step (see _quiet_decode)
+                scheduled.append((f, 1))  # a decode step no group acts at: skip the cache
                 budget -= 1
                 i += 1
                 continue
@@ -208,11 +208,8 @@ class ConcurrentReplay(VllmReplay):
             if n == 0:
                 i += 1
                 continue
-            if n == 1 and self._quiet_decode(f):
-                scheduled.append((f, 1))  # no block to allocate, free or hash: skip the cache
-                budget -= 1
-                i += 1
-                continue
+            if n == 1 and req.computed >= max(req.prompt, req.num_tokens - 1):
+                f.decoding = True  # decoding: its next quiet steps skip the cache (above)
             if not self._allocate(f, n):
                 preempted = True
                 break
@@ -222,17 +219,6 @@ class ConcurrentReplay(VllmReplay):
             budget -= n
             i += 1
         return -1 if preempted else budget
-
-    def _quiet_decode(self, f: Flight) -> bool:
-        """A decode step that changes nothing in the cache: past the first decode step since
-        admission, at a position no group acts at (see `replay._decode_events`)."""
-        req = f.req
-        if req.computed < max(req.prompt, req.num_tokens - 1):
-            return False  # still prefilling
-        if not f.decoding:
-            f.decoding = True  # the first decode step is always simulated
-            return False
-        return req.computed % self.layout.block_size not in self.events
 
     def _allocate(self, f: Flight, n: int) -> bool:
         """vLLM's running-request allocation: preempt the last running request until `f`'s
