@@ -206,15 +206,21 @@ def _event_positions(first: int, end: int, events: tuple[int, ...], block: int):
 def _decode_events(layout: CacheLayout) -> tuple[int, ...]:
     """Positions mod B where a decode step can change anything (computed tokens before it).
 
-    Allocation (Mamba at 0, attention at -lookahead slots), releasing the previous Mamba
-    state (1), a block becoming full and hashed (L - 1; L - 2 for the speculative re-cache
-    after sampling), the window dropping a block (W - 1). Each with its successor, to be safe.
+    Without a drafter, exactly: allocation (0), a block becoming full and hashed (B - 1),
+    releasing the previous Mamba state (1), the window dropping a block (W - 1). A drafter
+    adds its lookahead slots (-1), the lookahead hash (L - 1) and the re-cache after
+    sampling (L - 2); those are taken with their successors, to be safe.
     """
     B = layout.block_size
-    look = layout.hash_lookahead
-    base = {0, 1, -layout.alloc_lookahead, look - 1, look - 2}
+    exact = {0, B - 1}
+    if layout.has_mamba:
+        exact.add(1)
     if layout.sliding_window is not None:
-        base.add(layout.sliding_window - 1)
+        exact.add((layout.sliding_window - 1) % B)
+    if not layout.speculative:
+        return tuple(sorted(exact))
+    look = layout.hash_lookahead
+    base = {*exact, -layout.alloc_lookahead, look - 1, look - 2}
     return tuple(sorted({(r + d) % B for r in base for d in (0, 1)}))
 
 
