@@ -61,9 +61,14 @@ class ConcurrentReplay(VllmReplay):
         self.step_token_s = policy.step_token_us / 1e6
         self.time_scale = policy.time_scale
         self.clock = 0.0
+        self.preempted = False  # the current step preempted a request
         self.num_steps = 0
         self.num_tokens = 0  # scheduled so far, over every step
-        self.running: list[Flight] = []
+        self.running: list[Flight] = []  # admission order
+        # The running requests simulated step by step; the others are asleep: decoding at
+        # quiet positions, advanced only when next looked at (`_catch_up`).
+        self.active: dict[Flight, None] = {}
+        self.wake: dict[int, list[Flight]] = {}  # step count -> sleepers to wake before it
         self.flights: list[Flight] = []
         self.waiting: deque[Flight] = deque()
 
@@ -120,31 +125,21 @@ class ConcurrentReplay(VllmReplay):
         base = replay_boundaries(prompt, layout.block_size, layout.eagle_drop)
         return Flight(index, sim, arrival_s, req, max(1, sim.num_output_tokens), base)
 
-    # -- steps in which nothing but decoding happens ---------------------------------------
+    # -- sleeping decoders ---------------------------------------------------------------------
 
     def _quiet_steps(self, arrivals: deque[Flight]) -> int:
-        """Run the next steps at once while they only decode: nobody waits or arrives,
-        every running request decodes at a position no group acts at, none finishes. The
-        clock still adds each step's time, one at a time (the same doubles). Returns the
-        number of steps run."""
+        """Run the next steps at once while every running request sleeps (nobody waits or
+        arrives). The clock still adds each step's time, one at a time (the same doubles).
+        Returns the number of steps run."""
         running = self.running
-        if self.waiting or not self.quiet or len(running) > self.budget:
+        if self.waiting or self.active or not running or len(running) > self.budget:
             return 0
-        count = min(self._quiet_run(f) for f in running)
-        if count < 2:
-            return 0
+        count = min(f.wake_step for f in running) - self.num_steps
         step_s = self.step_base_s + self.step_token_s * len(running)
         done = 0
         while done < count and not (arrivals and arrivals[0].arrival_s <= self.clock):
             self.clock = self.clock + step_s
             done += 1
-        for f in running:
-            req = f.req
-            req.computed += done
-            req.num_tokens += done
-            f.num_output += done
-            f.chunks.extend([1] * done)
-            self._show_hashes(req)
         self.num_steps += done
         self.num_tokens += done * len(running)
         return done
@@ -157,25 +152,64 @@ class ConcurrentReplay(VllmReplay):
         to_event = self.to_event[req.computed % self.layout.block_size]
         return min(to_event, f.max_tokens - f.num_output - 1)
 
+    def _sleep(self, f: Flight) -> None:
+        """`f` just sampled: let it sleep through its next quiet decode steps, if any. A
+        sleeper decodes one token in every step it is scheduled in; it is woken (simulated
+        again) before the step at its next event position or its last token."""
+        steps = self._quiet_run(f)
+        if steps <= 0:
+            return
+        del self.active[f]
+        f.asleep = True
+        f.synced_step = self.num_steps
+        f.wake_step = self.num_steps + steps
+        self.wake.setdefault(f.wake_step, []).append(f)
+
+    def _catch_up(self, f: Flight) -> None:
+        """A sleeper's fields as of now: one token decoded in each step since it slept."""
+        steps = self.num_steps - f.synced_step
+        if steps:
+            req = f.req
+            req.computed += steps
+            req.num_tokens += steps
+            f.num_output += steps
+            f.chunks.extend([1] * steps)
+            f.synced_step = self.num_steps
+            self._show_hashes(req)
+
+    def _wake_up(self) -> None:
+        """Simulate again the sleepers due before this step (stale entries are skipped)."""
+        now = self.num_steps
+        for f in self.wake.pop(now, ()):
+            if f.asleep and f.wake_step == now:
+                self._catch_up(f)
+                f.asleep = False
+                self.active[f] = None
+
     # -- one step ------------------------------------------------------------------------------
 
     def _step(self) -> None:
         coord = self.coord
+        self._wake_up()
         coord.new_step()
         start_s = self.clock
         scheduled: list[tuple[Flight, int]] = []
-        budget = self._schedule_running(scheduled)
+        budget, sleepers, skipped = self._schedule_running(scheduled)
         if budget >= 0:
             self._schedule_waiting(scheduled, budget, start_s)
         coord.end_step()
-        if not scheduled:
+        if not scheduled and not sleepers:
             if budget >= 0 and not self.running and self.waiting:
                 self._abort(self.waiting.popleft())
             return  # an empty step takes no time
-        total = sum(n for _, n in scheduled)
+        total = sum(n for _, n in scheduled) + sleepers
         self.num_steps += 1
         self.num_tokens += total
         self.clock = self.clock + (self.step_base_s + self.step_token_s * total)
+        for f in skipped:  # left out of this step: asleep as before, one step later
+            f.synced_step = self.num_steps
+            f.wake_step += 1
+            self.wake.setdefault(f.wake_step, []).append(f)
         for f, n in scheduled:
             req = f.req
             req.computed += n
@@ -187,52 +221,70 @@ class ConcurrentReplay(VllmReplay):
             req.computed -= f.pad  # the padded draft slot is rejected
             f.pad = 0
             self._sample(f)
+            if self.quiet and f in self.active:
+                self._sleep(f)
 
-    def _schedule_running(self, scheduled: list[tuple[Flight, int]]) -> int:
-        """Schedule the running requests; the budget left, or -1 when a request was
-        preempted (no waiting request is admitted in that step)."""
-        budget, preempted, i = self.budget, False, 0
-        self.prefill_scheduled = False
-        running, events, B = self.running, self.events, self.layout.block_size
-        while i < len(running) and budget > 0:
-            f = running[i]
-            req = f.req
-            if f.decoding and req.computed % B not in events:
-                scheduled.append((f, 1))  # a decode step no group acts at: skip the cache
-                budget -= 1
-                i += 1
-                continue
-            n = min(req.num_tokens - req.computed, budget)
-            if self.layout.has_mamba:
-                n = mamba_split(self.layout, req, req.computed, n)
-            if n == 0:
-                i += 1
-                continue
-            if n == 1 and req.computed >= max(req.prompt, req.num_tokens - 1):
-                f.decoding = True  # decoding: its next quiet steps skip the cache (above)
-            if not self._allocate(f, n):
-                preempted = True
+    def _schedule_running(
+        self, scheduled: list[tuple[Flight, int]]
+    ) -> tuple[int, int, list[Flight]]:
+        """Schedule the running requests in admission order: (the budget left, or -1 when a
+        request was preempted (no waiting request is admitted in that step); the sleepers
+        scheduled, a token each; the sleepers the budget left out, caught up)."""
+        budget, done, sleepers = self.budget, 0, 0
+        self.prefill_scheduled = self.preempted = False
+        running, active = self.running, self.active
+        order = running[:] if len(active) == len(running) else sorted(active, key=running.index)
+        for f in order:
+            if f not in active:
+                continue  # preempted earlier in this step
+            i = running.index(f)
+            asleep = i - done  # the sleepers before f
+            if asleep >= budget:
                 break
-            preempted = preempted or f.preempted_others
-            self.prefill_scheduled = self.prefill_scheduled or f.prefill_chunk
-            scheduled.append((f, n))
-            budget -= n
-            i += 1
-        return -1 if preempted else budget
+            sleepers, budget, done = sleepers + asleep, budget - asleep, i + 1
+            taken = self._schedule_one(f, scheduled, budget)
+            if taken is None:
+                break
+            budget -= taken
+        rest = min(max(len(running) - done, 0), budget)
+        sleepers, budget, done = sleepers + rest, budget - rest, done + rest
+        skipped = [f for f in running[done:] if f.asleep]
+        for f in skipped:
+            self._catch_up(f)
+        return (-1 if self.preempted else budget), sleepers, skipped
+
+    def _schedule_one(self, f: Flight, scheduled: list[tuple[Flight, int]], budget: int):
+        """Schedule running request `f` within `budget` tokens: the tokens it took, or None
+        when it was preempted itself."""
+        req = f.req
+        if f.decoding and req.computed % self.layout.block_size not in self.events:
+            scheduled.append((f, 1))  # a decode step no group acts at: skip the cache
+            return 1
+        n = min(req.num_tokens - req.computed, budget)
+        if self.layout.has_mamba:
+            n = mamba_split(self.layout, req, req.computed, n)
+        if n == 0:
+            return 0
+        if n == 1 and req.computed >= max(req.prompt, req.num_tokens - 1):
+            f.decoding = True  # decoding: its next quiet steps skip the cache (above)
+        if not self._allocate(f, n):
+            return None
+        self.prefill_scheduled = self.prefill_scheduled or f.prefill_chunk
+        scheduled.append((f, n))
+        return n
 
     def _allocate(self, f: Flight, n: int) -> bool:
         """vLLM's running-request allocation: preempt the last running request until `f`'s
         `n` tokens fit, or `f` itself was preempted (False)."""
-        f.preempted_others = False
         while True:
             self.coord.bind(f.req)
             if self.coord.step(f.req, n, boundaries=f.boundaries):
                 return True
             victim = self.running.pop()
             self._preempt(victim)
+            self.preempted = True  # no waiting request is admitted in this step
             if victim is f:
                 return False
-            f.preempted_others = True
 
     def _schedule_waiting(
         self, scheduled: list[tuple[Flight, int]], budget: int, start_s: float
@@ -254,6 +306,7 @@ class ConcurrentReplay(VllmReplay):
                 break
             waiting.popleft()
             running.append(f)
+            self.active[f] = None
             f.admitted(admission, start_s, self.num_steps)
             if f.held_blocks is None and self.coord.pool.bounded:
                 f.held_blocks = self.layout.num_blocks - 1 - self.coord.pool.num_free()
@@ -317,11 +370,17 @@ class ConcurrentReplay(VllmReplay):
         if f.num_output >= f.max_tokens:
             f.finished_s = self.clock
             self.running.remove(f)
+            del self.active[f]
             self.coord.bind(req)
             self.coord.free()
 
     def _preempt(self, f: Flight) -> None:
         """Free `f`'s blocks (they stay cached) and put it first in the waiting queue."""
+        if f.asleep:
+            self._catch_up(f)
+            f.asleep = False
+        else:
+            del self.active[f]
         self.coord.bind(f.req)
         self.coord.free()
         f.preempted()

@@ -45,8 +45,10 @@ class Flight:
         "hit_total_tokens",
         "recomputed_tokens",
         "computed_at_preemption",
-        "preempted_others",
         "decoding",
+        "asleep",
+        "synced_step",
+        "wake_step",
         "prefill_chunk",
         "pad",
         "added",
@@ -82,8 +84,12 @@ class Flight:
         self.hit_total_tokens = 0
         self.recomputed_tokens = 0
         self.computed_at_preemption = 0
-        self.preempted_others = False
         self.decoding = False  # a decode step was simulated since the last admission
+        # Asleep (concurrent replay): its fields are those after step `synced_step`; it is
+        # simulated again before step `wake_step` + 1.
+        self.asleep = False
+        self.synced_step = 0
+        self.wake_step = 0
         self.prefill_chunk = False  # its last step left its prefill unfinished
         self.pad = 0  # draft slots padded into this step's tokens (rejected after it)
         self.added: tuple[int, int, float] = (0, 0, 0.0)  # steps, tokens, clock when queued
