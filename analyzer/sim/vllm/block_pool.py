@@ -64,19 +64,31 @@ class BlockPool:
         return found == block or (type(found) is list and block in found)
 
     def insert(self, key: int, block: int, num_tokens: int, shadow: int = -1) -> None:
-        """Register `key` on `block` (vLLM `_insert_block_hash`): primary if it has none."""
-        if self.primary[block] == key or self.holds(key, block):
+        """Register `key` on `block` (vLLM `_insert_block_hash`): primary if it has none.
+
+        A block carries a key exactly when the map lists it under that key, so the block's
+        own keys tell whether it is registered already."""
+        primary = self.primary
+        first = primary[block]
+        if first == key:
             return
-        if self.primary[block] == -1:
-            self.primary[block] = key
+        if first == -1:
+            primary[block] = key
             self.primary_tokens[block] = num_tokens
         else:
-            self.extra.setdefault(block, set()).add(key)
-        found = self.cached.get(key)
+            extra = self.extra.get(block)
+            if extra is None:
+                self.extra[block] = {key}
+            elif key in extra:
+                return
+            else:
+                extra.add(key)
+        cached = self.cached
+        found = cached.get(key)
         if found is None:
-            self.cached[key] = block
+            cached[key] = block
         elif type(found) is int:
-            self.cached[key] = [found, block]
+            cached[key] = [found, block]
         else:
             found.append(block)
         if shadow != -1:
@@ -85,35 +97,39 @@ class BlockPool:
 
     def remove_hashes(self, block: int) -> bool:
         """Drop every key `block` carries from the map; True if it carried any."""
-        keys = []
-        if self.primary[block] != -1:
-            keys.append(self.primary[block])
+        key = self.primary[block]
+        extra = self.extra.pop(block, None) if self.extra else None
+        if key == -1 and not extra:
+            return False
+        if key != -1:
             self.primary[block] = -1
             self.primary_tokens[block] = 0
-        extra = self.extra.pop(block, None)
+            self._unmap(key, block)
         if extra:
-            keys.extend(extra)
-        if not keys:
-            return False
-        cached, groups, sparse = self.cached, self.num_groups, self.sparse_groups
-        for key in keys:
-            found = cached.get(key)
-            if found == block:
-                del cached[key]
-            elif type(found) is list and block in found:
-                found.remove(block)
-                if len(found) == 1:
-                    cached[key] = found[0]
-            if key % groups in sparse:
-                self.sparse_removals += 1
-        shadows = self.shadow_of.pop(block, None)
-        if shadows:
-            counts = self.shadow_count
-            for key in shadows:
-                counts[key] -= 1
-                if not counts[key]:
-                    del counts[key]
+            for other in extra:
+                self._unmap(other, block)
+        if self.shadow_of:
+            shadows = self.shadow_of.pop(block, None)
+            if shadows:
+                counts = self.shadow_count
+                for shadow in shadows:
+                    counts[shadow] -= 1
+                    if not counts[shadow]:
+                        del counts[shadow]
         return True
+
+    def _unmap(self, key: int, block: int) -> None:
+        """Take `block` out of `key`'s holders (counting sparse groups' removals)."""
+        cached = self.cached
+        found = cached.get(key)
+        if found == block:
+            del cached[key]
+        elif type(found) is list and block in found:
+            found.remove(block)
+            if len(found) == 1:
+                cached[key] = found[0]
+        if self.sparse_groups and key % self.num_groups in self.sparse_groups:
+            self.sparse_removals += 1
 
     def move_hashes(self, src: int, dst: int) -> None:
         """Re-point `src`'s entries to the unhashed `dst` (vLLM `move_block_hashes`).
@@ -146,13 +162,11 @@ class BlockPool:
         if count > len(self.free):
             raise ValueError(f"cannot get {count} free blocks from the pool")
         popitem, ref, primary, extra = self.free.popitem, self.ref, self.primary, self.extra
-        out = []
-        for _ in range(count):
-            block = popitem(last=False)[0]
-            if primary[block] != -1 or block in extra:
-                self.remove_hashes(block)
+        out = [popitem(last=False)[0] for _ in range(count)]
+        for block in out:
+            if primary[block] != -1 or (extra and block in extra):
+                self.remove_hashes(block)  # the eviction
             ref[block] = 1
-            out.append(block)
         return out
 
     def touch(self, blocks: list[int]) -> None:
@@ -177,9 +191,10 @@ class BlockPool:
         for block in ordered:
             if block == NULL:
                 continue
-            ref[block] -= 1
-            if ref[block] == 0:
-                if primary[block] == -1 and block not in extra:
+            count = ref[block] - 1
+            ref[block] = count
+            if count == 0:
+                if primary[block] == -1 and not (extra and block in extra):
                     first.append(block)
                 else:
                     last.append(block)

@@ -188,13 +188,32 @@ class Coordinator:
         """Full attention's (hit, rows). Legacy EAGLE matches one unit more (a hash block if
         fine, else a block) and drops it; a single-group model drops within the cap."""
         layout = self.layout
+        members = self.spec_groups[0]
+        if len(members) == 1 and not layout.eagle_drop and layout.alignment == layout.block_size:
+            return self._leading_run(members[0].gid, hashes, max_len)
         limit = max_len
         if layout.eagle_drop and self.hybrid:
             limit = min(max_len + layout.alignment, len(hashes) * layout.hash_block_size)
-        members = self.spec_groups[0]
         return members[0].longest_hit(
             self._probe(members), hashes, limit, layout.eagle_drop, layout
         )
+
+    def _leading_run(self, gid: int, hashes: list[int], max_len: int):
+        """`FullAttentionManager.longest_hit` for one group, whole blocks, no drop: the
+        blocks are probed in bulk (the first alone: a miss there is common)."""
+        B = self.layout.block_size
+        s = B // self.layout.hash_block_size
+        count = min(max_len // B, len(hashes) // s)
+        if count == 0:
+            return 0, []
+        groups, get = self.pool.num_groups, self.pool.cached.get
+        if get(hashes[s - 1] * groups + gid) is None:
+            return 0, []
+        found = list(map(get, [h * groups + gid for h in hashes[s - 1 : count * s : s]]))
+        if None in found:
+            del found[found.index(None) :]
+        rows = [(b if type(b) is int else b[0],) for b in found]
+        return len(rows) * B, rows
 
     def hit_blocks(self, found: list) -> list[list[int]]:
         """Per manager (group id order): its hit blocks, NULL in the rows' gaps."""

@@ -79,16 +79,15 @@ class Manager:
         self.active = False  # vLLM: request id in `num_cached_block`
         self.partial_hit: tuple[int, int] | None = None  # (slot, shared source block)
 
-    def swap(self, saved: list | None) -> list:
+    def swap(self, saved: tuple | None) -> tuple:
         """Unbind the bound request (its fields are returned) and bind `saved` (None: a new
         request with an empty table)."""
-        fields = self.REQUEST_FIELDS
-        mine = [getattr(self, name) for name in fields]
+        fields, state = self.REQUEST_FIELDS, self.__dict__  # plain attributes: swapped in bulk
+        mine = tuple(map(state.__getitem__, fields))
         if saved is None:
             self.start()
         else:
-            for name, value in zip(fields, saved, strict=True):
-                setattr(self, name, value)
+            state.update(zip(fields, saved, strict=True))
         return mine
 
     # -- sizes -------------------------------------------------------------------------------
@@ -192,21 +191,21 @@ class Manager:
             return
         mask = self.mask(start, full, boundaries)
         pool, blocks, s = self.pool, self.blocks, B // H
-        groups, gid, ever = self.groups, self.gid, self.ever
-        plain = req.plain
+        groups, gid, ever, this_step = self.groups, self.gid, self.ever, self.this_step
+        plain, primary, insert = req.plain, pool.primary, pool.insert
         for i in range(start, full):
             block = blocks[i]
             if block == NULL or (mask is not None and not mask[i - start]):
                 continue
             key = hashes[(i + 1) * s - 1] * groups + gid
-            if pool.primary[block] != -1:
+            if primary[block] != -1:
                 pool.remove_hashes(block)  # a partial entry promoted to the full block
             shadow = -1 if plain is None else self._plain(req, (i + 1) * s - 1)
-            pool.insert(key, block, (i + 1) * B, shadow)
+            insert(key, block, (i + 1) * B, shadow)
             if ever is not None:
                 ever.add(key)
-                if self.this_step is not None:
-                    self.this_step.add(key)
+                if this_step is not None:
+                    this_step.add(key)
         self.ncached = full
         self.active = True
 
