@@ -1,15 +1,26 @@
 """Chained block hashes as small integers, exact (no collisions).
 
 vLLM hashes block i as H(hash of block i-1, tokens of block i, extra keys). A replay only needs
-prefix identity, so each block gets an integer id interned from (parent id, the block's bytes):
-two ids are equal exactly when the two token prefixes (and namespaces) are equal. With L
-lookahead tokens (EAGLE in vLLM 0.33) a block's bytes also cover the L tokens after it, as
+prefix identity, so each block gets an integer id that stands for (parent id, the block's
+bytes): two ids are equal exactly when the two token prefixes (and namespaces) are equal. With
+L lookahead tokens (EAGLE in vLLM 0.33) a block's bytes also cover the L tokens after it, as
 vLLM's hash does, so a block matches only if the next L tokens agree too.
+
+Ids come in runs. When a chain reaches a prefix nobody had, its remaining blocks get
+consecutive ids and their bytes are kept once, as one run. A child is then found without a map
+lookup per block: id p + 1 is the child of p whose bytes are the run's next block; any other
+child of p is an edge in `ids[(p, bytes)]`, which names the first id of another run. Matching
+a shared prefix is a byte comparison per run hop, not a dictionary lookup per block.
+
+    chain A  [a0 a1 a2 a3]        new: run 10..13, no edges but (root, a0) -> 10
+    chain B  [a0 a1 b2 b3]        10, 11 by the run; (11, b2) is new -> run 14..15
+    chain C  [a0 a1 b2 a3]        10, 11, then edge (11, b2) -> 14; (14, a3) new -> run 16
 """
 
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections.abc import Hashable
 
 import numpy as np
@@ -19,15 +30,19 @@ from analyzer.sim.records import SimRequest
 
 
 class HashInterner:
-    """Block ids: `ids[(parent id, block bytes)]`, a new id for each new pair, so equal ids
-    mean equal prefixes; `roots` gives each namespace its own parent for block 0."""
+    """Block ids: runs of consecutive ids with their bytes, and `ids[(parent id, block
+    bytes)]` for a run's first block; `roots` gives each namespace its own parent for block
+    0. Ids that are no run's (roots, fresh ids) have no implicit child."""
 
-    __slots__ = ("ids", "roots", "next_id")
+    __slots__ = ("ids", "roots", "next_id", "run_first", "run_data", "run_shape")
 
     def __init__(self) -> None:
         self.ids: dict[tuple[int, bytes], int] = {}
         self.roots: dict[Hashable, int] = {}
         self.next_id = 1
+        self.run_first: list[int] = []  # a run's first id, ascending
+        self.run_data: list[bytes] = []  # its blocks' bytes (+ the last one's lookahead)
+        self.run_shape: list[tuple[int, int]] = []  # (bytes per block, lookahead bytes)
 
     def root(self, namespace: Hashable) -> int:
         """The parent id of block 0 in `namespace` (cache_salt / LoRA isolation)."""
@@ -40,6 +55,45 @@ class HashInterner:
         """An id no other block has (a block holding tokens nobody else can produce)."""
         self.next_id += 1
         return self.next_id - 1
+
+    def continuation(self, parent: int, data: bytes, lo: int, count: int, shape) -> int:
+        """How many of the `count` blocks of `data` from byte `lo` continue `parent`'s run
+        (they are ids parent + 1, parent + 2, ...). `shape`: (bytes per block, lookahead)."""
+        r = bisect_right(self.run_first, parent) - 1
+        if r < 0 or self.run_shape[r] != shape:
+            return 0
+        unit, look = shape
+        run = self.run_data[r]
+        start = (parent - self.run_first[r] + 1) * unit  # the run's next block
+        count = min(count, (len(run) - look - start) // unit)
+        if count <= 0:
+            return 0  # parent is no run's, or its run's last id
+        width = unit + look
+        n = 0  # block by block while few (a slice compare is cheap), then in bulk
+        while n < min(count, 8):
+            at = n * unit
+            if run[start + at : start + at + width] != data[lo + at : lo + at + width]:
+                return n
+            n += 1
+        if n == count:
+            return n
+        size = count * unit + look
+        mine = np.frombuffer(data, np.uint8, size, lo)
+        theirs = np.frombuffer(run, np.uint8, size, start)
+        differ = np.flatnonzero(mine != theirs)
+        return count if not differ.size else (int(differ[0]) - look) // unit
+
+    def new_run(self, key: tuple[int, bytes], data: bytes, lo: int, count: int, shape) -> int:
+        """Ids for `count` blocks of `data` from byte `lo` that extend a prefix nobody had;
+        `key` is the first block's (parent, bytes). Returns the first id."""
+        unit, look = shape
+        first = self.next_id
+        self.next_id += count
+        self.ids[key] = first
+        self.run_first.append(first)
+        self.run_data.append(data[lo : lo + count * unit + look])
+        self.run_shape.append(shape)
+        return first
 
 
 class BlockHashes:
@@ -67,24 +121,33 @@ class BlockHashes:
     def extend(self, count: int) -> list[int]:
         """Make sure the first `count` ids exist; returns the id list (shared, do not mutate)."""
         ids = self.ids
-        start = len(ids)
-        if start >= count:
+        if len(ids) >= count:
             return ids
-        table = self.interner.ids
-        data, unit, look = self.data, self.unit, self.look
+        interner = self.interner
+        data, unit, shape = self.data, self.unit, (self.unit, self.look)
         parent = ids[-1] if ids else self._root
-        known = self.known
-        for i in range(start, count):
-            if i >= known:
-                parent = self.interner.fresh()
-            else:
-                lo = i * unit
-                key = (parent, data[lo : lo + unit + look])
-                found = table.get(key)
-                if found is None:
-                    found = table[key] = self.interner.fresh()
-                parent = found
-            ids.append(parent)
+        i, stop = len(ids), min(count, self.known)
+        while i < stop:
+            lo = i * unit
+            n = i and interner.continuation(parent, data, lo, stop - i, shape)  # a root has none
+            if n:  # the next n blocks continue parent's run
+                ids.extend(range(parent + 1, parent + 1 + n))
+                i += n
+                parent += n
+                continue
+            key = (parent, data[lo : lo + unit + self.look])
+            found = interner.ids.get(key)
+            if found is None:
+                first = interner.new_run(key, data, lo, stop - i, shape)
+                ids.extend(range(first, first + stop - i))
+                break
+            ids.append(found)
+            parent = found
+            i += 1
+        if count > len(ids):  # tokens nobody else can produce: fresh ids
+            first = interner.next_id
+            interner.next_id += count - len(ids)
+            ids.extend(range(first, interner.next_id))
         return ids
 
 

@@ -20,7 +20,7 @@ hashes each group holds, and those follow from the chunk ends alone:
 
 from __future__ import annotations
 
-from analyzer.sim.common.hashing import HashInterner, request_hashes, token_bytes
+from analyzer.sim.common.hashing import HashInterner, request_hashes
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.layout import CacheLayout, cdiv
 from analyzer.sim.vllm.scheduler import chunk_tokens
@@ -100,25 +100,9 @@ class UnboundedReplay:
         )
 
     def _hashes(self, sim: SimRequest, count: int) -> list[int]:
-        """The first `count` block hash ids (`hashing.BlockHashes.extend`, inlined)."""
-        interner = self.interner
-        data = token_bytes(sim.prompt_token_ids)
-        if sim.output_token_ids is not None and len(sim.output_token_ids):
-            data += token_bytes(sim.output_token_ids)
-        unit = 4 * self.block
-        known = len(data) // unit
-        table = interner.ids
-        parent = interner.root(sim.namespace)
-        ids = []
-        for lo in range(0, min(count, known) * unit, unit):
-            key = (parent, data[lo : lo + unit])
-            parent = table.get(key)
-            if parent is None:
-                parent = table[key] = interner.fresh()
-            ids.append(parent)
-        for _ in range(known, count):
-            ids.append(interner.fresh())
-        return ids
+        """The first `count` block hash ids."""
+        source, _ = request_hashes(self.interner, sim, self.block, 0)
+        return source.extend(count)
 
     def _chunk_ends(self, prompt: int, hit: int, junction: int) -> list[int]:
         """Where each prefill chunk ends (the scheduler's stops, `scheduler.py`)."""
