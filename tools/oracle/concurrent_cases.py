@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +137,21 @@ def _seeded(traces: Path) -> str:
     return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
 
 
+def _fuzzed(seed: int, index: int) -> Callable[[Path], str]:
+    """The trace of `fuzz_concurrent`'s case (seed, index) (EAGLE share 0.25, its default)."""
+
+    def make(_traces: Path) -> str:
+        root = str(Path(__file__).resolve().parents[2])
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        from tests.sim.vllm.fuzz_concurrent import make_case  # one generator for both tools
+
+        records = make_case(seed, index, 0.25)["trace"]
+        return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+
+    return make
+
+
 TRACES: dict[str, Trace] = {
     t.name: t
     for t in [
@@ -165,6 +181,12 @@ TRACES: dict[str, Trace] = {
             "outputs, bursts of 4-16 sharing system + document, unique prompts; prompts "
             "245-2,113 tokens, 1-60 outputs",
             _seeded,
+        ),
+        Trace(
+            "fuzz_s11_c4",
+            "fuzz_concurrent's case s11-c4: 61 requests over ~1.1 s (time scale 0.4), families, "
+            "follow-ups, branches and resends on a 40-block pool (12 preemptions)",
+            _fuzzed(11, 4),
         ),
     ]
 }
@@ -321,6 +343,25 @@ def _seeded_swa_eagle() -> list[Case]:
     ]
 
 
+def _fuzzed_cases() -> list[Case]:
+    """Cases the fuzzer found a fault with, kept as goldens."""
+    return [
+        Case(
+            "fuzz_s11_c4_b112_blocks40",
+            "fuzz_s11_c4",
+            "FA+Mamba align B=112, retention null, 40 blocks, budget 2451, time scale 0.4: a "
+            "request woken from quiet decoding must be scheduled in running order, before the "
+            "one that preempts itself",
+            112,
+            retention_interval=None,
+            num_blocks=40,
+            max_num_batched_tokens=2451,
+            time_scale=0.4,
+        )
+    ]
+
+
 CASES: dict[str, Case] = {
-    c.name: c for c in [*_hand_made(), *_seeded_cases(), *_seeded_swa_eagle()]
+    c.name: c
+    for c in [*_hand_made(), *_seeded_cases(), *_seeded_swa_eagle(), *_fuzzed_cases()]
 }
