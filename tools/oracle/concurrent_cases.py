@@ -362,6 +362,5 @@ def _fuzzed_cases() -> list[Case]:
 
 
 CASES: dict[str, Case] = {
-    c.name: c
-    for c in [*_hand_made(), *_seeded_cases(), *_seeded_swa_eagle(), *_fuzzed_cases()]
+    c.name: c for c in [*_hand_made(), *_seeded_cases(), *_seeded_swa_eagle(), *_fuzzed_cases()]
 }
