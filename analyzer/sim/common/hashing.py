@@ -34,9 +34,13 @@ class HashInterner:
     bytes)]` for a run's first block; `roots` gives each namespace its own parent for block
     0. Ids that are no run's (roots, fresh ids) have no implicit child."""
 
-    __slots__ = ("ids", "roots", "next_id", "run_first", "run_data", "run_shape")
+    __slots__ = ("ids", "roots", "next_id", "run_first", "run_data", "run_shape", "ahead")
 
-    def __init__(self) -> None:
+    def __init__(self, *, ahead: bool = False) -> None:
+        # `ahead`: a chain's first extension gives ids to all its known blocks at once (later
+        # ones only reveal them). Ids still mean prefix identity; only their numbering moves,
+        # so it is for replays that compare ids and never order by them.
+        self.ahead = ahead
         self.ids: dict[tuple[int, bytes], int] = {}
         self.roots: dict[Hashable, int] = {}
         self.next_id = 1
@@ -105,7 +109,7 @@ class BlockHashes:
     (decode output given only as a count): each gets a fresh id and can match nothing.
     """
 
-    __slots__ = ("interner", "data", "unit", "look", "known", "ids", "_root")
+    __slots__ = ("interner", "data", "unit", "look", "known", "ids", "_root", "_ahead")
 
     def __init__(
         self, interner: HashInterner, data: bytes, unit: int, look: int, known: int, root: int
@@ -117,6 +121,7 @@ class BlockHashes:
         self.known = known
         self.ids: list[int] = []
         self._root = root
+        self._ahead: list[int] | None = None  # every known block's id (interner.ahead)
 
     def extend(self, count: int) -> list[int]:
         """Make sure the first `count` ids exist; returns the id list (shared, do not mutate)."""
@@ -124,9 +129,24 @@ class BlockHashes:
         if len(ids) >= count:
             return ids
         interner = self.interner
+        if not interner.ahead:
+            self._walk(ids, min(count, self.known))
+        else:
+            if self._ahead is None:
+                self._ahead = self._walk([], self.known)
+            ids.extend(self._ahead[len(ids) : count])
+        if count > len(ids):  # tokens nobody else can produce: fresh ids
+            first = interner.next_id
+            interner.next_id += count - len(ids)
+            ids.extend(range(first, interner.next_id))
+        return ids
+
+    def _walk(self, ids: list[int], stop: int) -> list[int]:
+        """Append the ids of blocks len(ids)..stop-1 (all known) to `ids`; returns it."""
+        interner = self.interner
         data, unit, shape = self.data, self.unit, (self.unit, self.look)
         parent = ids[-1] if ids else self._root
-        i, stop = len(ids), min(count, self.known)
+        i = len(ids)
         while i < stop:
             lo = i * unit
             n = i and interner.continuation(parent, data, lo, stop - i, shape)  # a root has none
@@ -144,10 +164,6 @@ class BlockHashes:
             ids.append(found)
             parent = found
             i += 1
-        if count > len(ids):  # tokens nobody else can produce: fresh ids
-            first = interner.next_id
-            interner.next_id += count - len(ids)
-            ids.extend(range(first, interner.next_id))
         return ids
 
 

@@ -276,9 +276,11 @@ class ConcurrentReplay(VllmReplay):
     def _allocate(self, f: Flight, n: int) -> bool:
         """vLLM's running-request allocation: preempt the last running request until `f`'s
         `n` tokens fit, or `f` itself was preempted (False)."""
+        coord = self.coord
+        decode = coord.plain and n == 1 and f.decoding
         while True:
-            self.coord.bind(f.req)
-            if self.coord.step(f.req, n, boundaries=f.boundaries):
+            coord.bind(f.req)
+            if coord.decode(f.req) if decode else coord.step(f.req, n, boundaries=f.boundaries):
                 return True
             victim = self.running.pop()
             self._preempt(victim)

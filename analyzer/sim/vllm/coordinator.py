@@ -52,6 +52,12 @@ class Coordinator:
         for m in self.spec_groups[0]:
             m.use_eagle = layout.eagle_drop  # the drafter shares full-attention group 0
         self.hybrid = layout.hybrid
+        # Every group full attention, whole-block hashes, no drafter: `decode` applies.
+        self.plain = (
+            set(types) == {FULL}
+            and not layout.speculative
+            and layout.alignment == layout.block_size
+        )
         self.bound: ReqState | None = None  # the request the managers hold (concurrent)
         # Copy-on-write endpoints per manager, freed when the step ends (concurrent schedule);
         # None: freed right after the allocation (serial: one request per step).
@@ -209,11 +215,13 @@ class Coordinator:
         groups, get = self.pool.num_groups, self.pool.cached.get
         if get(hashes[s - 1] * groups + gid) is None:
             return 0, []
-        found = list(map(get, [h * groups + gid for h in hashes[s - 1 : count * s : s]]))
+        ids = hashes[s - 1 : count * s : s]
+        found = list(map(get, ids if groups == 1 else [h * groups + gid for h in ids]))
         if None in found:
             del found[found.index(None) :]
-        rows = [(b if type(b) is int else b[0],) for b in found]
-        return len(rows) * B, rows
+        if list in set(map(type, found)):  # keys several blocks hold: the oldest one
+            return len(found) * B, [(b if type(b) is int else b[0],) for b in found]
+        return len(found) * B, list(zip(found))
 
     def hit_blocks(self, found: list) -> list[list[int]]:
         """Per manager (group id order): its hit blocks, NULL in the rows' gaps."""
@@ -268,6 +276,26 @@ class Coordinator:
         self.cache(req, min(main_tokens, req.num_tokens), boundaries)
         if copies:
             self.pool.free_blocks(copies)
+        return True
+
+    def decode(self, req: ReqState) -> bool:
+        """`step(req, 1)` for a decode token (sequence = computed + 1) when every group is
+        full attention without a drafter (`plain`): allocate the block the token starts,
+        hash the block it fills. False = the free queue is too short (nothing done)."""
+        managers, B, tokens = self.managers, self.layout.block_size, req.computed + 1
+        blocks_after = -(-tokens // B)
+        need = 0
+        for m in managers:
+            need += max(blocks_after - len(m.blocks), 0)
+        if need:
+            if need > self.pool.num_free():
+                return False
+            for m in managers:
+                if blocks_after > len(m.blocks):
+                    m.blocks += self.pool.new_blocks(blocks_after - len(m.blocks))
+        for m in managers:
+            if tokens // B > m.ncached:  # a block became full (else `cache` does nothing)
+                m.cache(req, tokens, ())
         return True
 
     def _fits(

@@ -33,7 +33,7 @@ class VllmReplay:
         self, policy: Policy, *, num_groups: dict[str, int] | None = None, fast: bool = True
     ) -> None:
         self.layout: CacheLayout = make_layout(policy, num_groups)
-        self.interner = HashInterner()
+        self.interner = HashInterner(ahead=True)  # the replay compares ids, never orders them
         self.coord = Coordinator(self.layout)
         self._events = _decode_events(self.layout)
         if fast and fast_path_applies(self.layout):
