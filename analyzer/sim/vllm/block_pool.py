@@ -163,8 +163,16 @@ class BlockPool:
             raise ValueError(f"cannot get {count} free blocks from the pool")
         popitem, ref, primary, extra = self.free.popitem, self.ref, self.primary, self.extra
         out = [popitem(last=False)[0] for _ in range(count)]
+        # An eviction of a block with one key and no side entries, inlined (the common one).
+        simple = not (extra or self.shadow_of or self.sparse_groups)
+        cached, tokens = self.cached, self.primary_tokens
         for block in out:
-            if primary[block] != -1 or (extra and block in extra):
+            key = primary[block]
+            if simple and key != -1 and type(cached.get(key)) is int:
+                primary[block] = -1
+                tokens[block] = 0
+                del cached[key]  # the only holder of a key is its primary block
+            elif key != -1 or (extra and block in extra):
                 self.remove_hashes(block)  # the eviction
             ref[block] = 1
         return out

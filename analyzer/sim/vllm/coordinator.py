@@ -286,7 +286,8 @@ class Coordinator:
         blocks_after = -(-tokens // B)
         need = 0
         for m in managers:
-            need += max(blocks_after - len(m.blocks), 0)
+            if blocks_after > len(m.blocks):
+                need += blocks_after - len(m.blocks)
         if need:
             if need > self.pool.num_free():
                 return False

@@ -41,6 +41,18 @@ class MambaManager(Manager):
         self.retired = 0  # slots below this were already released
         self.allocated = False  # vLLM: request in `_allocated_block_reqs`
 
+    def swap(self, saved: tuple | None) -> tuple:
+        mine = (
+            *(self.blocks, self.ncached, self.active, self.partial_hit),
+            *(self.last_state, self.retired, self.allocated),
+        )
+        if saved is None:
+            self.start()
+        else:
+            self.blocks, self.ncached, self.active, self.partial_hit = saved[:4]
+            self.last_state, self.retired, self.allocated = saved[4:]
+        return mine
+
     @staticmethod
     def longest_hit(
         probe, hashes: list[int], max_len: int, drop: bool, layout: CacheLayout

@@ -80,14 +80,14 @@ class Manager:
         self.partial_hit: tuple[int, int] | None = None  # (slot, shared source block)
 
     def swap(self, saved: tuple | None) -> tuple:
-        """Unbind the bound request (its fields are returned) and bind `saved` (None: a new
-        request with an empty table)."""
-        fields, state = self.REQUEST_FIELDS, self.__dict__  # plain attributes: swapped in bulk
-        mine = tuple(map(state.__getitem__, fields))
+        """Unbind the bound request (its REQUEST_FIELDS are returned, in order) and bind
+        `saved` (None: a new request with an empty table). Spelled out: it runs at every
+        switch between requests."""
+        mine = (self.blocks, self.ncached, self.active, self.partial_hit)
         if saved is None:
             self.start()
         else:
-            state.update(zip(fields, saved, strict=True))
+            self.blocks, self.ncached, self.active, self.partial_hit = saved
         return mine
 
     # -- sizes -------------------------------------------------------------------------------
@@ -193,6 +193,7 @@ class Manager:
         pool, blocks, s = self.pool, self.blocks, B // H
         groups, gid, ever, this_step = self.groups, self.gid, self.ever, self.this_step
         plain, primary, insert = req.plain, pool.primary, pool.insert
+        cached, primary_tokens = pool.cached, pool.primary_tokens
         for i in range(start, full):
             block = blocks[i]
             if block == NULL or (mask is not None and not mask[i - start]):
@@ -200,8 +201,14 @@ class Manager:
             key = hashes[(i + 1) * s - 1] * groups + gid
             if primary[block] != -1:
                 pool.remove_hashes(block)  # a partial entry promoted to the full block
-            shadow = -1 if plain is None else self._plain(req, (i + 1) * s - 1)
-            insert(key, block, (i + 1) * B, shadow)
+            if plain is None and key not in cached:
+                # pool.insert, inlined for the common case: a new key on a block without keys
+                primary[block] = key
+                primary_tokens[block] = (i + 1) * B
+                cached[key] = block
+            else:
+                shadow = -1 if plain is None else self._plain(req, (i + 1) * s - 1)
+                insert(key, block, (i + 1) * B, shadow)
             if ever is not None:
                 ever.add(key)
                 if this_step is not None:

@@ -11,6 +11,7 @@ from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import VllmReplay, replay
 from analyzer.sim.vllm.block_pool import BlockPool
+from analyzer.sim.vllm.coordinator import MANAGERS, Coordinator
 from analyzer.sim.vllm.layout import make_layout
 from tests.sim.conftest import shared_prefix_requests
 
@@ -158,3 +159,22 @@ def test_eviction_splits_the_miss():
     )
     *_, b = replay(requests, make_policy({**values, "num_blocks": 10}))
     assert (b.hit_tokens, b.sparse_retention_miss_tokens, b.chunks) == (32, 0, (8,))
+
+
+@pytest.mark.parametrize("kind", sorted(MANAGERS))
+def test_swap_moves_every_request_field(kind):
+    """A manager's bound request is swapped field by field (spelled out for speed): every
+    REQUEST_FIELDS entry leaves, in order, and comes back."""
+    window = {"sliding_window": 8} if kind == "sliding_window" else {}
+    groups = ["full_attention", kind] if kind != "full_attention" else [kind]
+    policy = make_policy({"block_size": 4, "groups": groups, "num_blocks": 9, **window})
+    layout = make_layout(policy)
+    manager = Coordinator(layout).managers[-1]
+    first = tuple(object() for _ in manager.REQUEST_FIELDS)
+    for name, value in zip(manager.REQUEST_FIELDS, first, strict=True):
+        setattr(manager, name, value)
+    assert manager.swap(None) == first  # unbound: a new request, fields reset
+    assert manager.blocks == [] and manager.ncached == 0
+    second = manager.swap(first)
+    assert tuple(getattr(manager, name) for name in manager.REQUEST_FIELDS) == first
+    assert manager.swap(second) == first
