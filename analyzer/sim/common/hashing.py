@@ -73,15 +73,15 @@ class HashInterner:
         if count <= 0:
             return 0  # parent is no run's, or its run's last id
         width = unit + look
-        n = 0  # block by block while few (a slice compare is cheap), then in bulk
-        while n < min(count, 8):
+        n, few = 0, min(count, 8)  # block by block while few (a slice compare is cheap)
+        while n < few:
             at = n * unit
             if run[start + at : start + at + width] != data[lo + at : lo + at + width]:
                 return n
             n += 1
-        if n == count:
-            return n
         size = count * unit + look
+        if n == count or run[start : start + size] == data[lo : lo + size]:
+            return count  # all of them (a follow-up walking its parent's run, often)
         mine = np.frombuffer(data, np.uint8, size, lo)
         theirs = np.frombuffer(run, np.uint8, size, start)
         differ = np.flatnonzero(mine != theirs)
