@@ -83,9 +83,8 @@ class HashInterner:
         if n == count or run[start : start + size] == data[lo : lo + size]:
             return count  # all of them (a follow-up walking its parent's run, often)
         mine = np.frombuffer(data, np.uint8, size, lo)
-        theirs = np.frombuffer(run, np.uint8, size, start)
-        differ = np.flatnonzero(mine != theirs)
-        return count if not differ.size else (int(differ[0]) - look) // unit
+        first = int((mine != np.frombuffer(run, np.uint8, size, start)).argmax())  # they differ
+        return (first - look) // unit
 
     def new_run(self, key: tuple[int, bytes], data: bytes, lo: int, count: int, shape) -> int:
         """Ids for `count` blocks of `data` from byte `lo` that extend a prefix nobody had;

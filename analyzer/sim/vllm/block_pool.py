@@ -20,6 +20,7 @@ counts are not kept at all: allocation hands out new ids and free/touch do nothi
 from __future__ import annotations
 
 from collections import OrderedDict
+from operator import itemgetter
 
 NULL = 0
 
@@ -215,7 +216,9 @@ class BlockPool:
 
     def evictable(self, blocks: list[int]) -> int:
         """How many of `blocks` sit in the free queue (a hit on them takes a free slot)."""
-        if not self.bounded:
+        if not self.bounded or not blocks:
             return 0
-        ref = self.ref
-        return sum(1 for b in blocks if b != NULL and ref[b] == 0)
+        if len(blocks) == 1:
+            return int(blocks[0] != NULL and self.ref[blocks[0]] == 0)
+        # The null block's count stays 0 (it is never allocated): take its slots back out.
+        return itemgetter(*blocks)(self.ref).count(0) - blocks.count(NULL)

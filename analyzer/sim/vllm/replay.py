@@ -123,7 +123,8 @@ class VllmReplay:
             req.computed = c
             req.num_tokens = c + 1
             self._show_hashes(req)
-            if not coord.step(req, 1, boundaries=boundaries):
+            fits = coord.decode(req) if coord.plain else coord.step(req, 1, boundaries=boundaries)
+            if not fits:
                 chunks.extend([1] * (c - first))
                 return NOT_SCHEDULABLE.format(layout.num_blocks)
             req.computed = c + 1
