@@ -194,9 +194,8 @@ class BlockPool:
         """Release blocks in eviction-priority order (first = evicted first among them)."""
         if not self.bounded:
             return
-        ref, primary, extra = self.ref, self.primary, self.extra
-        first: list[int] = []
-        last: list[int] = []
+        ref, primary, extra, free = self.ref, self.primary, self.extra, self.free
+        first: list[int] = []  # unhashed: to the head, after the loop (head and tail commute)
         for block in ordered:
             if block == NULL:
                 continue
@@ -206,13 +205,10 @@ class BlockPool:
                 if primary[block] == -1 and not (extra and block in extra):
                     first.append(block)
                 else:
-                    last.append(block)
-        free = self.free
+                    free[block] = None  # hashed: to the tail, in order
         for block in reversed(first):
             free[block] = None
             free.move_to_end(block, last=False)
-        for block in last:
-            free[block] = None
 
     def evictable(self, blocks: list[int]) -> int:
         """How many of `blocks` sit in the free queue (a hit on them takes a free slot)."""

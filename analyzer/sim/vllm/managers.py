@@ -194,11 +194,13 @@ class Manager:
         groups, gid, ever, this_step = self.groups, self.gid, self.ever, self.this_step
         plain, primary, insert = req.plain, pool.primary, pool.insert
         cached, primary_tokens = pool.cached, pool.primary_tokens
-        for i in range(start, full):
-            block = blocks[i]
+        if s == 1 and groups == 1:
+            keys = hashes[start:full]  # one hash a block, one group: the hash is the key
+        else:
+            keys = [hashes[(i + 1) * s - 1] * groups + gid for i in range(start, full)]
+        for i, block, key in zip(range(start, full), blocks[start:full], keys, strict=True):
             if block == NULL or (mask is not None and not mask[i - start]):
                 continue
-            key = hashes[(i + 1) * s - 1] * groups + gid
             if primary[block] != -1:
                 pool.remove_hashes(block)  # a partial entry promoted to the full block
             if plain is None and key not in cached:
