@@ -62,6 +62,7 @@ class Coordinator:
         # Copy-on-write endpoints per manager, freed when the step ends (concurrent schedule);
         # None: freed right after the allocation (serial: one request per step).
         self.pending_copies: list[list[int]] | None = None
+        self.step_keys: list[set[int]] = []  # the managers' `this_step` sets (concurrent)
 
     # -- the concurrent schedule ----------------------------------------------------------
 
@@ -72,6 +73,7 @@ class Coordinator:
         for m in self.managers:
             if m.kind == MAMBA:
                 m.this_step = set()
+                self.step_keys.append(m.this_step)
             elif m.kind == FULL:
                 m.ever = set()  # every attention block ever hashed: what was scheduled
 
@@ -101,7 +103,10 @@ class Coordinator:
         if bound is req:
             return
         tables = req.tables
-        saved = [m.swap(tables[m.gid] if tables else None) for m in self.managers]
+        if len(self.managers) == 1:  # the common single-group model: no list to build
+            saved = [self.managers[0].swap(tables[0] if tables else None)]
+        else:
+            saved = [m.swap(tables[m.gid] if tables else None) for m in self.managers]
         req.tables = None
         if bound is not None:
             bound.tables = saved
@@ -109,18 +114,16 @@ class Coordinator:
 
     def new_step(self) -> None:
         """A step starts (vLLM `new_step_starts`)."""
-        for m in self.managers:
-            if m.this_step is not None:
-                m.this_step.clear()
+        for keys in self.step_keys:
+            keys.clear()
 
     def end_step(self) -> None:
         """The step's copies have run: release their endpoints, manager by manager."""
         pending = self.pending_copies
-        blocks = [b for mine in pending for b in mine]
-        if blocks:
-            self.pool.free_blocks(blocks)
-        for mine in pending:
-            mine.clear()
+        if any(pending):
+            self.pool.free_blocks([b for mine in pending for b in mine])
+            for mine in pending:
+                mine.clear()
 
     def deferred(self, req: ReqState, hit_tokens: int) -> bool:
         """Mamba's same-step rule: a hit whose state was hashed in this step (by another
