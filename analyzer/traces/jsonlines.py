@@ -12,6 +12,7 @@ from analyzer.errors import InputFileError
 from analyzer.traces.records import RecordError
 
 CHUNK_BYTES = 8 << 20
+UTF8_BOM = b"\xef\xbb\xbf"
 
 Item = tuple[int, Any, bytes]
 
@@ -43,8 +44,12 @@ def whole_lines(
 def line_bodies(
     path: Path, stream: BinaryIO, progress: Callable[[], None], chunk_bytes: int = CHUNK_BYTES
 ) -> Iterator[tuple[bytes, int]]:
-    """`whole_lines` of a JSON Lines stream; a stream that is one JSON array is a file error."""
+    """`whole_lines` of a JSON Lines stream; a stream that is one JSON array is a file error.
+    A UTF-8 byte order mark opening the stream is dropped (RFC 8259 lets a parser ignore it);
+    anywhere else it is part of its line, which then is not JSON."""
     for body, first_line in whole_lines(stream, progress, chunk_bytes):
+        if first_line == 1 and body.startswith(UTF8_BOM):
+            body = body[len(UTF8_BOM) :]
         if first_line == 1 and body.lstrip()[:1] == b"[":
             raise InputFileError(
                 f"{path}: a JSON array, not JSON Lines (one object per line); "
@@ -61,8 +66,19 @@ def decoded_lines(body: bytes, first_line: int) -> Iterator[Item]:
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            obj = RecordError(None, f"malformed JSON ({exc})")
+            obj = RecordError(None, _undecodable(raw, exc))
         yield first_line + offset, obj, raw
+
+
+def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:
+    """Why a line is not JSON: its first bad UTF-8 byte (orjson's message does not say
+    where), else the parser's message."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        where = f"byte 0x{raw[bad.start]:02x} at byte {bad.start + 1}"
+        return f"malformed JSON (not valid UTF-8: {where})"
+    return f"malformed JSON ({exc})"
 
 
 def json_line_chunks(

@@ -134,6 +134,9 @@ def _jsonl_batch(body: bytes, first_line: int) -> Batch:
                     explicit_schema=FAST_INPUT_SCHEMA, unexpected_field_behavior="infer"
                 ),
             )
+            # Arrow's JSON reader copies string bytes unchecked: a line with invalid UTF-8
+            # must reach the exact path, which rejects that line alone.
+            table.validate(full=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             table = None
         if table is not None and table.num_rows == len(ends):

@@ -7,6 +7,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -414,3 +415,52 @@ def test_a_failed_first_ingest_leaves_no_database(tmp_path):
     with pytest.raises(InputFileError):
         ingest([bad], db_path=new, fmt="jsonl")
     assert rows(new, "SELECT count(*) FROM requests") == [(1,)]  # an existing store stays
+
+
+def _lines_file(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def _record(i: int, **fields) -> bytes:
+    values = {"request_id": f"r{i}", "prompt_token_ids": [1, 2, i + 3], **fields}
+    return orjson.dumps(values)
+
+
+# (field with a bad byte, how the batch is read): the fast path reads whole batches with
+# Arrow; an unknown field elsewhere in the batch sends it to the per-record path.
+BAD_UTF8 = [
+    (field, path)
+    for field in ("request_id", "prompt_family", "replica", "model_revision")
+    for path in ("fast", "per record")
+]
+
+
+@pytest.mark.parametrize(("field", "path"), BAD_UTF8)
+def test_one_invalid_utf8_byte_costs_one_record(tmp_path, db, field, path):
+    lines = [_record(i, prompt_family="fam", replica="r0", model_revision="v1") for i in range(6)]
+    lines[3] = lines[3].replace(b'"r3"' if field == "request_id" else b'"fam"', b'"x\xffy"')
+    if field in ("replica", "model_revision"):
+        lines[3] = _record(3, **{field: "PLACE"}).replace(b"PLACE", b"x\xffy")
+    if path == "per record":
+        lines[0] = _record(0, note="an unknown field")
+    result = ingest([_lines_file(tmp_path / "t.jsonl", lines)], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (5, 1)
+    at = lines[3].index(0xFF) + 1
+    assert rows(db, "SELECT line_no, reason FROM rejects") == [
+        (4, f"malformed JSON (not valid UTF-8: byte 0xff at byte {at})")
+    ]
+
+
+@pytest.mark.parametrize("path", ["fast", "per record"])
+def test_a_byte_order_mark_opens_a_file_on_either_path(tmp_path, db, path):
+    """A BOM at the start is ignored (RFC 8259 allows it); one opening a later line makes
+    that line not JSON."""
+    lines = [_record(i) for i in range(4)]
+    if path == "per record":
+        lines[1] = _record(1, note="an unknown field")
+    lines[0] = b"\xef\xbb\xbf" + lines[0]
+    lines[2] = b"\xef\xbb\xbf" + lines[2]
+    result = ingest([_lines_file(tmp_path / "t.jsonl", lines)], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (3, 1)
+    assert rows(db, "SELECT line_no FROM rejects") == [(3,)]
