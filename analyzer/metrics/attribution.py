@@ -15,8 +15,8 @@ FIGURES = (
     ("hit", "hit_tokens", "hits"),
     ("unshared", "unshared_tokens", "unshared prefixes"),
     ("routing", "lost_routing_tokens", "routing losses"),
-    ("granularity", "lost_granularity_tokens", "match-granularity losses"),
     ("in_flight", "lost_in_flight_tokens", "prefixes still in flight"),
+    ("granularity", "lost_granularity_tokens", "match-granularity losses"),
     ("eviction", "lost_eviction_tokens", "dense evictions"),
     ("sparse_retention", "sparse_retention_miss_tokens", "sparse-retention misses"),
     (
@@ -34,8 +34,8 @@ FIGURES = (
 CAUSES = (
     "unshared",
     "routing",
-    "granularity",
     "in_flight",
+    "granularity",
     "eviction",
     "sparse_retention",
     "spec_decode",

@@ -8,7 +8,7 @@ Families, in this order, each with HELP and TYPE lines, every sample labelled
 - `vllm:prefix_cache_sparse_retention_misses_total` (counter): the name proposed in vLLM
   PR 52527: tokens full attention matched but a sparse group had no state for.
 - `hpa_prefix_cache_lost_tokens_total{cause=...}` (counter): the loss waterfall of SPEC 3,
-  one sample per cause: `unshared`, `routing`, `granularity`, `eviction`,
+  one sample per cause: `unshared`, `routing`, `in_flight`, `granularity`, `eviction`,
   `sparse_retention_never_kept`, `sparse_retention_evicted`, `spec_decode`. The two
   `sparse_retention_*` causes split vLLM's sparse-retention misses, so for every label set
   hits + the sum over causes = queries.
@@ -31,8 +31,8 @@ from analyzer.store.db import DEFAULT_DB, connect, load_sql
 CAUSE_LABELS = (
     ("unshared", "unshared_tokens"),
     ("routing", "lost_routing_tokens"),
-    ("granularity", "lost_granularity_tokens"),
     ("in_flight", "lost_in_flight_tokens"),
+    ("granularity", "lost_granularity_tokens"),
     ("eviction", "lost_eviction_tokens"),
     ("sparse_retention_never_kept", "sparse_retention_miss_never_kept_tokens"),
     ("sparse_retention_evicted", "sparse_retention_miss_evicted_tokens"),

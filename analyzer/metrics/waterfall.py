@@ -3,22 +3,21 @@
     L0 prompt_tokens
     L1 shared_any_tokens        unshared_tokens          = L0 - L1  (token identity)
     L2 shared_replica_tokens    lost_routing_tokens      = L1 - L2
-    L3 matchable_tokens         lost_granularity_tokens  = L2 - L3
-    L3' scheduled_match_tokens  lost_in_flight_tokens    = L3 - L3'
-    L4 attention_match_tokens   lost_eviction_tokens     = L3' - L4
+    L2b shared_scheduled_tokens lost_in_flight_tokens    = L2 - L2b (concurrent schedule)
+    L3 matchable_tokens         lost_granularity_tokens  = L2b - L3
+    L4 attention_match_tokens   lost_eviction_tokens     = L3 - L4
     L5 (hit + sparse miss)      sparse_retention_miss    = L4 - L5
     L6 hit_tokens               lost_spec_decode_tokens  = L5 - L6
 
-L3 is L2 capped at prompt_tokens - 1 (the last token is always computed) and floored
-to the hit alignment (the prefix match unit when fine-grained hits are on, else the
-block size). L4 is what full attention had resident, with plain hashes (no EAGLE
-lookahead or drop). vLLM's sparse-retention miss is measured after the speculative
-decoding adjustment, so L5 = L4 - miss and L5 - L6 is what lookahead / drop took.
-L3' exists under the concurrent schedule: full attention's match, at admission, against
-every block scheduled so far (an unbounded cache of what had been produced); the shared
-prefix beyond it was still in flight (not yet scheduled, or outputs not yet generated), so
-no cache of any size could have served it. It is held within [L4, L3] (lookahead hashing
-can put it a unit outside); a serial replay has L3' = L3 (nothing in flight).
+L2b exists under the concurrent schedule: L2 limited to the tokens the earlier requests had
+scheduled (so cached or being computed) when this one was admitted, finished ones whole
+(`sim/vllm/scheduled.py`); the shared prefix beyond it was still in flight, so no cache of any
+size could have served it. A serial replay has L2b = L2. L3 is L2b capped at prompt_tokens - 1
+(the last token is always computed) and floored to the hit alignment (the prefix match unit
+when fine-grained hits are on, else the block size). L4 is what full attention had resident,
+with plain hashes (no EAGLE lookahead or drop). vLLM's sparse-retention miss is measured after
+the speculative decoding adjustment, so L5 = L4 - miss and L5 - L6 is what lookahead / drop
+took. L2b is held within [L4, L2] (lookahead hashes can put it a unit below what was resident).
 Every level is <= the one above, so the causes are never negative and sum to L0.
 """
 
@@ -31,8 +30,8 @@ import numpy as np
 CAUSES = (
     "unshared_tokens",
     "lost_routing_tokens",
-    "lost_granularity_tokens",
     "lost_in_flight_tokens",
+    "lost_granularity_tokens",
     "lost_eviction_tokens",
     "sparse_retention_miss_tokens",
     "lost_spec_decode_tokens",
@@ -46,8 +45,8 @@ class Levels:
     prompt_tokens: np.ndarray
     shared_any_tokens: np.ndarray
     shared_replica_tokens: np.ndarray
+    shared_scheduled_tokens: np.ndarray
     matchable_tokens: np.ndarray
-    scheduled_match_tokens: np.ndarray
     attention_match_tokens: np.ndarray
     before_spec_tokens: np.ndarray
     hit_tokens: np.ndarray
@@ -58,8 +57,8 @@ class Levels:
             self.prompt_tokens,
             self.shared_any_tokens,
             self.shared_replica_tokens,
+            self.shared_scheduled_tokens,
             self.matchable_tokens,
-            self.scheduled_match_tokens,
             self.attention_match_tokens,
             self.before_spec_tokens,
             self.hit_tokens,
@@ -79,7 +78,7 @@ class WaterfallError(AssertionError):
 def matchable(
     shared_replica_tokens: np.ndarray, prompt_tokens: np.ndarray, align_tokens: int
 ) -> np.ndarray:
-    """L3: shared prefix capped at prompt_tokens - 1, floored to `align_tokens`."""
+    """L3: shared (scheduled) prefix capped at prompt_tokens - 1, floored to `align_tokens`."""
     capped = np.minimum(shared_replica_tokens, prompt_tokens - 1)
     return capped // align_tokens * align_tokens
 
@@ -93,20 +92,21 @@ def build_levels(
     attention_match_tokens,
     sparse_retention_miss_tokens,
     hit_tokens,
-    scheduled_match_tokens=None,
+    shared_scheduled_tokens=None,
 ) -> Levels:
     """Levels from matcher and replay figures; raises WaterfallError if any level rises.
-    `scheduled_match_tokens`: L3' per request (None: a serial replay, L3' = L3)."""
+    `shared_scheduled_tokens`: L2b per request from the replay (None: a serial replay,
+    L2b = L2)."""
     as64 = lambda a: np.asarray(a, dtype=np.int64)  # noqa: E731
     p, l4, hit = as64(prompt_tokens), as64(attention_match_tokens), as64(hit_tokens)
-    l3 = matchable(as64(shared_replica_tokens), p, align_tokens)
-    l3b = l3 if scheduled_match_tokens is None else np.clip(as64(scheduled_match_tokens), l4, l3)
+    l2 = as64(shared_replica_tokens)
+    l2b = l2 if shared_scheduled_tokens is None else np.clip(as64(shared_scheduled_tokens), l4, l2)
     levels = Levels(
         prompt_tokens=p,
         shared_any_tokens=as64(shared_any_tokens),
-        shared_replica_tokens=as64(shared_replica_tokens),
-        matchable_tokens=l3,
-        scheduled_match_tokens=l3b,
+        shared_replica_tokens=l2,
+        shared_scheduled_tokens=l2b,
+        matchable_tokens=matchable(l2b, p, align_tokens),
         attention_match_tokens=l4,
         before_spec_tokens=l4 - as64(sparse_retention_miss_tokens),
         hit_tokens=hit,

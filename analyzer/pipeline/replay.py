@@ -123,7 +123,7 @@ def replay_rows(
         attention_match_tokens=[r.attention_match_tokens for r in results],
         sparse_retention_miss_tokens=[r.sparse_retention_miss_tokens for r in results],
         hit_tokens=[r.hit_tokens for r in results],
-        scheduled_match_tokens=_scheduled_match(results),
+        shared_scheduled_tokens=_shared_scheduled(results),
     )
     rows = {
         "arrival_seq": c["arrival_seq"],
@@ -153,9 +153,9 @@ def replay_rows(
     return rows
 
 
-def _scheduled_match(results: list) -> list[int] | None:
-    """L3' per request (None for a serial replay; a request never admitted gets no bound)."""
-    found = [r.scheduled_match_tokens for r in results]
+def _shared_scheduled(results: list) -> list[int] | None:
+    """L2b per request (None for a serial replay; a request never admitted gets no bound)."""
+    found = [r.shared_scheduled_tokens for r in results]
     if all(v is None for v in found):
         return None
     return [np.iinfo(np.int64).max if v is None else v for v in found]

@@ -21,7 +21,7 @@ SEGMENTS = (
     ("lost_routing_tokens", "lost to routing", "#9467bd"),
     ("unshared_tokens", "unshared (no common prefix)", "#b0b0b0"),
 )
-# The concurrent schedule's cause, between dense eviction and granularity in the bars.
+# The concurrent schedule's cause, between granularity and routing in the bars (SPEC 3).
 IN_FLIGHT = ("lost_in_flight_tokens", "lost in flight (not yet scheduled)", "#e377c2")
 
 
@@ -30,7 +30,7 @@ def segments(columns: Iterable[str]) -> tuple[tuple[str, str, str], ...]:
     keeps the column only when a run shown is concurrent or lost tokens in flight)."""
     if "lost_in_flight_tokens" not in set(columns):
         return SEGMENTS
-    at = [col for col, _, _ in SEGMENTS].index("lost_granularity_tokens")
+    at = [col for col, _, _ in SEGMENTS].index("lost_routing_tokens")
     return (*SEGMENTS[:at], IN_FLIGHT, *SEGMENTS[at:])
 
 

@@ -90,9 +90,9 @@ class SimResult(NamedTuple):
       hits: they are part of `sparse_retention_miss_tokens` (never kept), counted here too.
 
     The concurrent schedule (simulated clock, seconds from the earliest arrival) also gives
-    `scheduled_match_tokens` (full attention's match, at admission, against every block
-    scheduled so far: an unbounded cache of what the earlier requests had produced; the
-    shared prefix beyond it was still in flight), `arrival_s`, `first_scheduled_s` (the step
+    `shared_scheduled_tokens` (L2b: the prompt's prefix shared with the tokens the earlier
+    requests had scheduled when it was admitted, finished ones whole; the shared prefix
+    beyond it was still in flight), `arrival_s`, `first_scheduled_s` (the step
     that first admitted it starts), `first_token_s` and `finished_s` (the steps that sampled
     its first and last token end), and per request
     `num_preemptions`, `hit_total_tokens` (hits over every admission, re-admissions after a
@@ -119,7 +119,7 @@ class SimResult(NamedTuple):
     replay_tokens: int = 0
     note: str | None = None
     arrival_s: float | None = None
-    scheduled_match_tokens: int | None = None
+    shared_scheduled_tokens: int | None = None
     first_scheduled_s: float | None = None
     first_token_s: float | None = None
     finished_s: float | None = None

@@ -31,8 +31,8 @@ def test_diagnostic_second_request():
     assert causes == {
         "unshared_tokens": 1088,
         "lost_routing_tokens": 0,
-        "lost_granularity_tokens": 0,
         "lost_in_flight_tokens": 0,
+        "lost_granularity_tokens": 0,
         "lost_eviction_tokens": 0,
         "sparse_retention_miss_tokens": 1088,
         "lost_spec_decode_tokens": 0,
@@ -41,28 +41,31 @@ def test_diagnostic_second_request():
 
 
 @pytest.mark.parametrize(
-    ("scheduled", "in_flight", "eviction"),
+    ("scheduled", "in_flight", "granularity", "eviction"),
     [
-        (1632, 0, 1088),  # every shared block had been scheduled; later evicted
-        (1088, 544, 544),  # the producer had scheduled 1,088 of the 1,632 shared
-        (544, 1088, 0),  # what was scheduled is resident: the rest was still in flight
-        (0, 1088, 0),  # held at L4 (never below what attention matched)
-        (2176, 0, 1088),  # held at L3
+        (1700, 0, 68, 1088),  # all 1,700 shared tokens scheduled; floored to 1,632; evicted
+        (1650, 50, 18, 1088),  # the producer was 50 tokens short of the shared prefix
+        (1100, 600, 12, 544),  # 1,100 of 1,700 scheduled: 1,088 matchable, 544 resident
+        (544, 1156, 0, 0),  # what was scheduled is resident: the rest was still in flight
+        (0, 1156, 0, 0),  # held at L4 (never below what attention matched)
+        (2176, 0, 68, 1088),  # held at L2
     ],
 )
-def test_in_flight_loss_is_matchable_not_yet_scheduled(scheduled, in_flight, eviction):
+def test_in_flight_loss_is_shared_not_yet_scheduled(scheduled, in_flight, granularity, eviction):
+    """SPEC 3's L2b: in flight comes before granularity, which floors what was scheduled."""
     levels = build_levels(
         prompt_tokens=[2176],
-        shared_any_tokens=[1632],
-        shared_replica_tokens=[1632],
+        shared_any_tokens=[1700],
+        shared_replica_tokens=[1700],
         align_tokens=544,
         attention_match_tokens=[544],
         sparse_retention_miss_tokens=[0],
         hit_tokens=[544],
-        scheduled_match_tokens=[scheduled],
+        shared_scheduled_tokens=[scheduled],
     )
     causes = levels.causes()
     assert int(causes["lost_in_flight_tokens"][0]) == in_flight
+    assert int(causes["lost_granularity_tokens"][0]) == granularity
     assert int(causes["lost_eviction_tokens"][0]) == eviction
     assert sum(int(v[0]) for v in causes.values()) == 2176
 

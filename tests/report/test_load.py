@@ -73,13 +73,14 @@ def test_concurrent_report_is_deterministic(concurrent_db, concurrent_html, tmp_
     assert again.path.read_bytes() == concurrent_html.path.read_bytes()
 
 
-def test_in_flight_segment_between_granularity_and_eviction(concurrent_db):
+def test_in_flight_segment_between_routing_and_granularity(concurrent_db):
+    """SPEC 3's order: routing, in flight, granularity (the bars go from the hit outward)."""
     db, _ = concurrent_db
     data = load_report_data(db)
     names = [name for _, name, _ in waterfall.segments(data.groups.columns)]
     at = names.index(IN_FLIGHT)
-    assert names[at - 1] == "lost to dense eviction"
-    assert names[at + 1] == "lost to match granularity"
+    assert names[at - 1] == "lost to match granularity"
+    assert names[at + 1] == "lost to routing"
     fig = waterfall.waterfall_runs(data.groups)
     overall = data.groups.filter(pl.col("is_overall")).sort("run_id")
     for i, queried in enumerate(overall["prompt_tokens"].to_list()):

@@ -34,7 +34,10 @@ class HashInterner:
     bytes)]` for a run's first block; `roots` gives each namespace its own parent for block
     0. Ids that are no run's (roots, fresh ids) have no implicit child."""
 
-    __slots__ = ("ids", "roots", "next_id", "run_first", "run_data", "run_shape", "ahead")
+    __slots__ = (
+        *("ids", "roots", "next_id", "ahead"),
+        *("run_first", "run_data", "run_shape", "run_owner", "run_reached"),
+    )
 
     def __init__(self, *, ahead: bool = False) -> None:
         # `ahead`: a chain's first extension gives ids to all its known blocks at once (later
@@ -47,6 +50,8 @@ class HashInterner:
         self.run_first: list[int] = []  # a run's first id, ascending
         self.run_data: list[bytes] = []  # its blocks' bytes (+ the last one's lookahead)
         self.run_shape: list[tuple[int, int]] = []  # (bytes per block, lookahead bytes)
+        self.run_owner: list[BlockHashes] = []  # the chain that made it
+        self.run_reached: list[int] = []  # the last of its ids another chain walked to
 
     def root(self, namespace: Hashable) -> int:
         """The parent id of block 0 in `namespace` (cache_salt / LoRA isolation)."""
@@ -86,17 +91,30 @@ class HashInterner:
         first = int((mine != np.frombuffer(run, np.uint8, size, start)).argmax())  # they differ
         return (first - look) // unit
 
-    def new_run(self, key: tuple[int, bytes], data: bytes, lo: int, count: int, shape) -> int:
-        """Ids for `count` blocks of `data` from byte `lo` that extend a prefix nobody had;
-        `key` is the first block's (parent, bytes). Returns the first id."""
-        unit, look = shape
+    def new_run(self, key: tuple[int, bytes], owner: BlockHashes, lo: int, count: int) -> int:
+        """Ids for `count` blocks of `owner`'s bytes from byte `lo` that extend a prefix
+        nobody had; `key` is the first block's (parent, bytes). Returns the first id."""
         first = self.next_id
         self.next_id += count
         self.ids[key] = first
         self.run_first.append(first)
-        self.run_data.append(data[lo : lo + count * unit + look])
-        self.run_shape.append(shape)
+        self.run_data.append(owner.data[lo : lo + count * owner.unit + owner.look])
+        self.run_shape.append((owner.unit, owner.look))
+        self.run_owner.append(owner)
+        self.run_reached.append(first - 1)
         return first
+
+    def reach(self, block_id: int) -> None:
+        """A chain other than its maker walked to `block_id` (an id of some run)."""
+        r = bisect_right(self.run_first, block_id) - 1
+        if block_id > self.run_reached[r]:
+            self.run_reached[r] = block_id
+
+    def shared(self, block_id: int, chain: BlockHashes) -> bool:
+        """Whether a chain other than `chain` goes through `block_id` (an id of `chain`);
+        True when unsure (a root, another chain's run)."""
+        r = bisect_right(self.run_first, block_id) - 1
+        return r < 0 or self.run_owner[r] is not chain or block_id <= self.run_reached[r]
 
 
 class BlockHashes:
@@ -108,10 +126,20 @@ class BlockHashes:
     (decode output given only as a count): each gets a fresh id and can match nothing.
     """
 
-    __slots__ = ("interner", "data", "unit", "look", "known", "ids", "_root", "_ahead")
+    __slots__ = (
+        *("interner", "data", "unit", "look", "known", "ids", "root", "_ahead"),
+        *("item_bytes", "item_tokens"),
+    )
 
     def __init__(
-        self, interner: HashInterner, data: bytes, unit: int, look: int, known: int, root: int
+        self,
+        interner: HashInterner,
+        data: bytes,
+        unit: int,
+        look: int,
+        known: int,
+        root: int,
+        item: tuple[int, int] = (4, 1),
     ) -> None:
         self.interner = interner
         self.data = data
@@ -119,8 +147,10 @@ class BlockHashes:
         self.look = look
         self.known = known
         self.ids: list[int] = []
-        self._root = root
+        self.root = root  # the parent of block 0
         self._ahead: list[int] | None = None  # every known block's id (interner.ahead)
+        # One item of `data`: (bytes, tokens): a token id (4, 1) or a trace block id (8, TB).
+        self.item_bytes, self.item_tokens = item
 
     def extend(self, count: int) -> list[int]:
         """Make sure the first `count` ids exist; returns the id list (shared, do not mutate)."""
@@ -144,7 +174,7 @@ class BlockHashes:
         """Append the ids of blocks len(ids)..stop-1 (all known) to `ids`; returns it."""
         interner = self.interner
         data, unit, shape = self.data, self.unit, (self.unit, self.look)
-        parent = ids[-1] if ids else self._root
+        parent = ids[-1] if ids else self.root
         i = len(ids)
         while i < stop:
             lo = i * unit
@@ -153,13 +183,15 @@ class BlockHashes:
                 ids.extend(range(parent + 1, parent + 1 + n))
                 i += n
                 parent += n
+                interner.reach(parent)
                 continue
             key = (parent, data[lo : lo + unit + self.look])
             found = interner.ids.get(key)
             if found is None:
-                first = interner.new_run(key, data, lo, stop - i, shape)
+                first = interner.new_run(key, self, lo, stop - i)
                 ids.extend(range(first, first + stop - i))
                 break
+            interner.reach(found)
             ids.append(found)
             parent = found
             i += 1
@@ -213,6 +245,9 @@ def request_hashes(
             )
     else:
         raise ConfigError(f"request {req.request_id!r}: needs prompt_token_ids or block_hash_ids")
-    main = BlockHashes(interner, data, unit, look, (known_tokens - lookahead) // hash_block, root)
-    plain = BlockHashes(interner, data, unit, 0, known_tokens // hash_block, root) if look else None
-    return main, plain
+    item = (4, 1) if req.prompt_token_ids is not None else (8, req.trace_block_size)
+    known = (known_tokens - lookahead) // hash_block
+    main = BlockHashes(interner, data, unit, look, known, root, item)
+    if not look:
+        return main, None
+    return main, BlockHashes(interner, data, unit, 0, known_tokens // hash_block, root, item)

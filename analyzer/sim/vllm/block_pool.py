@@ -196,9 +196,9 @@ class BlockPool:
             return
         ref, primary, extra, free = self.ref, self.primary, self.extra, self.free
         first: list[int] = []  # unhashed: to the head, after the loop (head and tail commute)
+        if NULL in ordered:
+            ordered = [block for block in ordered if block != NULL]
         for block in ordered:
-            if block == NULL:
-                continue
             count = ref[block] - 1
             ref[block] = count
             if count == 0:

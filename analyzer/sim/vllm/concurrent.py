@@ -32,6 +32,7 @@ from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
 from analyzer.sim.vllm.flight import Admission, Flight
 from analyzer.sim.vllm.managers import ReqState
 from analyzer.sim.vllm.replay import NOT_SCHEDULABLE, VllmReplay
+from analyzer.sim.vllm.scheduled import ScheduledPrefixes
 from analyzer.sim.vllm.scheduler import mamba_split
 
 
@@ -56,12 +57,15 @@ class ConcurrentReplay(VllmReplay):
         self.hash_block = self.layout.hash_block_size
         self.hash_lookahead = self.layout.hash_lookahead
         self.budget = budget
+        self.block_size = self.layout.block_size
+        self.has_mamba = self.layout.has_mamba
         self.max_num_seqs = policy.max_num_seqs
         self.step_base_s = policy.step_base_ms / 1000
         self.step_token_s = policy.step_token_us / 1e6
         self.time_scale = policy.time_scale
         self.clock = 0.0
         self.preempted = False  # the current step preempted a request
+        self.skipped_now: list[Flight] = []  # sleepers the current step left out
         self.num_steps = 0
         self.num_tokens = 0  # scheduled so far, over every step
         self.running: list[Flight] = []  # admission order
@@ -74,6 +78,7 @@ class ConcurrentReplay(VllmReplay):
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
         flights = self.flights = self._flights(list(requests))
+        self.prefixes = self._scheduled_prefixes()
         arrivals = deque(sorted(flights, key=lambda f: (f.arrival_s, f.index)))
         while arrivals or self.running or self.waiting:
             while arrivals and arrivals[0].arrival_s <= self.clock:
@@ -101,6 +106,33 @@ class ConcurrentReplay(VllmReplay):
             _, _, added_s = f.added
             out.append((added_s - f.arrival_s, *f.to_first))
         return out
+
+    def _scheduled_prefixes(self) -> ScheduledPrefixes:
+        """What the earlier requests had scheduled (after every request was hashed: the
+        parents where hash chains branch are then known)."""
+        attention = self.coord.spec_groups[0][0]
+        groups, gid = self.coord.pool.num_groups, attention.gid
+        layout = self.layout
+        whole_blocks = layout.hash_block_size == layout.block_size
+        branches = {parent for parent, _ in self.interner.ids} if whole_blocks else None
+        return ScheduledPrefixes(
+            layout,
+            attention.ever,
+            (groups, gid),
+            branches,
+            self._scheduled_tokens,
+            self.interner.shared,
+        )
+
+    def _scheduled_tokens(self, f: Flight) -> int:
+        """Tokens of `f`'s sequence scheduled so far, this step's included (asked while the
+        waiting requests are admitted); a request that finished counts them all."""
+        if f.finished_s is not None and f.num_output >= f.max_tokens:
+            return f.req.prompt + f.max_tokens
+        if f.asleep:  # caught up: one token a step since it slept, and this step's
+            now = f.req.computed + self.num_steps - f.synced_step
+            return max(f.scheduled_high, now + (f not in self.skipped_now))
+        return f.scheduled_high
 
     def _flights(self, requests: list[SimRequest]) -> list[Flight]:
         stamps = [r.timestamp_s for r in requests]
@@ -195,6 +227,7 @@ class ConcurrentReplay(VllmReplay):
         start_s = self.clock
         scheduled: list[tuple[Flight, int]] = []
         budget, sleepers, skipped = self._schedule_running(scheduled)
+        self.skipped_now = skipped
         if budget >= 0:
             self._schedule_waiting(scheduled, budget, start_s)
         coord.end_step()
@@ -257,21 +290,41 @@ class ConcurrentReplay(VllmReplay):
         """Schedule running request `f` within `budget` tokens: the tokens it took, or None
         when it was preempted itself."""
         req = f.req
-        if f.decoding and req.computed % self.layout.block_size not in self.events:
-            scheduled.append((f, 1))  # a decode step no group acts at: skip the cache
-            return 1
-        n = min(req.num_tokens - req.computed, budget)
-        if self.layout.has_mamba:
-            n = mamba_split(self.layout, req, req.computed, n)
-        if n == 0:
-            return 0
-        if n == 1 and req.computed >= max(req.prompt, req.num_tokens - 1):
-            f.decoding = True  # decoding: its next quiet steps skip the cache (above)
+        computed, B = req.computed, self.block_size
+        if f.decoding:
+            if computed % B not in self.events:
+                scheduled.append((f, 1))  # a decode step no group acts at: skip the cache
+                if computed >= f.scheduled_high:
+                    f.scheduled_high = computed + 1  # inside a block already kept
+                return 1
+            n = 1
+        else:
+            n = min(req.num_tokens - computed, budget)
+            if self.has_mamba:
+                n = mamba_split(self.layout, req, computed, n)
+            if n == 0:
+                return 0
+            if n == 1 and computed >= max(req.prompt, req.num_tokens - 1):
+                f.decoding = True  # decoding: its next quiet steps skip the cache (above)
         if not self._allocate(f, n):
             return None
+        if f.decoding:  # one token: a new frontier only where it starts a block
+            if computed >= f.scheduled_high:
+                f.scheduled_high = computed + 1
+            if computed >= f.kept_blocks * B:
+                self.prefixes.enter(f, computed // B)
+        else:
+            self._scheduled(f, computed, n)
         self.prefill_scheduled = self.prefill_scheduled or f.prefill_chunk
         scheduled.append((f, n))
         return n
+
+    def _scheduled(self, f: Flight, start_tokens: int, n: int) -> None:
+        """`f` was scheduled tokens [start, start + n) of its sequence in this step."""
+        end = start_tokens + n
+        f.scheduled_high = max(f.scheduled_high, end)
+        if end > f.kept_blocks * self.layout.block_size:  # it reached a block not kept yet
+            self.prefixes.record(f, start_tokens, end)
 
     def _allocate(self, f: Flight, n: int) -> bool:
         """vLLM's running-request allocation: preempt the last running request until `f`'s
@@ -304,8 +357,13 @@ class ConcurrentReplay(VllmReplay):
             if n == 0:
                 break
             admission = self._admission(f, hit, longest, found)
+            # Blocks the earlier requests had scheduled, before this admission hashes its own.
+            blocks = self.prefixes.scheduled_blocks(f, longest) if f.first is None else 0
             if not self.coord.step(req, n, hit, self.coord.hit_blocks(found), f.boundaries):
                 break
+            if f.first is None:
+                shared = self.prefixes.shared(f, blocks)
+                admission = admission._replace(shared_scheduled_tokens=shared)
             waiting.popleft()
             running.append(f)
             self.active[f] = None
@@ -314,6 +372,7 @@ class ConcurrentReplay(VllmReplay):
                 f.held_blocks = self.layout.num_blocks - 1 - self.coord.pool.num_free()
             f.pad = pad
             req.computed = hit
+            self._scheduled(f, hit, n)
             scheduled.append((f, n))
             budget -= n
 
@@ -349,8 +408,8 @@ class ConcurrentReplay(VllmReplay):
             return Admission(hit, req.num_tokens, longest, 0, longest, req.junction, 0)
         attention = self._attention_match(req, longest)
         evicted = self._evicted(req, hit, longest, found) if longest > hit else 0
-        produced = self.coord.scheduled_match(req, longest)
-        return Admission(hit, req.num_tokens, longest, evicted, attention, req.junction, produced)
+        # shared_scheduled_tokens: set once the admission succeeds (_schedule_waiting).
+        return Admission(hit, req.num_tokens, longest, evicted, attention, req.junction, 0)
 
     # -- outputs, preemption, aborts ---------------------------------------------------------
 

@@ -75,27 +75,7 @@ class Coordinator:
                 m.this_step = set()
                 self.step_keys.append(m.this_step)
             elif m.kind == FULL:
-                m.ever = set()  # every attention block ever hashed: what was scheduled
-
-    def scheduled_match(self, req: ReqState, resident_tokens: int) -> int:
-        """Full attention's match (cap prompt - 1, aligned) against every block ever hashed:
-        what an unbounded cache would hold of the blocks scheduled so far. `resident_tokens`
-        (the lookup's attention match) are known to be in it: whole blocks continue there."""
-        members = self.spec_groups[0]
-        layout = self.layout
-        if len(members) == 1 and layout.alignment == layout.block_size and not layout.eagle_drop:
-            key, ever = self.pool.num_groups, members[0].ever
-            gid, s = members[0].gid, layout.block_size // layout.hash_block_size
-            hashes = req.hashes
-            j = resident_tokens // layout.block_size
-            last = min((req.prompt - 1) // layout.block_size, len(hashes) // s)
-            while j < last and hashes[(j + 1) * s - 1] * key + gid in ever:
-                j += 1
-            return j * layout.block_size
-        ever = members[0].ever if len(members) == 1 else set().union(*(m.ever for m in members))
-        probe = self._probe(members, ever)
-        hit, _ = members[0].longest_hit(probe, req.hashes, req.prompt - 1, False, layout)
-        return hit
+                m.ever = set()  # every attention key ever hashed: what was scheduled
 
     def bind(self, req: ReqState) -> None:
         """Let the managers work on `req` (the bound request's tables are kept on it)."""

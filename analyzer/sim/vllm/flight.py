@@ -20,7 +20,7 @@ class Admission(NamedTuple):
     evicted_tokens: int  # of the miss: lost to evicted sparse states
     attention_tokens: int  # full attention's plain match (no lookahead, no drop)
     junction_tokens: int
-    scheduled_match_tokens: int  # attention's match against everything scheduled so far
+    shared_scheduled_tokens: int  # prefix shared with what the earlier requests had scheduled
 
 
 class Flight:
@@ -46,6 +46,8 @@ class Flight:
         "recomputed_tokens",
         "computed_at_preemption",
         "decoding",
+        "scheduled_high",
+        "kept_blocks",
         "asleep",
         "synced_step",
         "wake_step",
@@ -85,6 +87,8 @@ class Flight:
         self.recomputed_tokens = 0
         self.computed_at_preemption = 0
         self.decoding = False  # a decode step was simulated since the last admission
+        self.scheduled_high = 0  # most tokens of its sequence ever scheduled (explicitly)
+        self.kept_blocks = 0  # blocks kept by ScheduledPrefixes.record so far
         # Asleep (concurrent replay): its fields are those after step `synced_step`; it is
         # simulated again before step `wake_step` + 1.
         self.asleep = False
@@ -154,7 +158,7 @@ class Flight:
             tuple(self.chunks),
             self.error,
             arrival_s=self.arrival_s,
-            scheduled_match_tokens=first.scheduled_match_tokens,
+            shared_scheduled_tokens=first.shared_scheduled_tokens,
             first_scheduled_s=self.first_scheduled_s,
             first_token_s=self.first_token_s,
             finished_s=self.finished_s,

@@ -1,0 +1,156 @@
+"""What the earlier requests had scheduled when a request is admitted: level L2b of the loss
+waterfall (`shared_scheduled_tokens`, SPEC 3), in tokens, for the concurrent replay.
+
+    T = max over the earlier requests r of min(common prefix of the prompt and r's sequence,
+                                               the tokens r had scheduled)
+
+(a request that finished counts its whole sequence, prompt and outputs, as a serial replay
+would). Full attention hashes every block when it is scheduled, so the prompt's leading blocks
+found among every attention key ever hashed (`ever`) were scheduled by somebody: j whole
+blocks. The rest lies in block j, among the requests that share the first j blocks and
+scheduled some of block j. They are kept under block j's parent hash id:
+
+- `whole`: the distinct contents of blocks scheduled whole, sorted, so the longest common
+  prefix with any of them is one with a neighbour of the prompt's block j;
+- `moving`: the requests whose scheduled tokens ended inside the block (their frontier), with
+  whatever they have scheduled since.
+
+A block scheduled whole is kept only under a parent where hash chains branch (one with an
+explicit child edge, `HashInterner.ids`): under any other parent, its one child is the
+prompt's own block j, which would have been found in `ever`. With a match unit below the
+block size chains branch inside blocks, so every block is kept.
+
+    B=4: r scheduled [1 2 3 4][5 6 7 8][9 9]   prompt [1 2 3 4][5 6 7 8][9 9 9 1]
+         j = 2 (both blocks in ever); block 2: r's frontier [9 9], 2 tokens -> T = 10
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+
+from analyzer.sim.common.hashing import BlockHashes
+from analyzer.sim.vllm.flight import Flight
+from analyzer.sim.vllm.layout import CacheLayout
+
+
+class ScheduledPrefixes:
+    """`record` each scheduled chunk; `shared` gives T for a request about to be admitted.
+    `scheduled_tokens(flight)` is how many tokens of its sequence a request has scheduled
+    (all of them once it finished)."""
+
+    def __init__(
+        self,
+        layout: CacheLayout,
+        ever: set[int],
+        key: tuple[int, int],
+        branches: set[int] | None,
+        scheduled_tokens: Callable[[Flight], int],
+        walked: Callable[[int, BlockHashes], bool],
+    ) -> None:
+        self.B = layout.block_size
+        self.s = layout.block_size // layout.hash_block_size
+        self.ever = ever
+        self.key = key  # (groups, gid): hash id h has the full-attention key h x groups + gid
+        self.branches = branches  # parents kept for whole blocks; None: every parent
+        self.scheduled_tokens = scheduled_tokens
+        self.walked = walked  # (id, chain): does another chain go through it?
+        # parent -> (block contents sorted, each as a big-endian integer: compared by XOR)
+        self.whole: dict[int, tuple[list[bytes], list[int]]] = {}
+        self.moving: dict[int, list[Flight]] = {}
+
+    def record(self, f: Flight, start_tokens: int, end_tokens: int) -> None:
+        """`f` scheduled tokens [start, end) of its sequence: keep the blocks it reached."""
+        B, s, source = self.B, self.s, f.req.source
+        first = max(start_tokens // B, f.kept_blocks)
+        last = (end_tokens - 1) // B
+        if last < first:
+            return
+        f.kept_blocks = last + 1
+        if end_tokens % B:  # the frontier: scheduled up to inside this block
+            self.enter(f, last)
+            last -= 1
+        if last < first:
+            return
+        ids = source.ids
+        if first:
+            parents = ids[first * s - 1 : last * s : s]
+        else:
+            parents = [source.root, *ids[s - 1 : last * s : s]]
+        kept = parents if self.branches is None else self.branches.intersection(parents)
+        size = source.item_bytes * (B // source.item_tokens)
+        for parent in kept:
+            k = first + parents.index(parent)
+            block = source.data[k * size : (k + 1) * size]
+            contents, values = self.whole.setdefault(parent, ([], []))
+            at = bisect_left(contents, block)
+            if at == len(contents) or contents[at] != block:
+                contents.insert(at, block)
+                values.insert(at, int.from_bytes(block, "big"))
+
+    def enter(self, f: Flight, block: int) -> None:
+        """`f`, decoding, scheduled the first token of `block`: its new frontier."""
+        source = f.req.source
+        f.kept_blocks = max(f.kept_blocks, block + 1)
+        parent = source.ids[block * self.s - 1] if block else source.root
+        if self.walked(parent, source):  # else no other prompt can ask about this block
+            self.moving.setdefault(parent, []).append(f)
+
+    def scheduled_blocks(self, f: Flight, resident_tokens: int) -> int:
+        """How many leading blocks of `f`'s prompt had been scheduled (hashed) by anybody;
+        asked before its admission hashes its own. `resident_tokens` (the lookup's
+        attention match) were cached, so scheduled: the search starts after them."""
+        req, B, s = f.req, self.B, self.s
+        hashes, ever = req.hashes, self.ever
+        groups, gid = self.key
+        full = min(req.prompt // B, len(hashes) // s)
+        j = min(resident_tokens // B, full)
+        while j < full and hashes[(j + 1) * s - 1] * groups + gid in ever:
+            j += 1
+        return j
+
+    def shared(self, f: Flight, j: int) -> int:
+        """T for `f`'s prompt (tokens) whose first `j` blocks had been scheduled: the best
+        part of block j any earlier request had scheduled."""
+        req, B = f.req, self.B
+        rest = min(B, req.prompt - j * B)  # the prompt's tokens in block j
+        if rest <= 0:
+            return req.prompt
+        source = req.source
+        parent = source.ids[j * self.s - 1] if j else source.root
+        item, per = source.item_bytes, source.item_tokens
+        lo, mine = j * B // per * item, rest // per * item
+        best = 0
+        whole = self.whole.get(parent)
+        if whole:
+            contents, values = whole
+            block = source.data[lo : lo + mine]
+            at = bisect_left(contents, block)
+            value = int.from_bytes(block, "big")
+            for k in range(max(at - 1, 0), min(at + 1, len(contents))):
+                size = min(mine, len(contents[k]))
+                a = value >> 8 * (mine - size)
+                b = values[k] >> 8 * (len(contents[k]) - size)
+                best = max(best, size - ((a ^ b).bit_length() + 7) // 8)
+        for other in self.moving.get(parent, ()):
+            if other is f:
+                continue
+            ahead = (self.scheduled_tokens(other) - j * B) // per * item
+            data = other.req.source.data
+            size = min(mine, ahead, len(data) - lo)
+            if size > best:
+                best = max(best, _common_bytes(source.data, lo, data, lo, size))
+        return j * B + min(best // item * per, rest)
+
+
+def _common_bytes(a: bytes, a_lo: int, b: bytes, b_lo: int, size: int) -> int:
+    """How many of the `size` bytes from a[a_lo] and b[b_lo] agree before the first that
+    does not (all `size` when none differs): the highest bit set in their XOR, read as
+    big-endian integers, is in the first differing byte."""
+    if size <= 0:
+        return 0
+    mine, theirs = a[a_lo : a_lo + size], b[b_lo : b_lo + size]
+    if mine == theirs:
+        return size
+    differ = int.from_bytes(mine, "big") ^ int.from_bytes(theirs, "big")
+    return size - (differ.bit_length() + 7) // 8
