@@ -34,10 +34,7 @@ class HashInterner:
     bytes)]` for a run's first block; `roots` gives each namespace its own parent for block
     0. Ids that are no run's (roots, fresh ids) have no implicit child."""
 
-    __slots__ = (
-        *("ids", "roots", "next_id", "ahead"),
-        *("run_first", "run_data", "run_shape", "run_owner", "run_reached"),
-    )
+    __slots__ = ("ids", "roots", "next_id", "ahead", "run_first", "run_data", "run_shape")
 
     def __init__(self, *, ahead: bool = False) -> None:
         # `ahead`: a chain's first extension gives ids to all its known blocks at once (later
@@ -50,8 +47,6 @@ class HashInterner:
         self.run_first: list[int] = []  # a run's first id, ascending
         self.run_data: list[bytes] = []  # its blocks' bytes (+ the last one's lookahead)
         self.run_shape: list[tuple[int, int]] = []  # (bytes per block, lookahead bytes)
-        self.run_owner: list[BlockHashes] = []  # the chain that made it
-        self.run_reached: list[int] = []  # the last of its ids another chain walked to
 
     def root(self, namespace: Hashable) -> int:
         """The parent id of block 0 in `namespace` (cache_salt / LoRA isolation)."""
@@ -100,21 +95,7 @@ class HashInterner:
         self.run_first.append(first)
         self.run_data.append(owner.data[lo : lo + count * owner.unit + owner.look])
         self.run_shape.append((owner.unit, owner.look))
-        self.run_owner.append(owner)
-        self.run_reached.append(first - 1)
         return first
-
-    def reach(self, block_id: int) -> None:
-        """A chain other than its maker walked to `block_id` (an id of some run)."""
-        r = bisect_right(self.run_first, block_id) - 1
-        if block_id > self.run_reached[r]:
-            self.run_reached[r] = block_id
-
-    def shared(self, block_id: int, chain: BlockHashes) -> bool:
-        """Whether a chain other than `chain` goes through `block_id` (an id of `chain`);
-        True when unsure (a root, another chain's run)."""
-        r = bisect_right(self.run_first, block_id) - 1
-        return r < 0 or self.run_owner[r] is not chain or block_id <= self.run_reached[r]
 
 
 class BlockHashes:
@@ -183,7 +164,6 @@ class BlockHashes:
                 ids.extend(range(parent + 1, parent + 1 + n))
                 i += n
                 parent += n
-                interner.reach(parent)
                 continue
             key = (parent, data[lo : lo + unit + self.look])
             found = interner.ids.get(key)
@@ -191,7 +171,6 @@ class BlockHashes:
                 first = interner.new_run(key, self, lo, stop - i)
                 ids.extend(range(first, first + stop - i))
                 break
-            interner.reach(found)
             ids.append(found)
             parent = found
             i += 1

@@ -121,7 +121,6 @@ class ConcurrentReplay(VllmReplay):
             (groups, gid),
             branches,
             self._scheduled_tokens,
-            self.interner.shared,
         )
 
     def _scheduled_tokens(self, f: Flight) -> int:

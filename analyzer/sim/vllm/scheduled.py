@@ -29,7 +29,6 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 
-from analyzer.sim.common.hashing import BlockHashes
 from analyzer.sim.vllm.flight import Flight
 from analyzer.sim.vllm.layout import CacheLayout
 
@@ -46,7 +45,6 @@ class ScheduledPrefixes:
         key: tuple[int, int],
         branches: set[int] | None,
         scheduled_tokens: Callable[[Flight], int],
-        walked: Callable[[int, BlockHashes], bool],
     ) -> None:
         self.B = layout.block_size
         self.s = layout.block_size // layout.hash_block_size
@@ -54,7 +52,6 @@ class ScheduledPrefixes:
         self.key = key  # (groups, gid): hash id h has the full-attention key h x groups + gid
         self.branches = branches  # parents kept for whole blocks; None: every parent
         self.scheduled_tokens = scheduled_tokens
-        self.walked = walked  # (id, chain): does another chain go through it?
         # parent -> (block contents sorted, each as a big-endian integer: compared by XOR)
         self.whole: dict[int, tuple[list[bytes], list[int]]] = {}
         self.moving: dict[int, list[Flight]] = {}
@@ -93,8 +90,7 @@ class ScheduledPrefixes:
         source = f.req.source
         f.kept_blocks = max(f.kept_blocks, block + 1)
         parent = source.ids[block * self.s - 1] if block else source.root
-        if self.walked(parent, source):  # else no other prompt can ask about this block
-            self.moving.setdefault(parent, []).append(f)
+        self.moving.setdefault(parent, []).append(f)
 
     def scheduled_blocks(self, f: Flight, resident_tokens: int) -> int:
         """How many leading blocks of `f`'s prompt had been scheduled (hashed) by anybody;
