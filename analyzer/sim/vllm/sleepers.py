@@ -1,0 +1,79 @@
+"""Sleeping decoders of the concurrent replay (`concurrent.py`).
+
+A running request that decodes at positions where no cache group acts (`_decode_events`) is
+not visited each step: it sleeps, and decodes one token in every step it is scheduled in.
+It is caught up (its fields advanced by the steps since it slept) when it is woken before the
+step at its next event position or its last token, when it is preempted, or when the budget
+leaves it out of a step. While everything running sleeps and nobody waits, whole runs of
+steps are only clock ticks (`_quiet_steps`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from analyzer.sim.vllm.flight import Flight
+
+
+class SleepingDecoders:
+    """The ConcurrentReplay methods that keep its sleepers; they use its `running`,
+    `active`, `wake`, `waiting`, step counters, clock and time model."""
+
+    def _quiet_steps(self, arrivals: deque[Flight]) -> int:
+        """Run the next steps at once while every running request sleeps (nobody waits or
+        arrives). The clock still adds each step's time, one at a time (the same doubles).
+        Returns the number of steps run."""
+        running = self.running
+        if self.waiting or self.active or not running or len(running) > self.budget:
+            return 0
+        count = min(f.wake_step for f in running) - self.num_steps
+        step_s = self.step_base_s + self.step_token_s * len(running)
+        done = 0
+        while done < count and not (arrivals and arrivals[0].arrival_s <= self.clock):
+            self.clock = self.clock + step_s
+            done += 1
+        self.num_steps += done
+        self.num_tokens += done * len(running)
+        return done
+
+    def _quiet_run(self, f: Flight) -> int:
+        """How many of `f`'s next steps are quiet decode steps that do not finish it."""
+        if not f.decoding:  # prefilling, or its first decode step not yet taken
+            return 0
+        req = f.req
+        to_event = self.to_event[req.computed % self.layout.block_size]
+        return min(to_event, f.max_tokens - f.num_output - 1)
+
+    def _sleep(self, f: Flight) -> None:
+        """`f` just sampled: let it sleep through its next quiet decode steps, if any. A
+        sleeper decodes one token in every step it is scheduled in; it is woken (simulated
+        again) before the step at its next event position or its last token."""
+        steps = self._quiet_run(f)
+        if steps <= 0:
+            return
+        del self.active[f]
+        f.asleep = True
+        f.synced_step = self.num_steps
+        f.wake_step = self.num_steps + steps
+        self.wake.setdefault(f.wake_step, []).append(f)
+
+    def _catch_up(self, f: Flight) -> None:
+        """A sleeper's fields as of now: one token decoded in each step since it slept."""
+        steps = self.num_steps - f.synced_step
+        if steps:
+            req = f.req
+            req.computed += steps
+            req.num_tokens += steps
+            f.num_output += steps
+            f.chunks.extend([1] * steps)
+            f.synced_step = self.num_steps
+            self._show_hashes(req)
+
+    def _wake_up(self) -> None:
+        """Simulate again the sleepers due before this step (stale entries are skipped)."""
+        now = self.num_steps
+        for f in self.wake.pop(now, ()):
+            if f.asleep and f.wake_step == now:
+                self._catch_up(f)
+                f.asleep = False
+                self.active[f] = None
