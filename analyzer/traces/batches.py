@@ -152,12 +152,32 @@ def _complete(table: pa.Table) -> pa.Table | None:
             continue
         column = table.column(f.name)
         if column.type != f.type:
+            if not _same_kind(column.type, f.type):
+                return None  # e.g. a number where text belongs: the exact path rejects it
             try:
                 column = column.cast(f.type, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
         arrays.append(column)
     return pa.Table.from_arrays(arrays, schema=FAST_INPUT_SCHEMA)
+
+
+def _same_kind(found: pa.DataType, wanted: pa.DataType) -> bool:
+    """Whether a typed column (Parquet) holds what JSON Lines would accept for the field, so
+    that a cast only widens it: text for text, integers (not booleans) for integers and id
+    lists, numbers for numbers. Anything else takes the exact path, which names the field."""
+    if pa.types.is_dictionary(found):
+        found = found.value_type
+    if pa.types.is_string(wanted):
+        return pa.types.is_string(found) or pa.types.is_large_string(found)
+    if pa.types.is_integer(wanted):
+        return pa.types.is_integer(found)
+    if pa.types.is_floating(wanted):
+        return pa.types.is_integer(found) or pa.types.is_floating(found)
+    if pa.types.is_list(wanted):
+        is_list = pa.types.is_list(found) or pa.types.is_large_list(found)
+        return is_list and pa.types.is_integer(found.value_type)
+    return False
 
 
 def _all_valid(t: pa.Table) -> bool:

@@ -270,6 +270,57 @@ def test_parquet_fast_and_exact_paths(tmp_path, db):
     assert rows(db, "SELECT line_no, field FROM rejects") == [(2, "prompt_token_ids[0]")]
 
 
+# (column, Parquet values of the wrong kind, the reject), each also written as JSON Lines:
+# a typed column is read as strictly as JSON (no integer request ids, no boolean tokens).
+WRONG_KIND = [
+    ("request_id", pa.array([1, 2]), "request_id", "expected a string, got integer"),
+    (
+        "prompt_token_ids",
+        pa.array([[True], [False]]),
+        "prompt_token_ids[0]",
+        "expected an integer, got boolean",
+    ),
+    ("replica", pa.array([1.5, 2.0]), "replica", "expected a string, got number"),
+    ("prompt_family", pa.array([b"x", b"y"]), "prompt_family", "expected a string, got bytes"),
+]
+
+
+@pytest.mark.parametrize(("column", "values", "field", "reason"), WRONG_KIND)
+def test_parquet_validates_as_json_lines_does(tmp_path, db, column, values, field, reason):
+    base = {"request_id": pa.array(["a", "b"]), "prompt_token_ids": pa.array([[1, 2], [3]])}
+    table = pa.table({**base, column: values})
+    pq.write_table(table, tmp_path / "t.parquet")
+    result = ingest([tmp_path / "t.parquet"], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (0, 2)
+    assert rows(db, "SELECT line_no, field, reason FROM rejects ORDER BY line_no") == [
+        (1, field, reason),
+        (2, field, reason),
+    ]
+    if column != "prompt_family":  # JSON has no bytes
+        lines = [orjson.dumps(r) for r in table.to_pylist()]
+        other = tmp_path / "other.duckdb"
+        ingest([_lines_file(tmp_path / "t.jsonl", lines)], db_path=other)
+        assert rows(other, "SELECT field, reason FROM rejects") == [(field, reason)] * 2
+
+
+def test_parquet_widening_casts_stay_on_the_fast_path(tmp_path, db):
+    """Narrower integers and large strings are read as they are (nothing rejected)."""
+    table = pa.table(
+        {
+            "request_id": pa.array(["a", "b"], pa.large_string()),
+            "prompt_token_ids": pa.array([[1, 2], [3]], pa.list_(pa.int16())),
+            "timestamp": pa.array([1, 2], pa.int32()),
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    result = ingest([tmp_path / "t.parquet"], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (2, 0)
+    assert rows(db, "SELECT request_id, timestamp_s FROM requests ORDER BY 1") == [
+        ("a", 1.0),
+        ("b", 2.0),
+    ]
+
+
 def test_csv(tmp_path, db):
     path = tmp_path / "t.csv"
     path.write_text(
