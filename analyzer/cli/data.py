@@ -83,15 +83,32 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
     is_flag=True,
     help="Let the statement read and write files (COPY ... TO, read_csv, ATTACH, INSTALL).",
 )
-def query(sql: str, db_path: str, fmt: str, write: bool, files: bool) -> None:
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the rows to this file instead (.parquet, .jsonl or .csv).",
+)
+def query(sql: str, db_path: str, fmt: str, write: bool, files: bool, out: str | None) -> None:
     """Run SQL over the stored tables (requests, rejects, sources, ...) and print the result.
 
     The database is opened read-only and the statement can reach no file unless --write or
-    --files says otherwise."""
+    --files says otherwise. Printed text escapes control characters; CSV cells that start
+    like a spreadsheet formula get a leading apostrophe."""
     from analyzer.report.tables import render
+    from analyzer.store.export import check_export_path, write_rows
     from analyzer.store.query import run_query
 
-    click.echo(render(run_query(sql, db_path=db_path, write=write, files=files), fmt), nl=False)
+    if out is not None:
+        check_export_path(out)  # before the query runs
+    table = run_query(sql, db_path=db_path, write=write, files=files)
+    if out is not None:
+        count = write_rows(table, out)
+        click.echo(f"wrote {count:,} row{'' if count == 1 else 's'} to {out}")
+        return
+    tty = sys.stdout.isatty()
+    # color=True: click would otherwise strip escape sequences from piped data silently.
+    click.echo(render(table, fmt, spreadsheet_safe=True, tty=tty), nl=False, color=True)
 
 
 @cli.command("synth")

@@ -10,6 +10,15 @@ import orjson
 import pyarrow as pa
 
 FORMATS = ("table", "csv", "json")
+# C0 controls, DEL and C1 controls (ESC starts terminal escape sequences; C1 CSI does too)
+# are shown escaped in aligned text: a trace field cannot drive the terminal it is read on.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(32), *range(127, 160))}
+# A CSV cell a spreadsheet would run as a formula (OWASP's list) gets a leading apostrophe.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _shown(text: str) -> str:
+    return text.translate(_CONTROLS)
 
 
 def _cell(value) -> str:
@@ -26,7 +35,7 @@ def _cell(value) -> str:
     if isinstance(value, list | dict):
         text = orjson.dumps(value, default=str).decode()
         return text if len(text) <= 60 else text[:57] + "..."
-    return str(value)
+    return _shown(str(value))
 
 
 def _json_default(value):
@@ -35,8 +44,12 @@ def _json_default(value):
     return str(value)
 
 
-def render(table: pa.Table, fmt: str = "table") -> str:
-    """`table` as aligned text (numbers right-aligned), CSV, or JSON lines."""
+def render(
+    table: pa.Table, fmt: str = "table", *, spreadsheet_safe: bool = False, tty: bool = False
+) -> str:
+    """`table` as aligned text (numbers right-aligned, control characters escaped), CSV, or
+    JSON lines. `spreadsheet_safe`: CSV text cells that start like a formula (= + - @, tab,
+    carriage return) get a leading apostrophe. `tty`: CSV for a terminal, controls escaped."""
     if fmt == "json":
         return "".join(
             orjson.dumps(row, default=_json_default).decode() + "\n" for row in table.to_pylist()
@@ -46,13 +59,23 @@ def render(table: pa.Table, fmt: str = "table") -> str:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(table.column_names)
         for row in table.to_pylist():
-            writer.writerow(["" if v is None else v for v in row.values()])
+            writer.writerow([_csv_cell(v, spreadsheet_safe, tty) for v in row.values()])
         return out.getvalue()
     return _aligned(table)
 
 
+def _csv_cell(value, spreadsheet_safe: bool, tty: bool):
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        return value
+    if spreadsheet_safe and value.startswith(_FORMULA_STARTS):
+        value = "'" + value
+    return _shown(value) if tty else value
+
+
 def _aligned(table: pa.Table) -> str:
-    names = table.column_names
+    names = [_shown(name) for name in table.column_names]
     rows = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
     numeric = [
         pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import duckdb
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from analyzer.errors import ConfigError
+from analyzer.errors import ConfigError, InputFileError
 from analyzer.store.db import query_arrow
 
 EXPORT_SUFFIXES = (".parquet", ".jsonl", ".csv")
@@ -29,19 +31,47 @@ def check_export_path(out: str | Path) -> Path:
 def export_table(
     con: duckdb.DuckDBPyConnection, sql: str, out: str | Path, params: dict | None = None
 ) -> int:
-    """Write the rows of `sql` to `out`; returns the number of rows.
+    """Write the rows of `sql` to `out` (`write_rows`); returns the number of rows."""
+    return write_rows(query_arrow(con, sql, params), out)
+
+
+def write_rows(table: pa.Table, out: str | Path) -> int:
+    """Write `table` to `out` in the format its suffix names, whole or not at all (a file
+    beside it, renamed over it); returns the number of rows. CSV text cells that start like
+    a spreadsheet formula get a leading apostrophe (`spreadsheet_safe`).
 
     Deterministic: the same rows give the same bytes (no timestamps in the files).
     """
     path = check_export_path(out)
-    table = query_arrow(con, sql, params)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".parquet":
-        pq.write_table(table, path, compression="zstd")
-    elif path.suffix == ".csv":
-        pacsv.write_csv(table, path)
-    else:
-        with open(path, "wb") as f:
-            for row in table.to_pylist():
-                f.write(orjson.dumps(row) + b"\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".parquet":
+            pq.write_table(table, tmp, compression="zstd")
+        elif path.suffix == ".csv":
+            pacsv.write_csv(spreadsheet_safe(table), tmp)
+        else:
+            with open(tmp, "wb") as f:
+                for row in table.to_pylist():
+                    f.write(orjson.dumps(row) + b"\n")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputFileError(f"--out {path}: cannot write ({exc.strerror or exc})") from None
     return table.num_rows
+
+
+def spreadsheet_safe(table: pa.Table) -> pa.Table:
+    """Text cells a spreadsheet would run as a formula (starting with = + - @, a tab or a
+    carriage return: OWASP's list) get a leading apostrophe; other cells are as they were."""
+    for i, column in enumerate(table.columns):
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            continue
+        risky = pc.fill_null(pc.match_substring_regex(column, FORMULA_START), False)
+        if pc.any(risky).as_py():
+            quoted = pc.binary_join_element_wise("'", column, "")
+            table = table.set_column(i, table.field(i), pc.if_else(risky, quoted, column))
+    return table
+
+
+FORMULA_START = r"^[=+\-@\t\r]"  # RE2: a formula sign, a tab or a carriage return

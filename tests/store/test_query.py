@@ -73,3 +73,63 @@ def test_a_missing_database_is_one_line(tmp_path):
         f"Error: {tmp_path / 'none.duckdb'}: no such database; run `hpa ingest FILE --db "
         f"{tmp_path / 'none.duckdb'}` first\n"
     )
+
+
+@pytest.fixture
+def hostile(tmp_path) -> Path:
+    """A store whose fields hold a terminal escape and a spreadsheet formula."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"request_id": "=HYPERLINK(1)", "prompt_token_ids": [1],'
+        ' "prompt_family": "a\\u001b[31mred\\u009b"}\n'
+    )
+    path = tmp_path / "h.duckdb"
+    ingest([trace], db_path=path)
+    return path
+
+
+SQL = "SELECT request_id, prompt_family FROM requests"
+
+
+def test_printed_tables_escape_control_characters(hostile):
+    result = CliRunner().invoke(cli, ["query", SQL, "--db", str(hostile)])
+    assert result.exit_code == 0
+    assert "\x1b" not in result.output and "\x9b" not in result.output
+    assert "=HYPERLINK(1)  a\\x1b[31mred\\x9b" in result.output
+
+
+def test_csv_neutralises_formulas_and_keeps_data_through_a_pipe(hostile):
+    """Not a terminal: the bytes are the data's (click would have stripped the escape),
+    except the apostrophe that keeps a spreadsheet from running the cell."""
+    result = query(hostile, SQL)
+    assert result.output == "request_id,prompt_family\n'=HYPERLINK(1),a\x1b[31mred\x9b\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("rows.csv", b'"request_id","prompt_family"\n"\'=HYPERLINK(1)","a\x1b[31mred\xc2\x9b"\n'),
+        (
+            "rows.jsonl",
+            b'{"request_id":"=HYPERLINK(1)","prompt_family":"a\\u001b[31mred\xc2\x9b"}\n',
+        ),
+    ],
+)
+def test_out_writes_the_rows_to_a_file(hostile, tmp_path, name, expected):
+    out = tmp_path / "sub" / name
+    result = CliRunner().invoke(cli, ["query", SQL, "--db", str(hostile), "--out", str(out)])
+    assert (result.exit_code, result.output) == (0, f"wrote 1 row to {out}\n")
+    assert out.read_bytes() == expected
+    assert [p.name for p in out.parent.iterdir()] == [name]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        ("rows.txt", "unknown format '.txt'; use one of .parquet, .jsonl, .csv"),
+        ("/proc/nope/rows.csv", "cannot write (No such file or directory)"),
+    ],
+)
+def test_out_errors_are_one_line(db, out, message):
+    result = CliRunner().invoke(cli, ["query", "SELECT 1", "--db", str(db), "--out", out])
+    assert (result.exit_code, result.output) == (2, f"Error: --out {out}: {message}\n")
