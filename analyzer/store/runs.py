@@ -54,11 +54,13 @@ def store_run(
     check_measure_from(measure_from)
     count = len(rows["request_id"])
     rows = {**rows, "measured": np.arange(count) >= int(np.floor(measure_from * count))}
-    with transaction(con):  # requests, summary and run row land together or not at all
+    # Requests, summary and run row land together or not at all, and with the --out file:
+    # an export that cannot be written stores nothing.
+    with transaction(con):
         run_id = _store(con, policy, rows, seconds, measure_from, fingerprint)
+        if out is not None:
+            export_table(con, load_sql("replay_export_requests"), out, {"run_id": int(run_id)})
     summary = query_arrow(con, load_sql("replay_run_summary"), [run_id])
-    if out is not None:
-        export_table(con, load_sql("replay_export_requests"), out, {"run_id": int(run_id)})
     num_errors = sum(e is not None for e in rows["error"])
     notes = tuple(
         f"replica {replica}, model revision {revision}: {note}"

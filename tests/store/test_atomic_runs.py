@@ -9,6 +9,7 @@ import duckdb
 import pytest
 
 import analyzer.store.runs as runs
+from analyzer.errors import InputFileError
 from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import run_sweeps
 from analyzer.sim.policy import make_policy
@@ -76,3 +77,15 @@ def test_a_sweep_that_fails_while_storing_stores_nothing(db, monkeypatch):
     with pytest.raises(RuntimeError, match="killed"):
         run_sweeps(None, ["block_size=64"], ["num_blocks=40,80"], db_path=db, jobs=1)
     assert counts(db) == (None,) * 5  # neither the first point's run nor the sweep
+
+
+def test_a_replay_whose_out_file_cannot_be_written_stores_nothing(db, tmp_path):
+    """Item 9: the --out export is part of the run; before, the run was stored anyway."""
+    policy = make_policy({"block_size": 528, "groups": ["full_attention", "mamba"]})
+    run_replay(policy, db_path=db)
+    before = counts(db)
+    with pytest.raises(InputFileError, match=r"--out /proc/nope/r\.csv: cannot write"):
+        run_replay(policy, db_path=db, out="/proc/nope/r.csv")
+    assert counts(db) == before
+    run_replay(policy, db_path=db, out=tmp_path / "r.csv")
+    assert (tmp_path / "r.csv").exists() and counts(db)[0] == before[0] + 1
