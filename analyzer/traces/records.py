@@ -8,7 +8,8 @@ batch only when it can prove every row would pass here; otherwise it defers to t
 from __future__ import annotations
 
 import math
-from datetime import datetime
+import re
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import orjson
@@ -120,17 +121,41 @@ def _number(name: str, value: Any) -> float:
     return float(value)
 
 
+# RFC 3339 section 5.6 `date-time`, exactly: full-date "T" full-time, with seconds and a
+# "Z" or +-HH:MM offset; "T" and "Z" may be lower case (5.6, NOTE); a space is not allowed.
+_DATE_TIME = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?"
+    r"(?:([Zz])|([+-])(\d{2}):(\d{2}))?",
+    re.ASCII,
+)
+
+
 def parse_timestamp(value: Any) -> float:
-    """Seconds from a number (seconds) or an RFC 3339 string with a UTC offset."""
+    """Seconds from a number (seconds) or an RFC 3339 date-time (a UTC offset required; a
+    leap second, 23:59:60, is the second after 23:59:59)."""
     if isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            raise RecordError("timestamp", f"{value!r} is not an RFC 3339 date-time") from None
-        if moment.tzinfo is None:
-            raise RecordError("timestamp", f"{value!r} has no UTC offset (RFC 3339 needs one)")
-        return moment.timestamp()
+        return _rfc3339(value)
     return _number("timestamp", value)
+
+
+def _rfc3339(text: str) -> float:
+    found = _DATE_TIME.fullmatch(text)
+    if found is None:
+        raise RecordError("timestamp", f"{text!r} is not an RFC 3339 date-time")
+    year, month, day, hour, minute, second = (int(g) for g in found.groups()[:6])
+    fraction, zulu, sign, off_hour, off_minute = found.groups()[6:]
+    if zulu is None and sign is None:
+        raise RecordError("timestamp", f"{text!r} has no UTC offset (RFC 3339 needs one)")
+    leap = second == 60 and minute == 59  # RFC 3339 5.7: a leap second ends a minute
+    try:
+        if (sign and (int(off_hour) > 23 or int(off_minute) > 59)) or hour > 23:
+            raise ValueError
+        offset = 0 if sign is None else (int(off_hour) * 60 + int(off_minute)) * 60
+        zone = timezone(timedelta(seconds=-offset if sign == "-" else offset))
+        moment = datetime(year, month, day, hour, minute, 59 if leap else second, tzinfo=zone)
+    except ValueError:
+        raise RecordError("timestamp", f"{text!r} is not an RFC 3339 date-time") from None
+    return moment.timestamp() + leap + (float(fraction) if fraction else 0.0)
 
 
 def parse_time_text(text: str) -> float:

@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from analyzer.traces.records import RecordError, validate_record
+from analyzer.traces.records import RecordError, parse_timestamp, validate_record
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "schemas" / "trace.schema.json").read_text())
 OK = {"request_id": "a", "prompt_token_ids": [1, 2]}
@@ -193,3 +193,37 @@ def test_cached_tokens_is_a_column_not_extra():
     row = validate_record({**OK, "cached_tokens": 1}, 1)
     assert row["cached_tokens"] == 1 and row["extra"] is None
     assert validate_record(OK, 1)["cached_tokens"] is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("2024-01-01T00:00:00Z", 1704067200.0),
+        ("2024-01-01t00:00:00z", 1704067200.0),  # RFC 3339 5.6: "T" and "Z" may be lower case
+        ("2016-12-31T23:59:60Z", 1483228800.0),  # a leap second: the second after 23:59:59
+        ("2024-02-29T12:00:00.5+05:30", 1709188200.5),
+        ("2024-01-01T00:00:00-00:30", 1704069000.0),
+    ],
+)
+def test_rfc3339_date_times_are_read_exactly(text, seconds):
+    assert parse_timestamp(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-W01-1T00:00:00+00:00",  # ISO 8601 week date: not RFC 3339
+        "2024-01-01 00:00:00Z",  # a space for "T"
+        "2024-01-01T00:00Z",  # no seconds
+        "2024-01-01T00:00:00+0530",  # an offset without its colon
+        "2024-13-01T00:00:00Z",
+        "2023-02-29T00:00:00Z",
+        "2024-01-01T24:00:00Z",
+        "2024-01-01T00:00:60Z",  # 60 seconds only end a minute
+        "2024-01-01T00:00:00+24:00",
+        "\uff12\uff10\uff12\uff14-01-01T00:00:00Z",  # full-width digits
+    ],
+)
+def test_what_rfc3339_does_not_allow_is_rejected(text):
+    with pytest.raises(RecordError, match="is not an RFC 3339 date-time"):
+        parse_timestamp(text)
