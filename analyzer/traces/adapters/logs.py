@@ -247,30 +247,32 @@ class YearClock:
         self.year: int | None = None
         self.month = 0
 
-    def seconds(
-        self, month: int, day: int, clock: tuple[int, int, int], micros: int
-    ) -> float | None:
-        if self.year is None:
-            self.year = self.last_written.year
-            if (month, day, *clock) > (
-                self.last_written.month,
-                self.last_written.day,
-                self.last_written.hour,
-                self.last_written.minute,
-                self.last_written.second,
-            ):
-                self.year -= 1
-        elif month < self.month and self.month - month > 6:
-            self.year += 1  # December -> January
-        year = self.year
-        if month > self.month + 6 and self.month:
+    def seconds(self, month: int, day: int, clock: tuple[int, int, int], micros: int) -> float:
+        """The stamp's seconds since the epoch; RecordError (field `timestamp`) for a stamp
+        that is no date and time, which leaves the year and month tracking untouched."""
+        hour, minute, second = clock
+        stamp = f"{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}"
+        if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 60):
+            raise RecordError("timestamp", f"log header {stamp!r} is not a date and time")
+        tracked, latest, written = self.year, self.month, self.last_written
+        if tracked is None:
+            after = (month, day, *clock) > (
+                *(written.month, written.day, written.hour, written.minute, written.second),
+            )
+            tracked = written.year - after  # a first stamp after the file was written: last year
+        elif month < latest and latest - month > 6:
+            tracked += 1  # December -> January
+        year = tracked
+        if month > latest + 6 and latest:
             year -= 1  # a late line from before the rollover: the previous year's month
         else:
-            self.month = month
+            latest = month
         try:
-            return datetime(year, month, day, *clock, micros, tzinfo=UTC).timestamp()
-        except ValueError:
-            return None
+            moment = datetime(year, month, day, *clock, micros, tzinfo=UTC)
+        except ValueError:  # a day the month does not have (Feb 30, or Feb 29 of that year)
+            raise RecordError("timestamp", f"log header {stamp!r}: no such day") from None
+        self.year, self.month = tracked, latest
+        return moment.timestamp()
 
 
 def canonical_batch(items: list[tuple[int, Any, str]]) -> Batch:

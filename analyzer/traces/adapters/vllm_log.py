@@ -169,7 +169,12 @@ def _inputs(scan: _Scan, line_no: int, line: str, m: re.Match) -> None:
         scan.ready.append((line_no, RecordError("prompt_token_ids", reason), line))
         return
     record: dict[str, Any] = {"request_id": rid, "prompt_token_ids": _compact(ids)}
-    if (seconds := _seconds(scan, line[: m.start()])) is not None:
+    try:
+        seconds = _seconds(scan, line[: m.start()])
+    except RecordError as err:  # a header that is no date and time: this line's reject
+        scan.ready.append((line_no, err, line))
+        return
+    if seconds is not None:
         record["timestamp"] = seconds
     if scan.model is not None:
         record["model_revision"] = scan.model

@@ -252,3 +252,31 @@ def test_a_message_quoted_in_a_text_is_not_a_message(tmp_path, db):
     src = ingest([_copy(tmp_path, "q.log", "\n".join(lines) + "\n")], db_path=db).sources[0]
     assert (src.num_read, src.num_stored) == (1, 1)
     assert db_rows(db, "SELECT request_id, output_token_ids FROM requests") == [("a", [3])]
+
+
+@pytest.mark.parametrize(
+    ("day", "clock", "reason"),
+    [
+        ("13-45", "25:61:99", "log header '13-45 25:61:99' is not a date and time"),
+        ("11-29", "24:00:00", "log header '11-29 24:00:00' is not a date and time"),
+        ("02-30", "10:00:00", "log header '02-30 10:00:00': no such day"),
+    ],
+)
+def test_a_header_that_is_no_date_rejects_its_line(tmp_path, db, day, clock, reason):
+    """Item 11: such a line was stored with a NULL timestamp (and its month confused the
+    year tracking of the lines after it)."""
+    text = "\n".join(
+        [
+            _line("a", "10:00:00", "[1, 2]", day="11-28"),
+            _line("b", clock, "[1, 2, 3]", day=day),
+            _line("c", "10:00:01", "[4]", day="11-28"),
+        ]
+    )
+    result = ingest([_copy(tmp_path, "bad.log", text + "\n")], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (2, 1)
+    assert db_rows(db, "SELECT line_no, field, reason FROM rejects") == [(2, "timestamp", reason)]
+    stamps = db_rows(db, "SELECT request_id, timestamp_s FROM requests ORDER BY line_no")
+    assert [(rid, datetime.fromtimestamp(t, UTC).isoformat()) for rid, t in stamps] == [
+        ("a", "2026-11-28T10:00:00+00:00"),
+        ("c", "2026-11-28T10:00:01+00:00"),
+    ]
