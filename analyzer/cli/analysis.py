@@ -10,6 +10,7 @@ from analyzer.cli.base import (
     db_option,
     executor_options,
     executor_spec,
+    out_file_option,
     policy_options,
     progress_bar,
     shard_tokens_option,
@@ -27,12 +28,7 @@ from analyzer.errors import ConfigError
     type=click.Choice(["auto", "numpy", "cupy"]),
     help="Array backend: auto uses CuPy when it imports and sees a GPU.",
 )
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Also export prefix_matches to FILE (.parquet, .jsonl or .csv).",
-)
+@out_file_option("Also export prefix_matches to FILE (.parquet, .jsonl or .csv).")
 @click.option(
     "--derive-families",
     is_flag=True,
@@ -98,11 +94,7 @@ def match_cmd(
 @cli.command()
 @db_option
 @policy_options
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    help="Also export this run's replay_requests (.parquet, .jsonl or .csv).",
-)
+@out_file_option("Also export this run's replay_requests (.parquet, .jsonl or .csv).")
 @click.option(
     "--measure-from",
     "measure_from",
@@ -219,12 +211,7 @@ def _load_line(load: dict) -> str:
 @cli.command("metrics")
 @db_option
 @click.option("--run", "run", type=int, default=None, help="Replay run id [default: the latest].")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write the text to FILE (e.g. for node_exporter's textfile collector).",
-)
+@out_file_option("Write the text to FILE (e.g. for node_exporter's textfile collector).")
 def metrics_cmd(db_path: str, run: int | None, out: str | None) -> None:
     """Print a replay run's counters as Prometheus text (exposition format 0.0.4).
 

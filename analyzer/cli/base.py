@@ -20,6 +20,11 @@ db_option = click.option(
 )
 
 
+def out_file_option(help: str):
+    """An optional `--out FILE` (a file path, not a folder; None when not given)."""
+    return click.option("--out", type=click.Path(dir_okay=False), default=None, help=help)
+
+
 def policy_options(command):
     """--policy and --set, shared by every command that builds a replay policy."""
     command = click.option(

@@ -7,6 +7,7 @@ import click
 from analyzer.cli.base import (
     cli,
     db_option,
+    out_file_option,
     policy_options,
 )
 
@@ -35,12 +36,7 @@ from analyzer.cli.base import (
 @click.option("--model-name", default=None, help="Only counters labelled model_name=NAME.")
 @click.option("--since", default=None, help="Window start: timestamp_s >= it (s or RFC 3339).")
 @click.option("--until", default=None, help="Window end: timestamp_s < it (s or RFC 3339).")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Also export the comparison rows (.parquet, .jsonl or .csv).",
-)
+@out_file_option("Also export the comparison rows (.parquet, .jsonl or .csv).")
 def validate_cmd(
     db_path, run, metrics, metrics_before, metrics_after, model_name, since, until, out
 ) -> None:

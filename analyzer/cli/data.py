@@ -9,6 +9,7 @@ import click
 from analyzer.cli.base import (
     cli,
     db_option,
+    out_file_option,
     progress_bar,
 )
 from analyzer.traces.formats import FORMATS
@@ -83,12 +84,7 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
     is_flag=True,
     help="Let the statement read and write files (COPY ... TO, read_csv, ATTACH, INSTALL).",
 )
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write the rows to this file instead (.parquet, .jsonl or .csv).",
-)
+@out_file_option("Write the rows to this file instead (.parquet, .jsonl or .csv).")
 def query(sql: str, db_path: str, fmt: str, write: bool, files: bool, out: str | None) -> None:
     """Run SQL over the stored tables (requests, rejects, sources, ...) and print the result.
 

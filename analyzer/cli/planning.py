@@ -13,6 +13,7 @@ from analyzer.cli.base import (
     db_option,
     executor_options,
     executor_spec,
+    out_file_option,
     policy_options,
     progress_bar,
     workers_option,
@@ -95,12 +96,7 @@ def sweep_cmd(
 @cli.command("calibrate")
 @db_option
 @policy_options
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write the fitted policy (JSON, a policy file) to FILE.",
-)
+@out_file_option("Write the fitted policy (JSON, a policy file) to FILE.")
 def calibrate_cmd(db_path, policy_source, overrides, out):
     """Fit the concurrent schedule's step time (step_base_ms, step_token_us) to the trace's
     observed ttft_ms.
