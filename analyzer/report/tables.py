@@ -9,12 +9,12 @@ from decimal import Decimal
 import orjson
 import pyarrow as pa
 
+from analyzer.store.export import FORMULA_STARTS
+
 FORMATS = ("table", "csv", "json")
 # C0 controls, DEL and C1 controls (ESC starts terminal escape sequences; C1 CSI does too)
 # are shown escaped in aligned text: a trace field cannot drive the terminal it is read on.
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(32), *range(127, 160))}
-# A CSV cell a spreadsheet would run as a formula (OWASP's list) gets a leading apostrophe.
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _shown(text: str) -> str:
@@ -69,7 +69,7 @@ def _csv_cell(value, spreadsheet_safe: bool, tty: bool):
         return ""
     if not isinstance(value, str):
         return value
-    if spreadsheet_safe and value.startswith(_FORMULA_STARTS):
+    if spreadsheet_safe and value.startswith(FORMULA_STARTS):
         value = "'" + value
     return _shown(value) if tty else value
 

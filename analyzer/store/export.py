@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import duckdb
@@ -15,6 +16,8 @@ from analyzer.errors import ConfigError, InputFileError
 from analyzer.store.db import query_arrow
 
 EXPORT_SUFFIXES = (".parquet", ".jsonl", ".csv")
+# How a CSV cell a spreadsheet would run as a formula starts (OWASP's list).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def check_export_path(out: str | Path) -> Path:
@@ -67,11 +70,9 @@ def spreadsheet_safe(table: pa.Table) -> pa.Table:
     for i, column in enumerate(table.columns):
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             continue
-        risky = pc.fill_null(pc.match_substring_regex(column, FORMULA_START), False)
+        starts = (pc.starts_with(column, pattern=sign) for sign in FORMULA_STARTS)
+        risky = pc.fill_null(functools.reduce(pc.or_, starts), False)
         if pc.any(risky).as_py():
             quoted = pc.binary_join_element_wise("'", column, "")
             table = table.set_column(i, table.field(i), pc.if_else(risky, quoted, column))
     return table
-
-
-FORMULA_START = r"^[=+\-@\t\r]"  # RE2: a formula sign, a tab or a carriage return
