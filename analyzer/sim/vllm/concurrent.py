@@ -247,13 +247,7 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
                 f.decoding = True  # decoding: its next quiet steps skip the cache (above)
         if not self._allocate(f, n):
             return None
-        if f.decoding:  # one token: a new frontier only where it starts a block
-            if computed >= f.scheduled_high:
-                f.scheduled_high = computed + 1
-            if computed >= f.kept_blocks * B:
-                self.prefixes.enter(f, computed // B)
-        else:
-            self._scheduled(f, computed, n)
+        self._scheduled(f, computed, n)
         self.prefill_scheduled = self.prefill_scheduled or f.prefill_chunk
         scheduled.append((f, n))
         return n
@@ -261,8 +255,9 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
     def _scheduled(self, f: Flight, start_tokens: int, n: int) -> None:
         """`f` was scheduled tokens [start, start + n) of its sequence in this step."""
         end = start_tokens + n
-        f.scheduled_high = max(f.scheduled_high, end)
-        if end > f.kept_blocks * self.layout.block_size:  # it reached a block not kept yet
+        if end > f.scheduled_high:
+            f.scheduled_high = end
+        if end > f.kept_blocks * self.block_size:  # it reached a block not kept yet
             self.prefixes.record(f, start_tokens, end)
 
     def _allocate(self, f: Flight, n: int) -> bool:

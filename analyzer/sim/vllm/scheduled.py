@@ -34,7 +34,8 @@ from analyzer.sim.vllm.layout import CacheLayout
 
 
 class ScheduledPrefixes:
-    """`record` each scheduled chunk; `shared` gives T for a request about to be admitted.
+    """`record` each scheduled chunk; for a request about to be admitted, `scheduled_blocks`
+    (before its own blocks are hashed), then `shared`: T.
     `scheduled_tokens(flight)` is how many tokens of its sequence a request has scheduled
     (all of them once it finished)."""
 
@@ -65,7 +66,8 @@ class ScheduledPrefixes:
             return
         f.kept_blocks = last + 1
         if end_tokens % B:  # the frontier: scheduled up to inside this block
-            self.enter(f, last)
+            parent = source.ids[last * s - 1] if last else source.root
+            self.moving.setdefault(parent, []).append(f)
             last -= 1
         if last < first:
             return
@@ -84,13 +86,6 @@ class ScheduledPrefixes:
             if at == len(contents) or contents[at] != block:
                 contents.insert(at, block)
                 values.insert(at, int.from_bytes(block, "big"))
-
-    def enter(self, f: Flight, block: int) -> None:
-        """`f`, decoding, scheduled the first token of `block`: its new frontier."""
-        source = f.req.source
-        f.kept_blocks = max(f.kept_blocks, block + 1)
-        parent = source.ids[block * self.s - 1] if block else source.root
-        self.moving.setdefault(parent, []).append(f)
 
     def scheduled_blocks(self, f: Flight, resident_tokens: int) -> int:
         """How many leading blocks of `f`'s prompt had been scheduled (hashed) by anybody;
@@ -127,7 +122,7 @@ class ScheduledPrefixes:
                 size = min(mine, len(contents[k]))
                 a = value >> 8 * (mine - size)
                 b = values[k] >> 8 * (len(contents[k]) - size)
-                best = max(best, size - ((a ^ b).bit_length() + 7) // 8)
+                best = max(best, _agreeing(a, b, size))
         for other in self.moving.get(parent, ()):
             if other is f:
                 continue
@@ -135,18 +130,22 @@ class ScheduledPrefixes:
             data = other.req.source.data
             size = min(mine, ahead, len(data) - lo)
             if size > best:
-                best = max(best, _common_bytes(source.data, lo, data, lo, size))
+                best = max(best, _common_bytes(source.data, data, lo, size))
         return j * B + min(best // item * per, rest)
 
 
-def _common_bytes(a: bytes, a_lo: int, b: bytes, b_lo: int, size: int) -> int:
-    """How many of the `size` bytes from a[a_lo] and b[b_lo] agree before the first that
-    does not (all `size` when none differs): the highest bit set in their XOR, read as
-    big-endian integers, is in the first differing byte."""
+def _common_bytes(a: bytes, b: bytes, lo: int, size: int) -> int:
+    """How many of the `size` bytes from a[lo] and b[lo] agree before the first that does
+    not (all `size` when none differs)."""
     if size <= 0:
         return 0
-    mine, theirs = a[a_lo : a_lo + size], b[b_lo : b_lo + size]
+    mine, theirs = a[lo : lo + size], b[lo : lo + size]
     if mine == theirs:
         return size
-    differ = int.from_bytes(mine, "big") ^ int.from_bytes(theirs, "big")
-    return size - (differ.bit_length() + 7) // 8
+    return _agreeing(int.from_bytes(mine, "big"), int.from_bytes(theirs, "big"), size)
+
+
+def _agreeing(a: int, b: int, size: int) -> int:
+    """Leading bytes two `size`-byte big-endian integers share: the highest bit set in their
+    XOR lies in the first byte that differs."""
+    return size - ((a ^ b).bit_length() + 7) // 8
