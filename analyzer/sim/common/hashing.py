@@ -73,14 +73,10 @@ class HashInterner:
         if count <= 0:
             return 0  # parent is no run's, or its run's last id
         width = unit + look
-        n, few = 0, min(count, 8)  # block by block while few (a slice compare is cheap)
-        while n < few:
-            at = n * unit
-            if run[start + at : start + at + width] != data[lo + at : lo + at + width]:
-                return n
-            n += 1
+        if run[start : start + width] != data[lo : lo + width]:
+            return 0  # the first block differs (a chain leaving the run at once, often)
         size = count * unit + look
-        if n == count or run[start : start + size] == data[lo : lo + size]:
+        if count == 1 or run[start : start + size] == data[lo : lo + size]:
             return count  # all of them (a follow-up walking its parent's run, often)
         mine = np.frombuffer(data, np.uint8, size, lo)
         first = int((mine != np.frombuffer(run, np.uint8, size, start)).argmax())  # they differ

@@ -20,6 +20,7 @@ counts are not kept at all: allocation hands out new ids and free/touch do nothi
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import islice
 from operator import itemgetter
 
 NULL = 0
@@ -162,19 +163,24 @@ class BlockPool:
             return list(range(first, first + count))
         if count > len(self.free):
             raise ValueError(f"cannot get {count} free blocks from the pool")
-        popitem, ref, primary, extra = self.free.popitem, self.ref, self.primary, self.extra
-        out = [popitem(last=False)[0] for _ in range(count)]
+        free, ref, primary, extra = self.free, self.ref, self.primary, self.extra
+        out = list(islice(free, count))  # the queue's head, oldest first
         # An eviction of a block with one key and no side entries, inlined (the common one).
         simple = not (extra or self.shadow_of or self.sparse_groups)
         cached, tokens = self.cached, self.primary_tokens
         for block in out:
+            del free[block]
             key = primary[block]
-            if simple and key != -1 and type(cached.get(key)) is int:
-                primary[block] = -1
+            if key == -1:
+                if extra and block in extra:
+                    self.remove_hashes(block)  # the eviction
+            elif simple and type(held := cached.pop(key)) is int:
+                primary[block] = -1  # it was the key's only holder
                 tokens[block] = 0
-                del cached[key]  # the only holder of a key is its primary block
-            elif key != -1 or (extra and block in extra):
-                self.remove_hashes(block)  # the eviction
+            else:
+                if simple:
+                    cached[key] = held  # several blocks hold the key
+                self.remove_hashes(block)
             ref[block] = 1
         return out
 

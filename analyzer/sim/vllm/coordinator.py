@@ -19,12 +19,16 @@ resident in every copy. Units: tokens.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from analyzer.config.policy import GROUPS
 from analyzer.sim.vllm.block_pool import NULL, BlockPool
 from analyzer.sim.vllm.layout import CacheLayout, cdiv
 from analyzer.sim.vllm.mamba import MambaManager
 from analyzer.sim.vllm.managers import FullAttentionManager, Manager, ReqState
 from analyzer.sim.vllm.sliding_window import SlidingWindowManager
+
+_first = itemgetter(0)  # a lookup row's block, for a spec group of one member
 
 FULL, SWA, MAMBA = GROUPS
 MANAGERS: dict[str, type[Manager]] = {
@@ -210,8 +214,12 @@ class Coordinator:
         """Per manager (group id order): its hit blocks, NULL in the rows' gaps."""
         out: list[list[int]] = [[] for _ in self.managers]
         for members, rows in zip(self.spec_groups, found, strict=True):
+            rows = rows or ()
+            if len(members) == 1 and None not in rows:  # full attention: one block a row
+                out[members[0].gid] = list(map(_first, rows))
+                continue
             for k, m in enumerate(members):
-                out[m.gid] = [NULL if row is None else row[k] for row in (rows or ())]
+                out[m.gid] = [NULL if row is None else row[k] for row in rows]
         return out
 
     # -- one scheduled step -------------------------------------------------------------------

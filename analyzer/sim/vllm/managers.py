@@ -190,10 +190,40 @@ class Manager:
         if start >= full:
             return
         mask = self.mask(start, full, boundaries)
-        pool, blocks, s = self.pool, self.blocks, B // H
-        groups, gid, ever, this_step = self.groups, self.gid, self.ever, self.this_step
-        plain, primary, insert = req.plain, pool.primary, pool.insert
-        cached, primary_tokens = pool.cached, pool.primary_tokens
+        plain, ever, s = req.plain, self.ever, B // H
+        if s == 1 and self.groups == 1 and mask is None and plain is None and ever is None:
+            self._cache_dense(hashes[start:full], self.blocks[start:full], start * B)
+        else:
+            self._cache_each(req, start, full, mask)
+        self.ncached = full
+        self.active = True
+
+    def _cache_dense(self, keys: list[int], blocks: list[int], start_tokens: int) -> None:
+        """Key `blocks` (from token `start_tokens` on) with `keys`: one hash a block, one
+        group, no mask, no shadow keys (plain full attention, where most replays spend)."""
+        pool, B = self.pool, self.B
+        primary, primary_tokens = pool.primary, pool.primary_tokens
+        setdefault = pool.cached.setdefault
+        tokens = start_tokens
+        for block, key in zip(blocks, keys, strict=True):
+            tokens += B
+            if block == NULL:
+                continue
+            if primary[block] != -1:
+                pool.remove_hashes(block)  # a partial entry promoted to the full block
+            if setdefault(key, block) is block:  # pool.insert, inlined: a new key
+                primary[block] = key
+                primary_tokens[block] = tokens
+            else:  # another block holds the key already
+                pool.insert(key, block, tokens)
+
+    def _cache_each(self, req: ReqState, start: int, full: int, mask: list[bool] | None) -> None:
+        """`cache` for blocks [start, full) in general: sub-block hashes, several groups,
+        masked slots (sparse groups), shadow keys."""
+        hashes, B, s = req.hashes, self.B, self.B // self.H
+        pool, blocks, groups, gid = self.pool, self.blocks, self.groups, self.gid
+        ever, this_step, plain = self.ever, self.this_step, req.plain
+        primary, cached, primary_tokens = pool.primary, pool.cached, pool.primary_tokens
         if s == 1 and groups == 1:
             keys = hashes[start:full]  # one hash a block, one group: the hash is the key
         else:
@@ -210,13 +240,11 @@ class Manager:
                 cached[key] = block
             else:
                 shadow = -1 if plain is None else self._plain(req, (i + 1) * s - 1)
-                insert(key, block, (i + 1) * B, shadow)
+                pool.insert(key, block, (i + 1) * B, shadow)
             if ever is not None:
                 ever.add(key)
                 if this_step is not None:
                     this_step.add(key)
-        self.ncached = full
-        self.active = True
 
     def _plain(self, req: ReqState, index: int) -> int:
         """Plain (no lookahead) shadow key of hash `index`, for attention-only diagnostics."""
