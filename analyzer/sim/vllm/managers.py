@@ -190,8 +190,7 @@ class Manager:
         if start >= full:
             return
         mask = self.mask(start, full, boundaries)
-        plain, ever, s = req.plain, self.ever, B // H
-        if s == 1 and self.groups == 1 and mask is None and plain is None and ever is None:
+        if B == H and self.groups == 1 and mask is None and req.plain is None:
             self._cache_dense(hashes[start:full], self.blocks[start:full], start * B)
         else:
             self._cache_each(req, start, full, mask)
@@ -200,7 +199,7 @@ class Manager:
 
     def _cache_dense(self, keys: list[int], blocks: list[int], start_tokens: int) -> None:
         """Key `blocks` (from token `start_tokens` on) with `keys`: one hash a block, one
-        group, no mask, no shadow keys (plain full attention, where most replays spend)."""
+        group, no mask, no shadow keys (full attention, where most replays spend)."""
         pool, B = self.pool, self.B
         primary, primary_tokens = pool.primary, pool.primary_tokens
         setdefault = pool.cached.setdefault
@@ -216,6 +215,12 @@ class Manager:
                 primary_tokens[block] = tokens
             else:  # another block holds the key already
                 pool.insert(key, block, tokens)
+        if self.ever is not None:
+            if NULL in blocks:
+                keys = [key for key, block in zip(keys, blocks, strict=True) if block != NULL]
+            self.ever.update(keys)
+            if self.this_step is not None:
+                self.this_step.update(keys)
 
     def _cache_each(self, req: ReqState, start: int, full: int, mask: list[bool] | None) -> None:
         """`cache` for blocks [start, full) in general: sub-block hashes, several groups,
