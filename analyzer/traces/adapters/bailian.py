@@ -8,12 +8,13 @@ One JSON object per line: ``{"chat_id": 159, "parent_chat_id": 55, "timestamp": 
 block of the input (the last block partial), remapped to integers per file. Every row
 carries its whole input, history included.
 
-Canonical record: request_id "<file stem>:<chat_id>", parent_request_id likewise from
-`parent_chat_id`, conversation_id "<file stem>:<root chat_id>" (the root reached through the
+Canonical record: request_id "<file scope>:<chat_id>" (`hashchain.file_scope`: the name
+before the first dot and 8 hex digits of the file's sha256), parent_request_id likewise from
+`parent_chat_id`, conversation_id "<file scope>:<root chat_id>" (the root reached through the
 parents seen earlier in the file, as rows are in time order), prompt_family = `type`,
 timestamp = `timestamp`, prompt_tokens = input_length, output_tokens = output_length,
 block_size 16, `turn` kept in `extra`. The ids are hashed per block and remapped per
-file, so they become chained ids hash(previous, id) seeded by the file stem
+file, so they become chained ids hash(previous, id) seeded by the file's sha256
 (`hashchain`): a block only matches after an equal prefix, and two files never share an
 id. A record whose ids disagree with input_length (ceil(input_length / 16) of them) is
 rejected with the canonical reason. The last input block may hold padding, so it can
@@ -64,8 +65,7 @@ def looks_like(first: Any) -> bool:
 
 def read_bailian(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> Iterator[Batch]:
     """Batches of canonical rows from a Qwen-Bailian JSONL stream."""
-    stem = path.name.split(".")[0]
-    lineage = _Lineage(stem)
+    lineage = _Lineage(*hashchain.file_scope(path))
     for items in json_line_chunks(path, stream, progress):
         yield exact_batch([(n, lineage.canonical(obj), raw) for n, obj, raw in items])
 
@@ -73,9 +73,9 @@ def read_bailian(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> 
 class _Lineage:
     """The file's id namespace and each chat's conversation root (chat ids are ints)."""
 
-    def __init__(self, stem: str) -> None:
-        self.stem = stem
-        self.seed = hashchain.seed(f"bailian:{stem}")
+    def __init__(self, scope: str, digest: str) -> None:
+        self.scope = scope  # prefixes the file's request ids
+        self.seed = hashchain.seed(f"bailian:{digest}")
         self.root_of: dict[int, int] = {}
 
     def canonical(self, obj: Any) -> Any:
@@ -91,12 +91,12 @@ class _Lineage:
         except RecordError as err:
             return err
         out: dict[str, Any] = {k: v for k, v in rec.items() if k not in _OWN_FIELDS}
-        out["request_id"] = f"{self.stem}:{chat}"
+        out["request_id"] = f"{self.scope}:{chat}"
         if parent != ROOT:
-            out["parent_request_id"] = f"{self.stem}:{parent}"
+            out["parent_request_id"] = f"{self.scope}:{parent}"
         root = chat if parent == ROOT else self.root_of.get(parent, parent)
         self.root_of[chat] = root
-        out["conversation_id"] = f"{self.stem}:{root}"
+        out["conversation_id"] = f"{self.scope}:{root}"
         if "timestamp" in rec:
             if type(rec["timestamp"]) not in (int, float):
                 return RecordError(

@@ -11,6 +11,7 @@ different prefix or in another namespace never matches (collisions: about 2^-64 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 from analyzer.traces.records import INT64_MAX, INT64_MIN
@@ -21,6 +22,16 @@ Memo = dict[tuple[int, int], int]
 def int64(data: bytes) -> int:
     """A signed 64-bit id from `data` (blake2b)."""
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)
+
+
+def file_scope(path: Path) -> tuple[str, str]:
+    """(scope, sha256 hex) of a trace file whose ids are local to it: the scope is
+    "<name before the first dot>.<first 8 hex digits of the file's sha256>", so two files
+    never share ids (`day1/trace.jsonl` and `day2/trace.jsonl` included) and the same bytes
+    always get the same ones. The file is read once more for its digest."""
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return f"{path.name.split('.')[0]}.{digest[:8]}", digest
 
 
 def seed(namespace: str | bytes) -> int:

@@ -3,6 +3,7 @@ trace is Git LFS only): stored values, lineage, chained namespaced ids, rejects,
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -21,7 +22,14 @@ FIXTURE = (
     / "bailian"
     / "qwen_handwritten_blksz_16.jsonl"
 )
-STEM = "qwen_handwritten_blksz_16"
+
+
+def _scope(path: Path) -> str:
+    """The file's id scope: the name before the first dot + 8 hex digits of its sha256."""
+    return f"{path.name.split('.')[0]}.{hashlib.sha256(path.read_bytes()).hexdigest()[:8]}"
+
+
+SCOPE = _scope(FIXTURE)
 
 
 def _records() -> list[dict]:
@@ -55,7 +63,7 @@ def test_stored_values_and_the_one_reject(trace, db):
     )
     expected = [
         (
-            f"{STEM}:{r['chat_id']}",
+            f"{SCOPE}:{r['chat_id']}",
             r["timestamp"],
             r["input_length"],
             len(r["hash_ids"]),
@@ -86,8 +94,8 @@ def test_parents_and_conversation_roots(trace, db):
     root |= {"55": "55", "61": "11", "80": "80"}
     parent = {"27": "11", "31": "27", "41": "12", "61": "27"}
     for chat, (stored_parent, conversation) in got.items():
-        assert conversation == f"{STEM}:{root[chat]}"
-        assert stored_parent == (f"{STEM}:{parent[chat]}" if chat in parent else None)
+        assert conversation == f"{SCOPE}:{root[chat]}"
+        assert stored_parent == (f"{SCOPE}:{parent[chat]}" if chat in parent else None)
 
 
 def test_ids_match_only_after_an_equal_prefix(trace, db):
@@ -143,7 +151,7 @@ def test_bad_records_are_rejected_with_line_and_reason(trace, db):
         (6, "timestamp"): "expected seconds (a number), got string",
         (7, "block_hash_ids"): "expected an array of integers, got string",
         (8, "prompt_family"): "expected a string, got integer",
-        (9, "request_id"): f"duplicate '{STEM}:11', first seen at line 1",
+        (9, "request_id"): f"duplicate '{_scope(trace)}:11', first seen at line 1",
         (10, None): "expected a JSON object, got array",
     }
 

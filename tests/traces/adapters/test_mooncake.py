@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,11 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "external" / "mooncake"
 CONVERSATION = FIXTURES / "conversation_trace_head40.jsonl"
 SYNTHETIC = FIXTURES / "synthetic_trace_head50.jsonl"
 BLOCK = 512
+
+
+def _scope(path: Path) -> str:
+    """The file's id scope: the name before the first dot + 8 hex digits of its sha256."""
+    return f"{path.name.split('.')[0]}.{hashlib.sha256(path.read_bytes()).hexdigest()[:8]}"
 
 
 def _records(path: Path) -> list[dict]:
@@ -41,17 +47,16 @@ def test_stored_values_match_the_source_records(tmp_path, db, fixture):
     assert source.num_prompt_tokens == sum(r["input_length"] for r in records)
     rows = db_rows(
         db,
-        "SELECT request_id, line_no, timestamp_s, prompt_tokens, block_hash_ids, block_size, "
+        "SELECT request_id, line_no, timestamp_s, prompt_tokens, block_size, "
         "output_tokens, prompt_token_ids, extra FROM requests ORDER BY line_no",
     )
-    stem = fixture.name.split(".")[0]
+    scope = _scope(path)
     expected = [
         (
-            f"{stem}:{i}",
+            f"{scope}:{i}",
             i,
             r["timestamp"] / 1000,
             r["input_length"],
-            r["hash_ids"],
             BLOCK,
             r["output_length"],
             None,
@@ -60,6 +65,14 @@ def test_stored_values_match_the_source_records(tmp_path, db, fixture):
         for i, r in enumerate(records, start=1)
     ]
     assert rows == expected
+    # The trace's ids, relabelled for the file: equal exactly where the trace's are.
+    stored = [ids for (ids,) in db_rows(db, "SELECT block_hash_ids FROM requests ORDER BY line_no")]
+    relabel = {}
+    for ids, r in zip(stored, records, strict=True):
+        assert len(ids) == len(r["hash_ids"])
+        for mine, theirs in zip(ids, r["hash_ids"], strict=True):
+            assert relabel.setdefault(theirs, mine) == mine
+    assert len(set(relabel.values())) == len(relabel)
     assert db_rows(db, "SELECT format, num_read, num_stored, num_rejected FROM sources") == [
         ("mooncake", len(records), len(records), 0)
     ]
@@ -93,7 +106,11 @@ def test_bad_records_are_rejected_with_line_and_reason(tmp_path, db):
     assert reasons[(5, "hash_ids")] == "missing (required in a Mooncake record)"
     assert reasons[(6, "output_tokens")] == "-1 is outside [0, 2^31)"
     rows = db_rows(db, "SELECT request_id, timestamp_s, prompt_tokens, extra FROM requests")
-    assert sorted(rows) == [("mc:1", 1.5, 600, None), ("mc:8", 1.5, 600, '{"session":"s1"}')]
+    scope = _scope(path)
+    assert sorted(rows) == [
+        (f"{scope}:1", 1.5, 600, None),
+        (f"{scope}:8", 1.5, 600, '{"session":"s1"}'),
+    ]
     stored = db_rows(db, "SELECT line_no, field FROM rejects ORDER BY line_no")
     assert stored == [
         (2, "prompt_tokens"),
@@ -168,3 +185,25 @@ def test_unbounded_hit_ratio_matches_an_independent_count(tmp_path, db, fixture)
     expected = _independent_hit_ratio(records)
     assert expected > 0
     assert hit / total == pytest.approx(expected, abs=1e-12)
+
+
+def test_files_never_share_ids_even_with_one_name(tmp_path, db):
+    # Issue 13, item 6: ids came from the file stem, so day2's file was rejected whole as
+    # duplicates of day1's, and both traces number their blocks from 0.
+    day1, day2 = tmp_path / "day1", tmp_path / "day2"
+    day1.mkdir()
+    day2.mkdir()
+    first = shutil.copy(CONVERSATION, day1 / "conversation_trace.jsonl")
+    second = shutil.copy(SYNTHETIC, day2 / "conversation_trace.jsonl")
+    sources = ingest([first, second], db_path=db).sources
+    assert [(s.num_read, s.num_stored) for s in sources] == [(40, 40), (50, 50)]
+    ids = db_rows(
+        db,
+        "SELECT source_id, list_distinct(flatten(list(block_hash_ids))) FROM requests "
+        "GROUP BY source_id ORDER BY source_id",
+    )
+    assert not set(ids[0][1]) & set(ids[1][1])
+    raw = [{h for r in _records(f) for h in r["hash_ids"]} for f in (CONVERSATION, SYNTHETIC)]
+    assert raw[0] & raw[1]  # the trace's own ids would have shared blocks
+    names = db_rows(db, "SELECT DISTINCT split_part(request_id, ':', 1) FROM requests")
+    assert sorted(names) == sorted([(_scope(first),), (_scope(second),)])
