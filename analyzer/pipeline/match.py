@@ -133,7 +133,9 @@ def match_prefixes(
             )
             name = f"{backend_name(xp)}, {result.num_partitions} partitions on executor {spec.name}"
         seconds = time.perf_counter() - started
-        derived = write_relations(con, relations, derive_families, min_family_tokens)
+        derived = write_relations(
+            con, relations, derive_families, min_family_tokens, source.fingerprint
+        )
         if out is not None:
             export_prefix_matches(con, out)
     finally:

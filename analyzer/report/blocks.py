@@ -46,6 +46,13 @@ def meaning(text: str) -> str:
     return f'<p class="meaning"><b>What this means.</b> {text}</p>'
 
 
+def notice(text: str) -> str:
+    """A warning paragraph; `text` is plain (escaped here), `code` in backquotes shown so."""
+    parts = html.escape(text).split("`")
+    body = "".join(f"<code>{p}</code>" if k % 2 else p for k, p in enumerate(parts))
+    return f'<p class="notice"><b>Warning:</b> {body[0].upper()}{body[1:]}.</p>'
+
+
 def overall_rows(data: ReportData) -> pl.DataFrame:
     return data.groups.filter(pl.col("is_overall")).sort("run_id")
 

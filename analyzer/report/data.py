@@ -21,10 +21,12 @@ from analyzer.report.junction_paths import deepest_junctions
 from analyzer.store.db import (
     column_names,
     connect,
+    derived_from,
     load_sql,
     query_arrow,
     require_tables,
     table_names,
+    trace_fingerprint,
 )
 
 # Window widths (seconds) the time-window figure may use: about 24 windows per trace.
@@ -53,6 +55,10 @@ class ReportData:
     # (replay_load_summary.sql) and its arrival windows (report_load_windows.sql).
     load: pl.DataFrame | None = None
     load_windows: pl.DataFrame | None = None
+    # Why some runs have no junction rows: `hpa match` matched another trace (None: all do).
+    junction_note: str | None = None
+    # The stored trace now: (fingerprint, requests); a run may have replayed an earlier one.
+    trace_now: tuple[str, int] | None = None
 
 
 def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> ReportData:
@@ -73,13 +79,24 @@ def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> Repo
         groups = _groups(con, run_frame, labels)
         windows, unit = _windows(con, ids, labels)
         load, load_windows = _load(con, run_frame, labels)
-        junctions = None
+        junctions, junction_note = None, None
         if {"junctions", "prefix_matches"} <= present:
-            junctions = _junctions(con, ids, labels)
+            junctions, junction_note = _fresh_junctions(con, run_frame, labels)
         sweeps = None
         if "sweep_points" in present:
             sweeps = _sweeps(con)
-        return ReportData(run_frame, groups, windows, unit, junctions, sweeps, load, load_windows)
+        return ReportData(
+            run_frame,
+            groups,
+            windows,
+            unit,
+            junctions,
+            sweeps,
+            load,
+            load_windows,
+            junction_note,
+            trace_fingerprint(con),
+        )
     finally:
         con.close()
 
@@ -249,6 +266,32 @@ def _rounded(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 # --- junctions -------------------------------------------------------------------------
+
+
+def _fresh_junctions(
+    con, run_frame: pl.DataFrame, labels: dict[int, str]
+) -> tuple[pl.DataFrame | None, str | None]:
+    """The junction rows of the runs that replayed the trace `hpa match` matched (None:
+    no such run), and a note naming the runs left out (None: none is). Joining a match of
+    another trace to a run would tell another trace's story."""
+    origin = derived_from(con, "junctions")
+    fingerprints = dict(zip(run_frame["run_id"], run_frame["trace_fingerprint"], strict=True))
+    fresh = [i for i, fp in fingerprints.items() if origin is not None and fp == origin[0]]
+    left = [str(i) for i in fingerprints if i not in fresh]
+    note = None
+    if origin is None:
+        note = (
+            "the junction tables do not say which trace they were matched from (written by "
+            "an earlier hpa); run `hpa match` again to see them"
+        )
+    elif left:
+        note = (
+            f"run{'s' if len(left) > 1 else ''} {', '.join(left)} replayed another trace "
+            "than the one `hpa match` matched "
+            f"({origin[1]:,} requests); run `hpa match` again to see "
+            f"{'its' if len(left) == 1 else 'their'} junctions"
+        )
+    return (_junctions(con, fresh, labels) if fresh else None), note
 
 
 def _junctions(con, ids: list[int], labels: dict[int, str]) -> pl.DataFrame:

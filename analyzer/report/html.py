@@ -76,6 +76,7 @@ section{background:#fff;padding:4px 16px 16px;margin:16px 0;border-radius:6px;
 box-shadow:0 1px 3px rgba(0,0,0,.08)}
 nav a{margin-right:14px}
 p.meaning{background:#f3f6fa;border-left:4px solid #1f77b4;padding:8px 12px;max-width:75em}
+p.notice{background:#fff5d6;border-left:4px solid #d9a400;padding:8px 12px;max-width:75em}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 td.num{text-align:right;font-variant-numeric:tabular-nums}

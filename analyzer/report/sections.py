@@ -13,6 +13,7 @@ from analyzer.report.blocks import (
     figure_div,
     html_table,
     meaning,
+    notice,
     overall_rows,
     pct,
 )
@@ -179,13 +180,13 @@ def weighting_section(data: ReportData) -> tuple[str, list[str]]:
 
 def junctions_section(data: ReportData) -> tuple[str, list[str]]:
     j = data.junctions
+    stale = "" if data.junction_note is None else notice(data.junction_note)
     if j is None or j.height == 0:
-        return (
-            '<section id="junctions"><h2>(c) Shared junctions</h2><p>No junction data: run '
-            "<code>hpa match</code> on this database to see where shared prefixes branch and "
-            "what each branch point lost.</p></section>",
-            [],
+        missing = stale or (
+            "<p>No junction data: run <code>hpa match</code> on this database to see where "
+            "shared prefixes branch and what each branch point lost.</p>"
         )
+        return f'<section id="junctions"><h2>(c) Shared junctions</h2>{missing}</section>', []
     chosen = figures.top_junctions(j)
     rows = j.join(chosen, on="junction_id").sort(["run_id", "rank"])
     top = rows.row(0, named=True)
@@ -230,11 +231,13 @@ def junctions_section(data: ReportData) -> tuple[str, list[str]]:
         "(and leaves one), the third hits. The largest loss in the first run is at "
         f"{count(top['position_tokens'])} tokens ({html.escape(top['prompt_families'])}): "
         f"{count(top['sparse_retention_miss_tokens'])} tokens over "
-        f"{count(top['num_sparse_miss_requests'])} requests. Retention (a checkpoint every N "
-        "tokens, or at every boundary) is what removes these losses."
+        f"{count(top['num_sparse_miss_requests'])} "
+        f"request{'' if top['num_sparse_miss_requests'] == 1 else 's'}. Retention (a "
+        "checkpoint every N tokens, or at every boundary) is what removes these losses."
     )
     body = (
         '<section id="junctions"><h2>(c) Top shared junctions and what they lost</h2>'
+        + stale
         + figure_div(figures.junctions(j), "fig-junctions")
         + meaning(text)
         + "<details><summary>Table: the same junctions per run (sorted by run, then "
@@ -263,6 +266,19 @@ def sweep_section(data: ReportData) -> tuple[str, list[str]]:
     return body, [SWEEP_FIGURE_ID]
 
 
+def _replayed_before(data: ReportData) -> list[str]:
+    """The runs (ids) that replayed the store before its trace changed; runs of a Parquet
+    dataset (fingerprint "dataset:...") are not the store's."""
+    if data.trace_now is None:
+        return []
+    now = data.trace_now[0]
+    return [
+        str(r["run_id"])
+        for r in data.runs.iter_rows(named=True)
+        if r["trace_fingerprint"] != now and not r["trace_fingerprint"].startswith("dataset:")
+    ]
+
+
 def config_section(data: ReportData) -> str:
     parts = []
     for r in data.runs.iter_rows(named=True):
@@ -282,6 +298,13 @@ def config_section(data: ReportData) -> str:
         else "<b>Warning:</b> the runs replayed different traces (fingerprints differ); "
         "compare them with care."
     )
+    changed = _replayed_before(data)
+    if changed:
+        runs = f"run{'s' if len(changed) > 1 else ''} {', '.join(changed)}"
+        note += (
+            f" <b>Warning:</b> the stored trace has changed since {runs} (it now holds "
+            f"{count(data.trace_now[1])} requests): replay again to see it as it is."
+        )
     return (
         '<section id="config"><h2>(f) Exact configuration of each run</h2>'
         f"<p>{note} Reproduce a run with <code>hpa replay --policy FILE</code> where FILE "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -118,6 +119,23 @@ def require_tables(con: duckdb.DuckDBPyConnection, *names: str) -> None:
         if name not in present:
             hint = writers.get(name, "hpa ingest")
             raise StoreError(f"table {name!r} is not in the database; run `{hint}` first")
+
+
+def trace_fingerprint(con: duckdb.DuckDBPyConnection) -> tuple[str, int]:
+    """(fingerprint, number of requests) of the stored trace: the ingested files' sha256s
+    in ingest order and the request count, hashed (what a run or a match was computed
+    from)."""
+    sources, num = con.execute(load_sql("trace_fingerprint")).fetchall()[0]
+    return hashlib.sha256(f"{sources}|{num}".encode()).hexdigest(), int(num)
+
+
+def derived_from(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, int] | None:
+    """(trace fingerprint, number of requests) `table` was derived from; None when not
+    recorded (a store written before hpa recorded it)."""
+    if "derived_tables" not in table_names(con):
+        return None
+    rows = con.execute(load_sql("derived_lookup"), {"table_name": table}).fetchall()
+    return (rows[0][0], int(rows[0][1])) if rows else None
 
 
 def table_names(con: duckdb.DuckDBPyConnection) -> set[str]:

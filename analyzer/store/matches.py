@@ -7,24 +7,32 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from analyzer.store.db import load_sql
+from analyzer.store.db import load_sql, trace_fingerprint
 from analyzer.store.export import export_table
 
 
 def write_relations(
-    con, relations: dict[str, pa.Table], derive_families: bool, min_family_tokens: int
+    con,
+    relations: dict[str, pa.Table],
+    derive_families: bool,
+    min_family_tokens: int,
+    fingerprint: str | None = None,
 ) -> tuple[int, int] | None:
     """Write the relations `match_rows`, `match_junction_nodes` and `match_junction_paths`
-    (Arrow tables, see `analyzer.prefixes.result`) in one transaction. Returns (requests
-    labelled, distinct labels) when deriving families."""
+    (Arrow tables, see `analyzer.prefixes.result`) in one transaction, with what they were
+    derived from (`fingerprint`, None: the stored trace's). Returns (requests labelled,
+    distinct labels) when deriving families."""
     for name, table in relations.items():
         con.register(name, table)
     try:
         con.begin()
         con.execute(load_sql("match_write_prefix_matches"))
+        tables = ["prefix_matches", "junctions"]
         if derive_families:
             con.execute(load_sql("match_derive_families"), {"min_tokens": min_family_tokens})
+            tables.append("requests.prompt_family")
         con.execute(load_sql("match_write_junctions"))
+        _record(con, tables, fingerprint, relations["match_rows"].num_rows)
         con.commit()
     except BaseException:
         con.rollback()
@@ -36,6 +44,22 @@ def write_relations(
         return None
     labelled, labels = con.execute(load_sql("match_count_derived")).fetchall()[0]
     return int(labelled), int(labels)
+
+
+def _record(con, tables: list[str], fingerprint: str | None, num_requests: int) -> None:
+    """Say which trace `tables` were derived from (`derived_tables`)."""
+    con.execute(load_sql("derived_schema"))
+    fingerprint = fingerprint or trace_fingerprint(con)[0]
+    for table in tables:
+        con.execute(
+            load_sql("derived_record"),
+            {
+                "table_name": table,
+                "command": "hpa match",
+                "trace_fingerprint": fingerprint,
+                "num_requests": num_requests,
+            },
+        )
 
 
 def export_prefix_matches(con, out: str | Path) -> int:

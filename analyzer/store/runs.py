@@ -3,7 +3,6 @@ replay_summary), and several runs side by side."""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +11,13 @@ import pyarrow as pa
 
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
-from analyzer.store.db import load_sql, query_arrow, transaction
+from analyzer.store.db import (
+    derived_from,
+    load_sql,
+    query_arrow,
+    trace_fingerprint,
+    transaction,
+)
 from analyzer.store.export import export_table
 
 VERSION = "0.1.0"
@@ -69,18 +74,32 @@ def store_run(
         )
         if note is not None
     )
+    if fingerprint is None:
+        notes += _stale_families(con)
     return ReplayOutcome(run_id, n, summary, seconds, num_errors, notes, load_figures(con, run_id))
+
+
+def _stale_families(con) -> tuple[str, ...]:
+    """A note when the prompt families `hpa match --derive-families` wrote were derived
+    from fewer requests than the store holds now (the new ones have none)."""
+    origin = derived_from(con, "requests.prompt_family")
+    now, num = trace_fingerprint(con)
+    if origin is None or origin[0] == now:
+        return ()
+    unlabelled = con.execute(load_sql("count_unlabelled")).fetchall()[0][0]
+    if not unlabelled:
+        return ()
+    return (
+        f"prompt families were derived by `hpa match --derive-families` from {origin[1]:,} "
+        f"requests; the store holds {num:,} now, {unlabelled:,} of them with no family "
+        "(run it again)",
+    )
 
 
 def load_figures(con, run_id: int) -> dict | None:
     """TTFT, queueing, preemption and in-flight figures of a concurrent run (None: serial)."""
     row = query_arrow(con, load_sql("replay_load_summary"), {"run_id": int(run_id)}).to_pylist()
     return row[0] if row and row[0]["num_timed"] else None
-
-
-def _fingerprint(con) -> str:
-    sources, num = con.execute(load_sql("trace_fingerprint")).fetchall()[0]
-    return hashlib.sha256(f"{sources}|{num}".encode()).hexdigest()
 
 
 def _store(
@@ -104,7 +123,7 @@ def _store(
         [
             run_id,
             policy.to_json(),
-            fingerprint or _fingerprint(con),
+            fingerprint or trace_fingerprint(con)[0],
             len(rows["request_id"]),
             int(np.sum(np.asarray(rows["prompt_tokens"])[measured])),
             int(np.sum(np.asarray(rows["hit_tokens"])[measured])),

@@ -41,7 +41,7 @@ def test_a_replay_that_fails_while_storing_stores_nothing(db, monkeypatch):
     def broken(con):  # fails after the requests and the summary were written
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(runs, "_fingerprint", broken)
+    monkeypatch.setattr(runs, "trace_fingerprint", broken)
     with pytest.raises(RuntimeError, match="killed"):
         run_replay(make_policy({"block_size": 64}), db_path=db)
     assert counts(db)[:3] == (None, None, None)  # the store is as it was: no replay tables
