@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from contextlib import contextmanager
 
@@ -176,4 +177,11 @@ def counter(label: str, unit: str):
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminated)
     cli(prog_name="hpa")
+
+
+def _terminated(signum, frame) -> None:
+    """SIGTERM unwinds like an error: open transactions roll back, workers stop."""
+    click.echo("Error: terminated (SIGTERM); nothing of this command was stored", err=True)
+    sys.exit(128 + signum)

@@ -17,8 +17,13 @@ worker keeps its error class (ConfigError, StoreError, ...); anything else is `W
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -152,36 +157,81 @@ def _run_local(fn, items, labels, shared, progress) -> list:
 # -- processes: a fork pool; `shared` is inherited, never pickled ---------------------------
 
 _SHARED: Any = None
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _call_shared(fn, item):
     return fn(_SHARED, item)
 
 
+def _die_with_driver(driver_pid: int) -> None:
+    """Worker initializer: end this worker when the driver process dies, however it dies
+    (`kill -9` included, which no pool shutdown sees; an orphaned worker would hang on its
+    queue and hold the database open). Linux: the kernel sends SIGKILL (PR_SET_PDEATHSIG);
+    elsewhere a thread watches the parent id."""
+    if not _kill_on_parent_death():
+        threading.Thread(target=_watch_driver, args=(driver_pid,), daemon=True).start()
+    if os.getppid() != driver_pid:  # the driver died before this worker was set up
+        os._exit(1)
+
+
+def _kill_on_parent_death() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_driver(driver_pid: int) -> None:
+    while os.getppid() == driver_pid:
+        time.sleep(0.5)
+    os._exit(1)
+
+
 def _run_processes(spec, fn, items, labels, shared, progress) -> list:
     global _SHARED
     _SHARED = shared
     ctx = multiprocessing.get_context("fork")
-    results: list = [None] * len(items)
+    workers = min(spec.num_workers(), len(items))
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=ctx,
+        initializer=_die_with_driver,
+        initargs=(os.getpid(),),
+    )
     try:
-        workers = min(spec.num_workers(), len(items))
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = {pool.submit(_call_shared, fn, item): i for i, item in enumerate(items)}
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in sorted(done, key=futures.get):
-                    i = futures[future]
-                    try:
-                        results[i] = future.result()
-                    except Exception as exc:  # a worker's error or a dead worker
-                        for other in pending:
-                            other.cancel()
-                        raise _failed(labels[i], exc) from exc
-                if progress:
-                    progress(len(items) - len(pending), len(items))
+        results = _collect(pool, fn, items, labels, progress)
+    except BaseException:
+        # A failed partition, Ctrl-C or SIGTERM: stop now, not after the running ones.
+        pool.shutdown(wait=False, cancel_futures=True)
+        for child in multiprocessing.active_children():
+            child.terminate()
+        raise
+    else:
+        pool.shutdown()
     finally:
         _SHARED = None
+    return results
+
+
+def _collect(pool, fn, items, labels, progress) -> list:
+    """Submit every item to `pool`; the results in input order (the first failure raises)."""
+    results: list = [None] * len(items)
+    futures = {pool.submit(_call_shared, fn, item): i for i, item in enumerate(items)}
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for future in sorted(done, key=futures.get):
+            i = futures[future]
+            try:
+                results[i] = future.result()
+            except Exception as exc:  # a worker's error or a dead worker
+                raise _failed(labels[i], exc) from exc
+        if progress:
+            progress(len(items) - len(pending), len(items))
     return results
 
 

@@ -103,8 +103,12 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
 
 def _recover_ingest(con: duckdb.DuckDBPyConnection) -> None:
     """Undo what an ingest killed midway left (DuckDB lets one process write at a time, so
-    none is running now): the rows of its unfinished file go, and the files it finished get
-    their arrival order, as if it had stopped cleanly after them."""
+    none is running now): every file of a command that did not end goes. A store written
+    by an earlier hpa (no command marker) loses its unfinished file's rows, and the files
+    finished get their arrival order."""
+    if con.execute(load_sql("ingest_open_from")).fetchall()[0][0]:
+        with transaction(con):
+            con.execute(load_sql("ingest_forget_command"))
     if con.execute(load_sql("ingest_unfinished")).fetchall()[0][0]:
         with transaction(con):
             con.execute(load_sql("ingest_forget_unfinished"))

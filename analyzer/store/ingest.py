@@ -1,9 +1,10 @@
 """Ingest: trace files into the `requests`, `sources` and `rejects` tables.
 
 Guarantees (SPEC 4.3): for every file, records read = stored + rejected; a file
-already ingested (same sha256) adds nothing; a file that fails midway leaves nothing
-behind (its rows are removed, and a killed ingest is cleaned up by the next one).
-Batches are committed as they go so that memory does not grow with the file.
+already ingested (same sha256) adds nothing; a command lands whole or not at all: one
+that fails midway leaves nothing behind (its rows are removed, and a killed one is
+cleaned up by the next command that opens the store). Batches are committed as they go
+so that memory does not grow with the file.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from analyzer.errors import ConfigError, InputFileError
-from analyzer.store.db import DEFAULT_DB, connect, load_sql
+from analyzer.errors import AnalyzerError, ConfigError, InputFileError
+from analyzer.store.db import DEFAULT_DB, connect, load_sql, transaction
 from analyzer.traces.batches import Batch, Reject, SourceInfo
 from analyzer.traces.io import CountingReader, open_binary
 from analyzer.traces.readers import READERS, SOURCE_INFO, detect_format
@@ -109,25 +110,45 @@ def ingest(
     try:
         _ingest_files(con, paths, fmt, progress, results)
     except BaseException:
-        if created and not any(r.num_stored for r in results):
+        if created:
             _remove_store(Path(db_path))  # a failed first ingest leaves no database behind
         raise
+    finally:
+        con.close()
     return IngestResult(tuple(results))
 
 
 def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> None:
-    try:  # connect() already undid what a killed ingest left
-        known = _known_sources(con)
-        first_seen = {
-            rid: (sid, line)
-            for rid, sid, line in con.execute(load_sql("ingest_first_seen")).fetchall()
-        }
+    """Ingest `paths` as one command: all of them land, or none (an error, Ctrl-C, or a
+    kill: the next connect forgets what a command that did not end stored). Batches commit
+    as they go, so memory stays flat; the files count only once the command closes."""
+    known = _known_sources(con)  # connect() already undid what a killed ingest left
+    first_seen = {
+        rid: (sid, line) for rid, sid, line in con.execute(load_sql("ingest_first_seen")).fetchall()
+    }
+    first = con.execute(load_sql("ingest_next_source_id")).fetchall()[0][0]
+    con.execute(load_sql("ingest_open"), {"first_source_id": first})
+    replaced: list[int] = []  # all-rejected earlier ingests read again: dropped at the end
+    try:
         for path in paths:
-            results.append(_ingest_file(con, path, fmt, known, first_seen, progress))
-    finally:
-        if any(r.num_stored for r in results):
-            con.execute(load_sql("arrival_order"))
-        con.close()
+            results.append(_ingest_file(con, path, fmt, known, first_seen, progress, replaced))
+        with transaction(con):
+            for source_id in replaced:
+                con.execute(load_sql("ingest_forget_rejects"), {"source_id": source_id})
+                con.execute(load_sql("ingest_delete_source"), {"source_id": source_id})
+            if any(r.num_stored for r in results):
+                con.execute(load_sql("arrival_order"))
+            con.execute(load_sql("ingest_close"))
+    except BaseException as exc:
+        with transaction(con):
+            con.execute(load_sql("ingest_forget_command"))
+        landed = [r.path for r in results if r.num_stored]
+        if isinstance(exc, AnalyzerError) and landed:
+            raise type(exc)(
+                f"{exc}; nothing of this ingest was stored, {', '.join(landed)} included "
+                "(a command lands whole or not at all)"
+            ) from None
+        raise
 
 
 def _remove_store(path: Path) -> None:
@@ -141,27 +162,20 @@ def _check_format(fmt: str) -> None:
         raise ConfigError(f"unknown format {fmt!r}; known: auto, {', '.join(READERS)}")
 
 
-def _forget_source(con: duckdb.DuckDBPyConnection, source_id: int) -> None:
-    """Remove what an unfinished ingest of `source_id` stored (batches commit one by one,
-    so memory stays bounded; a file is complete only once its sources row exists)."""
-    con.execute(load_sql("ingest_forget_requests"), {"source_id": source_id})
-    con.execute(load_sql("ingest_forget_rejects"), {"source_id": source_id})
-
-
 def _known_sources(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, str, str, int]]:
     """sha256 -> (source_id, path, format, requests stored) of every ingested file."""
     rows = con.execute(load_sql("ingest_known_sources")).fetchall()
     return {sha: (sid, p, fmt, stored) for sha, sid, p, fmt, stored in rows}
 
 
-def _read_again(con, known: dict, sha: str, fmt: str) -> bool:
+def _read_again(known: dict, sha: str, fmt: str, replaced: list[int]) -> bool:
     """Whether a file ingested before is read again: its earlier ingest, under another
-    format, stored nothing (all rejected). That ingest's rejects and sources row go."""
+    format, stored nothing (all rejected). That ingest's rejects and sources row go when
+    the command ends (`replaced`)."""
     source_id, _, old_format, stored = known[sha]
     if stored or old_format == fmt:
         return False
-    con.execute(load_sql("ingest_forget_rejects"), {"source_id": source_id})
-    con.execute(load_sql("ingest_delete_source"), {"source_id": source_id})
+    replaced.append(source_id)
     del known[sha]
     return True
 
@@ -171,25 +185,21 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _ingest_file(con, path, fmt, known, first_seen, progress) -> SourceResult:
+def _ingest_file(con, path, fmt, known, first_seen, progress, replaced) -> SourceResult:
     try:
         sha = _sha256(path)
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
     fmt = detect_format(path) if fmt == "auto" else fmt
-    if sha in known and not _read_again(con, known, sha, fmt):
+    if sha in known and not _read_again(known, sha, fmt, replaced):
         return SourceResult(str(path), sha, fmt, duplicate_of=known[sha][0])
     source_id = con.execute(load_sql("ingest_next_source_id")).fetchall()[0][0]
     sources = {sid: p for sid, p, _, _ in known.values()}
     sources[source_id] = str(path)
     tally = _Tally(source_id, str(path), dict(first_seen), sources)
-    try:
-        _read_into(con, path, fmt, tally, progress)
-        _check_parseable(path, fmt, tally)
-    except BaseException:
-        _forget_source(con, source_id)
-        raise
-    # The sources row is written last: it marks the file as complete.
+    _read_into(con, path, fmt, tally, progress)
+    _check_parseable(path, fmt, tally)
+    # The sources row is written last: it marks the file as read whole.
     info = SOURCE_INFO.get(fmt, SourceInfo())
     row = {
         "source_id": source_id,

@@ -1,34 +1,26 @@
-"""What an ingest killed midway leaves is undone by the next command that opens the store
-(issue 13, item 2: `kill -9` during the second file of `hpa ingest a b` left rows without an
-arrival order; re-ingesting said "identical", match kept asking for ingest, replay crashed)."""
+"""An ingest command lands whole or not at all (issue 13, items 2 and 9): a file that fails
+takes the files before it in the same command with it, and what a killed command stored is
+undone by the next command that opens the store. (Before: `kill -9` during the second file of
+`hpa ingest a b` left rows without an arrival order; re-ingesting said "identical", match kept
+asking for ingest, replay crashed.)"""
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import duckdb
+import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
+from analyzer.errors import InputFileError
+from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
+from tests.conftest import write_jsonl
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 FIRST, SECOND = SAMPLES / "groups_1500.jsonl", SAMPLES / "diagnostic_1088.jsonl"
-
-
-def killed_during_the_second_file(db: Path) -> None:
-    """The store as `hpa ingest FIRST SECOND` leaves it when killed while storing SECOND:
-    FIRST complete but without arrival order, part of SECOND without its sources row."""
-    ingest([FIRST], db_path=db)
-    con = duckdb.connect(str(db))
-    try:
-        con.execute("UPDATE requests SET arrival_seq = NULL")
-        con.execute(
-            "INSERT INTO requests SELECT * REPLACE (2 AS source_id, request_id || '-b' AS "
-            "request_id) FROM requests LIMIT 10"
-        )
-    finally:
-        con.close()
 
 
 def rows(db: Path, sql: str) -> list[tuple]:
@@ -39,7 +31,64 @@ def rows(db: Path, sql: str) -> list[tuple]:
         con.close()
 
 
-def test_the_next_command_finds_the_store_as_a_clean_stop_would_leave_it(tmp_path):
+def _truncated(tmp_path: Path) -> Path:
+    data = gzip.compress(b'{"request_id": "t", "prompt_token_ids": [1, 2]}\n' * 1000)
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def test_a_file_that_fails_takes_its_command_with_it(tmp_path):
+    db = tmp_path / "c.duckdb"
+    ingest([SECOND], db_path=db)
+    before = rows(db, "SELECT * FROM requests ORDER BY arrival_seq")
+    result = CliRunner().invoke(
+        cli, ["ingest", str(FIRST), str(_truncated(tmp_path)), "--db", str(db)]
+    )
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1].endswith(
+        f"; nothing of this ingest was stored, {FIRST} included (a command lands whole or not "
+        "at all)"
+    )
+    assert "cut.jsonl.gz: cannot be read" in result.output
+    assert rows(db, "SELECT * FROM requests ORDER BY arrival_seq") == before
+    assert rows(db, "SELECT path FROM sources") == [(str(SECOND),)]
+    assert rows(db, "SELECT count(*) FROM meta WHERE key LIKE 'ingest%'") == [(0,)]
+    assert ingest([FIRST], db_path=db).num_stored == 32  # not "identical": it never landed
+
+
+def test_a_failed_command_keeps_the_earlier_attempt_it_would_replace(tmp_path):
+    db = tmp_path / "r.duckdb"
+    path = write_jsonl(tmp_path / "t.jsonl", [{"request_id": "a", "prompt_token_ids": [1, 2]}])
+    ingest([path], db_path=db, fmt="mooncake")  # every record rejected
+    before = [rows(db, f"SELECT * FROM {t}") for t in ("sources", "rejects")]
+    with pytest.raises(InputFileError):
+        ingest([path, _truncated(tmp_path)], db_path=db, fmt="jsonl")
+    assert [rows(db, f"SELECT * FROM {t}") for t in ("sources", "rejects")] == before
+
+
+def killed_during_the_second_file(db: Path) -> None:
+    """The store as `hpa ingest FIRST SECOND` leaves it when killed while storing SECOND:
+    the command's marker, FIRST read whole but without arrival order, part of SECOND
+    without its sources row."""
+    ingest([SECOND], db_path=db)  # an earlier command, which stays
+    con = connect(db)
+    try:
+        con.execute("INSERT INTO meta VALUES ('ingest_open_from_source', '2')")
+        con.execute(
+            "INSERT INTO sources SELECT * REPLACE (2 AS source_id, 'first.jsonl' AS path, "
+            "'ab' AS sha256) FROM sources"
+        )
+        for source_id in (2, 3):
+            con.execute(
+                f"INSERT INTO requests SELECT * REPLACE ({source_id} AS source_id, request_id "
+                f"|| '-{source_id}' AS request_id, NULL AS arrival_seq) FROM requests"
+            )
+    finally:
+        con.close()
+
+
+def test_the_next_command_finds_the_store_as_before_the_killed_command(tmp_path):
     db = tmp_path / "k.duckdb"
     killed_during_the_second_file(db)
     runner = CliRunner()
@@ -47,8 +96,29 @@ def test_the_next_command_finds_the_store_as_a_clean_stop_would_leave_it(tmp_pat
         result = runner.invoke(cli, [*args, "--db", str(db)])
         assert result.exit_code == 0, result.output
     assert rows(db, "SELECT count(*), count(arrival_seq), max(arrival_seq) FROM requests") == [
+        (3, 3, 2)
+    ]
+    assert rows(db, "SELECT source_id FROM sources") == [(1,)]
+    again = runner.invoke(cli, ["ingest", str(FIRST), "--db", str(db)])
+    assert again.exit_code == 0 and "read 32 = stored 32 + rejected 0" in again.output
+    assert rows(db, "SELECT count(*), count(DISTINCT arrival_seq) FROM requests") == [(35, 35)]
+
+
+def test_a_store_of_an_earlier_hpa_keeps_the_files_its_killed_ingest_finished(tmp_path):
+    """Without the command marker (written before it existed): the unfinished file's rows
+    go, the finished files get their arrival order."""
+    db = tmp_path / "old.duckdb"
+    ingest([FIRST], db_path=db)
+    con = duckdb.connect(str(db))
+    try:
+        con.execute("UPDATE requests SET arrival_seq = NULL")
+        con.execute(
+            "INSERT INTO requests SELECT * REPLACE (2 AS source_id, request_id || '-b' AS "
+            "request_id) FROM requests LIMIT 10"
+        )
+    finally:
+        con.close()
+    connect(db).close()
+    assert rows(db, "SELECT count(*), count(arrival_seq), max(arrival_seq) FROM requests") == [
         (32, 32, 31)
     ]
-    again = runner.invoke(cli, ["ingest", str(SECOND), "--db", str(db)])
-    assert again.exit_code == 0 and "read 3 = stored 3 + rejected 0" in again.output
-    assert rows(db, "SELECT count(*), count(DISTINCT arrival_seq) FROM requests") == [(35, 35)]
