@@ -27,6 +27,8 @@ class Option:
     minimum: float = 0
     choices: tuple[str, ...] = ()
     nullable: bool = False
+    # Every count and size an engine reads fits an int32; a number is finite and as small.
+    maximum: float = (1 << 31) - 1
 
     def check(self, key: str, value: Any) -> Any:
         if value is None and self.nullable:
@@ -44,13 +46,14 @@ class Option:
         if self.kind == "number_or_auto" and value == "auto":
             return value
         numeric = (int,) if self.kind == "int" else (int, float)
-        if type(value) not in numeric or value < self.minimum:
+        # `not (a <= v <= b)` also refuses nan
+        if type(value) not in numeric or not (self.minimum <= value <= self.maximum):
             what = "an integer" if self.kind == "int" else "a number"
             null = " or null" if self.nullable else ""
             auto = " or 'auto'" if self.kind == "number_or_auto" else ""
             raise ConfigError(
-                f"policy key {key!r}: expected {what} >= {self.minimum:g}{null}{auto}, "
-                f"got {value!r}"
+                f"policy key {key!r}: expected {what} >= {self.minimum:g} and <= "
+                f"{self.maximum:,.0f}{null}{auto}, got {value!r}"
             )
         return value
 

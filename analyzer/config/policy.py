@@ -40,8 +40,15 @@ MINIMUMS = {  # integer keys (null allowed but for replicas) and their smallest 
     "replicas": 1,
 }
 # The replay's block pool holds a few Python objects per block: 2^24 blocks (16.7 M, far above
-# any GPU's pool) is about 2 GB; beyond it a pool is a MemoryError, not an answer.
-MAXIMUMS = {"num_blocks": 1 << 24}
+# any GPU's pool) is about 2 GB; beyond it a pool is a MemoryError, not an answer. Token sizes
+# stay below 2^31 (prompt lengths are int32, positions int64 sums of them); each replica has
+# its own pool, so 2^16 of them is already far past any deployment.
+MAX_TOKENS = (1 << 31) - 1
+MAXIMUMS = {
+    "num_blocks": 1 << 24,
+    "replicas": 1 << 16,
+    **{k: MAX_TOKENS for k in MINIMUMS if k not in ("num_blocks", "replicas")},
+}
 
 
 @dataclass(frozen=True, kw_only=True)

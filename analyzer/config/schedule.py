@@ -27,16 +27,18 @@ class ClockKey:
     kind: str
     default: int | float
     minimum: int | float
+    maximum: int | float
     exclusive: bool = False
 
     def check(self, key: str, value: Any) -> int | float:
         numeric = (int,) if self.kind == "int" else (int, float)
-        ok = type(value) in numeric and _finite(value)
+        ok = type(value) in numeric and _finite(value) and value <= self.maximum
         if not ok or (value <= self.minimum if self.exclusive else value < self.minimum):
             what = "an integer" if self.kind == "int" else "a number"
             bound = ">" if self.exclusive else ">="
             raise ConfigError(
-                f"policy key {key!r}: expected {what} {bound} {self.minimum:g}, got {value!r}"
+                f"policy key {key!r}: expected {what} {bound} {self.minimum:g} and <= "
+                f"{self.maximum:,}, got {value!r}"
             )
         return value if self.kind == "int" else float(value)
 
@@ -48,11 +50,13 @@ def _finite(value: int | float) -> bool:
         return False
 
 
+# Maximums keep the simulated clock a finite, meaningful double: a step of at most 1,000 s
+# (+ 1 s a token), arrival gaps stretched at most a million times.
 CONCURRENT_KEYS: dict[str, ClockKey] = {
-    "max_num_seqs": ClockKey("int", 256, 1),
-    "step_base_ms": ClockKey("number", 5.0, 0),
-    "step_token_us": ClockKey("number", 100.0, 0),
-    "time_scale": ClockKey("number", 1.0, 0, exclusive=True),
+    "max_num_seqs": ClockKey("int", 256, 1, (1 << 31) - 1),
+    "step_base_ms": ClockKey("number", 5.0, 0, 1e6),
+    "step_token_us": ClockKey("number", 100.0, 0, 1e6),
+    "time_scale": ClockKey("number", 1.0, 0, 1e6, exclusive=True),
 }
 SCHEDULE_KEYS = ("schedule", *CONCURRENT_KEYS)
 

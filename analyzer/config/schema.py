@@ -127,6 +127,7 @@ def _base_property(key: str) -> dict[str, Any]:
         row = CONCURRENT_KEYS[key]
         bound = "exclusiveMinimum" if row.exclusive else "minimum"
         prop = {"type": "integer" if row.kind == "int" else "number", bound: row.minimum}
+        prop["maximum"] = row.maximum
     elif key in MINIMUMS:
         nullable = key != "replicas"
         prop = {"type": ["integer", "null"] if nullable else "integer", "minimum": MINIMUMS[key]}
@@ -150,6 +151,7 @@ def _option_property(option: Option) -> dict[str, Any]:
     else:
         kind = "integer" if option.kind == "int" else "number"
         prop = {"type": [kind, "null"] if option.nullable else kind, "minimum": option.minimum}
+        prop["maximum"] = option.maximum
     prop["default"] = option.default
     prop["description"] = f"engine {option.engine}: {option.doc}"
     return prop

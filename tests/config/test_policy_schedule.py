@@ -110,20 +110,63 @@ def test_set_overrides():
 
 
 NOT_SERIAL = "needs schedule: concurrent (a serial replay runs one request at a time, on no clock)"
+M = "policy key "
 BAD = [
     ({"schedule": "async"}, "policy key 'schedule': 'async' is not one of serial, concurrent"),
     ({"schedule": None}, "policy key 'schedule': None is not one of serial, concurrent"),
-    ({"max_num_seqs": 0}, "policy key 'max_num_seqs': expected an integer >= 1, got 0"),
-    ({"max_num_seqs": 2.0}, "policy key 'max_num_seqs': expected an integer >= 1, got 2.0"),
-    ({"max_num_seqs": True}, "policy key 'max_num_seqs': expected an integer >= 1, got True"),
-    ({"max_num_seqs": None}, "policy key 'max_num_seqs': expected an integer >= 1, got None"),
-    ({"step_base_ms": -1}, "policy key 'step_base_ms': expected a number >= 0, got -1"),
-    ({"step_base_ms": "5"}, "policy key 'step_base_ms': expected a number >= 0, got '5'"),
-    ({"step_token_us": False}, "policy key 'step_token_us': expected a number >= 0, got False"),
-    ({"step_token_us": 1e400}, "policy key 'step_token_us': expected a number >= 0, got inf"),
-    ({"time_scale": 0}, "policy key 'time_scale': expected a number > 0, got 0"),
-    ({"time_scale": -0.5}, "policy key 'time_scale': expected a number > 0, got -0.5"),
-    ({"time_scale": float("nan")}, "policy key 'time_scale': expected a number > 0, got nan"),
+    (
+        {"max_num_seqs": 0},
+        "policy key 'max_num_seqs': expected an integer >= 1 and <= 2,147,483,647, got 0",
+    ),
+    (
+        {"max_num_seqs": 2.0},
+        "policy key 'max_num_seqs': expected an integer >= 1 and <= 2,147,483,647, got 2.0",
+    ),
+    (
+        {"max_num_seqs": True},
+        "policy key 'max_num_seqs': expected an integer >= 1 and <= 2,147,483,647, got True",
+    ),
+    (
+        {"max_num_seqs": None},
+        "policy key 'max_num_seqs': expected an integer >= 1 and <= 2,147,483,647, got None",
+    ),
+    (
+        {"step_base_ms": -1},
+        "policy key 'step_base_ms': expected a number >= 0 and <= 1,000,000.0, got -1",
+    ),
+    (
+        {"step_base_ms": "5"},
+        "policy key 'step_base_ms': expected a number >= 0 and <= 1,000,000.0, got '5'",
+    ),
+    (
+        {"step_token_us": False},
+        "policy key 'step_token_us': expected a number >= 0 and <= 1,000,000.0, got False",
+    ),
+    (
+        {"step_token_us": 1e400},
+        "policy key 'step_token_us': expected a number >= 0 and <= 1,000,000.0, got inf",
+    ),
+    ({"time_scale": 0}, "policy key 'time_scale': expected a number > 0 and <= 1,000,000.0, got 0"),
+    (
+        {"time_scale": -0.5},
+        "policy key 'time_scale': expected a number > 0 and <= 1,000,000.0, got -0.5",
+    ),
+    (
+        {"max_num_seqs": 1 << 31},
+        M + "'max_num_seqs': expected an integer >= 1 and <= 2,147,483,647, got 2147483648",
+    ),
+    (
+        {"step_base_ms": 1e300},
+        M + "'step_base_ms': expected a number >= 0 and <= 1,000,000.0, got 1e+300",
+    ),
+    (
+        {"time_scale": 10**23},
+        M + "'time_scale': expected a number > 0 and <= 1,000,000.0, got 100000000000000000000000",
+    ),
+    (
+        {"time_scale": float("nan")},
+        "policy key 'time_scale': expected a number > 0 and <= 1,000,000.0, got nan",
+    ),
 ]
 
 

@@ -112,15 +112,16 @@ BAD = [
     ),
     (
         {"block_size": 64, "engine": "marconi", "marconi_alpha": -1},
-        "policy key 'marconi_alpha': expected a number >= 0 or 'auto', got -1",
+        "policy key 'marconi_alpha': expected a number >= 0 and <= 2,147,483,647 or 'auto', got -1",
     ),
     (
         {"block_size": 64, "engine": "marconi", "marconi_alpha": True},
-        "policy key 'marconi_alpha': expected a number >= 0 or 'auto', got True",
+        "policy key 'marconi_alpha': expected a number >= 0 and <= 2,147,483,647 or 'auto', "
+        "got True",
     ),
     (
         {"block_size": 64, "engine": "marconi", "marconi_bootstrap": 1.5},
-        "policy key 'marconi_bootstrap': expected an integer >= 1, got 1.5",
+        "policy key 'marconi_bootstrap': expected an integer >= 1 and <= 2,147,483,647, got 1.5",
     ),
     (
         {"block_size": 544, "groups": ["mamba"]},
@@ -161,6 +162,26 @@ BAD = [
     (
         {"block_size": 544, "num_blocks": "many"},
         "policy key 'num_blocks': expected an integer >= 2 or null, got 'many'",
+    ),
+    # Issue 13, item 9: a value past what the replay can hold was an OverflowError traceback.
+    (
+        {"block_size": 10**23},
+        "policy key 'block_size': expected an integer <= 2,147,483,647 or null, "
+        "got 100000000000000000000000",
+    ),
+    (
+        {"block_size": 544, "replicas": 1 << 20},
+        "policy key 'replicas': expected an integer <= 65,536 or null, got 1048576",
+    ),
+    (
+        {"block_size": 64, "engine": "marconi", "marconi_alpha": float("nan")},
+        "policy key 'marconi_alpha': expected a number >= 0 and <= 2,147,483,647 or 'auto', "
+        "got nan",
+    ),
+    (
+        {"block_size": 64, "engine": "marconi", "marconi_alpha": 1e300},
+        "policy key 'marconi_alpha': expected a number >= 0 and <= 2,147,483,647 or 'auto', "
+        "got 1e+300",
     ),
     ({"model": "gpt-9"}, "unknown model preset 'gpt-9'; known: nemotron-nano-9b-v2,"),
 ]

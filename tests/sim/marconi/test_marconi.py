@@ -121,8 +121,14 @@ def test_chunks_hash_ids_and_errors():
         ({"spec_decode": "eagle_lookahead"}, "'spec_decode'"),
         ({"prefix_match_unit": 2}, "'prefix_match_unit'"),
         ({"retention_interval": 8}, "'retention_interval'"),
-        ({"marconi_alpha": "fast"}, "'marconi_alpha': expected a number >= 0 or 'auto'"),
-        ({"marconi_bootstrap": 0}, "'marconi_bootstrap': expected an integer >= 1"),
+        (
+            {"marconi_alpha": "fast"},
+            "'marconi_alpha': expected a number >= 0 and <= 2,147,483,647 or 'auto'",
+        ),
+        (
+            {"marconi_bootstrap": 0},
+            "'marconi_bootstrap': expected an integer >= 1 and <= 2,147,483,647",
+        ),
         ({"sglang_strategy": "no_buffer"}, "applies to engine sglang, not marconi"),
     ],
 )
