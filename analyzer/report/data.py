@@ -8,6 +8,7 @@ byte-identical for the same database.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,11 +205,13 @@ def _groups(con, run_frame: pl.DataFrame, labels: dict[int, str]) -> pl.DataFram
 
 
 def window_width(span: float) -> float:
-    """A round window width (seconds) giving about TARGET_WINDOWS windows over `span`."""
+    """A round window width (seconds) giving about TARGET_WINDOWS windows over `span`:
+    past the widest nice one, whole days."""
     for width in NICE_WIDTHS_S:
         if span / width <= TARGET_WINDOWS:
             return float(width)
-    return float(NICE_WIDTHS_S[-1])
+    day = NICE_WIDTHS_S[-1]
+    return float(day * math.ceil(span / TARGET_WINDOWS / day))
 
 
 def _windows(con, ids: list[int], labels: dict[int, str]) -> tuple[pl.DataFrame, str]:

@@ -16,6 +16,8 @@ import pyarrow.compute as pc
 from analyzer.traces.records import (
     ROW_SCHEMA,
     STRING_FIELDS,
+    TIMESTAMP_MAX_S,
+    TIMESTAMP_MIN_S,
     TOKEN_ID_LIMIT,
     RecordError,
     validate_record,
@@ -192,6 +194,9 @@ def _all_valid(t: pa.Table) -> bool:
     for name in ("timestamp", "ttft_ms"):
         if not _all_or_null(pc.is_finite(col(name))):
             return False
+    low, high = pc.min_max(col("timestamp")).values()
+    if low.is_valid and not (TIMESTAMP_MIN_S <= low.as_py() and high.as_py() <= TIMESTAMP_MAX_S):
+        return False
     if _any(pc.less(col("ttft_ms"), 0)):
         return False
     return (

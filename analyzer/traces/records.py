@@ -130,12 +130,28 @@ _DATE_TIME = re.compile(
 )
 
 
+# The seconds RFC 3339 can write (years 0000-9999, UTC): a number outside is no time (a
+# timestamp of 1e300 s overflowed every window and clock computed from it).
+TIMESTAMP_MIN_S, TIMESTAMP_MAX_S = -62_167_219_200.0, 253_402_300_799.0
+_CYCLE_S = 146_097 * 86_400.0  # 400 Gregorian years
+
+
 def parse_timestamp(value: Any) -> float:
-    """Seconds from a number (seconds) or an RFC 3339 date-time (a UTC offset required; a
-    leap second, 23:59:60, is the second after 23:59:59)."""
+    """Seconds from a number (seconds, within years 0000-9999) or an RFC 3339 date-time (a
+    UTC offset required; a leap second, 23:59:60, is the second after 23:59:59)."""
     if isinstance(value, str):
         return _rfc3339(value)
-    return _number("timestamp", value)
+    return _in_range(_number("timestamp", value))
+
+
+def _in_range(seconds: float) -> float:
+    if not TIMESTAMP_MIN_S <= seconds <= TIMESTAMP_MAX_S:
+        raise RecordError(
+            "timestamp",
+            f"{seconds:g} s is outside years 0000-9999 ({TIMESTAMP_MIN_S:,.0f} to "
+            f"{TIMESTAMP_MAX_S:,.0f} s, what RFC 3339 can write)",
+        )
+    return seconds
 
 
 def _rfc3339(text: str) -> float:
@@ -152,10 +168,21 @@ def _rfc3339(text: str) -> float:
             raise ValueError
         offset = 0 if sign is None else (int(off_hour) * 60 + int(off_minute)) * 60
         zone = timezone(timedelta(seconds=-offset if sign == "-" else offset))
-        moment = datetime(year, month, day, hour, minute, 59 if leap else second, tzinfo=zone)
+        # Python's dates start at year 1; RFC 3339's at 0000, a leap year 400 years (146,097
+        # days, one Gregorian cycle) before 0400.
+        shift = _CYCLE_S if year == 0 else 0.0
+        moment = datetime(
+            year + (400 if year == 0 else 0),
+            month,
+            day,
+            hour,
+            minute,
+            59 if leap else second,
+            tzinfo=zone,
+        )
     except ValueError:
         raise RecordError("timestamp", f"{text!r} is not an RFC 3339 date-time") from None
-    return moment.timestamp() + leap + (float(fraction) if fraction else 0.0)
+    return moment.timestamp() - shift + leap + (float(fraction) if fraction else 0.0)
 
 
 def parse_time_text(text: str) -> float:
@@ -168,7 +195,7 @@ def parse_time_text(text: str) -> float:
         return parse_timestamp(text)
     if not math.isfinite(value):
         raise RecordError("timestamp", f"{text!r} is not finite")
-    return value
+    return _in_range(value)
 
 
 def _string(name: str, value: Any) -> str:

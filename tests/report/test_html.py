@@ -6,6 +6,7 @@ import html
 import re
 
 import duckdb
+import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
@@ -98,3 +99,12 @@ def test_without_match_tables(tmp_path):
     assert "fig-junctions" not in result.figure_ids
     assert "run <code>hpa match</code>" in text
     assert not EXTERNAL.search(text)
+
+
+@pytest.mark.parametrize("span_s", [0.0, 30.0, 86_400.0 * 24, 86_400.0 * 25, 3.2e11])
+def test_time_windows_stay_about_24_whatever_the_span(span_s):
+    from analyzer.report.data import TARGET_WINDOWS, window_width
+
+    width = window_width(span_s)
+    assert span_s / width <= TARGET_WINDOWS
+    assert width <= 86_400 or width % 86_400 == 0  # past a day: whole days

@@ -515,3 +515,19 @@ def test_a_byte_order_mark_opens_a_file_on_either_path(tmp_path, db, path):
     result = ingest([_lines_file(tmp_path / "t.jsonl", lines)], db_path=db)
     assert (result.num_stored, result.num_rejected) == (3, 1)
     assert rows(db, "SELECT line_no FROM rejects") == [(3,)]
+
+
+@pytest.mark.parametrize("path", ["fast", "per record"])
+def test_a_timestamp_past_the_years_rfc3339_writes_costs_its_record(tmp_path, db, path):
+    """(issue 13, item 9: timestamps of +-1e300 were stored and `hpa report` overflowed)"""
+    lines = [_record(i, timestamp=float(i)) for i in range(4)]
+    lines[1] = _record(1, timestamp=1e300)
+    lines[2] = _record(2, timestamp=-1e300)
+    if path == "per record":
+        lines[0] = _record(0, note="an unknown field")
+    result = ingest([_lines_file(tmp_path / "t.jsonl", lines)], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (2, 2)
+    assert rows(db, "SELECT line_no, field FROM rejects ORDER BY line_no") == [
+        (2, "timestamp"),
+        (3, "timestamp"),
+    ]

@@ -117,6 +117,20 @@ BAD = [
         False,
     ),
     ({**OK, "timestamp": [1]}, "timestamp", "expected a number, got array", True),
+    (
+        {**OK, "timestamp": 1e300},  # issue 13, item 9: it overflowed the report's windows
+        "timestamp",
+        "1e+300 s is outside years 0000-9999 (-62,167,219,200 to 253,402,300,799 s, what "
+        "RFC 3339 can write)",
+        True,
+    ),
+    (
+        {**OK, "timestamp": -62167219201},
+        "timestamp",
+        "-6.21672e+10 s is outside years 0000-9999 (-62,167,219,200 to 253,402,300,799 s, "
+        "what RFC 3339 can write)",
+        True,
+    ),
     ({**OK, "ttft_ms": -3}, "ttft_ms", "-3 is negative", True),
     ({**OK, "cached_tokens": -1}, "cached_tokens", "-1 is outside [0, 2^31)", True),
     ({**OK, "cached_tokens": 1.5}, "cached_tokens", "expected an integer, got number", True),
@@ -203,6 +217,11 @@ def test_cached_tokens_is_a_column_not_extra():
         ("2016-12-31T23:59:60Z", 1483228800.0),  # a leap second: the second after 23:59:59
         ("2024-02-29T12:00:00.5+05:30", 1709188200.5),
         ("2024-01-01T00:00:00-00:30", 1704069000.0),
+        ("0000-01-01T00:00:00Z", -62167219200.0),  # RFC 3339's first year, before Python's
+        ("0000-02-29T00:00:00Z", -62162121600.0),  # year 0 is a leap year
+        ("9999-12-31T23:59:59Z", 253402300799.0),
+        (-62167219200, -62167219200.0),  # numbers: seconds within the same years
+        (253402300799, 253402300799.0),
     ],
 )
 def test_rfc3339_date_times_are_read_exactly(text, seconds):
