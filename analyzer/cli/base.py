@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 from contextlib import contextmanager
@@ -109,17 +110,54 @@ def executor_spec(
     return ExecutorSpec(name or default, workers=workers, ray_address=ray_address, shard_tokens=k)
 
 
+# The machine, not the input or the code: a full disk, a read-only or vanished file, no
+# memory. What they interrupted was rolled back (every write is one transaction).
+_ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EFBIG,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EIO,
+}
+
+
+def environment_error(exc: BaseException) -> str | None:
+    """The one-line message of an error the machine caused, or None for any other."""
+    import duckdb
+
+    if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT_ERRNOS:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}; nothing was stored"
+    if isinstance(exc, MemoryError):
+        return "out of memory; nothing was stored"
+    if isinstance(exc, duckdb.OutOfMemoryException | duckdb.IOException) or (
+        isinstance(exc, duckdb.TransactionException) and "Could not write" in str(exc)
+    ):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"the database could not be written ({first}); nothing was stored"
+    return None
+
+
 class _Group(click.Group):
-    """Turns library errors into one-line messages with the error's exit code."""
+    """Turns library errors, and errors of the machine (a full disk, ...), into one-line
+    messages with an exit code."""
 
     def invoke(self, ctx: click.Context):
+        debug = bool(ctx.obj and ctx.obj.get("debug"))
         try:
             return super().invoke(ctx)
         except AnalyzerError as exc:
-            if ctx.obj and ctx.obj.get("debug"):
+            if debug:
                 raise
             click.echo(f"Error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except Exception as exc:
+            message = None if debug else environment_error(exc)
+            if message is None:
+                raise
+            click.echo(f"Error: {message}", err=True)
+            sys.exit(1)
 
 
 @click.group(cls=_Group)

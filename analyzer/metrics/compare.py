@@ -188,7 +188,7 @@ def compare(
     win_cur = parse_window(window) if windowed else None
     win_base = parse_window(baseline) if windowed else None
 
-    con = connect(db_path, create=False)
+    con = connect(db_path, create=False, reader=True)
     try:
         if windowed:
             run_id = resolve_run(con, runs[0] if runs else None)

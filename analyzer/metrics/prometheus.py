@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyzer.errors import InputFileError
 from analyzer.metrics.runs import resolve_run
 from analyzer.store.db import DEFAULT_DB, connect, load_sql
+from analyzer.store.export import write_atomic
 
 # (cause label, replay_requests column), in waterfall order.
 CAUSE_LABELS = (
@@ -122,14 +122,7 @@ def write_metrics(text: str, path: str | Path) -> None:
     Raises:
         InputFileError: the file cannot be written.
     """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputFileError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    write_atomic(path, text)
 
 
 def prometheus_metrics(*, db_path: str | Path = DEFAULT_DB, run: int | None = None) -> MetricsText:
@@ -138,7 +131,7 @@ def prometheus_metrics(*, db_path: str | Path = DEFAULT_DB, run: int | None = No
     Raises:
         StoreError: no database or no replay run. ConfigError: `run` is not a stored run.
     """
-    con = connect(db_path, create=False)
+    con = connect(db_path, create=False, reader=True)
     try:
         run_id = resolve_run(con, run)
         cur = con.execute(load_sql("metrics_prometheus"), {"run_id": run_id})

@@ -22,12 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from analyzer.config.policy import Policy, policy_values
-from analyzer.errors import ConfigError, InputFileError
+from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import num_groups, routed_partitions
 from analyzer.pipeline.trace import LoadedTrace, load_trace
 from analyzer.sim.policy import make_policy
 from analyzer.sim.vllm import ConcurrentReplay
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow
+from analyzer.store.export import write_atomic
 
 MAX_ITERATIONS = 8
 START_MS = (1.0, 3.0, 10.0, 30.0, 100.0)  # step_base_ms of the starting grid
@@ -119,7 +120,7 @@ def _evaluate(trace: LoadedTrace, policy: Policy, observed_ms: np.ndarray) -> Ev
 
 
 def _load(db_path) -> tuple[LoadedTrace, np.ndarray]:
-    con = connect(db_path, create=False)
+    con = connect(db_path, create=False, reader=True)
     try:
         trace = load_trace(con)
         table = query_arrow(con, load_sql("calibrate_observed"))
@@ -194,11 +195,4 @@ def _quality(policy: Policy, terms: np.ndarray, observed_ms: np.ndarray) -> Cali
 
 def _write(out: str | Path, policy: Policy) -> None:
     """The fitted policy as a policy file (its canonical JSON), written atomically."""
-    path = Path(out)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(policy.to_json() + "\n")
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputFileError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    write_atomic(out, policy.to_json() + "\n")

@@ -56,7 +56,7 @@ class StoredRequests:
     def read_only_trace(self, spec: ExecutorSpec) -> Trace:
         """For a driver that writes nothing (plan): the store's requests, loaded whole, and
         the store closed again."""
-        con = self.connect()
+        con = connect(self.db_path, create=False, reader=True)
         try:
             return load_trace(con)
         finally:

@@ -38,10 +38,11 @@ import pyarrow as pa
 
 from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
-from analyzer.errors import ConfigError, InputFileError
+from analyzer.errors import ConfigError
 from analyzer.report.tables import render
 from analyzer.sim.dispatch import replay
 from analyzer.sim.records import SimRequest
+from analyzer.store.export import write_atomic
 
 TOKEN_RANGE = (1000, 30000)  # [low, high): ordinary vocabulary ids in any modern tokenizer
 ROLES = ("cold", "repeat-1", "repeat-2")
@@ -183,12 +184,8 @@ def write_probe(
         "expected.csv": render(expected, "csv").encode(),
         "trace.jsonl": b"".join(_record(i, r, model) for i, r in enumerate(requests, start=1)),
     }
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, data in texts.items():
-            (out / name).write_bytes(data)
-    except OSError as exc:
-        raise InputFileError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    for name, data in texts.items():
+        write_atomic(out / name, data, option="--out")
     files = tuple(out / name for name in texts)
     return Probe(model, seed, policy, tuple(requests), expected, files)
 

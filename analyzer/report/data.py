@@ -68,7 +68,7 @@ def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> Repo
     Raises:
         StoreError: no database, no replay runs, or an unknown run id.
     """
-    con = connect(db_path, create=False)
+    con = connect(db_path, create=False, reader=True)
     try:
         require_tables(con, "requests")
         present = table_names(con)

@@ -26,6 +26,7 @@ from analyzer.report.sections import (
     windows_section,
 )
 from analyzer.report.waterfall_sections import groups_section, waterfall_runs_section
+from analyzer.store.export import write_atomic
 
 # Figure ids in page order (the load figure, after fig-windows, only when a run is
 # concurrent; the engine figure only with several engines; the sweep figure only when
@@ -60,10 +61,8 @@ def render_report(
     """
     data = load_report_data(db_path, runs)
     page, ids = build_html(data, title_db=Path(db_path).name)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     encoded = page.encode("utf-8")
-    out.write_bytes(encoded)
+    out = write_atomic(out, encoded, option="--out")
     return ReportResult(out, ids, tuple(data.runs["run_id"].to_list()), len(encoded))
 
 

@@ -31,9 +31,12 @@ def connect(
     create: bool = True,
     memory_limit: str | None = None,
     config: dict | None = None,
+    reader: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """Open (and, with `create`, initialise) the store at `path`; `memory_limit` caps
     DuckDB's buffer memory (its own units: '2GB'); `config`: further DuckDB settings.
+    `reader`: the command only reads, so a store it cannot write (a read-only file system,
+    no write permission) opens read-only, if it needs no recovery or upgrade.
 
     Raises:
         StoreError: the file is missing while `create` is false, is not a DuckDB file,
@@ -42,12 +45,14 @@ def connect(
     path = Path(path)
     if not create and not path.exists():
         raise StoreError(f"{path}: no such database; run `hpa ingest FILE --db {path}` first")
+    settings = dict(config or {})
+    if memory_limit is not None:
+        settings["memory_limit"] = memory_limit
     try:
-        settings = dict(config or {})
-        if memory_limit is not None:
-            settings["memory_limit"] = memory_limit
         con = duckdb.connect(str(path), config=settings)
     except duckdb.Error as exc:
+        if reader and _not_writable(exc):
+            return _connect_read_only(path, settings)
         raise StoreError(f"{path}: cannot open as a DuckDB database ({_first_line(exc)})") from None
     try:
         _ensure_schema(con, path)
@@ -57,7 +62,56 @@ def connect(
     return con
 
 
-def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+def _not_writable(exc: duckdb.Error) -> bool:
+    text = str(exc)
+    return "Read-only file system" in text or "Permission denied" in text
+
+
+def _connect_read_only(path: Path, settings: dict) -> duckdb.DuckDBPyConnection:
+    """A reader's connection to a store it cannot write: as it is, or a StoreError when it
+    would need the recovery or upgrade a writable open does."""
+    try:
+        con = duckdb.connect(str(path), read_only=True, config=settings)
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: cannot open as a DuckDB database ({_first_line(exc)})") from None
+    try:
+        _check_version(con, path)
+        why = _needs_writing(con)
+        if why:
+            raise StoreError(
+                f"{path}: the store is read-only here and {why}; open it once where it can "
+                "be written (any hpa command that writes, e.g. hpa replay)"
+            )
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _needs_writing(con: duckdb.DuckDBPyConnection) -> str | None:
+    """Why a writable open would change the store (None: it would not)."""
+    present = table_names(con)
+    if "meta" not in present or "requests" not in present:
+        return "has no tables yet"
+    if (
+        con.execute(load_sql("ingest_open_from")).fetchall()[0][0]
+        or (con.execute(load_sql("ingest_unfinished")).fetchall()[0][0])
+    ):
+        return "holds what a killed ingest left"
+    if "replay_runs" in present:
+        fresh = duckdb.connect()  # the current replay tables, to compare columns with
+        try:
+            fresh.execute(load_sql("schema"))
+            fresh.execute(load_sql("replay_schema"))
+            for table in table_names(fresh) & present:
+                if column_names(fresh, table) - column_names(con, table):
+                    return f"its table {table} was written by an earlier hpa (columns to add)"
+        finally:
+            fresh.close()
+    return None
+
+
+def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     if "meta" in table_names(con):
         found = con.execute(load_sql("meta_schema_version")).fetchall()
         if found and found[0][0] != SCHEMA_VERSION:
@@ -65,6 +119,10 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                 f"{path}: schema version {found[0][0]}, this hpa needs {SCHEMA_VERSION}; "
                 "re-ingest into a new database"
             )
+
+
+def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    _check_version(con, path)
     con.execute(load_sql("schema"))
     con.execute(load_sql("meta_set_schema_version"), {"version": SCHEMA_VERSION})
     _recover_ingest(con)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
@@ -59,9 +60,31 @@ def write_rows(table: pa.Table, out: str | Path) -> int:
                     f.write(orjson.dumps(row) + b"\n")
         tmp.replace(path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise InputFileError(f"--out {path}: cannot write ({exc.strerror or exc})") from None
     return table.num_rows
+
+
+def write_atomic(out: str | Path, data: bytes | str, *, option: str = "") -> Path:
+    """Write `data` (str: UTF-8) to `out` whole or not at all: a file beside it, renamed
+    over it, so a reader or a killed process never sees half a file; its folder is made.
+
+    Raises:
+        InputFileError: `out` cannot be written ("`option` PATH: cannot write (why)").
+    """
+    path = Path(out)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # a read-only folder refuses even this
+            tmp.unlink(missing_ok=True)
+        where = f"{option} {path}" if option else str(path)
+        raise InputFileError(f"{where}: cannot write ({exc.strerror or exc})") from None
+    return path
 
 
 def spreadsheet_safe(table: pa.Table) -> pa.Table:

@@ -140,8 +140,11 @@ def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> 
                 con.execute(load_sql("arrival_order"))
             con.execute(load_sql("ingest_close"))
     except BaseException as exc:
-        with transaction(con):
-            con.execute(load_sql("ingest_forget_command"))
+        try:
+            with transaction(con):
+                con.execute(load_sql("ingest_forget_command"))
+        except duckdb.Error:
+            pass  # a full disk refuses even this; the next connect forgets the command
         landed = [r.path for r in results if r.num_stored]
         if isinstance(exc, AnalyzerError) and landed:
             raise type(exc)(

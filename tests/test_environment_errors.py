@@ -1,0 +1,158 @@
+"""Errors of the machine, not of the input (issue 13, item 9): a full disk, a read-only
+folder or store. One line, exit 1, and the store as it was. The real cases need a small
+tmpfs (root, where the machine allows mounts); the simulated ones run everywhere."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from analyzer.cli.base import environment_error
+from analyzer.store import runs
+from analyzer.store.ingest import ingest
+
+SAMPLES = Path(__file__).parent.parent / "sample_traces"
+HPA = [sys.executable, "-c", "from analyzer.cli import main; main()"]
+
+
+@pytest.mark.parametrize(
+    ("exc", "message"),
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/d/x.html"),
+            "No space left on device: /d/x.html; nothing was stored",
+        ),
+        (
+            OSError(errno.EROFS, "Read-only file system"),
+            "Read-only file system; nothing was stored",
+        ),
+        (MemoryError(), "out of memory; nothing was stored"),
+        (
+            duckdb.IOException('IO Error: Could not write file "d.wal": No space left on device'),
+            'the database could not be written (IO Error: Could not write file "d.wal": No space '
+            "left on device); nothing was stored",
+        ),
+        (OSError(errno.ENOENT, "No such file or directory"), None),  # a bug, not the machine
+        (duckdb.BinderException("Binder Error: column x"), None),
+        (ValueError("bug"), None),
+    ],
+)
+def test_errors_of_the_machine_are_one_line(exc, message):
+    assert environment_error(exc) == message
+
+
+def _rows(db: Path) -> list:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute("SELECT count(*) FROM replay_requests").fetchall()
+    finally:
+        con.close()
+
+
+def test_a_write_error_while_storing_a_run_is_one_line_and_stores_nothing(tmp_path, monkeypatch):
+    db = tmp_path / "s.duckdb"
+    ingest([SAMPLES / "groups_1500.jsonl"], db_path=db)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["replay", "--db", str(db), "--set", "block_size=64"]).exit_code == 0
+    original = runs._store
+
+    def full_disk(*args, **kwargs):  # fails after the run's rows are inserted
+        original(*args, **kwargs)
+        raise duckdb.IOException('IO Error: Could not write file "s.duckdb.wal": No space left')
+
+    monkeypatch.setattr(runs, "_store", full_disk)
+    result = runner.invoke(cli, ["replay", "--db", str(db), "--set", "block_size=64"])
+    assert result.exit_code == 1
+    assert (
+        result.output.strip()
+        .splitlines()[-1]
+        .startswith("Error: the database could not be written (IO Error: Could not write file")
+    )
+    assert _rows(db) == [(32,)]  # run 1 only
+
+
+@contextlib.contextmanager
+def _tmpfs(path: Path, size: str, read_only: bool = False):
+    """A tmpfs of `size` at `path` (skips the test where mounting is not allowed)."""
+    path.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    if made.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _hpa(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*HPA, *args], capture_output=True, text=True)
+
+
+def test_a_full_disk_during_ingest_and_replay(tmp_path):
+    with _tmpfs(tmp_path / "small", "40m") as small:
+        db = small / "d.duckdb"
+        assert _hpa("ingest", str(SAMPLES / "mixed.jsonl.gz"), "--db", str(db)).returncode == 0
+        free = shutil.disk_usage(small).free
+        (small / "filler").write_bytes(b"\0" * (free - 256 * 1024))
+        replay = _hpa("replay", "--db", str(db), "--set", "model=qwen3-next-80b-a3b")
+        second = _hpa("replay", "--db", str(db), "--set", "model=qwen3-next-80b-a3b")
+        failed = [r for r in (replay, second) if r.returncode]
+        assert failed, "the disk never filled"
+        for r in failed:
+            assert r.returncode == 1 and "Traceback" not in r.stderr
+            assert r.stderr.strip().endswith("No space left on device); nothing was stored")
+        (small / "filler").unlink()
+        again = _hpa("replay", "--db", str(db), "--set", "model=qwen3-next-80b-a3b")
+        assert again.returncode == 0, again.stderr  # the store took no harm
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            runs_rows = con.execute(
+                "SELECT r.run_id, r.num_requests, count(q.run_id) FROM replay_runs r "
+                "LEFT JOIN replay_requests q USING (run_id) GROUP BY ALL ORDER BY 1"
+            ).fetchall()
+            orphans = con.execute(
+                "SELECT count(*) FROM replay_requests "
+                "WHERE run_id NOT IN (SELECT run_id FROM replay_runs)"
+            ).fetchall()
+        finally:
+            con.close()
+        assert orphans == [(0,)]
+        assert all(n == m for _, n, m in runs_rows)  # every run with all its rows
+        fresh = small / "new.duckdb"
+        (small / "filler").write_bytes(b"\0" * (shutil.disk_usage(small).free - 64 * 1024))
+        made = _hpa("ingest", str(SAMPLES / "mixed.jsonl.gz"), "--db", str(fresh))
+        assert made.returncode == 1 and "Traceback" not in made.stderr, made.stderr
+        assert not fresh.exists()  # a failed first ingest leaves no database
+
+
+def test_a_read_only_folder_and_store(tmp_path):
+    db = tmp_path / "s.duckdb"
+    ingest([SAMPLES / "groups_1500.jsonl"], db_path=db)
+    assert _hpa("replay", "--db", str(db), "--set", "block_size=64").returncode == 0
+    with _tmpfs(tmp_path / "ro", "20m") as ro:
+        shutil.copyfile(db, ro / "s.duckdb")
+        subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+        report = _hpa("report", "--db", str(ro / "s.duckdb"), "-o", str(tmp_path / "r.html"))
+        assert report.returncode == 0, report.stderr  # a reader opens a read-only store
+        out = _hpa("report", "--db", str(db), "-o", str(ro / "r.html"))
+        assert (out.returncode, out.stderr.strip()) == (
+            2,
+            f"Error: --out {ro / 'r.html'}: cannot write (Read-only file system)",
+        )
+        replay = _hpa("replay", "--db", str(ro / "s.duckdb"), "--set", "block_size=64")
+        assert replay.returncode == 1 and "Read-only file system" in replay.stderr
+        assert "Traceback" not in replay.stderr
