@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -59,7 +61,8 @@ def line_bodies(
 
 
 def decoded_lines(body: bytes, first_line: int) -> Iterator[Item]:
-    """(line_no, decoded object or RecordError, raw line) of each non-blank line of `body`."""
+    """(line_no, decoded object or RecordError, raw line) of each non-blank line of `body`.
+    An object that gives a key twice is a RecordError (a parser keeps one value silently)."""
     for offset, raw in enumerate(body.split(b"\n")[:-1]):
         if not raw.strip():
             continue
@@ -67,7 +70,42 @@ def decoded_lines(body: bytes, first_line: int) -> Iterator[Item]:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             obj = RecordError(None, _undecodable(raw, exc))
+        else:
+            # Every key ends in a quote and a colon: no more of those than keys, no repeat.
+            if type(obj) is dict and len(KEY_MARK.findall(raw)) > len(obj):
+                obj = repeated_key_error(raw) or obj
         yield first_line + offset, obj, raw
+
+
+# A key's end: its closing quote, then a colon (blanks between allowed). A string value may
+# hold one too; each object key has exactly one.
+KEY_MARK = re.compile(rb'"[ \t]*:')
+
+
+class _Repeated(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _Repeated(key)
+        seen.add(key)
+    return dict(pairs)
+
+
+def repeated_key_error(raw: bytes) -> RecordError | None:
+    """A RecordError naming the first key an object of JSON line `raw` gives twice, at any
+    depth (None when every object's keys are distinct)."""
+    try:
+        json.loads(raw, object_pairs_hook=_unique_pairs)
+    except _Repeated as repeated:
+        return RecordError(
+            repeated.key, "given twice in one JSON object (which value counts is undefined)"
+        )
+    return None
 
 
 def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:

@@ -37,7 +37,12 @@ from analyzer.traces.batches import (
 )
 from analyzer.traces.csv_rows import read_csv
 from analyzer.traces.io import COMPRESSED, CountingReader, open_binary
-from analyzer.traces.jsonlines import decoded_lines, first_json_object, line_bodies
+from analyzer.traces.jsonlines import (
+    decoded_lines,
+    first_json_object,
+    line_bodies,
+    repeated_key_error,
+)
 
 BATCH_BYTES = 8 << 20
 BATCH_ROWS = 8192
@@ -139,12 +144,34 @@ def _jsonl_batch(body: bytes, first_line: int) -> Batch:
             table.validate(full=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             table = None
-        if table is not None and table.num_rows == len(ends):
+        if (
+            table is not None
+            and table.num_rows == len(ends)
+            and not _repeats(body, buf, ends, table)
+        ):
             line_nos = pa.array(np.arange(first_line, first_line + len(ends), dtype=np.int64))
             rows = fast_rows(table, line_nos)
             if rows is not None:
                 return Batch(rows)
     return exact_batch(list(decoded_lines(body, first_line)))
+
+
+def _repeats(body: bytes, buf: np.ndarray, ends: np.ndarray, table: pa.Table) -> bool:
+    """Whether a line of the batch gives a key twice (Arrow's reader keeps one silently).
+    A line has a key end (quote, blanks, colon) per key it holds; one with more than its
+    non-null fields is checked exactly (a null value, a quote and colon in a string)."""
+    colons = np.flatnonzero(buf == 58)
+    before = buf[np.maximum(colons - 1, 0)]
+    marks = colons[(before == 34) | (before == 32) | (before == 9)]  # '"', ' ', tab
+    per_line = np.bincount(np.searchsorted(ends, marks), minlength=len(ends))
+    fields = np.zeros(len(ends), dtype=np.int64)
+    for column in table.columns:
+        fields += pc.is_valid(column).to_numpy(zero_copy_only=False)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    return any(
+        repeated_key_error(body[starts[i] : ends[i]]) is not None
+        for i in np.flatnonzero(per_line > fields)
+    )
 
 
 def read_parquet(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> Iterator[Batch]:

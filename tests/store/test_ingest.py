@@ -531,3 +531,37 @@ def test_a_timestamp_past_the_years_rfc3339_writes_costs_its_record(tmp_path, db
         (2, "timestamp"),
         (3, "timestamp"),
     ]
+
+
+REPEATED = [
+    (b'{"request_id": "r1", "prompt_token_ids": [1, 2], "request_id": "r9"}', "request_id"),
+    (b'{"request_id": "r1", "prompt_token_ids": [1], "prompt_token_ids": [2]}', "prompt_token_ids"),
+    (b'{"request_id": "r1", "prompt_token_ids": [1, 2], "x": {"a": 1, "a": 2}}', "a"),
+    (b'{"request_id": "r1", "prompt_token_ids": [1, 2], "replica" :"a", "replica":"b"}', "replica"),
+]
+
+
+@pytest.mark.parametrize(("line", "key"), REPEATED)
+@pytest.mark.parametrize("path", ["fast", "per record"])
+def test_a_key_given_twice_costs_its_record(tmp_path, db, line, key, path):
+    """(issue 13, item 11: the parser kept the last value silently, on either path)"""
+    lines = [_record(0), line, _record(2, prompt_family="a:b", replica='x":y')]
+    if path == "per record":
+        lines.append(_record(3, note="an unknown field"))
+    result = ingest([_lines_file(tmp_path / "t.jsonl", lines)], db_path=db)
+    assert result.num_rejected == 1 and result.num_stored == len(lines) - 1
+    assert rows(db, "SELECT line_no, field, reason FROM rejects") == [
+        (2, key, "given twice in one JSON object (which value counts is undefined)")
+    ]
+
+
+def test_look_alikes_of_a_repeated_key_are_stored(tmp_path, db):
+    """Null values, colons and quotes in strings, nested objects: more key marks than
+    fields, but no key given twice."""
+    lines = [
+        _record(0, prompt_family=None, replica='a" : b'),
+        _record(1, timestamp="2026-01-01T10:00:00Z"),
+        _record(2, x={"a": {"a": 1}}, y=[{"a": 1}, {"a": 2}]),
+    ]
+    result = ingest([_lines_file(tmp_path / "t.jsonl", lines)], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (3, 0)
