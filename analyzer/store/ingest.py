@@ -9,7 +9,10 @@ so that memory does not grow with the file.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
+import stat
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -101,7 +104,7 @@ def ingest(
     paths = [Path(p) for p in paths]
     for path in paths:
         if not path.is_file():
-            raise InputFileError(f"{path}: no such file")
+            raise InputFileError(f"{path}: {_not_a_file(path)}")
     created = not Path(db_path).exists()
     # DuckDB caches written blocks up to its memory limit (80% of RAM by default);
     # capping it keeps ingest memory flat however large the file is.
@@ -152,6 +155,26 @@ def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> 
                 "(a command lands whole or not at all)"
             ) from None
         raise
+
+
+def _not_a_file(path: Path) -> str:
+    """Why `path`, which is no regular file, cannot be ingested."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a loop of symbolic links"
+        if os.path.lexists(path):
+            return f"cannot be read ({exc.strerror or exc})"
+        return "no such file"
+    if stat.S_ISDIR(mode):
+        return "a directory, not a file (give the files in it)"
+    if stat.S_ISFIFO(mode):
+        return (
+            "a pipe, not a file: ingest reads a file twice (its sha256, then its records); "
+            "save the stream to a file first"
+        )
+    return "not a regular file"
 
 
 def _remove_store(path: Path) -> None:

@@ -71,10 +71,25 @@ def decoded_lines(body: bytes, first_line: int) -> Iterator[Item]:
         except orjson.JSONDecodeError as exc:
             obj = RecordError(None, _undecodable(raw, exc))
         else:
+            if LONG_DIGITS.search(raw):
+                obj = exact_json(raw)  # orjson reads integers past 64 bits as floats
             # Every key ends in a quote and a colon: no more of those than keys, no repeat.
-            if type(obj) is dict and len(KEY_MARK.findall(raw)) > len(obj):
+            elif type(obj) is dict and len(KEY_MARK.findall(raw)) > len(obj):
                 obj = repeated_key_error(raw) or obj
         yield first_line + offset, obj, raw
+
+
+# 20 digits or more: maybe an integer past 64 bits (or digits in a string: read exactly too).
+LONG_DIGITS = re.compile(rb"\d{20}")
+
+
+def exact_json(raw: bytes) -> Any:
+    """JSON line `raw` read by the standard library: every integer exact, whatever its size,
+    and a key given twice a RecordError."""
+    try:
+        return json.loads(raw, object_pairs_hook=_unique_pairs)
+    except _Repeated as repeated:
+        return _repeated(repeated.key)
 
 
 # A key's end: its closing quote, then a colon (blanks between allowed). A string value may
@@ -102,10 +117,12 @@ def repeated_key_error(raw: bytes) -> RecordError | None:
     try:
         json.loads(raw, object_pairs_hook=_unique_pairs)
     except _Repeated as repeated:
-        return RecordError(
-            repeated.key, "given twice in one JSON object (which value counts is undefined)"
-        )
+        return _repeated(repeated.key)
     return None
+
+
+def _repeated(key: str) -> RecordError:
+    return RecordError(key, "given twice in one JSON object (which value counts is undefined)")
 
 
 def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:

@@ -7,6 +7,7 @@ batch only when it can prove every row would pass here; otherwise it defers to t
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import datetime, timedelta, timezone
@@ -236,8 +237,17 @@ def validate_record(obj: Any, line_no: int) -> dict[str, Any]:
     _output(rec, row)
     extra = {k: v for k, v in rec.items() if k not in KNOWN_FIELDS}
     if extra:
-        row["extra"] = orjson.dumps(extra, option=orjson.OPT_SORT_KEYS).decode()
+        row["extra"] = extra_json(extra)
     return row
+
+
+def extra_json(extra: dict[str, Any]) -> str:
+    """The unknown fields as compact JSON, keys sorted; integers past 64 bits exactly (orjson
+    cannot write them, the standard library can)."""
+    try:
+        return orjson.dumps(extra, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return json.dumps(extra, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _prompt(rec: dict[str, Any], row: dict[str, Any]) -> None:

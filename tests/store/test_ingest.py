@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -565,3 +566,43 @@ def test_look_alikes_of_a_repeated_key_are_stored(tmp_path, db):
     ]
     result = ingest([_lines_file(tmp_path / "t.jsonl", lines)], db_path=db)
     assert (result.num_stored, result.num_rejected) == (3, 0)
+
+
+def test_integers_past_64_bits_stay_exact(tmp_path, db):
+    """(issue 13, item 11: orjson read them as floats, so extra held 1.2345678901234568e+29)"""
+    big = 123456789012345678901234567890
+    lines = [
+        b'{"request_id": "r0", "prompt_token_ids": [1, 2], "n": %d, "m": -%d}' % (big, big),
+        b'{"request_id": "r1", "prompt_token_ids": [1, %d]}' % big,
+        _record(2, s="12345678901234567890123"),
+    ]
+    result = ingest([_lines_file(tmp_path / "t.jsonl", lines)], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (2, 1)
+    assert rows(db, "SELECT extra FROM requests ORDER BY line_no") == [
+        (f'{{"m":-{big},"n":{big}}}',),
+        ('{"s":"12345678901234567890123"}',),
+    ]
+    assert rows(db, "SELECT field, reason FROM rejects") == [
+        ("prompt_token_ids[1]", f"{big} is outside [0, 2^31)")  # not "got number"
+    ]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_what_is_not_a_regular_file_says_what_it_is(tmp_path, db):
+    """(issue 13, item 11: a FIFO and a symlink loop were "no such file")"""
+    fifo, loop = tmp_path / "pipe", tmp_path / "loop"
+    os.mkfifo(fifo)
+    loop.symlink_to(loop)
+    cases = [
+        (
+            fifo,
+            "a pipe, not a file: ingest reads a file twice (its sha256, then its records); "
+            "save the stream to a file first",
+        ),
+        (loop, "a loop of symbolic links"),
+        (tmp_path / "missing.jsonl", "no such file"),
+    ]
+    for path, why in cases:
+        with pytest.raises(InputFileError) as info:
+            ingest([path], db_path=db)
+        assert str(info.value) == f"{path}: {why}"

@@ -67,9 +67,9 @@ MAX_PENDING_TOKENS = 16 << 20  # ... and is stored without it when more tokens w
 _HEADER = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?"
 )
-_INPUTS = re.compile(r"Received request (\S+?): prompt: |Request (\S+?) details: prompt: ")
-_PARAMS = re.compile(r"Received request (\S+?): params: ")
-_OUTPUT = re.compile(r"Generated response (\S+?)( \(streaming (?:delta|complete)\))?: output: ")
+_INPUTS = re.compile(r"Received request (.+?): prompt: |Request (.+?) details: prompt: ")
+_PARAMS = re.compile(r"Received request (.+?): params: ")
+_OUTPUT = re.compile(r"Generated response (.+?)( \(streaming (?:delta|complete)\))?: output: ")
 _MESSAGES = (("inputs", _INPUTS), ("params", _PARAMS), ("output", _OUTPUT))
 _ENGINE = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v[^)]*\) with config: model='([^']*)'")
 _LORA = re.compile(r"lora_request: LoRARequest\(lora_name='([^']*)'")

@@ -280,3 +280,23 @@ def test_a_header_that_is_no_date_rejects_its_line(tmp_path, db, day, clock, rea
         ("a", "2026-11-28T10:00:00+00:00"),
         ("c", "2026-11-28T10:00:01+00:00"),
     ]
+
+
+def test_a_request_id_with_spaces_is_read_whole(tmp_path, db):
+    """(issue 13, item 11: an X-Request-Id with a space made the line not match: skipped)"""
+    text = "\n".join(
+        [
+            _line("cmpl-1 retry 2", "10:00:00", "[1, 2]"),
+            "INFO 11-29 10:00:01 logger.py:40] Generated response cmpl-1 retry 2: output: 'y', "
+            "output_token_ids: [7, 8], finish_reason: stop",
+            _line("plain", "10:00:02", "[3]"),
+        ]
+    )
+    path = tmp_path / "spaces.log"
+    path.write_text(text + "\n")
+    src = ingest([path], db_path=db, fmt="vllm_log").sources[0]
+    assert (src.num_read, src.num_stored) == (2, 2)
+    assert db_rows(db, "SELECT request_id, output_token_ids FROM requests ORDER BY line_no") == [
+        ("cmpl-1 retry 2", [7, 8]),
+        ("plain", None),
+    ]
