@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
@@ -43,6 +43,7 @@ from analyzer.traces.jsonlines import (
     line_bodies,
     repeated_key_error,
 )
+from analyzer.traces.records import RecordError
 
 BATCH_BYTES = 8 << 20
 BATCH_ROWS = 8192
@@ -187,16 +188,51 @@ def read_parquet(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> 
     for record_batch in parquet.iter_batches(batch_size=BATCH_ROWS):
         table = _timestamps_as_seconds(pa.Table.from_batches([record_batch]))
         line_nos = pa.array(np.arange(first, first + table.num_rows, dtype=np.int64))
-        rows = fast_rows(table, line_nos)
+        utf8 = _valid_utf8(table)
+        rows = fast_rows(table, line_nos) if utf8 else None
         if rows is not None:
             yield Batch(rows)
         else:
-            records = table.to_pylist()
+            records = table.to_pylist() if utf8 else _records_checking_utf8(path, table)
             yield exact_batch(
                 [(first + i, rec, orjson.dumps(rec, default=str)) for i, rec in enumerate(records)]
             )
         first += table.num_rows
         progress()
+
+
+def _valid_utf8(table: pa.Table) -> bool:
+    """Whether every string of `table` is UTF-8 (a Parquet writer need not check)."""
+    try:
+        table.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _records_checking_utf8(path: Path, table: pa.Table) -> list:
+    """The rows of `table` as records, a row with a string that is not UTF-8 a RecordError
+    naming its column (one bad value costs its row, not the file)."""
+    text = [f.name for f in table.schema if pa.types.is_string(f.type)]
+    raw = table.cast(
+        pa.schema(pa.field(f.name, pa.binary()) if f.name in text else f for f in table.schema)
+    )
+    if not _valid_utf8(raw):  # a string inside a list or struct: not one row's to lose
+        raise InputFileError(f"{path}: a nested string column is not valid UTF-8")
+    return [_decoded(rec, text) for rec in raw.to_pylist()]
+
+
+def _decoded(rec: dict, text: list[str]) -> Any:
+    for name in text:
+        value = rec[name]
+        if value is None:
+            continue
+        try:
+            rec[name] = value.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            where = f"byte 0x{value[bad.start]:02x} at byte {bad.start + 1}"
+            return RecordError(name, f"not valid UTF-8 ({where})")
+    return rec
 
 
 def _timestamps_as_seconds(table: pa.Table) -> pa.Table:

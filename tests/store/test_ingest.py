@@ -606,3 +606,23 @@ def test_what_is_not_a_regular_file_says_what_it_is(tmp_path, db):
         with pytest.raises(InputFileError) as info:
             ingest([path], db_path=db)
         assert str(info.value) == f"{path}: {why}"
+
+
+def test_one_invalid_utf8_string_in_parquet_costs_its_row(tmp_path, db):
+    """(a Parquet writer need not check its strings; the whole file was a decode error)"""
+    as_text = lambda values: pa.array(values, pa.binary()).view(pa.string())  # noqa: E731
+    table = pa.table(
+        {
+            "request_id": as_text([b"a", b"b\xffc", b"d"]),
+            "prompt_token_ids": pa.array([[1, 2], [3], [4]], pa.list_(pa.int32())),
+            "prompt_family": as_text([b"x", b"y", b"z\xfe"]),
+        }
+    )
+    path = tmp_path / "bad.parquet"
+    pq.write_table(table, path)
+    result = ingest([path], db_path=db)
+    assert (result.num_stored, result.num_rejected) == (1, 2)
+    assert rows(db, "SELECT line_no, field, reason FROM rejects ORDER BY line_no") == [
+        (2, "request_id", "not valid UTF-8 (byte 0xff at byte 2)"),
+        (3, "prompt_family", "not valid UTF-8 (byte 0xfe at byte 2)"),
+    ]
