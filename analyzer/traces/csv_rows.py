@@ -18,6 +18,7 @@ from analyzer.traces.records import COUNT_FIELDS, RecordError
 
 CSV_BATCH_ROWS = 4096
 _INT = re.compile(r"[+-]?\d+")
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 _LIST_FIELDS = ("prompt_token_ids", "output_token_ids", "block_hash_ids")
 
 
@@ -55,6 +56,12 @@ def _cell_value(name: str, cell: str) -> Any:
 def _record(header: list[str], values: list[str]) -> Any:
     if len(values) != len(header):
         return RecordError(None, f"row has {len(values)} fields, the header has {len(header)}")
+    for name, cell in zip(header, values, strict=True):
+        bad = _NOT_UTF8.search(cell)
+        if bad:  # a byte the UTF-8 decoder kept as a surrogate escape
+            raw = cell.encode("utf-8", "surrogateescape")
+            at = len(cell[: bad.start()].encode("utf-8", "surrogateescape"))
+            return RecordError(name, f"not valid UTF-8 (byte 0x{raw[at]:02x} at byte {at + 1})")
     try:
         return {
             name: _cell_value(name, cell)
@@ -69,7 +76,9 @@ def read_csv(
     path: Path, stream: io.BufferedIOBase, progress: Callable[[], None]
 ) -> Iterator[Batch]:
     """Batches of a CSV file with a header row; `line_no` is the record's first line."""
-    text = io.TextIOWrapper(stream, encoding="utf-8", newline="")
+    # A byte that is not UTF-8 stays in its cell as a surrogate escape: that row is a
+    # reject (`_record`), not the file.
+    text = io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape", newline="")
     reader = csv.reader(text)
     try:
         header = next(reader)
@@ -77,11 +86,13 @@ def read_csv(
         return
     except (csv.Error, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read the CSV header ({exc})") from None
+    if any(_NOT_UTF8.search(name) for name in header):
+        raise InputFileError(f"{path}:1: the CSV header is not valid UTF-8")
     if "request_id" not in header or len(set(header)) != len(header):
         raise InputFileError(
             f"{path}:1: the CSV header must name request_id and each column once, got {header}"
         )
-    items: list[tuple[int, Any, str]] = []
+    items: list[tuple[int, Any, bytes]] = []
     line_no = reader.line_num + 1
     while True:
         try:
@@ -89,11 +100,12 @@ def read_csv(
         except StopIteration:
             break
         except csv.Error as exc:
-            items.append((line_no, RecordError(None, f"malformed CSV ({exc})"), ""))
+            items.append((line_no, RecordError(None, f"malformed CSV ({exc})"), b""))
             line_no = reader.line_num + 1
             continue
         if values:
-            items.append((line_no, _record(header, values), ",".join(values)))
+            raw = ",".join(values).encode("utf-8", "surrogateescape")
+            items.append((line_no, _record(header, values), raw))
         line_no = reader.line_num + 1
         if len(items) >= CSV_BATCH_ROWS:
             yield exact_batch(items)

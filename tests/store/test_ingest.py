@@ -626,3 +626,10 @@ def test_one_invalid_utf8_string_in_parquet_costs_its_row(tmp_path, db):
         (2, "request_id", "not valid UTF-8 (byte 0xff at byte 2)"),
         (3, "prompt_family", "not valid UTF-8 (byte 0xfe at byte 2)"),
     ]
+
+
+def test_a_csv_header_that_is_not_utf8_is_a_file_error(tmp_path, db):
+    path = tmp_path / "h.csv"
+    path.write_bytes(b"request_id,prompt_token_ids\xff\na,1 2\n")
+    with pytest.raises(InputFileError, match=r"h.csv:1: the CSV header is not valid UTF-8$"):
+        ingest([path], db_path=db)
