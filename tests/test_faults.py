@@ -145,3 +145,18 @@ def test_a_killed_command_leaves_the_store_before_or_after_it(starts, command, t
         if state == before:
             assert hpa(db, command).wait() in (0, 1)
             assert digest(db) == complete, f"{command}, seed {seed}: a rerun differs"
+
+
+def test_a_failed_sweep_on_worker_processes_is_one_line(tmp_path):
+    """The workers stopped after a failed point are silent: they inherited the driver's
+    SIGTERM handler, and each printed 'terminated (SIGTERM)' beside the real error."""
+    db = tmp_path / "m.duckdb"
+    trace = SAMPLES.parent / "tests/fixtures/external/mooncake/conversation_trace_head40.jsonl"
+    subprocess.run([*HPA, "ingest", str(trace), "--db", str(db)], check=True, capture_output=True)
+    args = [*HPA, "sweep", "--db", str(db), "--set", "model=qwen3-next-80b-a3b", "--jobs", "2"]
+    run = subprocess.run(
+        [*args, "--vary", "num_blocks=100,200,400"], capture_output=True, text=True
+    )
+    assert run.returncode == 2
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("Error: sweep point num_blocks=100: ")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import functools
+import os
 import signal
 import sys
 from contextlib import contextmanager
@@ -215,11 +217,14 @@ def counter(label: str, unit: str):
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, _terminated)
+    signal.signal(signal.SIGTERM, functools.partial(_terminated, os.getpid()))
     cli(prog_name="hpa")
 
 
-def _terminated(signum, frame) -> None:
-    """SIGTERM unwinds like an error: open transactions roll back, workers stop."""
+def _terminated(driver_pid: int, signum, frame) -> None:
+    """SIGTERM unwinds like an error: open transactions roll back, workers stop. A forked
+    worker that has not reset the handler yet just ends (the driver speaks for it)."""
+    if os.getpid() != driver_pid:
+        os._exit(128 + signum)
     click.echo("Error: terminated (SIGTERM); nothing of this command was stored", err=True)
     sys.exit(128 + signum)

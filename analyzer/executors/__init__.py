@@ -168,7 +168,9 @@ def _die_with_driver(driver_pid: int) -> None:
     """Worker initializer: end this worker when the driver process dies, however it dies
     (`kill -9` included, which no pool shutdown sees; an orphaned worker would hang on its
     queue and hold the database open). Linux: the kernel sends SIGKILL (PR_SET_PDEATHSIG);
-    elsewhere a thread watches the parent id."""
+    elsewhere a thread watches the parent id. SIGTERM (the driver's way to stop a worker)
+    ends it quietly: the driver's own handler, inherited by the fork, would speak for it."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if not _kill_on_parent_death():
         threading.Thread(target=_watch_driver, args=(driver_pid,), daemon=True).start()
     if os.getppid() != driver_pid:  # the driver died before this worker was set up
@@ -229,10 +231,26 @@ def _collect(pool, fn, items, labels, progress) -> list:
             try:
                 results[i] = future.result()
             except Exception as exc:  # a worker's error or a dead worker
+                i, exc = _first_failure(futures, pending, i, exc)
                 raise _failed(labels[i], exc) from exc
         if progress:
             progress(len(items) - len(pending), len(items))
     return results
+
+
+def _first_failure(futures: dict, pending: set, i: int, exc: Exception):
+    """(index, error) of the first failing item in input order, whichever finished first:
+    the earlier items still running are waited for, so the error is the same every run."""
+    for future in sorted(pending, key=futures.get):
+        j = futures[future]
+        if j > i:
+            future.cancel()
+            continue
+        try:
+            future.result()
+        except Exception as earlier:
+            return j, earlier
+    return i, exc
 
 
 # -- ray: tasks on an existing cluster, or a local one started here ---------------------------
