@@ -147,16 +147,28 @@ def test_a_killed_command_leaves_the_store_before_or_after_it(starts, command, t
             assert digest(db) == complete, f"{command}, seed {seed}: a rerun differs"
 
 
-def test_a_failed_sweep_on_worker_processes_is_one_line(tmp_path):
+# A sweep whose points all fail in their workers (the replay refuses), run as `hpa` runs.
+_REFUSING = (
+    "import analyzer.pipeline.replay as replay\n"
+    "from analyzer.errors import ConfigError\n"
+    "def refuse(requests, policy, num_groups):\n"
+    "    raise ConfigError(f'refused num_blocks={policy.num_blocks}')\n"
+    "replay.replay = refuse  # forked workers inherit it\n"
+    "from analyzer.cli import main\n"
+    "main()\n"
+)
+
+
+def test_a_failed_sweep_on_worker_processes_is_one_line(starts, tmp_path):
     """The workers stopped after a failed point are silent: they inherited the driver's
-    SIGTERM handler, and each printed 'terminated (SIGTERM)' beside the real error."""
-    db = tmp_path / "m.duckdb"
-    trace = SAMPLES.parent / "tests/fixtures/external/mooncake/conversation_trace_head40.jsonl"
-    subprocess.run([*HPA, "ingest", str(trace), "--db", str(db)], check=True, capture_output=True)
-    args = [*HPA, "sweep", "--db", str(db), "--set", "model=qwen3-next-80b-a3b", "--jobs", "2"]
-    run = subprocess.run(
-        [*args, "--vary", "num_blocks=100,200,400"], capture_output=True, text=True
-    )
-    assert run.returncode == 2
-    (line,) = run.stderr.strip().splitlines()
-    assert line.startswith("Error: sweep point num_blocks=100: ")
+    SIGTERM handler, and each printed 'terminated (SIGTERM)' beside the real error. The
+    error is the first point's, whichever failed first."""
+    db = fresh(starts, "plan", tmp_path)  # a small store
+    args = [sys.executable, "-c", _REFUSING, "sweep", "--db", str(db), "--jobs", "2"]
+    args += ["--set", "block_size=64", "--vary", "num_blocks=100,200,400,800"]
+    for _ in range(3):
+        run = subprocess.run(args, capture_output=True, text=True)
+        assert run.returncode == 2
+        (line,) = run.stderr.strip().splitlines()
+        assert line.startswith("Error: sweep point num_blocks=100: ")
+        assert line.endswith("refused num_blocks=100")

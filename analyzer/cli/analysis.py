@@ -179,7 +179,7 @@ def _print_replay(policy, result, render) -> None:
     click.echo(render(result.summary.select(cols)), nl=False)
     click.echo(
         f"run {result.run_id}: {result.num_requests:,} requests replayed in "
-        f"{result.seconds:.2f} s; policy {policy.to_json()}"
+        f"{result.seconds:.2f} s; policy {(result.policy or policy).to_json()}"
     )
     if result.load is not None:
         click.echo(_load_line(result.load))

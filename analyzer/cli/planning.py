@@ -91,6 +91,8 @@ def sweep_cmd(
             f"sweep {s.sweep_id} ({s.knob}): {len(s.points)} points in {s.seconds:.2f} s{how}; "
             f"base policy {s.base_policy.to_json()}"
         )
+        for note in s.notes:
+            click.echo(f"note: {note}")
 
 
 @cli.command("calibrate")
@@ -202,6 +204,8 @@ def plan_cmd(
             time_scale=time_scale,
         )
     click.echo(SCHEDULE_LINES[r.schedule])
+    for note in r.notes:
+        click.echo(f"note: {note}")
     click.echo(
         f"ceilings: attention-only bound {r.attention_only_bound:.3f}, shared-prefix ceiling "
         f"{r.shared_prefix_ceiling:.3f}, model groups unbounded (retention null) "

@@ -21,12 +21,18 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
-def bytes_per_block(model: str | None) -> int | None:
+def bytes_per_block(model: str | None, block_size: int | None = None) -> int | None:
     """Bytes of one pool block of model preset `model` (None: no model, or a preset without
-    `bytes_per_block`). Raises ConfigError for an unknown preset."""
+    `bytes_per_block`), for blocks of `block_size` tokens (default: the preset's): a page
+    holds block_size tokens of KV, so it scales with the block. Raises ConfigError for an
+    unknown preset."""
     if model is None:
         return None
-    return load_model(model).get("bytes_per_block")
+    preset = load_model(model)
+    per_block = preset.get("bytes_per_block")
+    if per_block is None or block_size is None or block_size == preset["block_size"]:
+        return per_block
+    return per_block * block_size // preset["block_size"]
 
 
 def pool_gib(num_blocks: int, per_block_bytes: int) -> float:
@@ -34,10 +40,13 @@ def pool_gib(num_blocks: int, per_block_bytes: int) -> float:
     return num_blocks * per_block_bytes / GIB
 
 
-def policy_pool_gib(model: str | None, num_blocks: int | None) -> float | None:
-    """The cache pool of a policy in GiB: num_blocks x its model's bytes per block (None
-    when the pool is unbounded or the model preset gives no bytes per block)."""
+def policy_pool_gib(
+    model: str | None, num_blocks: int | None, block_size: int | None = None
+) -> float | None:
+    """The cache pool of a policy in GiB: num_blocks x its model's bytes per block of
+    `block_size` tokens (None when the pool is unbounded or the model preset gives no
+    bytes per block)."""
     if num_blocks is None:
         return None
-    per_block = bytes_per_block(model)
+    per_block = bytes_per_block(model, block_size)
     return None if per_block is None else pool_gib(num_blocks, per_block)

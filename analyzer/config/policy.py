@@ -178,6 +178,12 @@ def build_policy(values: dict[str, Any]) -> Policy:
         options=resolve(v["engine"], {k: x for k, x in values.items() if k in OPTIONS}),
     )
     _check_consistency(policy)
+    if model is not None and "mamba" in model["groups"] and "mamba" in groups:
+        if block_size < model["block_size"]:
+            raise ConfigError(
+                f"policy key 'block_size': {block_size} is below {v['model']}'s smallest "
+                f"block, {model['block_size']} tokens (a Mamba state must fit in one page)"
+            )
     return policy
 
 

@@ -37,11 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.config.memory import parse_size, pool_gib
+from analyzer.config.memory import bytes_per_block, parse_size, pool_gib
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import MAXIMUMS, Policy
 from analyzer.errors import ConfigError
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec, map_partitions
+from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.replay import replay_rows
 from analyzer.pipeline.sweep_points import rows_from_table, rows_table
@@ -73,6 +74,7 @@ class PlanResult:
     replays: int
     message: str
     schedule: str = "serial"  # every replay's (see analyzer/config/schedule.py)
+    notes: tuple[str, ...] = ()  # what the trace changed or ruled out (its block geometry)
 
 
 class _Evaluator:
@@ -170,8 +172,15 @@ def plan(
         )
     geometry = preset or load_model(DEFAULT_GEOMETRY_MODEL)  # groups and block, never bytes
     groups = list(geometry["groups"])
-    block = geometry["block_size"]
     trace = request_input(db_path, dataset).read_only_trace(spec)
+    trace_block = trace_block_tokens(trace.columns["block_size"])
+    fitted, fit_note = fit_policy(
+        make_policy({"groups": groups, "block_size": geometry["block_size"], "model": model}),
+        trace_block,
+    )
+    block = fitted.block_size
+    per_block = bytes_per_block(model, block) if preset else None
+    notes = [fit_note] if fit_note else []
     ev = _Evaluator(trace, family, progress, spec)
     num_trace_replicas = len({r for r in trace.columns["replica"] if r is not None}) or 1
 
@@ -197,7 +206,17 @@ def plan(
             f"reuse more than the trace shares."
         )
         return PlanResult(
-            target, bound, ceiling, dense, False, [], cost_unit, ev.replays, msg, schedule
+            target,
+            bound,
+            ceiling,
+            dense,
+            False,
+            [],
+            cost_unit,
+            ev.replays,
+            msg,
+            schedule,
+            tuple(notes),
         )
 
     placements = [(num_trace_replicas, "trace")]
@@ -205,7 +224,13 @@ def plan(
         placements += [(num_trace_replicas, "prefix_aware"), (1, "round_robin")]
     units: list[int | None] = [None]
     if "mamba" in groups and "sliding_window" not in groups and block % 4 == 0:
-        units.append(block // 4)
+        if trace_block and (block // 4) % trace_block:
+            notes.append(
+                f"match unit {block // 4} (a quarter block) not searched: it is not whole "
+                f"{trace_block}-token trace blocks"
+            )
+        else:
+            units.append(block // 4)
     retentions: list[int | None] = [0, None] if len(groups) > 1 else [None]
     settings = [
         make_policy(
@@ -281,6 +306,7 @@ def plan(
         ev.replays,
         msg,
         schedule,
+        tuple(notes),
     )
 
 

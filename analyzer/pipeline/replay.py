@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
 from analyzer.metrics.waterfall import build_levels
+from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.partitions import ReplayShared, replay_partitions
 from analyzer.pipeline.shared_prefixes import shared_prefixes
@@ -58,10 +60,11 @@ def run_replay(
     con = source.connect()
     try:
         trace = source.driver_trace(con)
+        policy, fitted = fit_policy(policy, trace_block_tokens(trace.columns["block_size"]))
         started = time.perf_counter()
         rows = replay_rows(trace, policy, progress=progress, executor=spec)
         seconds = time.perf_counter() - started
-        return store_run(
+        outcome = store_run(
             con,
             policy,
             rows,
@@ -73,6 +76,7 @@ def run_replay(
         )
     finally:
         con.close()
+    return replace(outcome, notes=(fitted, *outcome.notes)) if fitted else outcome
 
 
 def namespaces(trace: Trace) -> list[tuple]:

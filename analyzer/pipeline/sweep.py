@@ -23,6 +23,7 @@ from pathlib import Path
 from analyzer.config.policy import policy_values
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec, map_partitions
+from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.one_pass import (
     OnePass,
@@ -92,6 +93,8 @@ def run_sweeps(
             path = source.dataset
             return dataset_sweeps(con, fingerprint, path, spec, base, parsed, grid, progress)
         trace = source.whole_trace(con)
+        trace_block = trace_block_tokens(trace.columns["block_size"])
+        base_policy, base_note = fit_policy(base_policy, trace_block)
         one = OnePass()
         resolved = []
         for key, vals in parsed:
@@ -100,7 +103,15 @@ def run_sweeps(
             resolved.append((key, vals))
         sweeps = sweep_points(base, resolved, grid)
         # Validate every point before replaying anything (a bad value is one line, no runs).
-        policies = [[(label, make_policy(vals)) for label, vals in pts] for _, pts in sweeps]
+        fitted = [
+            [(label, fit_policy(make_policy(vals), trace_block)) for label, vals in pts]
+            for _, pts in sweeps
+        ]
+        policies = [[(label, p) for label, (p, _) in pts] for pts in fitted]
+        notes = [
+            tuple(dict.fromkeys(n for n in (base_note, *(n for _, (_, n) in pts)) if n))
+            for pts in fitted
+        ]
         outcomes = []
         total = sum(len(points) for points in policies)
         done = [0]
@@ -110,7 +121,7 @@ def run_sweeps(
             if progress:
                 progress(done[0], total)
 
-        for (knob, _), points in zip(sweeps, policies, strict=True):
+        for (knob, _), points, said in zip(sweeps, policies, notes, strict=True):
             started = time.perf_counter()
             if uses_one_pass(knob, [p for _, p in points]):
                 computed = one_pass_points(trace, [p for _, p in points], one, tick)
@@ -118,6 +129,7 @@ def run_sweeps(
                 computed = [(r, s, False) for r, s in _run_points(trace, points, spec, tick, knob)]
             outcome = store_sweep(con, base_policy, knob, points, computed, fingerprint)
             outcome.seconds = time.perf_counter() - started
+            outcome.notes = said
             outcomes.append(outcome)
         return outcomes
     finally:

@@ -43,6 +43,7 @@ class SweepOutcome:
     base_policy: Policy
     points: list[SweepPoint] = field(default_factory=list)
     seconds: float = 0.0  # wall time (dataset on a non-local executor: its tasks' seconds)
+    notes: tuple[str, ...] = ()  # what the trace changed of the policies (geometry)
 
 
 # -- parsing --------------------------------------------------------------------------------
@@ -172,7 +173,7 @@ def _store_sweep(con, base_policy, knob, points, computed, fingerprint) -> Sweep
             sparse,
             hit / prompt if prompt else None,
             sparse / prompt if prompt else None,
-            policy_pool_gib(policy.model, policy.num_blocks),
+            policy_pool_gib(policy.model, policy.num_blocks, policy.block_size),
             from_curve,
         )
         insert_sweep_point(

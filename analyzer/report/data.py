@@ -182,7 +182,7 @@ def memory_gib(policy: dict) -> float | None:
     if policy.get("num_blocks") is None or not policy.get("model"):
         return None
     try:
-        gib = policy_pool_gib(policy["model"], policy["num_blocks"])
+        gib = policy_pool_gib(policy["model"], policy["num_blocks"], policy.get("block_size"))
     except ConfigError:
         return None
     return None if gib is None else round(gib, 6)

@@ -32,6 +32,7 @@ class ReplayOutcome:
     num_errors: int  # requests vLLM could not schedule at all (pool too small)
     notes: tuple[str, ...] = ()  # engines' notes per partition, in arrival order
     load: dict | None = None  # the concurrent schedule's figures (replay_load_summary.sql)
+    policy: Policy | None = None  # what was replayed (the trace may have fitted its geometry)
 
 
 def check_measure_from(fraction: float) -> float:
@@ -76,7 +77,9 @@ def store_run(
     )
     if fingerprint is None:
         notes += _stale_families(con)
-    return ReplayOutcome(run_id, n, summary, seconds, num_errors, notes, load_figures(con, run_id))
+    return ReplayOutcome(
+        run_id, n, summary, seconds, num_errors, notes, load_figures(con, run_id), policy
+    )
 
 
 def _stale_families(con) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from analyzer.cli import cli
 from analyzer.errors import BackendUnavailable, ConfigError, StoreError
 from analyzer.executors import ExecutorSpec, WorkerError, map_partitions
+from analyzer.pipeline import replay as replay_module
 from analyzer.pipeline.match import match_prefixes
 from analyzer.pipeline.replay import run_replay
 from analyzer.prefixes.sharding import partition_requests
@@ -294,11 +295,18 @@ def test_concurrent_replay_is_the_same_on_every_executor(stores, tmp_path, sourc
     assert sum(row[5] for row in got) > 0  # the pool is small enough to preempt
 
 
-def test_a_failed_partition_stores_nothing_and_a_rerun_stores_once(stores, tmp_path):
+def _refuse(requests, policy, num_groups):
+    raise ConfigError("this partition cannot be replayed")
+
+
+def test_a_failed_partition_stores_nothing_and_a_rerun_stores_once(stores, tmp_path, monkeypatch):
     db = copy_db(stores["mixed_hash_ids.jsonl.gz"], tmp_path / "h.duckdb")
-    bad = make_policy({"block_size": 544, "prefix_match_unit": 136})  # not a multiple of 16
-    with pytest.raises(ConfigError, match=r"^replay partition \d+/\d+ \(model revision .*16"):
-        run_replay(bad, db_path=db, executor=PROCESSES)
+    monkeypatch.setattr(replay_module, "replay", _refuse)  # forked workers inherit it
+    with pytest.raises(
+        ConfigError, match=r"^replay partition \d+/\d+ \(model revision .*cannot be replayed"
+    ):
+        run_replay(make_policy({"block_size": 544}), db_path=db, executor=PROCESSES)
+    monkeypatch.undo()
     assert table(db, "SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE 'replay_%'") == [
         (0,)
     ]

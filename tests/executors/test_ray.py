@@ -13,9 +13,11 @@ import pytest
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, WorkerError, map_partitions
 from analyzer.pipeline.match import match_prefixes
-from analyzer.pipeline.replay import run_replay
+from analyzer.pipeline.replay import replay_rows, run_replay
 from analyzer.pipeline.sweep import run_sweeps
+from analyzer.pipeline.trace import load_trace
 from analyzer.sim.policy import make_policy
+from analyzer.store.db import connect
 from tests.executors.test_executors import (
     REPLAY_COLUMNS,
     copy_db,
@@ -105,9 +107,16 @@ def test_a_failing_ray_partition_is_named(stores, tmp_path: Path):  # noqa: F811
     with pytest.raises(WorkerError, match=r"^part 1 failed: ZeroDivisionError: "):
         map_partitions(RAY, operator.truediv, [1, 0, 2], shared=1, labels=["p0", "part 1", "p2"])
     db = copy_db(stores["mixed_hash_ids.jsonl.gz"], tmp_path / "h.duckdb")
-    bad = make_policy({"block_size": 544, "prefix_match_unit": 136})  # not a multiple of 16
+    # Below run_replay (which fits the geometry to the trace): a match unit of part of a
+    # 16-token trace block fails in the worker, and keeps its class and partition there.
+    bad = make_policy({"block_size": 544, "prefix_match_unit": 136})
+    con = connect(db, create=False)
+    try:
+        trace = load_trace(con)
+    finally:
+        con.close()
     with pytest.raises(ConfigError, match=r"^replay partition \d+/\d+ \(model revision "):
-        run_replay(bad, db_path=db, executor=RAY)
+        replay_rows(trace, bad, executor=RAY)
 
 
 def test_a_dataset_replays_on_ray_like_the_store(stores, tmp_path: Path):  # noqa: F811

@@ -1,0 +1,82 @@
+"""The cache geometry a hash-id trace can express.
+
+A hash-id trace names blocks of its own size (Mooncake 512 tokens, WEKA 64, TraceLab and
+Qwen-Bailian 16), so a replay can only match in units that are whole trace blocks. A preset's
+geometry often is not (Qwen3-Next's 544-token block on Mooncake): rather than refuse, every
+command replays the nearest geometry the trace can express and says so in one line.
+
+    trace blocks 512, block_size 544 -> 1,024 (the smallest multiple of 512 at or above
+    544: a Mamba state needs at least 544 tokens of page), retention 0 stays 0
+    trace blocks 64, block_size 544, prefix_match_unit 136 -> block_size 576, unit 64
+
+Memory follows the block (`config.memory.bytes_per_block`): a 1,024-token page costs
+1,024 / 544 of the preset's. Token-id traces are never changed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from analyzer.config.policy import Policy
+from analyzer.errors import ConfigError
+from analyzer.sim.policy import make_policy
+
+
+def trace_block_tokens(block_sizes) -> int | None:
+    """The unit every hash-id request of a trace can be matched in (the least common
+    multiple of their block sizes); None for a token-id trace."""
+    sizes = {int(b) for b in block_sizes if b}
+    return math.lcm(*sizes) if sizes else None
+
+
+def fit_policy(policy: Policy, trace_block: int | None) -> tuple[Policy, str | None]:
+    """(`policy` in the nearest geometry a trace of `trace_block`-token blocks can express,
+    a one-line note of what changed; None when nothing had to)."""
+    unit = policy.prefix_match_unit or policy.block_size
+    if trace_block is None or unit % trace_block == 0:
+        return policy, None
+    block = -(-policy.block_size // trace_block) * trace_block
+    values = json.loads(policy.to_json())
+    values["block_size"] = block
+    changes = [f"block_size {policy.block_size} -> {block:,}"]
+    if policy.prefix_match_unit is not None:
+        fitted = _unit(block, trace_block, policy.prefix_match_unit)
+        values["prefix_match_unit"] = None if fitted == block else fitted
+        changes.append(f"prefix_match_unit {policy.prefix_match_unit} -> {fitted:,}")
+    retention = policy.retention_interval
+    if retention and retention % block:
+        values["retention_interval"] = -(-retention // block) * block
+        changes.append(f"retention_interval {retention} -> {values['retention_interval']:,}")
+    try:
+        fitted_policy = make_policy(values)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"the trace's blocks are {trace_block} tokens, and {', '.join(changes)} is no "
+            f"valid policy either: {exc}"
+        ) from None
+    note = (
+        f"the trace's blocks are {trace_block:,} tokens, so the replay matches in whole "
+        f"ones: {', '.join(changes)} (the nearest the trace can express; memory is priced "
+        f"at {block:,}-token pages)"
+    )
+    return fitted_policy, note
+
+
+def _unit(block: int, trace_block: int, wanted: int) -> int:
+    """The largest match unit that is whole trace blocks, divides `block` and is at most
+    `wanted` (at least one trace block)."""
+    best = trace_block
+    for k in range(1, block // trace_block + 1):
+        unit = k * trace_block
+        if unit > max(wanted, trace_block):
+            break
+        if block % unit == 0:
+            best = unit
+    return best
+
+
+def expressible(policy: Policy, trace_block: int | None) -> bool:
+    """Whether a trace of `trace_block`-token blocks can be replayed under `policy` as is."""
+    unit = policy.prefix_match_unit or policy.block_size
+    return trace_block is None or unit % trace_block == 0

@@ -1,0 +1,96 @@
+"""The geometry a hash-id trace can express (issue 14, items 1 and 2): every command
+replays the nearest one, prices memory at its pages and says so; nothing aborts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from analyzer.config.memory import bytes_per_block
+from analyzer.errors import ConfigError
+from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
+from analyzer.sim.policy import make_policy
+
+EXTERNAL = Path(__file__).parents[1] / "fixtures" / "external"
+QWEN = "qwen3-next-80b-a3b"
+SAME = {}
+
+# (policy keys, trace block tokens, the keys the fitted policy changes; SAME: none)
+FITS = [
+    ({"model": QWEN}, 512, {"block_size": 1024}),  # up: a Mamba state needs >= 544
+    ({"model": QWEN}, 64, {"block_size": 576}),
+    ({"model": QWEN}, 16, SAME),  # 544 is 34 blocks of 16
+    ({"model": QWEN}, None, SAME),  # token ids: never changed
+    ({"model": QWEN, "prefix_match_unit": 136}, 64, {"block_size": 576, "prefix_match_unit": 64}),
+    ({"model": QWEN, "prefix_match_unit": 136}, 16, {"prefix_match_unit": 32}),  # 16k | 544
+    ({"model": QWEN, "prefix_match_unit": 272}, 16, SAME),
+    (
+        {"model": QWEN, "retention_interval": 1088},
+        512,
+        {"block_size": 1024, "retention_interval": 2048},
+    ),
+    ({"block_size": 16, "groups": ["full_attention"]}, 512, {"block_size": 512}),
+]
+
+
+@pytest.mark.parametrize(("keys", "trace_block", "changes"), FITS)
+def test_the_nearest_geometry_the_trace_can_express(keys, trace_block, changes):
+    policy = make_policy(keys)
+    fitted, note = fit_policy(policy, trace_block)
+    assert fitted == make_policy({**keys, **changes})
+    if changes is SAME:
+        assert note is None
+    else:
+        assert note.startswith(f"the trace's blocks are {trace_block:,} tokens, so the replay")
+        assert note.endswith(f"memory is priced at {fitted.block_size:,}-token pages)")
+
+
+def test_trace_block_is_the_lcm_of_the_hash_id_requests():
+    assert trace_block_tokens([None, None]) is None
+    assert trace_block_tokens([512, None, 512]) == 512
+    assert trace_block_tokens([16, 64]) == 64
+
+
+def test_memory_follows_the_block_and_no_block_is_below_the_presets():
+    assert bytes_per_block(QWEN) == 13_369_344
+    assert bytes_per_block(QWEN, 1088) == 2 * 13_369_344
+    assert bytes_per_block(QWEN, 1024) == 13_369_344 * 1024 // 544
+    with pytest.raises(ConfigError) as info:
+        make_policy({"model": QWEN, "block_size": 512})
+    assert str(info.value) == (
+        "policy key 'block_size': 512 is below qwen3-next-80b-a3b's smallest block, 544 "
+        "tokens (a Mamba state must fit in one page)"
+    )
+    make_policy({"model": QWEN, "block_size": 512, "groups": ["full_attention"]})  # no state
+
+
+TRACES = {
+    "mooncake": (EXTERNAL / "mooncake" / "conversation_trace_head40.jsonl", 512, "1,024"),
+    "weka": (EXTERNAL / "weka_claude_code" / "trace_0021.json.gz", 64, "576"),
+}
+
+
+@pytest.mark.parametrize("name", list(TRACES))
+def test_replay_sweep_and_plan_run_on_a_hash_id_trace(tmp_path, name):
+    path, trace_block, block = TRACES[name]
+    db = str(tmp_path / "t.duckdb")
+    run = CliRunner().invoke
+    assert run(cli, ["ingest", str(path), "--db", db]).exit_code in (0, 1)
+    said = f"note: the trace's blocks are {trace_block} tokens, so the replay matches in whole"
+    changed = f"block_size 544 -> {block}"
+    replay = run(cli, ["replay", "--db", db, "--set", f"model={QWEN}"])
+    assert replay.exit_code == 0, replay.output
+    assert said in replay.output and changed in replay.output
+    assert f'"block_size":{block.replace(",", "")}' in replay.output
+    sweep = run(cli, ["sweep", "--db", db, "--set", f"model={QWEN}", "--vary", "num_blocks=50,100"])
+    assert sweep.exit_code == 0, sweep.output
+    assert said in sweep.output
+    plan = run(cli, ["plan", "--db", db, "--target-useful-hit-ratio", "0.01", "--model", QWEN])
+    assert plan.exit_code in (0, 1), plan.output  # 1: unreachable, said in one line
+    assert said in plan.output
+    if plan.exit_code == 0:  # the candidates were searched
+        assert "(a quarter block) not searched" in plan.output
+    assert "Traceback" not in plan.output
