@@ -147,10 +147,10 @@ SCHEDULE_LINES = {
 @click.option(
     "--schedule",
     type=click.Choice(["serial", "concurrent"]),
-    default="serial",
-    show_default=True,
+    default=None,
     help="How every replay runs: serial (the no-contention bound) or concurrent (vLLM's "
-    "scheduler on the trace's arrival times: queueing and preemption count).",
+    "scheduler on the trace's arrival times: queueing and preemption count) [default: "
+    "the policy's, else serial].",
 )
 @click.option(
     "--time-scale",
@@ -165,6 +165,7 @@ SCHEDULE_LINES = {
     help="Read requests from a Parquet dataset (a folder of files in the requests "
     "table's layout) instead of the database (plan writes nothing).",
 )
+@policy_options
 @executor_options
 @workers_option
 def plan_cmd(
@@ -176,6 +177,8 @@ def plan_cmd(
     schedule,
     time_scale,
     dataset,
+    policy_source,
+    overrides,
     executor,
     ray_address,
     workers,
@@ -189,6 +192,7 @@ def plan_cmd(
 
     from analyzer.pipeline.plan import plan
     from analyzer.report.tables import render
+    from analyzer.sim.policy import policy_values
 
     with counter("plan", "replays") as update:
         r = plan(
@@ -202,6 +206,7 @@ def plan_cmd(
             dataset=dataset,
             schedule=schedule,
             time_scale=time_scale,
+            policy=policy_values(policy_source, overrides),
         )
     click.echo(SCHEDULE_LINES[r.schedule])
     for note in r.notes:

@@ -20,8 +20,33 @@ def model_names() -> list[str]:
 
 
 def load_model(name: str) -> dict[str, Any]:
-    """A model preset from `schemas/models/<name>.json`."""
+    """A model preset from `schemas/models/<name>.json`, or a model file (a path ending in
+    .json, in the presets' layout: at least `block_size` and `groups`)."""
+    if name.endswith(".json"):
+        return _model_file(Path(name))
     known = model_names()
     if name not in known:
-        raise ConfigError(f"unknown model preset {name!r}; known: {', '.join(known)}")
+        raise ConfigError(
+            f"unknown model preset {name!r}; known: {', '.join(known)} (or a .json model file)"
+        )
     return json.loads((SCHEMAS / "models" / f"{name}.json").read_text())
+
+
+def _model_file(path: Path) -> dict[str, Any]:
+    try:
+        model = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"model file {path}: cannot read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ConfigError(f"model file {path}: not JSON ({exc})") from None
+    if not isinstance(model, dict):
+        raise ConfigError(f"model file {path}: expected a JSON object like schemas/models/*.json")
+    block, groups = model.get("block_size"), model.get("groups")
+    if type(block) is not int or block < 1:
+        raise ConfigError(f"model file {path}: 'block_size' must be an integer >= 1")
+    if not isinstance(groups, list) or "full_attention" not in groups:
+        raise ConfigError(f"model file {path}: 'groups' must be a list with full_attention")
+    per_block = model.get("bytes_per_block")
+    if per_block is not None and (type(per_block) is not int or per_block < 1):
+        raise ConfigError(f"model file {path}: 'bytes_per_block' must be an integer >= 1")
+    return model

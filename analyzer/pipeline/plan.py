@@ -49,6 +49,9 @@ from analyzer.pipeline.sweep_points import rows_from_table, rows_table
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import DEFAULT_DB
 
+# The keys the search sets itself (a --set of one of them is replaced).
+SEARCHED = ("retention_interval", "prefix_match_unit", "replicas", "routing", "num_blocks")
+
 
 @dataclass
 class Candidate:
@@ -146,8 +149,9 @@ def plan(
     progress: Callable[[int], None] | None = None,
     executor: ExecutorSpec | str | None = None,
     dataset: str | Path | None = None,
-    schedule: str = "serial",
+    schedule: str | None = None,
     time_scale: float | None = None,
+    policy: dict[str, Any] | None = None,
 ) -> PlanResult:
     """Search the settings that reach `target` (useful hit ratio); see the module doc.
 
@@ -158,10 +162,15 @@ def plan(
     `dataset`: read the requests from a Parquet dataset instead of the store (see the
     module doc; with `local` this process reads it whole, once). `schedule`: every replay's
     (`concurrent`: vLLM's scheduler on the trace's arrival times, `time_scale` compressing
-    or stretching them: queueing, in-flight producers and preemption count)."""
+    or stretching them: queueing, in-flight producers and preemption count; default:
+    the policy's, else serial). `policy`: the keys every replay starts from (`--policy`,
+    `--set`; `model` overrides its model); the search sets its own keys over them."""
     spec = as_spec(executor)
     if not 0.0 < target <= 1.0:
         raise ConfigError(f"--target-useful-hit-ratio {target}: expected a number in (0, 1]")
+    values = {k: v for k, v in (policy or {}).items() if k not in SEARCHED}
+    model = model if model is not None else values.get("model")
+    schedule = schedule or values.get("schedule", "serial")
     preset = load_model(model) if model is not None else None
     budget = parse_size(memory_budget) if memory_budget is not None else None
     per_block = preset.get("bytes_per_block") if preset else None
@@ -171,20 +180,19 @@ def plan(
             + (f" ({model} has none)" if model else "")
         )
     geometry = preset or load_model(DEFAULT_GEOMETRY_MODEL)  # groups and block, never bytes
-    groups = list(geometry["groups"])
+    groups = list(values.get("groups") or geometry["groups"])
+    values.update(groups=groups, model=model, schedule=schedule)
+    values["block_size"] = values.get("block_size") or geometry["block_size"]
     trace = request_input(db_path, dataset).read_only_trace(spec)
     trace_block = trace_block_tokens(trace.columns["block_size"])
-    fitted, fit_note = fit_policy(
-        make_policy({"groups": groups, "block_size": geometry["block_size"], "model": model}),
-        trace_block,
-    )
+    fitted, fit_note = fit_policy(make_policy(values), trace_block)
     block = fitted.block_size
     per_block = bytes_per_block(model, block) if preset else None
     notes = [fit_note] if fit_note else []
     ev = _Evaluator(trace, family, progress, spec)
     num_trace_replicas = len({r for r in trace.columns["replica"] if r is not None}) or 1
 
-    base = {"groups": groups, "block_size": block, "model": model, "schedule": schedule}
+    base = {**values, "block_size": block}
     if time_scale is not None:
         base["time_scale"] = time_scale
     attention, dense_rows = ev.ceilings(

@@ -3,6 +3,7 @@ replays the nearest one, prices memory at its pages and says so; nothing aborts.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 
 from analyzer.cli import cli
 from analyzer.config.memory import bytes_per_block
+from analyzer.config.models import SCHEMAS
 from analyzer.errors import ConfigError
 from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
 from analyzer.sim.policy import make_policy
@@ -94,3 +96,33 @@ def test_replay_sweep_and_plan_run_on_a_hash_id_trace(tmp_path, name):
     if plan.exit_code == 0:  # the candidates were searched
         assert "(a quarter block) not searched" in plan.output
     assert "Traceback" not in plan.output
+
+
+def test_plan_takes_policy_and_set_and_a_model_file(tmp_path):
+    """(issue 14, item 1: plan had no --policy/--set and refused a model JSON path)"""
+    db = str(tmp_path / "t.duckdb")
+    run = CliRunner().invoke
+    trace = EXTERNAL / "tracelab" / "round_trace.sanitized.jsonl"
+    assert run(cli, ["ingest", str(trace), "--db", db]).exit_code == 0
+    model = tmp_path / "my-model.json"
+    preset = json.loads((SCHEMAS / "models" / f"{QWEN}.json").read_text())
+    model.write_text(json.dumps({**preset, "name": "my-model"}))
+    target = ["--target-useful-hit-ratio", "0.3"]
+    by_file = run(cli, ["plan", "--db", db, *target, "--model", str(model)])
+    by_name = run(cli, ["plan", "--db", db, *target, "--model", QWEN])
+    assert by_file.exit_code == by_name.exit_code == 0, by_file.output
+    assert by_file.output.splitlines()[-1] == by_name.output.splitlines()[-1]
+    by_set = run(
+        cli, ["plan", "--db", db, *target, "--policy", "sglang-default", "--set", f"model={QWEN}"]
+    )
+    assert by_set.exit_code == 0, by_set.output
+    assert by_set.output.splitlines()[-1] != by_name.output.splitlines()[-1]  # another engine
+    replay = run(cli, ["replay", "--db", db, "--set", f"model={model}"])
+    assert replay.exit_code == 0, replay.output
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"block_size": 0, "groups": ["full_attention"]}')
+    refused = run(cli, ["replay", "--db", db, "--set", f"model={bad}"])
+    assert refused.exit_code == 2
+    assert (
+        refused.output.strip() == f"Error: model file {bad}: 'block_size' must be an integer >= 1"
+    )
