@@ -20,7 +20,9 @@ class Engine:
     (and optionally `check_policy(policy)`, `hit_alignment(policy)`); `design`: where it keeps
     recurrent state, in one line; `preset`: its policy preset (`schemas/policies/<preset>.json`);
     `bound`: an unbounded reference cache, not an engine; `schedules`: the policy `schedule`s
-    it replays (`analyzer.config.schedule`; only vLLM's scheduler is modelled concurrently)."""
+    it replays (`analyzer.config.schedule`; only vLLM's scheduler is modelled concurrently);
+    `keeps_computed`: with num_blocks null it keeps every attention block it computes, so
+    what full attention lacks there was never cached (granularity), not evicted."""
 
     name: str
     module: str
@@ -28,6 +30,7 @@ class Engine:
     design: str
     bound: bool = False
     schedules: tuple[str, ...] = ("serial",)
+    keeps_computed: bool = True
 
 
 _ROWS = (
@@ -63,6 +66,7 @@ _ROWS = (
         "analyzer.sim.llamacpp",
         "llamacpp-default",
         "llama.cpp: a few context checkpoints per slot near each prompt's end",
+        keeps_computed=False,  # a slot's cache is overwritten by the next request in it
     ),
     Engine(
         "suffix_replay",

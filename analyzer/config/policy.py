@@ -178,7 +178,10 @@ def build_policy(values: dict[str, Any]) -> Policy:
         options=resolve(v["engine"], {k: x for k, x in values.items() if k in OPTIONS}),
     )
     _check_consistency(policy)
-    if model is not None and "mamba" in model["groups"] and "mamba" in groups:
+    # vLLM lays a Mamba state in one page of the shared pool (other engines keep states
+    # in a pool of their own and page their KV as they like).
+    unified = policy.engine == "vllm" and model is not None and "mamba" in model["groups"]
+    if unified and "mamba" in groups:
         if block_size < model["block_size"]:
             raise ConfigError(
                 f"policy key 'block_size': {block_size} is below {v['model']}'s smallest "

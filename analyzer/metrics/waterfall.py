@@ -13,8 +13,11 @@ L2b exists under the concurrent schedule: L2 limited to the tokens the earlier r
 scheduled (so cached or being computed) when this one was admitted, finished ones whole
 (`sim/vllm/scheduled.py`); the shared prefix beyond it was still in flight, so no cache of any
 size could have served it. A serial replay has L2b = L2. L3 is L2b capped at prompt_tokens - 1
-(the last token is always computed) and floored to the hit alignment (the prefix match unit
-when fine-grained hits are on, else the block size). L4 is what full attention had resident,
+(the last token is always computed), floored to the hit alignment (the prefix match unit
+when fine-grained hits are on, else the block size) and limited to what the earlier requests
+had cached, when the replay knows it (an unbounded pool of an engine that keeps all it
+computes: what full attention lacks there, a partial block, was never cached, so it is
+granularity, not eviction). L4 is what full attention had resident,
 with plain hashes (no EAGLE lookahead or drop). vLLM's sparse-retention miss is measured after
 the speculative decoding adjustment, so L5 = L4 - miss and L5 - L6 is what lookahead / drop
 took. L2b is held within [L4, L2] (lookahead hashes can put it a unit below what was resident).
@@ -93,20 +96,26 @@ def build_levels(
     sparse_retention_miss_tokens,
     hit_tokens,
     shared_scheduled_tokens=None,
+    cached_ever_tokens=None,
 ) -> Levels:
     """Levels from matcher and replay figures; raises WaterfallError if any level rises.
     `shared_scheduled_tokens`: L2b per request from the replay (None: a serial replay,
-    L2b = L2)."""
+    L2b = L2). `cached_ever_tokens`: what the earlier requests had cached of the prompt,
+    evicted or not (None: unknown, L3 not limited by it); SPEC 3 limits L3 to it, so a
+    partial block nobody cached is granularity, not eviction."""
     as64 = lambda a: np.asarray(a, dtype=np.int64)  # noqa: E731
     p, l4, hit = as64(prompt_tokens), as64(attention_match_tokens), as64(hit_tokens)
     l2 = as64(shared_replica_tokens)
     l2b = l2 if shared_scheduled_tokens is None else np.clip(as64(shared_scheduled_tokens), l4, l2)
+    l3 = matchable(l2b, p, align_tokens)
+    if cached_ever_tokens is not None:
+        l3 = np.minimum(l3, as64(cached_ever_tokens))
     levels = Levels(
         prompt_tokens=p,
         shared_any_tokens=as64(shared_any_tokens),
         shared_replica_tokens=l2,
         shared_scheduled_tokens=l2b,
-        matchable_tokens=matchable(l2b, p, align_tokens),
+        matchable_tokens=l3,
         attention_match_tokens=l4,
         before_spec_tokens=l4 - as64(sparse_retention_miss_tokens),
         hit_tokens=hit,

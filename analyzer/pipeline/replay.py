@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analyzer.config.engines import engine
 from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
@@ -79,6 +80,15 @@ def run_replay(
     return replace(outcome, notes=(fitted, *outcome.notes)) if fitted else outcome
 
 
+def _cached_ever(policy: Policy, results) -> list[int] | None:
+    """What the earlier requests had cached of each prompt, where the replay knows it: an
+    unbounded pool of an engine that keeps all it computes evicts nothing, so what full
+    attention had resident is all that was ever cached (None elsewhere)."""
+    if policy.num_blocks is not None or not engine(policy.engine).keeps_computed:
+        return None
+    return [r.attention_match_tokens for r in results]
+
+
 def namespaces(trace: Trace) -> list[tuple]:
     c = trace.columns
     return [
@@ -128,6 +138,7 @@ def replay_rows(
         sparse_retention_miss_tokens=[r.sparse_retention_miss_tokens for r in results],
         hit_tokens=[r.hit_tokens for r in results],
         shared_scheduled_tokens=_shared_scheduled(results),
+        cached_ever_tokens=_cached_ever(policy, results),
     )
     rows = {
         "arrival_seq": c["arrival_seq"],

@@ -6,15 +6,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import duckdb
 import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
+from analyzer.config.engines import engine
 from analyzer.config.memory import bytes_per_block
 from analyzer.config.models import SCHEMAS
 from analyzer.errors import ConfigError
 from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
-from analyzer.sim.policy import make_policy
+from analyzer.pipeline.replay import run_replay
+from analyzer.sim.policy import make_policy, policy_values
+from analyzer.store.ingest import ingest
 
 EXTERNAL = Path(__file__).parents[1] / "fixtures" / "external"
 QWEN = "qwen3-next-80b-a3b"
@@ -126,3 +130,55 @@ def test_plan_takes_policy_and_set_and_a_model_file(tmp_path):
     assert (
         refused.output.strip() == f"Error: model file {bad}: 'block_size' must be an integer >= 1"
     )
+
+
+ENGINE_PRESETS = [
+    "vllm-default",
+    "sglang-default",
+    "marconi-default",
+    "trtllm-default",
+    "llamacpp-default",
+    "suffix_replay-default",
+    "attention-only",
+    "oracle",
+]
+
+
+@pytest.mark.parametrize("preset", ENGINE_PRESETS)
+def test_every_engine_preset_takes_a_mamba_model(preset):
+    """The smallest-block rule is vLLM's (one page holds a state); TRT-LLM's 32-token and
+    llama.cpp's 1-token blocks with Qwen3-Next are fine."""
+    values = {**policy_values(preset, ()), "model": QWEN}
+    make_policy(values)
+
+
+@pytest.fixture(scope="module")
+def ragpulse(tmp_path_factory) -> str:
+    db = tmp_path_factory.mktemp("rp") / "rp.duckdb"
+    ingest([EXTERNAL / "ragpulse" / "0_trace.jsonl"], db_path=db)
+    return str(db)
+
+
+@pytest.mark.parametrize("preset", ENGINE_PRESETS)
+def test_an_unbounded_pool_evicts_nothing(ragpulse, preset):
+    """(issue 14, item 3: 13.8% of RAGPulse's tokens were 'lost to dense eviction' in an
+    unbounded pool: the partial block a 136-token match unit leaves uncached)"""
+    values = {**policy_values(preset, ()), "model": QWEN}
+    if preset == "vllm-default":
+        values["prefix_match_unit"] = 136
+    outcome = run_replay(make_policy(values), db_path=ragpulse)
+    con = duckdb.connect(ragpulse, read_only=True)
+    try:
+        ((evicted, granularity),) = con.execute(
+            "SELECT sum(lost_eviction_tokens), sum(lost_granularity_tokens) "
+            "FROM replay_requests WHERE run_id = ?",
+            [outcome.run_id],
+        ).fetchall()
+    finally:
+        con.close()
+    if engine(values.get("engine", "vllm")).keeps_computed:
+        assert evicted == 0
+    else:  # llama.cpp: a slot's next request overwrites its cache
+        assert evicted > 0
+    if preset == "vllm-default":
+        assert granularity == 27_744  # 4,488 below the unit + 23,256 of partial blocks
