@@ -212,8 +212,10 @@ def plan_cmd(
     for note in r.notes:
         click.echo(f"note: {note}")
     click.echo(
-        f"ceilings: attention-only bound {r.attention_only_bound:.3f}, shared-prefix ceiling "
-        f"{r.shared_prefix_ceiling:.3f}, model groups unbounded (retention null) "
+        f"ceilings: shared prefix {r.shared_token_ratio:.3f} at token level, "
+        f"{r.shared_prefix_ceiling:.3f} in whole blocks or match units (the geometry loses "
+        f"{r.shared_token_ratio - r.shared_prefix_ceiling:.3f}); attention-only bound "
+        f"{r.attention_only_bound:.3f}, model groups unbounded (retention null) "
         f"{r.unbounded_ratio:.3f}"
     )
     if r.candidates:
@@ -228,6 +230,7 @@ def plan_cmd(
                 "useful_hit_ratio": [x.useful_hit_ratio for x in c],
                 "memory_gib": pa.array([x.memory_gib for x in c], pa.float64()),
                 f"cost_{r.cost_unit.lower()}": [float(x.cost) for x in c],
+                "sized_by": [x.sized_by for x in c],
             }
         )
         click.echo(render(table), nl=False)

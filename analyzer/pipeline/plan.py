@@ -63,6 +63,9 @@ class Candidate:
     useful_hit_ratio: float
     memory_gib: float | None  # per replica
     cost: float  # GiB (or blocks when the preset has no bytes_per_block)
+    # Why the pool is this size: the target, or the longest request (the smallest pool that
+    # holds it already reaches the target).
+    sized_by: str = "target"
 
 
 @dataclass
@@ -78,6 +81,9 @@ class PlanResult:
     message: str
     schedule: str = "serial"  # every replay's (see analyzer/config/schedule.py)
     notes: tuple[str, ...] = ()  # what the trace changed or ruled out (its block geometry)
+    # Shared prefix at token level (same replica, capped at prompt - 1 as a hit is): what
+    # the geometry's ceiling (`shared_prefix_ceiling`) floors to blocks or match units.
+    shared_token_ratio: float = 0.0
 
 
 class _Evaluator:
@@ -203,6 +209,7 @@ def plan(
     )
     bound = ev.ratio(attention)
     ceiling = ev.ratio(attention, "matchable_tokens")
+    shared = ceiling + ev.ratio(attention, "lost_granularity_tokens")
     dense = ev.ratio(dense_rows)
     cost_unit = "GiB" if per_block else "blocks"
     if target > bound:
@@ -210,8 +217,10 @@ def plan(
             f"unreachable: target {target:.3f} is above the attention-only bound {bound:.3f} "
             f"(an unbounded full-attention-only cache; the model's groups with every sparse "
             f"state kept reach {dense:.3f}); the shared-prefix ceiling is {ceiling:.3f} "
-            f"(matchable tokens / queries). No pool size, retention or match unit can "
-            f"reuse more than the trace shares."
+            f"(matchable tokens / queries; {shared:.3f} is shared at token level, "
+            f"{shared - ceiling:.3f} of it below whole {block}-token blocks or match units). "
+            f"No pool size or retention can reuse more than that; a finer match unit or "
+            f"block only can."
         )
         return PlanResult(
             target,
@@ -225,6 +234,7 @@ def plan(
             msg,
             schedule,
             tuple(notes),
+            shared,
         )
 
     placements = [(num_trace_replicas, "trace")]
@@ -274,6 +284,7 @@ def plan(
         num_blocks, ratio = found
         mem = pool_gib(num_blocks, per_block) if per_block else None
         cost = policy.replicas * (mem if mem is not None else num_blocks)
+        sized_by = "longest request" if num_blocks == _min_pool(policy, trace) else "target"
         candidates.append(
             Candidate(
                 policy.retention_interval,
@@ -284,6 +295,7 @@ def plan(
                 ratio,
                 mem,
                 cost,
+                sized_by,
             )
         )
     candidates.sort(key=lambda c: (c.cost, -c.useful_hit_ratio))
@@ -315,6 +327,7 @@ def plan(
         msg,
         schedule,
         tuple(notes),
+        shared,
     )
 
 

@@ -182,3 +182,22 @@ def test_an_unbounded_pool_evicts_nothing(ragpulse, preset):
         assert evicted > 0
     if preset == "vllm-default":
         assert granularity == 27_744  # 4,488 below the unit + 23,256 of partial blocks
+
+
+def test_plan_says_what_the_geometry_loses_and_why_a_pool_is_its_size(ragpulse):
+    """(issue 14, item 5: RAGPulse's ceiling 0.149 hid that 31% is shared, half of it
+    lost to 544-token blocks, and every candidate was the smallest pool, unsaid)"""
+    run = CliRunner().invoke
+    args = ["plan", "--db", ragpulse, "--model", QWEN, "--target-useful-hit-ratio"]
+    found = run(cli, [*args, "0.1"])
+    assert found.exit_code == 0, found.output
+    assert (
+        "ceilings: shared prefix 0.292 at token level, 0.137 in whole blocks or match units "
+        "(the geometry loses 0.155)" in found.output
+    )
+    assert "sized_by" in found.output and "longest request" in found.output
+    missed = run(cli, [*args, "0.6"])
+    assert missed.exit_code == 1
+    assert "0.292 is shared at token level, 0.155 of it below whole 544-token blocks" in (
+        missed.output
+    )
