@@ -186,3 +186,20 @@ def test_every_command_has_help():
     for name, command in cli.commands.items():
         assert command.help, name
         assert run(name, "--help").exit_code == 0
+
+
+def test_progress_on_a_pipe_is_a_line_now_and_then(tmp_path, monkeypatch):
+    """(issue 14, item 8: piped, a long sweep printed nothing until it finished)"""
+    from pathlib import Path
+
+    from analyzer.cli import base
+
+    db = tmp_path / "p.duckdb"
+    sample = Path(__file__).parent.parent / "sample_traces" / "groups_1500.jsonl"
+    assert run("ingest", sample, "--db", db).exit_code == 0
+    quick = run("sweep", "--db", db, "--set", "block_size=64", "--vary", "num_blocks=100,200")
+    assert quick.exit_code == 0 and quick.stderr == ""  # quick: no progress lines at all
+    monkeypatch.setattr(base, "PROGRESS_LINE_S", 0.0)  # every step is "long enough"
+    slow = run("sweep", "--db", db, "--set", "block_size=64", "--vary", "num_blocks=100,200")
+    assert slow.exit_code == 0
+    assert slow.stderr.splitlines() == ["sweep: 1 of 2 points", "sweep: 2 of 2 points"]

@@ -7,6 +7,7 @@ import functools
 import os
 import signal
 import sys
+import time
 from contextlib import contextmanager
 
 import click
@@ -171,12 +172,37 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.ensure_object(dict)["debug"] = debug
 
 
+# On a pipe or a log, progress is a line at most this often (and at the end), flushed.
+PROGRESS_LINE_S = 10.0
+
+
+def _progress_lines(label: str, unit: str):
+    """update(done, total) writing `label: done of total unit` to stderr, flushed, once
+    PROGRESS_LINE_S seconds have passed since the last line (or the start), and at the end
+    of a count that printed before: a quick command prints none (bytes shown in MiB)."""
+    last, shown = [time.monotonic()], [False]
+
+    def show(n: int) -> str:
+        return f"{n / 2**20:,.1f}" if unit == "MiB" else f"{n:,}"
+
+    def update(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] < PROGRESS_LINE_S and not (done >= total and shown[0]):
+            return
+        last[0], shown[0] = now, done < total
+        click.echo(f"{label}: {show(done)} of {show(total)} {unit}", err=True)
+        sys.stderr.flush()
+
+    return update
+
+
 @contextmanager
-def progress_bar(label: str):
-    """Yields update(done, total) drawing a progress bar on a terminal, or None when stderr
-    is not a terminal (pipes and logs stay clean); the bar is closed on exit."""
+def progress_bar(label: str, unit: str = ""):
+    """Yields update(done, total) drawing a progress bar on a terminal; on a pipe or a log,
+    a line now and then (`_progress_lines`, `unit` naming what is counted: "MiB" for bytes);
+    the bar is closed on exit."""
     if not sys.stderr.isatty():
-        yield None
+        yield _progress_lines(label, unit) if unit else None
         return
     state: dict = {}
 

@@ -35,7 +35,7 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
     """
     from analyzer.store.ingest import ingest as ingest_files
 
-    with progress_bar("ingest") as update:
+    with progress_bar("ingest", "MiB") as update:
         result = ingest_files(files, db_path=db_path, fmt=fmt, progress=update)
     for src in result.sources:
         if src.duplicate_of is not None:

@@ -56,7 +56,7 @@ def sweep_cmd(
     from analyzer.pipeline.sweep import run_sweeps
     from analyzer.report.tables import render
 
-    with progress_bar("sweep points") as update:
+    with progress_bar("sweep", "points") as update:
         outcomes = run_sweeps(
             policy_source,
             list(overrides),
