@@ -212,6 +212,13 @@ def plan(
     shared = ceiling + ev.ratio(attention, "lost_granularity_tokens")
     dense = ev.ratio(dense_rows)
     cost_unit = "GiB" if per_block else "blocks"
+
+    def answer(reachable: bool, found: list[Candidate], msg: str) -> PlanResult:
+        return PlanResult(
+            target, bound, ceiling, dense, reachable, found, cost_unit, ev.replays, msg,
+            schedule, tuple(notes), shared,
+        )  # fmt: skip
+
     if target > bound:
         msg = (
             f"unreachable: target {target:.3f} is above the attention-only bound {bound:.3f} "
@@ -222,20 +229,7 @@ def plan(
             f"No pool size or retention can reuse more than that; a finer match unit or "
             f"block only can."
         )
-        return PlanResult(
-            target,
-            bound,
-            ceiling,
-            dense,
-            False,
-            [],
-            cost_unit,
-            ev.replays,
-            msg,
-            schedule,
-            tuple(notes),
-            shared,
-        )
+        return answer(False, [], msg)
 
     placements = [(num_trace_replicas, "trace")]
     if num_trace_replicas > 1:
@@ -315,20 +309,7 @@ def plan(
             + f" (attention-only bound {bound:.3f}, shared-prefix ceiling {ceiling:.3f}, "
             f"model groups with every state kept {dense:.3f})"
         )
-    return PlanResult(
-        target,
-        bound,
-        ceiling,
-        dense,
-        bool(candidates),
-        candidates,
-        cost_unit,
-        ev.replays,
-        msg,
-        schedule,
-        tuple(notes),
-        shared,
-    )
+    return answer(bool(candidates), candidates, msg)
 
 
 @dataclass(frozen=True)
