@@ -33,6 +33,8 @@ from analyzer.cli.base import (
 @click.option("--grid", is_flag=True, help="Cross product of all --vary knobs, one sweep.")
 @click.option(
     "--jobs",
+    "--workers",
+    "jobs",
     default=2,
     show_default=True,
     type=int,
@@ -222,8 +224,8 @@ def plan_cmd(
         c = r.candidates
         table = pa.table(
             {
-                "retention_interval": pa.array([x.retention_interval for x in c], pa.int64()),
-                "prefix_match_unit": pa.array([x.prefix_match_unit for x in c], pa.int64()),
+                "retention_interval": [_null(x.retention_interval) for x in c],
+                "prefix_match_unit": [_null(x.prefix_match_unit) for x in c],
                 "replicas": [x.replicas for x in c],
                 "routing": [x.routing for x in c],
                 "num_blocks": [x.num_blocks for x in c],
@@ -237,6 +239,11 @@ def plan_cmd(
     click.echo(f"{r.message} [{r.replays} replays]")
     if not r.reachable:
         sys.exit(1)
+
+
+def _null(value: int | None) -> str:
+    """A policy value as the policy file writes it (null, not a blank cell)."""
+    return "null" if value is None else str(value)
 
 
 @cli.command("report")

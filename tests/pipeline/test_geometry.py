@@ -201,3 +201,29 @@ def test_plan_says_what_the_geometry_loses_and_why_a_pool_is_its_size(ragpulse):
     assert "0.292 is shared at token level, 0.155 of it below whole 544-token blocks" in (
         missed.output
     )
+
+
+def test_plan_writes_null_and_sweep_takes_workers(ragpulse):
+    """(issue 14, item 10: plan printed null as a blank cell; sweep had --jobs where every
+    other command has --workers)"""
+    run = CliRunner().invoke
+    planned = run(
+        cli, ["plan", "--db", ragpulse, "--model", QWEN, "--target-useful-hit-ratio", "0.1"]
+    )
+    rows = [line.split() for line in planned.output.splitlines() if "longest request" in line]
+    assert ["null", "null"] in [r[:2] for r in rows] and ["0", "null"] in [r[:2] for r in rows]
+    swept = run(
+        cli,
+        [
+            "sweep",
+            "--db",
+            ragpulse,
+            "--set",
+            f"model={QWEN}",
+            "--workers",
+            "1",
+            "--vary",
+            "num_blocks=64",
+        ],
+    )
+    assert swept.exit_code == 0, swept.output
