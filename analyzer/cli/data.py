@@ -16,7 +16,7 @@ from analyzer.traces.formats import FORMATS
 
 
 @cli.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=click.Path())
 @db_option
 @click.option(
     "--format",
@@ -29,6 +29,7 @@ from analyzer.traces.formats import FORMATS
 @click.option("--allow-rejects", is_flag=True, help="Exit 0 even when some records were rejected.")
 def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) -> None:
     """Store request records from FILES in the database; list every rejected record.
+    A directory stands for the files directly in it, by name.
 
     Exit status: 0 when every record was stored (or --allow-rejects), 1 when some were
     rejected, 2 when a file is missing or cannot be parsed at all.

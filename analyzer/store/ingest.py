@@ -101,7 +101,7 @@ def ingest(
         ConfigError: an unknown format name.
     """
     _check_format(fmt)
-    paths = [Path(p) for p in paths]
+    paths = [f for p in paths for f in _files(Path(p))]
     for path in paths:
         if not path.is_file():
             raise InputFileError(f"{path}: {_not_a_file(path)}")
@@ -157,6 +157,16 @@ def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> 
         raise
 
 
+def _files(path: Path) -> list[Path]:
+    """`path`, or for a directory the files directly in it, by name (hidden ones left out)."""
+    if not path.is_dir():
+        return [path]
+    found = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not found:
+        raise InputFileError(f"{path}: a directory with no files in it")
+    return found
+
+
 def _not_a_file(path: Path) -> str:
     """Why `path`, which is no regular file, cannot be ingested."""
     try:
@@ -167,8 +177,6 @@ def _not_a_file(path: Path) -> str:
         if os.path.lexists(path):
             return f"cannot be read ({exc.strerror or exc})"
         return "no such file"
-    if stat.S_ISDIR(mode):
-        return "a directory, not a file (give the files in it)"
     if stat.S_ISFIFO(mode):
         return (
             "a pipe, not a file: ingest reads a file twice (its sha256, then its records); "

@@ -633,3 +633,19 @@ def test_a_csv_header_that_is_not_utf8_is_a_file_error(tmp_path, db):
     path.write_bytes(b"request_id,prompt_token_ids\xff\na,1 2\n")
     with pytest.raises(InputFileError, match=r"h.csv:1: the CSV header is not valid UTF-8$"):
         ingest([path], db_path=db)
+
+
+def test_a_directory_stands_for_the_files_in_it(tmp_path, db):
+    """(issue 14, item 10: ingesting a directory was refused)"""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for name in ("b.jsonl", "a.jsonl"):
+        write_jsonl(folder / name, [{"request_id": name, "prompt_token_ids": [1, 2]}])
+    (folder / ".hidden.jsonl").write_text("not json\n")
+    (folder / "nested").mkdir()
+    result = ingest([folder], db_path=db)
+    assert [Path(s.path).name for s in result.sources] == ["a.jsonl", "b.jsonl"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputFileError, match=r"empty: a directory with no files in it$"):
+        ingest([empty], db_path=db)
