@@ -177,7 +177,7 @@ def demo(out_dir: str, samples_dir: str | None) -> None:
         click.echo(f"match: {line}")
     click.echo("\nreplay of the mixed trace on qwen3-next-80b-a3b (B=544), one knob at a time:")
     click.echo(render(result.policies), nl=False)
-    click.echo("\nSPEC 6 worked examples (hit/sparse-retention-miss tokens per request):")
+    click.echo("\nworked examples (hit/sparse-retention-miss tokens per request):")
     click.echo(render(result.cases), nl=False)
     click.echo(f"\ncapacity sweeps: {result.num_sweep_points} points (tables sweeps, sweep_points)")
     click.echo(

@@ -39,12 +39,13 @@ def waterfall_runs_section(data: ReportData) -> tuple[str, list[str]]:
     cause, tokens = largest_loss(first)
     q = first["prompt_tokens"] or 1
     text = (
-        "Each bar is one run; its parts sum exactly to the queried prompt tokens (SPEC 3 "
-        "waterfall). Green is reused; every other colour is a reason the tokens were "
-        "computed again. Grey tokens were never shared with an earlier request, so no cache "
-        "could have helped; red (sparse-retention miss) tokens were matched by full attention "
-        "but the recurrent/sliding-window group had no state at that boundary, which an "
-        "ordinary hit-rate chart reports as &ldquo;no sharing&rdquo;. "
+        "Each bar is one run; its parts sum exactly to the queried prompt tokens (the loss "
+        "waterfall: each cause is one reason, in the order the replay meets them). Green is "
+        "reused; every other colour is a reason the tokens were computed again. Grey tokens "
+        "were never shared with an earlier request, so no cache could have helped; red "
+        "(sparse-retention miss) tokens were matched by full attention but the "
+        "recurrent/sliding-window group had no state at that boundary, which an ordinary "
+        "hit-rate chart reports as &ldquo;no sharing&rdquo;. "
         + _in_flight_text(data)
         + f"In {html.escape(first['run_label'])}, {pct(first['hit_tokens'] / q)} of queried "
         f"tokens were hits and the largest loss was {html.escape(cause)} "
