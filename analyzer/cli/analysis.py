@@ -165,6 +165,20 @@ def replay(
         click.echo(f"wrote {out}")
 
 
+def _caches_line(policy, num_caches: int) -> str:
+    """How many caches the run replayed, and their memory: each pool is one cache's."""
+    from analyzer.config.memory import policy_pool_gib
+
+    per = "model revision x replica" if policy.cache_scope == "revision" else "replica"
+    gib = policy_pool_gib(policy.model, policy.num_blocks, policy.block_size)
+    memory = (
+        f": {num_caches} x {gib:,.2f} GiB = {num_caches * gib:,.2f} GiB of cache"
+        if gib is not None
+        else ""
+    )
+    return f"caches: {num_caches}, one per {per}{memory}"
+
+
 def _print_replay(policy, result, render) -> None:
     cols = [
         "prompt_family",
@@ -183,6 +197,8 @@ def _print_replay(policy, result, render) -> None:
     )
     if result.load is not None:
         click.echo(_load_line(result.load))
+    if result.num_caches > 1:
+        click.echo(_caches_line(result.policy or policy, result.num_caches))
     for note in result.notes:
         click.echo(f"note: {note}")
     if result.num_errors:

@@ -29,7 +29,16 @@ from analyzer.errors import ConfigError
 GROUPS = ("full_attention", "sliding_window", "mamba")
 SPEC_DECODE = ("none", "eagle_lookahead", "eagle_drop")
 ROUTING = ("trace", "round_robin", "session", "prefix_aware")
-CHOICES = {"groups": GROUPS, "spec_decode": SPEC_DECODE, "routing": ROUTING, "schedule": SCHEDULES}
+# One cache per model revision on each replica (as deployments run), or one shared by all
+# revisions (to ask what a single deployment for the whole traffic would reuse).
+CACHE_SCOPES = ("revision", "shared")
+CHOICES = {
+    "groups": GROUPS,
+    "spec_decode": SPEC_DECODE,
+    "routing": ROUTING,
+    "schedule": SCHEDULES,
+    "cache_scope": CACHE_SCOPES,
+}
 MINIMUMS = {  # integer keys (null allowed but for replicas) and their smallest value
     "block_size": 1,
     "prefix_match_unit": 1,
@@ -66,6 +75,7 @@ class Policy:
     spec_decode: str = "none"
     replicas: int = 1
     routing: str = "trace"
+    cache_scope: str = "revision"
     model: str | None = None
     # The schedule (analyzer/config/schedule.py); the other four keys are the concurrent one's.
     schedule: str = "serial"
@@ -105,6 +115,8 @@ class Policy:
         if self.schedule == "serial":
             for key in SCHEDULE_KEYS:
                 del values[key]
+        if self.cache_scope == "revision":
+            del values["cache_scope"]  # the default, left out like the serial schedule
         values.update(values.pop("options"))  # flat, as the user writes them
         return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
@@ -173,6 +185,7 @@ def build_policy(values: dict[str, Any]) -> Policy:
         spec_decode=_choice("spec_decode", v["spec_decode"], SPEC_DECODE),
         replicas=_integer(v, "replicas") or 1,
         routing=_choice("routing", v["routing"], ROUTING),
+        cache_scope=_choice("cache_scope", v["cache_scope"], CACHE_SCOPES),
         model=v["model"],
         **check_schedule({k: v[k] for k in SCHEDULE_KEYS}),
         options=resolve(v["engine"], {k: x for k, x in values.items() if k in OPTIONS}),

@@ -43,6 +43,9 @@ BASE_DOCS = {
     "routing": "Which replica serves a request: trace = the record's replica; round_robin = "
     "in arrival order; session = a conversation's requests to one replica; prefix_aware = "
     "the replica whose earlier requests share the longest prefix.",
+    "cache_scope": "revision = one cache per model revision on each replica (as deployments "
+    "run); shared = one cache for every revision (what one deployment for all the traffic "
+    "would reuse).",
     "model": "A preset in schemas/models/ (block size and bytes per block and per state, "
     "for memory figures).",
     "schedule": "serial = each request admitted after the previous one finished (the "

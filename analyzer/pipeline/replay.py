@@ -77,7 +77,10 @@ def run_replay(
         )
     finally:
         con.close()
-    return replace(outcome, notes=(fitted, *outcome.notes)) if fitted else outcome
+    revisions = rows["model_revision"] if policy.cache_scope == "revision" else [None] * trace.n
+    num_caches = len(set(zip(revisions, rows["replica"], strict=True)))
+    notes = (fitted, *outcome.notes) if fitted else outcome.notes
+    return replace(outcome, notes=notes, num_caches=num_caches)
 
 
 def _cached_ever(policy: Policy, results) -> list[int] | None:
@@ -111,7 +114,10 @@ def routed_partitions(trace: Trace, policy: Policy) -> tuple[list, list[str], li
         namespaces=ns,
         unit_tokens=policy.hash_block_tokens,
     )
-    partitions = list(zip(c["model_revision"], replicas, strict=True))
+    revisions = c["model_revision"]
+    if policy.cache_scope == "shared":  # one cache for every revision on a replica
+        revisions = [None] * len(revisions)
+    partitions = list(zip(revisions, replicas, strict=True))
     return ns, replicas, partitions
 
 

@@ -33,6 +33,7 @@ class ReplayOutcome:
     notes: tuple[str, ...] = ()  # engines' notes per partition, in arrival order
     load: dict | None = None  # the concurrent schedule's figures (replay_load_summary.sql)
     policy: Policy | None = None  # what was replayed (the trace may have fitted its geometry)
+    num_caches: int = 1  # pools replayed: (model revision, replica) pairs, or replicas
 
 
 def check_measure_from(fraction: float) -> float:
