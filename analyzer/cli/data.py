@@ -59,6 +59,8 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
                 f'hpa query "SELECT * FROM rejects WHERE source_id = {src.source_id}"',
                 err=True,
             )
+    for path in result.skipped_files:
+        click.echo(f"skipped {path}: not named like a trace file (give it by name to read it)")
     if len(result.sources) > 1:
         click.echo(
             f"total: read {result.num_read:,} = stored {result.num_stored:,} + "

@@ -113,6 +113,8 @@ def calibrate_cmd(db_path, policy_source, overrides, out):
 
     fit = calibrate(policy_source, list(overrides), db_path=db_path, out=out)
     p = fit.policy
+    for note in fit.notes:
+        click.echo(f"note: {note}")
     click.echo(
         f"fitted step_base_ms={p.step_base_ms:g} step_token_us={p.step_token_us:g} "
         f"({fit.replays} replays)"

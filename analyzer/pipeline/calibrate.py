@@ -16,6 +16,7 @@ simulated vs observed TTFT and the absolute errors, over the requests with an ob
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from analyzer.config.policy import Policy, policy_values
 from analyzer.errors import ConfigError
+from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
 from analyzer.pipeline.replay import num_groups, routed_partitions
 from analyzer.pipeline.trace import LoadedTrace, load_trace
 from analyzer.sim.policy import make_policy
@@ -48,6 +50,7 @@ class Calibration:
     mean_observed_ms: float
     mean_simulated_ms: float
     sse_ms2: float  # sum of squared errors (ms^2), what the search minimises
+    notes: tuple[str, ...] = ()  # what the trace changed of the policy (its block geometry)
 
 
 Evaluation = tuple[Calibration, np.ndarray]  # a policy's quality, and its TTFT terms
@@ -65,6 +68,8 @@ def calibrate(
     values = {**policy_values(policy_source, list(overrides)), "schedule": "concurrent"}
     make_policy(values)  # a bad policy fails before the trace is read
     trace, observed_ms = _load(db_path)
+    fitted, note = fit_policy(make_policy(values), trace_block_tokens(trace.columns["block_size"]))
+    values = json.loads(fitted.to_json())
     replays = 0
 
     def evaluate(x: np.ndarray) -> Evaluation:
@@ -84,7 +89,7 @@ def calibrate(
         if fit[0].sse_ms2 >= best[0].sse_ms2:
             break
         best = fit
-    result = replace(best[0], replays=replays)
+    result = replace(best[0], replays=replays, notes=(note,) if note else ())
     if out is not None:
         _write(out, result.policy)
     return result

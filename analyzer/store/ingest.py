@@ -25,7 +25,13 @@ from analyzer.errors import AnalyzerError, ConfigError, InputFileError
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, transaction
 from analyzer.traces.batches import Batch, Reject, SourceInfo
 from analyzer.traces.io import CountingReader, open_binary
-from analyzer.traces.readers import READERS, SOURCE_INFO, detect_format
+from analyzer.traces.readers import (
+    READERS,
+    SOURCE_INFO,
+    TRACE_SUFFIXES,
+    detect_format,
+    trace_file_name,
+)
 
 Progress = Callable[[int, int], None]  # (bytes read so far, total bytes) of the current file
 
@@ -50,6 +56,8 @@ class SourceResult:
 @dataclass(frozen=True)
 class IngestResult:
     sources: tuple[SourceResult, ...]
+    # Files of a directory given that are not named like a trace (left out, not read).
+    skipped_files: tuple[str, ...] = ()
 
     @property
     def num_read(self) -> int:
@@ -101,7 +109,9 @@ def ingest(
         ConfigError: an unknown format name.
     """
     _check_format(fmt)
-    paths = [f for p in paths for f in _files(Path(p))]
+    listed = [_files(Path(p)) for p in paths]
+    paths = [f for files, _ in listed for f in files]
+    skipped = tuple(str(f) for _, left in listed for f in left)
     for path in paths:
         if not path.is_file():
             raise InputFileError(f"{path}: {_not_a_file(path)}")
@@ -118,7 +128,7 @@ def ingest(
         raise
     finally:
         con.close()
-    return IngestResult(tuple(results))
+    return IngestResult(tuple(results), skipped)
 
 
 def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> None:
@@ -157,14 +167,19 @@ def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> 
         raise
 
 
-def _files(path: Path) -> list[Path]:
-    """`path`, or for a directory the files directly in it, by name (hidden ones left out)."""
+def _files(path: Path) -> tuple[list[Path], list[Path]]:
+    """([path], []), or for a directory (the files directly in it named like a trace, by
+    name; the other files, which are left out and said); hidden files are not looked at."""
     if not path.is_dir():
-        return [path]
+        return [path], []
     found = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-    if not found:
-        raise InputFileError(f"{path}: a directory with no files in it")
-    return found
+    traces = [p for p in found if trace_file_name(p)]
+    if not traces:
+        raise InputFileError(
+            f"{path}: a directory with no trace files in it (names ending in "
+            f"{', '.join(TRACE_SUFFIXES)}, also .gz or .zst)"
+        )
+    return traces, [p for p in found if not trace_file_name(p)]
 
 
 def _not_a_file(path: Path) -> str:

@@ -55,6 +55,19 @@ _SUFFIX_FORMATS = {
     ".pq": "parquet",
     ".csv": "csv",
 }
+# What a file in a directory given to ingest is named to be taken as a trace (server logs:
+# .log, .txt; any of them compressed).
+TRACE_SUFFIXES = (*_SUFFIX_FORMATS, ".log", ".txt")
+
+
+def trace_file_name(path: Path) -> bool:
+    """Whether `path`'s name ends like a trace (a suffix of TRACE_SUFFIXES, then .gz/.zst)."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSED:
+        suffixes = suffixes[:-1]
+    return bool(suffixes) and suffixes[-1] in TRACE_SUFFIXES
+
+
 # Formats read by adapters (analyzer/traces/adapters); they are all JSON Lines, so an
 # undetectable file is never one of them.
 ADAPTER_FORMATS = (mooncake.NAME, weka.NAME, ragpulse.NAME, bailian.NAME)

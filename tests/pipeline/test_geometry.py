@@ -227,3 +227,39 @@ def test_plan_writes_null_and_sweep_takes_workers(ragpulse):
         ],
     )
     assert swept.exit_code == 0, swept.output
+
+
+def test_calibrate_fits_the_geometry_too(tmp_path):
+    """A hash-id trace with observed TTFT (WEKA's kind) calibrates under a 544 preset."""
+    from tests.conftest import write_jsonl
+
+    records = [
+        {
+            "request_id": f"r{i}",
+            "timestamp": i * 0.5,
+            "block_hash_ids": [1, 2, 3 + i % 3],
+            "block_size": 512,
+            "prompt_tokens": 1500,
+            "output_tokens": 4,
+            "ttft_ms": 60.0 + 10 * (i % 3),
+        }
+        for i in range(12)
+    ]
+    db = str(tmp_path / "c.duckdb")
+    run = CliRunner().invoke
+    assert (
+        run(cli, ["ingest", str(write_jsonl(tmp_path / "t.jsonl", records)), "--db", db]).exit_code
+        == 0
+    )
+    out = run(cli, ["calibrate", "--db", db, "--set", f"model={QWEN}"])
+    assert out.exit_code == 0, out.output
+    assert "note: the trace's blocks are 512 tokens" in out.output and "544 -> 1,024" in out.output
+    assert out.output.count("fitted step_base_ms=") == 1
+
+
+def test_a_directory_leaves_out_what_is_not_named_like_a_trace(tmp_path):
+    run = CliRunner().invoke
+    folder = EXTERNAL / "weka_claude_code"
+    out = run(cli, ["ingest", str(folder), "--db", str(tmp_path / "w.duckdb")])
+    assert out.exit_code == 0, out.output
+    assert f"skipped {folder / 'SOURCE.md'}: not named like a trace file" in out.output

@@ -647,5 +647,8 @@ def test_a_directory_stands_for_the_files_in_it(tmp_path, db):
     assert [Path(s.path).name for s in result.sources] == ["a.jsonl", "b.jsonl"]
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(InputFileError, match=r"empty: a directory with no files in it$"):
+    (empty / "README.md").write_text("not a trace\n")
+    with pytest.raises(InputFileError, match=r"empty: a directory with no trace files in it \("):
         ingest([empty], db_path=db)
+    (folder / "notes.md").write_text("x\n")
+    assert ingest([folder], db_path=db).skipped_files == (str(folder / "notes.md"),)
