@@ -94,12 +94,17 @@ class Comparison:
         for rev, fit in self.fits.items():
             if fit is None:
                 lines.append(f"TTFT fit {rev}: not enough distinct fresh-prefill counts")
-            else:
-                lines.append(
-                    f"TTFT fit {rev} (run {self.fit_run}): ttft_ms = {fit.a_ms:.1f} + "
-                    f"{fit.b_ms_per_token:.5f} x fresh_prefill_tokens "
-                    f"(R^2 {fit.r2:.3f}, n {fit.n:,})"
+                continue
+            line = (
+                f"TTFT fit {rev} (run {self.fit_run}): ttft_ms = {fit.a_ms:.1f} + "
+                f"{fit.b_ms_per_token:.5f} x fresh_prefill_tokens (R^2 {fit.r2:.3f}, n {fit.n:,})"
+            )
+            if not _usable(fit):
+                line += (
+                    f"; not used for TTFT estimates (it needs R^2 >= {MIN_FIT_R2} and a "
+                    "positive slope)"
                 )
+            lines.append(line)
         return lines
 
     def to_json(self) -> bytes:
@@ -204,6 +209,7 @@ def compare(
         fits, source, note = _ttft_model(con, fit_run)
     finally:
         con.close()
+    usable = {rev: fit if _usable(fit) else None for rev, fit in fits.items()}
     side_objs = {
         name: Side(name, run_id, w, sum(r["requests"] for r in data[name].values()))
         for name, run_id, w in sides
@@ -211,7 +217,7 @@ def compare(
     for name, obj in side_objs.items():
         if obj.requests == 0:  # two runs of an empty trace cannot happen; windows checked
             raise ConfigError(f"the {name} holds no requests")
-    groups, causes, sentence = build_tables(data["baseline"], data["current"], fits)
+    groups, causes, sentence = build_tables(data["baseline"], data["current"], usable)
     return Comparison(
         baseline=side_objs["baseline"],
         current=side_objs["current"],
@@ -223,6 +229,19 @@ def compare(
         ttft_note=note,
         sentence=sentence,
     )
+
+
+# A fit explains too little below this to estimate TTFT changes from (a preset's prefill
+# cost, with no R^2, is always used).
+MIN_FIT_R2 = 0.25
+
+
+def _usable(fit: TtftFit | None) -> bool:
+    """Whether `fit` may estimate TTFT: a positive slope and R^2 >= MIN_FIT_R2 (or none:
+    a model preset's cost)."""
+    if fit is None or fit.b_ms_per_token <= 0:
+        return False
+    return math.isnan(fit.r2) or fit.r2 >= MIN_FIT_R2
 
 
 def _fmt_s(x: float) -> str:

@@ -19,14 +19,18 @@ def known_runs(con: duckdb.DuckDBPyConnection) -> list[int]:
 
 
 def resolve_run(con: duckdb.DuckDBPyConnection, run: int | None) -> int:
-    """`run`, checked against the stored runs; the latest run when None.
+    """`run`, checked against the stored runs; when None the latest run that is no point
+    of a sweep (after `hpa sweep`, its last point is rarely what was meant), else the latest.
 
     Raises:
         StoreError: no replay tables or runs. ConfigError: `run` is not a stored run.
     """
     runs = known_runs(con)
     if run is None:
-        return runs[-1]
+        swept = set()
+        if "sweep_points" in table_names(con):
+            swept = {r[0] for r in con.execute(load_sql("sweep_run_ids")).fetchall()}
+        return ([r for r in runs if r not in swept] or runs)[-1]
     if run not in runs:
         raise ConfigError(f"unknown run {run}; known runs: {_listing(runs)}")
     return run
