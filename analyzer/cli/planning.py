@@ -83,6 +83,14 @@ def sweep_cmd(
                 "useful_hit_ratio": [p.useful_hit_ratio for p in s.points],
                 "sparse_loss_ratio": [p.sparse_loss_ratio for p in s.points],
                 "memory_gib": pa.array([p.memory_gib for p in s.points], pa.float64()),
+                "caches": [p.num_caches for p in s.points],
+                "total_gib": pa.array(
+                    [
+                        None if p.memory_gib is None else p.memory_gib * p.num_caches
+                        for p in s.points
+                    ],
+                    pa.float64(),
+                ),
                 "one_pass": [p.one_pass for p in s.points],
             }
         )

@@ -77,10 +77,17 @@ def run_replay(
         )
     finally:
         con.close()
-    revisions = rows["model_revision"] if policy.cache_scope == "revision" else [None] * trace.n
-    num_caches = len(set(zip(revisions, rows["replica"], strict=True)))
     notes = (fitted, *outcome.notes) if fitted else outcome.notes
-    return replace(outcome, notes=notes, num_caches=num_caches)
+    return replace(outcome, notes=notes, num_caches=num_caches(policy, rows))
+
+
+def num_caches(policy: Policy, rows: dict) -> int:
+    """The pools a replay's rows went through: (model revision, replica) pairs, or replicas
+    under cache_scope shared. Memory figures are per pool."""
+    revisions = rows["model_revision"]
+    if policy.cache_scope == "shared":
+        revisions = [None] * len(revisions)
+    return len(set(zip(revisions, rows["replica"], strict=True)))
 
 
 def _cached_ever(policy: Policy, results) -> list[int] | None:

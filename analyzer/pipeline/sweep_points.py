@@ -16,7 +16,7 @@ import pyarrow as pa
 from analyzer.config.memory import policy_pool_gib
 from analyzer.config.policy import KEYS, Policy
 from analyzer.errors import ConfigError
-from analyzer.pipeline.replay import replay_rows
+from analyzer.pipeline.replay import num_caches, replay_rows
 from analyzer.store.db import transaction
 from analyzer.store.runs import store_run
 from analyzer.store.sweeps import insert_sweep, insert_sweep_point
@@ -32,8 +32,9 @@ class SweepPoint:
     sparse_retention_miss_tokens: int
     useful_hit_ratio: float | None
     sparse_loss_ratio: float | None
-    memory_gib: float | None
+    memory_gib: float | None  # per cache
     one_pass: bool  # hits from the stack-distance pass (False: its own replay)
+    num_caches: int = 1  # pools the point replayed (memory_gib is each one's)
 
 
 @dataclass
@@ -175,6 +176,7 @@ def _store_sweep(con, base_policy, knob, points, computed, fingerprint) -> Sweep
             sparse / prompt if prompt else None,
             policy_pool_gib(policy.model, policy.num_blocks, policy.block_size),
             from_curve,
+            num_caches(policy, rows),
         )
         insert_sweep_point(
             con,

@@ -53,3 +53,14 @@ def test_replay_states_the_caches_and_their_memory(db):
     )
     out = run(cli, ["replay", "--db", db, "--set", f"model={QWEN}", "--set", "cache_scope=shared"])
     assert "caches: 2, one per replica" in out.output  # unbounded: no memory to state
+
+
+def test_sweep_states_the_caches_and_their_total(db):
+    out = CliRunner().invoke(
+        cli,
+        ["sweep", "--db", db, "--set", f"model={QWEN}", "--vary", "num_blocks=100", "--jobs", "1"],
+    )
+    assert out.exit_code == 0, out.output
+    header, _, row = out.output.splitlines()[:3]
+    assert header.split()[-4:] == ["memory_gib", "caches", "total_gib", "one_pass"]
+    assert row.split()[-4:] == ["1.245", "4", "4.98", "False"]
