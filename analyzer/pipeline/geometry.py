@@ -74,9 +74,3 @@ def _unit(block: int, trace_block: int, wanted: int) -> int:
         if block % unit == 0:
             best = unit
     return best
-
-
-def expressible(policy: Policy, trace_block: int | None) -> bool:
-    """Whether a trace of `trace_block`-token blocks can be replayed under `policy` as is."""
-    unit = policy.prefix_match_unit or policy.block_size
-    return trace_block is None or unit % trace_block == 0

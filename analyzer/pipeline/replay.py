@@ -81,13 +81,17 @@ def run_replay(
     return replace(outcome, notes=notes, num_caches=num_caches(policy, rows))
 
 
-def num_caches(policy: Policy, rows: dict) -> int:
-    """The pools a replay's rows went through: (model revision, replica) pairs, or replicas
-    under cache_scope shared. Memory figures are per pool."""
-    revisions = rows["model_revision"]
+def cache_keys(policy: Policy, revisions, replicas) -> list[tuple]:
+    """Per request, the cache it replays in: (model revision, replica), or (None, replica)
+    under cache_scope shared (one cache for every revision on a replica)."""
     if policy.cache_scope == "shared":
         revisions = [None] * len(revisions)
-    return len(set(zip(revisions, rows["replica"], strict=True)))
+    return list(zip(revisions, replicas, strict=True))
+
+
+def num_caches(policy: Policy, rows: dict) -> int:
+    """The pools a replay's rows went through (memory figures are per pool)."""
+    return len(set(cache_keys(policy, rows["model_revision"], rows["replica"])))
 
 
 def _cached_ever(policy: Policy, results) -> list[int] | None:
@@ -121,11 +125,7 @@ def routed_partitions(trace: Trace, policy: Policy) -> tuple[list, list[str], li
         namespaces=ns,
         unit_tokens=policy.hash_block_tokens,
     )
-    revisions = c["model_revision"]
-    if policy.cache_scope == "shared":  # one cache for every revision on a replica
-        revisions = [None] * len(revisions)
-    partitions = list(zip(revisions, replicas, strict=True))
-    return ns, replicas, partitions
+    return ns, replicas, cache_keys(policy, c["model_revision"], replicas)
 
 
 def replay_rows(

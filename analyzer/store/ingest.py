@@ -121,13 +121,14 @@ def ingest(
     con = connect(db_path, memory_limit=INGEST_MEMORY_LIMIT)
     results: list[SourceResult] = []
     try:
-        _ingest_files(con, paths, fmt, progress, results)
+        try:
+            _ingest_files(con, paths, fmt, progress, results)
+        finally:
+            con.close()  # before a failed first store is removed: closing writes the file
     except BaseException:
         if created:
             _remove_store(Path(db_path))  # a failed first ingest leaves no database behind
         raise
-    finally:
-        con.close()
     return IngestResult(tuple(results), skipped)
 
 
@@ -172,14 +173,16 @@ def _files(path: Path) -> tuple[list[Path], list[Path]]:
     name; the other files, which are left out and said); hidden files are not looked at."""
     if not path.is_dir():
         return [path], []
-    found = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-    traces = [p for p in found if trace_file_name(p)]
+    traces, others = [], []
+    for p in sorted(path.iterdir()):
+        if p.is_file() and not p.name.startswith("."):
+            (traces if trace_file_name(p) else others).append(p)
     if not traces:
         raise InputFileError(
             f"{path}: a directory with no trace files in it (names ending in "
             f"{', '.join(TRACE_SUFFIXES)}, also .gz or .zst)"
         )
-    return traces, [p for p in found if not trace_file_name(p)]
+    return traces, others
 
 
 def _not_a_file(path: Path) -> str:

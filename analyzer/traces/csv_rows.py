@@ -14,7 +14,7 @@ import orjson
 
 from analyzer.errors import InputFileError
 from analyzer.traces.batches import Batch, exact_batch
-from analyzer.traces.records import COUNT_FIELDS, RecordError
+from analyzer.traces.records import COUNT_FIELDS, RecordError, first_bad_utf8
 
 CSV_BATCH_ROWS = 4096
 _INT = re.compile(r"[+-]?\d+")
@@ -57,11 +57,9 @@ def _record(header: list[str], values: list[str]) -> Any:
     if len(values) != len(header):
         return RecordError(None, f"row has {len(values)} fields, the header has {len(header)}")
     for name, cell in zip(header, values, strict=True):
-        bad = _NOT_UTF8.search(cell)
-        if bad:  # a byte the UTF-8 decoder kept as a surrogate escape
-            raw = cell.encode("utf-8", "surrogateescape")
-            at = len(cell[: bad.start()].encode("utf-8", "surrogateescape"))
-            return RecordError(name, f"not valid UTF-8 (byte 0x{raw[at]:02x} at byte {at + 1})")
+        if _NOT_UTF8.search(cell):  # a byte the UTF-8 decoder kept as a surrogate escape
+            where = first_bad_utf8(cell.encode("utf-8", "surrogateescape"))
+            return RecordError(name, f"not valid UTF-8 ({where})")
     try:
         return {
             name: _cell_value(name, cell)

@@ -11,7 +11,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from analyzer.errors import InputFileError
-from analyzer.traces.records import RecordError
+from analyzer.traces.records import RecordError, first_bad_utf8
 
 CHUNK_BYTES = 8 << 20
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -114,11 +114,8 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def repeated_key_error(raw: bytes) -> RecordError | None:
     """A RecordError naming the first key an object of JSON line `raw` gives twice, at any
     depth (None when every object's keys are distinct)."""
-    try:
-        json.loads(raw, object_pairs_hook=_unique_pairs)
-    except _Repeated as repeated:
-        return _repeated(repeated.key)
-    return None
+    found = exact_json(raw)
+    return found if isinstance(found, RecordError) else None
 
 
 def _repeated(key: str) -> RecordError:
@@ -128,12 +125,8 @@ def _repeated(key: str) -> RecordError:
 def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:
     """Why a line is not JSON: its first bad UTF-8 byte (orjson's message does not say
     where), else the parser's message."""
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as bad:
-        where = f"byte 0x{raw[bad.start]:02x} at byte {bad.start + 1}"
-        return f"malformed JSON (not valid UTF-8: {where})"
-    return f"malformed JSON ({exc})"
+    where = first_bad_utf8(raw)
+    return f"malformed JSON (not valid UTF-8: {where})" if where else f"malformed JSON ({exc})"
 
 
 def json_line_chunks(

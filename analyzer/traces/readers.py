@@ -43,7 +43,7 @@ from analyzer.traces.jsonlines import (
     line_bodies,
     repeated_key_error,
 )
-from analyzer.traces.records import RecordError
+from analyzer.traces.records import RecordError, first_bad_utf8
 
 BATCH_BYTES = 8 << 20
 BATCH_ROWS = 8192
@@ -161,7 +161,7 @@ def _jsonl_batch(body: bytes, first_line: int) -> Batch:
         if (
             table is not None
             and table.num_rows == len(ends)
-            and not _repeats(body, buf, ends, table)
+            and not _repeats(body, buf, starts, ends, table)
         ):
             line_nos = pa.array(np.arange(first_line, first_line + len(ends), dtype=np.int64))
             rows = fast_rows(table, line_nos)
@@ -170,7 +170,9 @@ def _jsonl_batch(body: bytes, first_line: int) -> Batch:
     return exact_batch(list(decoded_lines(body, first_line)))
 
 
-def _repeats(body: bytes, buf: np.ndarray, ends: np.ndarray, table: pa.Table) -> bool:
+def _repeats(
+    body: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, table: pa.Table
+) -> bool:
     """Whether a line of the batch gives a key twice (Arrow's reader keeps one silently).
     A line has a key end (quote, blanks, colon) per key it holds; one with more than its
     non-null fields is checked exactly (a null value, a quote and colon in a string)."""
@@ -181,7 +183,6 @@ def _repeats(body: bytes, buf: np.ndarray, ends: np.ndarray, table: pa.Table) ->
     fields = np.zeros(len(ends), dtype=np.int64)
     for column in table.columns:
         fields += pc.is_valid(column).to_numpy(zero_copy_only=False)
-    starts = np.concatenate(([0], ends[:-1] + 1))
     return any(
         repeated_key_error(body[starts[i] : ends[i]]) is not None
         for i in np.flatnonzero(per_line > fields)
@@ -240,11 +241,10 @@ def _decoded(rec: dict, text: list[str]) -> Any:
         value = rec[name]
         if value is None:
             continue
-        try:
-            rec[name] = value.decode("utf-8")
-        except UnicodeDecodeError as bad:
-            where = f"byte 0x{value[bad.start]:02x} at byte {bad.start + 1}"
+        where = first_bad_utf8(value)
+        if where:
             return RecordError(name, f"not valid UTF-8 ({where})")
+        rec[name] = value.decode("utf-8")
     return rec
 
 

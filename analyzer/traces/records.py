@@ -137,6 +137,15 @@ TIMESTAMP_MIN_S, TIMESTAMP_MAX_S = -62_167_219_200.0, 253_402_300_799.0
 _CYCLE_S = 146_097 * 86_400.0  # 400 Gregorian years
 
 
+def first_bad_utf8(data: bytes) -> str | None:
+    """Where `data` stops being UTF-8 ("byte 0xff at byte 3", 1-based), None when it is."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"byte 0x{data[bad.start]:02x} at byte {bad.start + 1}"
+    return None
+
+
 def parse_timestamp(value: Any) -> float:
     """Seconds from a number (seconds, within years 0000-9999) or an RFC 3339 date-time (a
     UTC offset required; a leap second, 23:59:60, is the second after 23:59:59)."""
