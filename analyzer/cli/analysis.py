@@ -287,6 +287,9 @@ def compare_cmd(
     click.echo(result.baseline.describe())
     click.echo(result.current.describe())
     click.echo("")
+    for line in result.traffic_lines():
+        click.echo(line)
+    click.echo("")
     cols = [
         "prompt_family",
         "model_revision",
@@ -302,7 +305,11 @@ def compare_cmd(
     if result.groups.column("sim_ttft_change_s").null_count < result.groups.num_rows:
         cols += ["baseline_sim_ttft_s", "current_sim_ttft_s", "sim_queue_change_s"]
     click.echo(render(result.groups.select(cols)), nl=False)
-    click.echo("\nshares of each side's queried tokens (change in points):")
+    click.echo(
+        "\nshares of each side's queried tokens; change_points = current - baseline; "
+        "contribution_points (to the overall change) = rate_effect_points (the group's own "
+        "share moved) + mix_effect_points (its traffic share moved):"
+    )
     nonzero = [
         i
         for i, (b, c) in enumerate(

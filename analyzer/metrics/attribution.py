@@ -130,6 +130,7 @@ def build_tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table,
         )
         for fig, col, _ in FIGURES:
             sb, sc = _share(tb[col], tb), _share(tc[col], tc)
+            rate, mix = _shift_share(base, cur, members, col, q_all)
             c_rows.append(
                 {
                     "prompt_family": fam,
@@ -142,11 +143,41 @@ def build_tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table,
                     "change_points": _points(sc, sb),
                     "contribution_points": 100.0
                     * (tc[col] / q_all["current"] - tb[col] / q_all["baseline"]),
+                    "rate_effect_points": rate,
+                    "mix_effect_points": mix,
                 }
             )
     g_table = pa.Table.from_pylist(g_rows, schema=_GROUP_SCHEMA)
     c_table = pa.Table.from_pylist(c_rows, schema=_CAUSE_SCHEMA)
     return g_table, c_table, _sentence(g_rows, c_rows)
+
+
+def _shift_share(base: dict, cur: dict, members, col: str, q_all: dict) -> tuple[float, float]:
+    """The group's contribution split into rate and mix effects, in points of the overall
+    share (a symmetric shift-share over its family x revision members).
+
+    Per member k, with weight w = q_k / Q (its share of its side's queried tokens) and rate
+    r = x_k / q_k (the figure's share of the member's own queried tokens): the contribution
+    w_c r_c - w_b r_b = mean(w) (r_c - r_b) [rate] + mean(r) (w_c - w_b) [mix], exactly.
+    A member present on one side only has no rate change: all of it is mix.
+    """
+    rate = mix = 0.0
+    for k in members:
+        sides = []
+        for side, q in ((base, q_all["baseline"]), (cur, q_all["current"])):
+            r = side.get(k)
+            sides.append(
+                (r["prompt_tokens"] / q, r[col] / r["prompt_tokens"])
+                if r is not None and r["prompt_tokens"] and q
+                else (0.0, None)
+            )
+        (wb, rb), (wc, rc) = sides
+        if rb is not None and rc is not None:
+            rate += (wb + wc) / 2 * (rc - rb)
+            mix += (rb + rc) / 2 * (wc - wb)
+        else:
+            mix += wc * (rc or 0.0) - wb * (rb or 0.0)
+    return 100.0 * rate, 100.0 * mix
 
 
 def _share(tokens: int, sums: dict) -> float | None:
@@ -228,9 +259,17 @@ def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
             r = by_group[(g["prompt_family"], g["model_revision"])][cause]
             weight = (g["baseline_prompt_tokens"] / q_b + g["current_prompt_tokens"] / q_c) / 2
             weighted.append((sign * weight * r["change_points"], -i, r))  # ties: first group
+        hit = overall["hit"]
+        split = ""
+        if len(g_rows) > 1:  # one group has no mix: its rate effect is the whole change
+            split = (
+                f"; {hit['rate_effect_points']:+.1f} from the groups' own hit ratios, "
+                f"{hit['mix_effect_points']:+.1f} from the traffic mix"
+            )
         text = (
             f"useful hit ratio {'fell' if change < 0 else 'rose'} {abs(change):.1f} points "
-            f"{ratio}, mostly {words[cause]} ({cause_change:+.1f} points of queried tokens)"
+            f"{ratio[:-1]}{split}), mostly {words[cause]} "
+            f"({cause_change:+.1f} points of queried tokens)"
         )
         if weighted and len(candidates) > 1:
             score, _, where = max(weighted, key=lambda t: (t[0], t[1]))
@@ -246,12 +285,40 @@ def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
             f"; simulated TTFT {sim:+.3f} s per request ({queue:+.3f} s of it queueing), "
             f"{top['baseline_sim_ttft_s']:.3f} s -> {top['current_sim_ttft_s']:.3f} s."
         )
+    return text + _ttft_clause(top, g_rows) + "."
+
+
+def _ttft_clause(top: dict, g_rows: list[dict]) -> str:
+    """The estimated TTFT change overall; when only some revisions have one (a usable fit,
+    requests on both sides), theirs one by one and the others named (as the table shows)."""
     est = top["est_ttft_change_ms"]
     if est is not None:
-        text += f"; estimated TTFT {est:+.1f} ms per request"
-    else:
-        text += "; TTFT change unavailable"
-    return text + "."
+        return f"; estimated TTFT {est:+.1f} ms per request"
+    revs = dict.fromkeys(g["model_revision"] for g in g_rows if g["model_revision"] != ALL)
+    changes = {rev: _rev_change(g_rows, rev) for rev in revs}
+    known = [f"{rev} {v:+.1f} ms" for rev, v in changes.items() if v is not None]
+    if not known:
+        return "; TTFT change unavailable"
+    missing = ", ".join(rev for rev, v in changes.items() if v is None)
+    return f"; estimated TTFT per request: {', '.join(known)}; unavailable for {missing}"
+
+
+def _rev_change(g_rows: list[dict], rev: str) -> float | None:
+    """Mean estimated TTFT change (ms) of revision `rev`'s requests, current minus baseline;
+    None without an estimate on a side that has its requests, or with none on a side."""
+    sums = {"baseline": [0.0, 0], "current": [0.0, 0]}
+    for g in g_rows:
+        if g["model_revision"] != rev or g["prompt_family"] == ALL:
+            continue
+        for side, acc in sums.items():
+            n, est = g[f"{side}_requests"], g[f"{side}_est_ttft_ms"]
+            if n and est is None:
+                return None
+            if n:
+                acc[0] += est * n
+                acc[1] += n
+    (tb, nb), (tc, nc) = sums["baseline"], sums["current"]
+    return tc / nc - tb / nb if nb and nc else None
 
 
 _GROUP_SCHEMA = pa.schema(
@@ -289,5 +356,7 @@ _CAUSE_SCHEMA = pa.schema(
         ("current_share", pa.float64()),
         ("change_points", pa.float64()),
         ("contribution_points", pa.float64()),
+        ("rate_effect_points", pa.float64()),
+        ("mix_effect_points", pa.float64()),
     ]
 )

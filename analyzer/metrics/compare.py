@@ -13,7 +13,10 @@ hold different numbers of requests, so only shares of the same window are compar
 total divided by another window's. `change_points` = current share - baseline share, in
 percentage points. `contribution_points` = the group's cause tokens over all queried tokens
 of its side, current minus baseline: these add up, over groups, to the change of the overall
-share (so they include shifts in the traffic mix).
+share. A symmetric shift-share splits it exactly: `rate_effect_points` (mean traffic share x
+change of the group's own share: the group's figure moved) + `mix_effect_points` (mean own
+share x change of its traffic share: the traffic mix moved); see attribution._shift_share.
+Each side's traffic shape (requests, rate, prompt lengths, labels) is `traffic`.
 
 The closing sentence names the overall change of the useful hit ratio, the cause whose
 overall share moved most in the same direction, and the group where it moved most: the
@@ -81,6 +84,7 @@ class Comparison:
     current: Side
     groups: pa.Table  # one row per prompt family x model revision (+ roll-ups)
     causes: pa.Table  # one row per group x figure
+    traffic: pa.Table  # one row per measure of the traffic's shape (TRAFFIC), both sides
     fit_run: int
     fits: dict[str, TtftFit | None]
     ttft_source: str  # "trace ttft_ms", "model preset", or "unavailable"
@@ -107,6 +111,29 @@ class Comparison:
             lines.append(line)
         return lines
 
+    def traffic_lines(self) -> list[str]:
+        """The traffic table as aligned text: one row per measure, both sides, the change."""
+        cells = [("traffic", "baseline", "current", "change")]
+        for r in self.traffic.to_pylist():
+            digits = 3 if r["measure"] == "requests_per_s" else 0
+            shown = ["" if v is None else f"{v:,.{digits}f}" for v in (r["baseline"], r["current"])]
+            change = r["change_percent"]
+            cells.append(
+                (
+                    r["measure"],
+                    *shown,
+                    "" if change is None else f"{change:+.1f}%",
+                )
+            )
+        widths = [max(len(row[i]) for row in cells) for i in range(4)]
+        return [
+            "  ".join(
+                [row[0].ljust(widths[0])]
+                + [c.rjust(w) for c, w in zip(row, widths, strict=True)][1:]
+            )
+            for row in cells
+        ]
+
     def to_json(self) -> bytes:
         def side(s: Side) -> dict:
             w = s.window
@@ -127,6 +154,7 @@ class Comparison:
                 "note": self.ttft_note,
                 "fits": {k: (None if v is None else v.as_dict()) for k, v in self.fits.items()},
             },
+            "traffic": self.traffic.to_pylist(),
             "groups": self.groups.to_pylist(),
             "causes": self.causes.to_pylist(),
             "sentence": self.sentence,
@@ -206,6 +234,7 @@ def compare(
             sides = [("baseline", a, None), ("current", b, None)]
             fit_run = a
         data = {name: _side_rows(con, run_id, w) for name, run_id, w in sides}
+        shape = {name: _traffic(con, run_id, w) for name, run_id, w in sides}
         fits, source, note = _ttft_model(con, fit_run)
     finally:
         con.close()
@@ -223,6 +252,7 @@ def compare(
         current=side_objs["current"],
         groups=groups,
         causes=causes,
+        traffic=_traffic_table(shape["baseline"], shape["current"]),
         fit_run=fit_run,
         fits=fits,
         ttft_source=source,
@@ -276,14 +306,70 @@ def _check_same_trace(con, a: int, b: int) -> None:
         )
 
 
-def _side_rows(con, run_id: int, w: Window | None) -> dict[tuple[str, str], dict]:
-    params = {
+# (measure, unit) of each side's traffic shape, in the order printed (compare_traffic.sql)
+TRAFFIC = (
+    ("requests", "requests"),
+    ("requests_per_s", "requests/s"),
+    ("prompt_tokens", "tokens"),
+    ("mean_prompt_tokens", "tokens"),
+    ("p50_prompt_tokens", "tokens"),
+    ("p90_prompt_tokens", "tokens"),
+    ("max_prompt_tokens", "tokens"),
+    ("span_s", "s"),
+    ("prompt_families", "labels"),
+    ("model_revisions", "labels"),
+    ("conversations", "labels"),
+)
+
+
+def _params(run_id: int, w: Window | None) -> dict:
+    return {
         "run_id": run_id,
         "windowed": w is not None,
         "start": w.start_s if w else 0.0,
         "end": w.end_s if w else 0.0,
     }
-    cur = con.execute(load_sql("compare_side"), params)
+
+
+def _traffic(con, run_id: int, w: Window | None) -> dict:
+    cur = con.execute(load_sql("compare_traffic"), _params(run_id, w))
+    out = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
+    span = out["span_s"]
+    out["requests_per_s"] = out["requests"] / span if span else None
+    return out
+
+
+def _traffic_table(base: dict, cur: dict) -> pa.Table:
+    """measure, unit, baseline, current, change_percent (current / baseline - 1, in %)."""
+    rows = []
+    for name, unit in TRAFFIC:
+        b, c = base[name], cur[name]
+        change = 100.0 * (c / b - 1) if b and c is not None else None
+        rows.append(
+            {
+                "measure": name,
+                "unit": unit,
+                "baseline": None if b is None else float(b),
+                "current": None if c is None else float(c),
+                "change_percent": change,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=_TRAFFIC_SCHEMA)
+
+
+_TRAFFIC_SCHEMA = pa.schema(
+    [
+        ("measure", pa.string()),
+        ("unit", pa.string()),
+        ("baseline", pa.float64()),
+        ("current", pa.float64()),
+        ("change_percent", pa.float64()),
+    ]
+)
+
+
+def _side_rows(con, run_id: int, w: Window | None) -> dict[tuple[str, str], dict]:
+    cur = con.execute(load_sql("compare_side"), _params(run_id, w))
     names = [d[0] for d in cur.description]
     out = {}
     for row in cur.fetchall():

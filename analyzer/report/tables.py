@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from decimal import Decimal
 
 import orjson
@@ -21,15 +22,23 @@ def _shown(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-def _cell(value) -> str:
+def _decimals(value: float) -> int:
+    """Decimals (0-3) that show `value` to a thousandth, trailing zeros dropped."""
+    text = f"{value:.3f}".rstrip("0")
+    return len(text) - text.index(".") - 1
+
+
+def _cell(value, decimals: int | None = None) -> str:
+    """One value as text; a float with `decimals` places (a column prints its floats with
+    one number of places: the most any of them needs, up to 3), else as few as it needs."""
     if value is None:
         return ""
     if isinstance(value, Decimal) and value == value.to_integral_value():
         value = int(value)  # SUM over integers comes back as a DECIMAL
     if isinstance(value, float):
-        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
+        if not math.isfinite(value) or (value != 0 and abs(value) < 1e-3):
             return f"{value:.4g}"
-        return f"{value:,.3f}".rstrip("0").rstrip(".")
+        return f"{value:,.{_decimals(value) if decimals is None else decimals}f}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     if isinstance(value, list | dict):
@@ -74,9 +83,20 @@ def _csv_cell(value, spreadsheet_safe: bool, tty: bool):
     return _shown(value) if tty else value
 
 
+def _places(values: list) -> int | None:
+    """The decimals a column's floats share (None when it holds none)."""
+    floats = [v for v in values if isinstance(v, float) and math.isfinite(v) and abs(v) >= 1e-3]
+    return max(map(_decimals, floats)) if floats else None
+
+
 def _aligned(table: pa.Table) -> str:
     names = [_shown(name) for name in table.column_names]
-    rows = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    places = [_places(values) for values in columns]
+    rows = [
+        [_cell(v, p) for v, p in zip(row, places, strict=True)]
+        for row in zip(*columns, strict=True)
+    ]
     numeric = [
         pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
         for t in table.schema.types

@@ -46,6 +46,8 @@ def test_two_runs_exact_shares_and_sentence(groups_db):
     assert g0["current_share"] == pytest.approx(0.18)
     assert g0["change_points"] == pytest.approx(18.0)
     assert g0["contribution_points"] == pytest.approx(18.0 / 8)
+    assert g0["rate_effect_points"] == pytest.approx(18.0 / 8)  # same traffic: no mix
+    assert g0["mix_effect_points"] == 0.0
     never = causes[("(all)", "(all)", "sparse_retention_never_kept")]
     assert never["current_tokens"] == 12672
     # hit + the six causes = 100% of each side's queried tokens
@@ -59,7 +61,8 @@ def test_two_runs_exact_shares_and_sentence(groups_db):
     assert result.ttft_source == "unavailable"
     assert total["est_ttft_change_ms"] is None
     assert result.sentence == (
-        "useful hit ratio fell 18.0 points (54.0% -> 36.0% of queried tokens), mostly "
+        "useful hit ratio fell 18.0 points (54.0% -> 36.0% of queried tokens; -18.0 from the "
+        "groups' own hit ratios, +0.0 from the traffic mix), mostly "
         "sparse-retention misses (+18.0 points of queried tokens), largest in "
         "group-0 @ rev-a (+18.0 points of its queried tokens); TTFT change unavailable."
     )
@@ -82,6 +85,12 @@ def test_two_windows_of_one_run_compare_shares_of_each_window(groups_db):
     assert causes[("unshared",)]["change_points"] == pytest.approx(-1600 / 44)
     assert causes[("sparse_retention",)]["change_points"] == pytest.approx(-36.0)
     assert causes[("granularity",)]["change_points"] == pytest.approx(16 / 44)
+    traffic = {r["measure"]: r for r in result.traffic.to_pylist()}
+    assert (traffic["requests"]["baseline"], traffic["requests"]["current"]) == (2, 2)
+    assert traffic["prompt_tokens"]["current"] == 4400
+    assert traffic["span_s"]["baseline"] == 1.0  # requests at 0 s and 1 s
+    assert traffic["requests_per_s"]["baseline"] == 2.0
+    assert traffic["prompt_families"]["change_percent"] == 0.0
     assert result.sentence == (
         "useful hit ratio rose 72.0 points (0.0% -> 72.0% of queried tokens), mostly "
         "unshared prefixes (-36.4 points of queried tokens); TTFT change unavailable."

@@ -1,0 +1,97 @@
+"""compare's tables (analyzer/metrics/attribution.py): the rate/mix split of each group's
+contribution, and a closing sentence that agrees with the table on TTFT."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.metrics.attribution import FIGURES, SUMS, build_tables
+from analyzer.metrics.ttft import TtftFit
+
+
+def side(**groups) -> dict:
+    """{(family, revision): sums} from family__revision=(requests, prompt, hit) keywords;
+    the rest of the prompt is unshared."""
+    out = {}
+    for key, (requests, prompt, hit) in groups.items():
+        row = dict.fromkeys(SUMS, 0)
+        row.update(requests=requests, prompt_tokens=prompt, hit_tokens=hit)
+        row["unshared_tokens"] = prompt - hit
+        row["fresh_prefill_tokens"] = prompt - hit
+        out[tuple(key.split("__"))] = row
+    return out
+
+
+def by_key(table) -> dict:
+    return {(r["prompt_family"], r["model_revision"], r["figure"]): r for r in table.to_pylist()}
+
+
+def test_a_group_whose_hit_ratio_fell_but_traffic_grew_is_split_into_rate_and_mix():
+    # chat@new: 80% -> 59% hits (rate -21 points) while its share of queried tokens goes
+    # from 20% to 60%: its contribution is positive only because of the mix
+    base = side(chat__new=(10, 2_000, 1_600), chat__old=(40, 8_000, 2_000))
+    cur = side(chat__new=(30, 6_000, 3_540), chat__old=(20, 4_000, 1_000))
+    _, causes, sentence = build_tables(base, cur, {})
+    hit = by_key(causes)[("chat", "new", "hit")]
+    assert hit["change_points"] == pytest.approx(-21.0)
+    assert hit["contribution_points"] == pytest.approx(100 * (0.354 - 0.16))
+    assert hit["rate_effect_points"] == pytest.approx(0.4 * -21.0)
+    assert hit["mix_effect_points"] == pytest.approx(0.695 * 40.0)
+    assert hit["rate_effect_points"] < 0 < hit["contribution_points"]
+    total = by_key(causes)[("(all)", "(all)", "hit")]
+    assert total["rate_effect_points"] + total["mix_effect_points"] == pytest.approx(
+        total["change_points"]
+    )
+    assert "from the groups' own hit ratios" in sentence
+    assert "from the traffic mix" in sentence
+
+
+def test_a_group_on_one_side_only_is_all_mix():
+    base = side(a__r=(1, 100, 50))
+    cur = side(a__r=(1, 100, 50), b__r=(1, 100, 100))
+    _, causes, _ = build_tables(base, cur, {})
+    b = by_key(causes)[("b", "r", "hit")]
+    assert (b["rate_effect_points"], b["mix_effect_points"]) == (0.0, pytest.approx(50.0))
+
+
+counts = st.tuples(st.integers(1, 5), st.integers(1, 1_000), st.floats(0, 1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["f1__a", "f1__b", "f2__a", "f3__c"]), counts, min_size=1),
+    st.dictionaries(st.sampled_from(["f1__a", "f1__b", "f2__a", "f3__c"]), counts, min_size=1),
+)
+def test_rate_plus_mix_is_the_contribution_and_adds_up_to_the_overall_change(b, c):
+    def make(groups):
+        return side(**{k: (n, q, round(q * f)) for k, (n, q, f) in groups.items()})
+
+    _, causes, _ = build_tables(make(b), make(c), {})
+    rows = causes.to_pylist()
+    for r in rows:
+        assert r["rate_effect_points"] + r["mix_effect_points"] == pytest.approx(
+            r["contribution_points"], abs=1e-9
+        )
+    for fig, _, _ in FIGURES:
+        finest = [r for r in rows if r["figure"] == fig and "(all)" not in r["model_revision"]]
+        top = [r for r in rows if r["figure"] == fig][-1]
+        overall = 100 * (top["current_share"] - top["baseline_share"])
+        assert math.fsum(r["contribution_points"] for r in finest) == pytest.approx(
+            overall, abs=1e-9
+        )
+
+
+def test_the_sentence_gives_the_ttft_change_of_the_revisions_that_have_one():
+    base = side(chat__a=(10, 1_000, 500), chat__b=(10, 1_000, 500))
+    cur = side(chat__a=(10, 1_000, 250), chat__b=(10, 1_000, 500))
+    fits = {"a": TtftFit(100.0, 0.1, 0.9, 100)}  # b's fit did not pass the threshold
+    groups, _, sentence = build_tables(base, cur, fits)
+    rows = {(g["prompt_family"], g["model_revision"]): g for g in groups.to_pylist()}
+    # 25 more fresh tokens per request x 0.1 ms per token
+    assert rows[("chat", "a")]["est_ttft_change_ms"] == pytest.approx(2.5)
+    assert rows[("(all)", "(all)")]["est_ttft_change_ms"] is None
+    assert sentence.endswith("; estimated TTFT per request: a +2.5 ms; unavailable for b.")
