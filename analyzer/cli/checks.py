@@ -49,6 +49,8 @@ def validate_cmd(
     /metrics texts against the replay's sums over the same request window. error =
     predicted - observed. Stored in table validations.
     """
+    import pyarrow as pa
+
     from analyzer.metrics.validate import CACHED, validate
     from analyzer.report.tables import render
 
@@ -68,6 +70,17 @@ def validate_cmd(
     if per_request.num_rows:
         click.echo(f"\nper request: replay hit_tokens vs {CACHED}")
         click.echo(render(per_request.drop_columns(["source", "figure"])), nl=False)
+    if r.causes is not None:
+        click.echo(
+            "\nthe per-request error by cause: what the engine did that the replay did not "
+            "(error_tokens signed like the error; they add up to it):"
+        )
+        shown = [n > 0 for n in r.causes.column("requests").to_pylist()]
+        click.echo(render(r.causes.filter(pa.array(shown))), nl=False)
+        click.echo("\nworst requests (largest |error|, the cause holding most of it):")
+        click.echo(render(r.worst), nl=False)
+    if r.warning is not None:
+        click.echo(r.warning)
     missing = r.requests - r.observed_requests
     if missing:
         click.echo(
@@ -81,7 +94,9 @@ def validate_cmd(
         cols += ["error_tokens", "relative_error"]
         click.echo(render(counters.select(cols)), nl=False)
         click.echo(r.metrics_note)
-    click.echo("error_tokens = predicted - observed; stored in table validations")
+    click.echo(
+        "error_tokens = predicted - observed; stored in tables validations and validation_causes"
+    )
     if out is not None:
         click.echo(f"wrote {out}")
 

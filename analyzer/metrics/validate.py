@@ -30,12 +30,21 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 
 from analyzer.errors import ConfigError, InputFileError, StoreError
+from analyzer.metrics import validate_causes as causes
 from analyzer.metrics.exposition import format_labels, read_counters
 from analyzer.metrics.runs import resolve_run
-from analyzer.store.db import DEFAULT_DB, column_names, connect, load_sql
+from analyzer.store.db import (
+    DEFAULT_DB,
+    column_names,
+    connect,
+    load_sql,
+    query_arrow,
+    transaction,
+)
 from analyzer.store.export import check_export_path, export_table
 from analyzer.traces.records import RecordError, parse_time_text
 
@@ -84,6 +93,9 @@ class Validation:
     counters: tuple[CounterDelta, ...]  # empty without metrics files
     metrics_note: str | None  # where the counter deltas came from
     rows: pa.Table  # SCHEMA, per-request rows first, then counter rows
+    causes: pa.Table | None = None  # the per-request error by cause (validate_causes)
+    worst: pa.Table | None = None  # the requests with the largest |error|
+    warning: str | None = None  # the observations come from another engine than replayed
 
     def table(self, source: str) -> pa.Table:
         """The rows of one source: CACHED, or "metrics" for every counter row."""
@@ -132,7 +144,9 @@ def validate(
             )
         rows = pa.Table.from_pylist(_request_rows(groups) + _counter_rows(groups, deltas), SCHEMA)
         meta = [start, end, _str(before), _str(after), model_name]
-        validation_id = _store(con, run_id, meta, rows)
+        extra = _decompose(con, run_id, start, end) if observed else {}
+        with transaction(con):
+            validation_id = _store(con, run_id, meta, rows, extra.get("causes"))
         if out is not None:
             params = {"validation_id": int(validation_id)}
             export_table(con, load_sql("validate_export"), out, params)
@@ -140,7 +154,22 @@ def validate(
         con.close()
     note = _metrics_note(before, after, model_name, deltas) if deltas else None
     total = sum(g["requests"] for g in groups)
-    return Validation(validation_id, run_id, window, total, observed, deltas, note, rows)
+    return Validation(validation_id, run_id, window, total, observed, deltas, note, rows, **extra)
+
+
+def _decompose(con, run_id: int, start: float, end: float) -> dict:
+    """The per-request error by cause, the worst requests and the warning when another
+    engine reported the observations."""
+    windowed = math.isfinite(start) or math.isfinite(end)
+    params = {"run_id": run_id, "windowed": windowed, "start": start, "end": end}
+    compared = query_arrow(con, load_sql("validate_compared"), params)
+    parts = causes.split(compared)
+    table = causes.cause_table(parts)
+    policy = orjson.loads(
+        con.execute(load_sql("replay_run_policy"), {"run_id": run_id}).fetchone()[0]
+    )
+    warning = causes.engine_warning(causes.observers(compared), policy.get("engine", "vllm"))
+    return {"causes": table, "worst": causes.worst(compared, parts), "warning": warning}
 
 
 def _str(path) -> str | None:
@@ -342,8 +371,8 @@ def _metrics_note(before, after, model_name, deltas) -> str:
     return note
 
 
-def _store(con, run_id: int, meta: list, rows: pa.Table) -> int:
-    """Append the rows as one validation; returns its id."""
+def _store(con, run_id: int, meta: list, rows: pa.Table, cause_rows: pa.Table | None) -> int:
+    """Append the rows (and the error by cause) as one validation; returns its id."""
     con.execute(load_sql("validate_schema"))
     validation_id = con.execute(load_sql("validate_next_id")).fetchall()[0][0]
     start, end, before, after, model_name = meta
@@ -359,4 +388,8 @@ def _store(con, run_id: int, meta: list, rows: pa.Table) -> int:
     }
     con.execute(load_sql("validate_insert"), params)
     con.unregister("validation_rows")
+    if cause_rows is not None:
+        con.register("validation_cause_rows", cause_rows)
+        con.execute(load_sql("validate_insert_causes"), {"validation_id": validation_id})
+        con.unregister("validation_cause_rows")
     return validation_id

@@ -23,3 +23,15 @@ CREATE TABLE IF NOT EXISTS validations (
     mean_abs_error_tokens DOUBLE,
     exact_share DOUBLE
 );
+
+-- `hpa validate`'s per-request error by cause (analyzer/metrics/validate_causes.py): the
+-- signed tokens of error_tokens each cause explains (under-prediction negative; the rows of a
+-- validation add up to its overall per-request error) and the requests it explains part of.
+CREATE TABLE IF NOT EXISTS validation_causes (
+    validation_id INTEGER NOT NULL,
+    cause VARCHAR NOT NULL,
+    engine_did VARCHAR NOT NULL,
+    requests BIGINT NOT NULL,
+    error_tokens BIGINT NOT NULL,
+    share_of_abs_error DOUBLE NOT NULL
+);
