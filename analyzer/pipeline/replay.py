@@ -95,9 +95,12 @@ def num_caches(policy: Policy, rows: dict) -> int:
 
 
 def _cached_ever(policy: Policy, results) -> list[int] | None:
-    """What the earlier requests had cached of each prompt, where the replay knows it: an
-    unbounded pool of an engine that keeps all it computes evicts nothing, so what full
-    attention had resident is all that was ever cached (None elsewhere)."""
+    """What the earlier requests had cached of each prompt, where the replay knows it: its
+    own record (a bounded vLLM pool with sub-block hits); else, in an unbounded pool of an
+    engine that keeps all it computes, nothing was evicted, so what full attention had
+    resident is all that was ever cached (None elsewhere)."""
+    if results and all(r.cached_ever_tokens is not None for r in results):
+        return [r.cached_ever_tokens for r in results]  # the replay kept a record
     if policy.num_blocks is not None or not engine(policy.engine).keeps_computed:
         return None
     return [r.attention_match_tokens for r in results]

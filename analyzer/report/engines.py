@@ -32,17 +32,21 @@ PARTS = (
         lambda r: r["sparse_retention_miss_tokens"] - r["replay_tokens"],
     ),
     (
-        "full-attention KV not held (evicted, or never cached by the design)",
+        "full-attention KV not held (evicted from a bounded pool, or not kept by the design)",
         "#ff7f0e",
         lambda r: r["lost_eviction_tokens"],
     ),
     (
-        "not reusable by any design here",
+        "below the block or match unit (a finer geometry reuses it)",
+        "#9467bd",
+        lambda r: r["lost_granularity_tokens"],
+    ),
+    (
+        "not shared earlier on the replica, still in flight, or lost to speculative decoding",
         "#b0b0b0",
         lambda r: (
             r["unshared_tokens"]
             + r["lost_routing_tokens"]
-            + r["lost_granularity_tokens"]
             + r.get("lost_in_flight_tokens", 0)
             + r["lost_spec_decode_tokens"]
         ),
@@ -133,7 +137,9 @@ def engine_section(data: ReportData) -> tuple[str, list[str]]:
         "recomputed through the recurrent layers to rebuild state (a cost, not a hit); "
         "orange is shared prefix whose full-attention KV the engine did not hold: evicted, or "
         "never cached by its design (TensorRT-LLM commits blocks only up to its last snapshot, "
-        "SGLang's extra_buffer drops the untracked tail, a llama.cpp slot holds one sequence). "
+        "SGLang's extra_buffer drops the untracked tail, a llama.cpp slot holds one sequence); "
+        "purple is shared prefix below the run's block or match unit, which a design with "
+        "finer blocks reuses; grey no cache of this run could have served. "
         f"Among the engines (bounds aside), {html.escape(top[0])} reuses the most "
         f"({top[2]['hit_tokens'] / (top[2]['prompt_tokens'] or 1):.1%} of queried tokens)"
         + (

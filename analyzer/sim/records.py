@@ -100,7 +100,9 @@ class SimResult(NamedTuple):
     again at the re-admission), and `held_blocks`: pool blocks in use (held by the requests
     in flight, this one's hit and first chunk included) right after its first admission, for
     a bounded pool. The other fields describe the first admission. A serial replay leaves
-    the times None.
+    the times None. `cached_ever_tokens`: the prompt's prefix whose full-attention entries
+    the earlier requests had ever cached, evicted or not (a bounded vLLM pool with sub-block
+    hits sets it; None elsewhere).
 
     A NamedTuple rather than a dataclass: one is built per request, and this is ~4x cheaper.
     """
@@ -127,6 +129,7 @@ class SimResult(NamedTuple):
     hit_total_tokens: int | None = None
     recomputed_tokens: int = 0
     held_blocks: int | None = None
+    cached_ever_tokens: int | None = None
 
 
 def match_result(

@@ -184,6 +184,28 @@ def test_an_unbounded_pool_evicts_nothing(ragpulse, preset):
         assert granularity == 27_744  # 4,488 below the unit + 23,256 of partial blocks
 
 
+@pytest.mark.parametrize(("num_blocks", "evicts"), [(100_000, False), (40, True)])
+def test_a_bounded_pool_counts_as_eviction_only_what_was_evicted(ragpulse, num_blocks, evicts):
+    """A pool that never fills: the same waterfall as an unbounded one (the partial blocks a
+    136-token unit leaves uncached are granularity); a small pool: eviction appears, and a
+    request's eviction is at most what full attention ever cached beyond what it held."""
+    values = {"block_size": 544, "prefix_match_unit": 136, "model": QWEN}
+    outcome = run_replay(make_policy({**values, "num_blocks": num_blocks}), db_path=ragpulse)
+    con = duckdb.connect(ragpulse, read_only=True)
+    try:
+        ((evicted, granularity),) = con.execute(
+            "SELECT sum(lost_eviction_tokens), sum(lost_granularity_tokens) "
+            "FROM replay_requests WHERE run_id = ?",
+            [outcome.run_id],
+        ).fetchall()
+    finally:
+        con.close()
+    if evicts:
+        assert evicted > 0
+    else:
+        assert (evicted, granularity) == (0, 27_744)  # as unbounded (the test above)
+
+
 def test_plan_says_what_the_geometry_loses_and_why_a_pool_is_its_size(ragpulse):
     """(issue 14, item 5: RAGPulse's ceiling 0.149 hid that 31% is shared, half of it
     lost to 544-token blocks, and every candidate was the smallest pool, unsaid)"""

@@ -185,7 +185,7 @@ def test_cli_several_policies_side_by_side(diag_db, tmp_path):
         "0.167",
         "0.167",
     ]
-    assert table[3].split() == [str(dense), "2", "6,528", "2,176", "0", "0", "0.333", "0"]
+    assert table[3].split() == [str(dense), "2", "6,528", "2,176", "0", "0", "0.333", "0.000"]
     assert rows(diag_db, "SELECT count(*) FROM replay_runs") == [(2,)]
 
 

@@ -42,9 +42,15 @@ def test_section_parts_sum_and_name_the_designs(engines_db, tmp_path):
         assert html.escape(ENGINES[engine].design) in text
     data = load_report_data(engines_db)
     overall = data.groups.filter(data.groups["is_overall"]).sort("run_id")
+    parts_of = {name: tokens_of for name, _, tokens_of in engines.PARTS}
     for row in overall.iter_rows(named=True):
-        parts = [tokens_of(row) for _, _, tokens_of in engines.PARTS]
+        parts = [tokens_of(row) for tokens_of in parts_of.values()]
         assert min(parts) >= 0 and sum(parts) == row["prompt_tokens"]
+        # each label holds one cause: granularity is not "not reusable", eviction is its own
+        below = parts_of["below the block or match unit (a finer geometry reuses it)"]
+        assert below(row) == row["lost_granularity_tokens"]
+        held = [n for n in parts_of if n.startswith("full-attention KV not held")]
+        assert parts_of[held[0]](row) == row["lost_eviction_tokens"]
     # the bounds reach at least what vLLM reuses; the table shows vLLM's share of the best bound
     hits = overall["hit_tokens"].to_list()
     assert max(hits[2:]) >= max(hits[:2])

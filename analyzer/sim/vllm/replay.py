@@ -36,6 +36,7 @@ class VllmReplay:
         self.interner = HashInterner(ahead=True)  # the replay compares ids, never orders them
         self.coord = Coordinator(self.layout)
         self._events = _decode_events(self.layout)
+        self._ever = self._track_ever()
         if fast and fast_path_applies(self.layout):
             # Same results, computed in closed form (fast.py); `fast=False` forces blocks.
             self.replay_one = UnboundedReplay(self.layout, self.interner).replay_one
@@ -58,6 +59,7 @@ class VllmReplay:
         self._show_hashes(req)
         hit, longest, found = coord.lookup(req.hashes, prompt - 1)
         attention = self._attention_match(req, longest)
+        cached_ever = None if self._ever is None else self._cached_ever(req, attention)
         evicted = self._evicted(req, hit, longest, found) if longest > hit else 0
         req.junction = longest if longest > hit else 0
         boundaries = replay_boundaries(prompt, layout.block_size, layout.eagle_drop)
@@ -83,7 +85,40 @@ class VllmReplay:
             req.junction,
             tuple(chunks),
             error,
+            cached_ever_tokens=cached_ever,
         )
+
+    def _track_ever(self) -> set[int] | None:
+        """Full attention's keys ever cached, in a bounded pool with sub-block hits: there a
+        prompt's partial block may never have been cached by anyone, which is granularity,
+        not eviction (SPEC 3's L3). Whole-block hits need no record (a shared whole block
+        was cached by the request it is shared with), nor do lookahead hashes (not kept)."""
+        layout = self.layout
+        fine = layout.alignment < layout.block_size
+        if layout.num_blocks is None or not fine or layout.hash_lookahead or layout.eagle_drop:
+            return None
+        (attention,) = self.coord.spec_groups[0][:1]
+        attention.ever = set()
+        return attention.ever
+
+    def _cached_ever(self, req: ReqState, resident: int) -> int:
+        """Tokens of the prompt whose full-attention entries were ever cached, evicted or
+        not, matched and capped like `_attention_match` (>= `resident`, its resident part)."""
+        layout = self.layout
+        ever, groups = self._ever, self.coord.pool.num_groups
+        gid = self.coord.spec_groups[0][0].gid
+        B, H = layout.block_size, layout.hash_block_size
+        whole = resident // B  # resident blocks were cached: probe from the first one after
+        skip = whole * (B // H)
+
+        def probe(h: int):
+            return () if h * groups + gid in ever else None
+
+        cap = req.prompt - 1
+        limit = min(cap + layout.alignment, len(req.hashes) * H) - whole * B
+        hit, _ = FullAttentionManager.longest_hit(probe, req.hashes[skip:], limit, False, layout)
+        hit = min(hit + whole * B, cap)
+        return max(hit - hit % layout.alignment, resident)
 
     def _admit(
         self, req: ReqState, hit: int, found: list, boundaries: list[int], chunks: list[int]
