@@ -16,8 +16,8 @@ size could have served it. A serial replay has L2b = L2. L3 is L2b capped at pro
 (the last token is always computed), floored to the hit alignment (the prefix match unit
 when fine-grained hits are on, else the block size) and limited to what the earlier requests
 had cached, when the replay knows it (an unbounded pool of an engine that keeps all it
-computes: what full attention lacks there, a partial block, was never cached, so it is
-granularity, not eviction). L4 is what full attention had resident,
+computes, or a bounded vLLM pool with sub-block hits, which records the keys ever cached: a
+partial block nobody cached is granularity, not eviction). L4 is what full attention had resident,
 with plain hashes (no EAGLE lookahead or drop). vLLM's sparse-retention miss is measured after
 the speculative decoding adjustment, so L5 = L4 - miss and L5 - L6 is what lookahead / drop
 took. L2b is held within [L4, L2] (lookahead hashes can put it a unit below what was resident).
