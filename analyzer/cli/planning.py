@@ -154,7 +154,11 @@ SCHEDULE_LINES = {
     help="The useful hit ratio (hits / queries) to reach, in (0, 1].",
 )
 @click.option("--model", default=None, help="Model preset (schemas/models/).")
-@click.option("--memory-budget", default=None, help="Cache memory per replica, e.g. 40GiB.")
+@click.option(
+    "--memory-budget",
+    default=None,
+    help="Cache memory per cache (model revision x replica), e.g. 40GiB.",
+)
 @click.option("--family", default=None, help="Measure one prompt family only.")
 @click.option(
     "--schedule",
@@ -240,8 +244,9 @@ def plan_cmd(
                 "routing": [x.routing for x in c],
                 "num_blocks": [x.num_blocks for x in c],
                 "useful_hit_ratio": [x.useful_hit_ratio for x in c],
+                "caches": [x.num_caches for x in c],
                 "memory_gib": pa.array([x.memory_gib for x in c], pa.float64()),
-                f"cost_{r.cost_unit.lower()}": [float(x.cost) for x in c],
+                f"total_{r.cost_unit.lower()}": [float(x.cost) for x in c],
                 "sized_by": [x.sized_by for x in c],
             }
         )

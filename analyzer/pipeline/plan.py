@@ -16,9 +16,11 @@ search is deliberately small:
    doubling from the smallest pool that fits every request, then bisection to within 5%
    (about 10 replays). With --memory-budget the pool never exceeds the budget.
 
-Cost = cache occupancy: replicas x num_blocks x bytes_per_block (GiB) when the model preset
-gives bytes_per_block, else replicas x num_blocks (blocks). Candidates are printed cheapest
-first.
+Cost = cache occupancy of every cache: caches x num_blocks x bytes_per_block (GiB) when the
+model preset gives bytes_per_block, else caches x num_blocks (blocks); a cache is one model
+revision x replica (one replica under cache_scope shared), so a trace of 6 revisions on 1
+replica costs 6 pools. num_blocks and --memory-budget are per cache. Candidates are printed
+cheapest first.
 
 The requests come from a request input (pipeline/inputs.py): the store's, or a Parquet
 dataset's without creating a store. With a dataset and a non-local executor this process
@@ -61,11 +63,12 @@ class Candidate:
     routing: str
     num_blocks: int | None
     useful_hit_ratio: float
-    memory_gib: float | None  # per replica
-    cost: float  # GiB (or blocks when the preset has no bytes_per_block)
+    memory_gib: float | None  # per cache
+    cost: float  # GiB (or blocks when the preset has no bytes_per_block), every cache
     # Why the pool is this size: the target, or the longest request (the smallest pool that
     # holds it already reaches the target).
     sized_by: str = "target"
+    num_caches: int = 1  # model revisions x replicas (replicas under cache_scope shared)
 
 
 @dataclass
@@ -197,6 +200,11 @@ def plan(
     notes = [fit_note] if fit_note else []
     ev = _Evaluator(trace, family, progress, spec)
     num_trace_replicas = len({r for r in trace.columns["replica"] if r is not None}) or 1
+    num_revisions = len(set(trace.columns["model_revision"]))
+
+    def caches(policy: Policy) -> int:
+        """The pools a setting provisions: one per model revision x replica."""
+        return (1 if policy.cache_scope == "shared" else num_revisions) * policy.replicas
 
     base = {**values, "block_size": block}
     if time_scale is not None:
@@ -264,9 +272,7 @@ def plan(
     pruned = 0
     for k, policy in enumerate(settings):
         floor = (
-            policy.replicas
-            * _min_pool(policy, trace)
-            * (pool_gib(1, per_block) if per_block else 1)
+            caches(policy) * _min_pool(policy, trace) * (pool_gib(1, per_block) if per_block else 1)
         )
         if candidates and floor > min(c.cost for c in candidates):
             pruned += 1  # even its smallest pool costs more than a found candidate
@@ -277,7 +283,7 @@ def plan(
             continue
         num_blocks, ratio = found
         mem = pool_gib(num_blocks, per_block) if per_block else None
-        cost = policy.replicas * (mem if mem is not None else num_blocks)
+        cost = caches(policy) * (mem if mem is not None else num_blocks)
         sized_by = "longest request" if num_blocks == _min_pool(policy, trace) else "target"
         candidates.append(
             Candidate(
@@ -290,6 +296,7 @@ def plan(
                 mem,
                 cost,
                 sized_by,
+                caches(policy),
             )
         )
     candidates.sort(key=lambda c: (c.cost, -c.useful_hit_ratio))
@@ -300,7 +307,9 @@ def plan(
             f"cheapest: retention_interval={_j(best.retention_interval)} "
             f"prefix_match_unit={_j(best.prefix_match_unit)} replicas={best.replicas} "
             f"routing={best.routing} num_blocks={best.num_blocks} -> useful hit ratio "
-            f"{best.useful_hit_ratio:.3f} for {best.cost:,.2f} {cost_unit} of cache{note}"
+            f"{best.useful_hit_ratio:.3f} for {best.cost:,.2f} {cost_unit} of cache in all "
+            f"({best.num_caches} {'cache' if best.num_caches == 1 else 'caches'}, one per "
+            f"model revision x replica){note}"
         )
     else:
         msg = (

@@ -129,6 +129,7 @@ def _runs(con, runs: list[int] | None) -> pl.DataFrame:
             "hit_tokens": [r[5] for r in rows],
             "hpa_version": [r[6] for r in rows],
             "memory_gib": [memory_gib(p) for p in policies],
+            "num_caches": [r[7] for r in rows],
             "concurrent": [p.get("schedule") == "concurrent" for p in policies],
         },
         schema_overrides={"memory_gib": pl.Float64},

@@ -24,13 +24,13 @@ SWEEP_FIGURE_ID = "fig-sweeps"  # and engines.FIGURE_ID when the runs use severa
 
 def runs_section(data: ReportData) -> str:
     overall = overall_rows(data)
-    memory = dict(
-        zip(data.runs["run_id"].to_list(), data.runs["memory_gib"].to_list(), strict=True)
-    )
+    memory = {
+        r["run_id"]: (r["memory_gib"], r["num_caches"]) for r in data.runs.iter_rows(named=True)
+    }
     rows = []
     for r in overall.iter_rows(named=True):
         q = r["prompt_tokens"] or 1
-        mem = memory.get(r["run_id"])
+        mem, caches = memory.get(r["run_id"], (None, 1))
         rows.append(
             [
                 r["run_label"],
@@ -40,7 +40,9 @@ def runs_section(data: ReportData) -> str:
                 pct(r["hit_tokens"] / q),
                 count(r["sparse_retention_miss_tokens"]),
                 pct(r["sparse_retention_miss_tokens"] / q),
+                count(caches),
                 "unbounded" if mem is None else f"{mem:,.2f}",
+                "unbounded" if mem is None else f"{mem * caches:,.2f}",
             ]
         )
     table = html_table(
@@ -52,10 +54,12 @@ def runs_section(data: ReportData) -> str:
             "useful-hit ratio",
             "sparse-retention miss tokens",
             "sparse-loss ratio",
-            "cache pool (GiB)",
+            "caches (model revision x replica)",
+            "memory per cache (GiB)",
+            "memory in all (GiB)",
         ],
         rows,
-        numeric={1, 2, 3, 4, 5, 6, 7},
+        numeric={1, 2, 3, 4, 5, 6, 7, 8, 9},
     )
     return (
         '<section id="runs"><h2>Runs in this report</h2>'
@@ -282,12 +286,16 @@ def _replayed_before(data: ReportData) -> list[str]:
 def config_section(data: ReportData) -> str:
     parts = []
     for r in data.runs.iter_rows(named=True):
-        mem = r["memory_gib"]
+        mem, caches = r["memory_gib"], r["num_caches"]
+        pool = (
+            "unbounded" if mem is None else f"{mem:,.2f} GiB each, {mem * caches:,.2f} GiB in all"
+        )
         parts.append(
             f'<div class="run-config"><h3>{html.escape(r["run_label"])}</h3>'
             f"<p>trace fingerprint <code>{html.escape(r['trace_fingerprint'])}</code>; "
             f"{count(r['num_requests'])} requests, {count(r['prompt_tokens'])} queried tokens; "
-            f"cache pool {'unbounded' if mem is None else f'{mem:,.2f} GiB'}; "
+            f"{count(caches)} cache{'' if caches == 1 else 's'} (one per model revision x "
+            f"replica, or per replica under cache_scope shared), pool {pool}; "
             f"hpa {html.escape(r['hpa_version'])}</p>"
             f"<pre>{html.escape(r['policy_json'])}</pre></div>"
         )

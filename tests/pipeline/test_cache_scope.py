@@ -64,3 +64,30 @@ def test_sweep_states_the_caches_and_their_total(db):
     header, _, row = out.output.splitlines()[:3]
     assert header.split()[-4:] == ["memory_gib", "caches", "total_gib", "one_pass"]
     assert row.split()[-4:] == ["1.245", "4", "4.98", "False"]
+
+
+def test_plan_prices_every_cache(tmp_path):
+    """Two model revisions on one replica are two pools: the cost is both."""
+    from analyzer.pipeline.plan import plan
+    from tests.conftest import write_jsonl
+    from tests.metrics.conftest import groups_records
+
+    path = tmp_path / "g.duckdb"
+    ingest([write_jsonl(tmp_path / "g.jsonl", groups_records())], db_path=path)
+    best = plan(0.3, model="qwen3.5-4b", db_path=path).candidates[0]
+    assert best.num_caches == 2
+    assert best.cost == pytest.approx(2 * best.memory_gib)
+    shared = plan(0.3, model="qwen3.5-4b", db_path=path, policy={"cache_scope": "shared"})
+    assert shared.candidates[0].num_caches == 1
+
+
+def test_report_states_the_caches_and_their_total(db, tmp_path):
+    from analyzer.report.html import render_report
+
+    run_replay(make_policy({"model": QWEN, "num_blocks": 400}), db_path=db)
+    out = tmp_path / "r.html"
+    render_report(db, out)
+    text = out.read_text(encoding="utf-8")
+    assert "caches (model revision x replica)" in text and "memory in all (GiB)" in text
+    assert "4 caches (one per model revision x replica" in text
+    assert "pool 4.98 GiB each, 19.92 GiB in all" in text

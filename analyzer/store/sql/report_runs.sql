@@ -1,4 +1,17 @@
--- Every replay run with its totals (`hpa report`).
-SELECT run_id, policy, trace_fingerprint, num_requests, prompt_tokens, hit_tokens, hpa_version
-FROM replay_runs
-ORDER BY run_id;
+-- Every replay run with its totals (`hpa report`). num_caches: the pools its requests went
+-- through, one per model revision x replica (per replica under cache_scope shared); memory
+-- figures are per pool.
+SELECT
+    r.run_id, r.policy, r.trace_fingerprint, r.num_requests, r.prompt_tokens, r.hit_tokens,
+    r.hpa_version,
+    (
+        SELECT count(DISTINCT
+            CASE WHEN json_extract_string(r.policy, '$.cache_scope') = 'shared'
+                THEN q.replica
+                ELSE coalesce(q.model_revision, '') || chr(0) || q.replica
+            END)
+        FROM replay_requests AS q
+        WHERE q.run_id = r.run_id
+    ) AS num_caches
+FROM replay_runs AS r
+ORDER BY r.run_id;
