@@ -146,7 +146,7 @@ def replay(
         check_export_path(out)
     outcomes = []
     for policy in policies:
-        with progress_bar("replay", "partitions") as update:
+        with progress_bar("replay", "requests") as update:
             result = run_replay(
                 policy,
                 db_path=db_path,

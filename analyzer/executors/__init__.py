@@ -101,10 +101,12 @@ def map_partitions(
     shared: Any = None,
     progress: Progress | None = None,
     in_worker: bool = False,
+    weights: Sequence[int] | None = None,
 ) -> list[Any]:
     """[fn(shared, item) for item in items], run by `spec`, in input order.
 
-    `progress(partitions done, total)` is called as each partition finishes.
+    `progress(done, total)` is called as each partition finishes: partitions, or the sum of
+    the finished items' `weights` (e.g. their requests) out of all of them.
     `in_worker`: with `processes`, run even a lone partition (or `workers=1`) in a worker
     process, not in this one: for partitions that read what the driver must not hold (a
     dataset's whole trace). `local` always runs here.
@@ -119,6 +121,7 @@ def map_partitions(
         raise ValueError("map_partitions: one label per item")
     if not items:
         return []
+    progress = _ticker(progress, weights or [1] * len(items))
     if spec.name == "local" or (
         spec.name == "processes" and not in_worker and min(spec.num_workers(), len(items)) == 1
     ):
@@ -126,6 +129,19 @@ def map_partitions(
     if spec.name == "processes":
         return _run_processes(spec, fn, items, labels, shared, progress)
     return _run_ray(spec, fn, items, labels, shared, progress)
+
+
+def _ticker(progress: Progress | None, weights: Sequence[int]) -> Callable[[int], None] | None:
+    """tick(i): item i finished; calls `progress(weight done, total weight)`."""
+    if progress is None:
+        return None
+    total, done = sum(weights), [0]
+
+    def tick(i: int) -> None:
+        done[0] += weights[i]
+        progress(done[0], total)
+
+    return tick
 
 
 def _failed(label: str, exc: BaseException) -> AnalyzerError:
@@ -150,7 +166,7 @@ def _run_local(fn, items, labels, shared, progress) -> list:
         except AnalyzerError as exc:  # a bug keeps its own traceback here
             raise _failed(label, exc) from exc
         if progress:
-            progress(i + 1, len(items))
+            progress(i)
     return out
 
 
@@ -233,8 +249,8 @@ def _collect(pool, fn, items, labels, progress) -> list:
             except Exception as exc:  # a worker's error or a dead worker
                 i, exc = _first_failure(futures, pending, i, exc)
                 raise _failed(labels[i], exc) from exc
-        if progress:
-            progress(len(items) - len(pending), len(items))
+            if progress:
+                progress(i)
     return results
 
 
@@ -307,8 +323,8 @@ def _run_ray(spec, fn, items, labels, shared, progress) -> list:
                     results[i] = ray.get(ref)
                 except Exception as exc:
                     raise _failed(labels[i], _ray_cause(exc)) from None
-            if progress:
-                progress(len(items) - len(pending), len(items))
+                if progress:
+                    progress(i)
     except BaseException:
         for ref in pending:
             with contextlib.suppress(Exception):  # best effort: report the first error

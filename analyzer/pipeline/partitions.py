@@ -8,7 +8,7 @@ fields as columns) and the driver puts them back in arrival order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -75,14 +75,24 @@ def replay_partitions(
 
     One task per partition; for a dataset, bins of partitions (about 2 per worker, at least
     8), because each task scans the dataset once for its rows.
-    `progress(tasks done, number of tasks)` is called as each one finishes."""
+    `progress(requests replayed, requests)` is called as they are: in this process every
+    PROGRESS_REQUESTS requests, elsewhere as each task finishes."""
     keys = list(members)
     bins = shared.trace.replay_bins([len(members[k]) for k in keys], spec)
     items = [[members[keys[k]] for k in b] for b in bins]
     labels = [_label(keys, members, b, len(keys)) for b in bins]
-    # In this process the results need no Arrow round trip (nor do stateful replayers).
-    fn = replay_item if spec.is_local else replay_partition
-    parts = map_partitions(spec, fn, items, labels=labels, shared=shared, progress=progress)
+    sizes = [sum(len(indices) for indices in item) for item in items]
+    if spec.is_local:
+        # In this process the results need no Arrow round trip (nor do stateful replayers),
+        # and progress can count requests inside a partition (one cache is one partition).
+        if progress is not None:
+            shared = replace(shared, replayer=_counting(shared.replayer, progress, sum(sizes)))
+        parts = map_partitions(spec, replay_item, items, labels=labels, shared=shared)
+    else:
+        parts = map_partitions(
+            spec, replay_partition, items, labels=labels, shared=shared, progress=progress,
+            weights=sizes,
+        )  # fmt: skip
     results: list[SimResult | None] = [None] * shared.trace.n
     for item, part in zip(items, parts, strict=True):
         replayed = part if spec.is_local else results_from_table(part)
@@ -90,6 +100,23 @@ def replay_partitions(
         for i, result in zip(indices, replayed, strict=True):
             results[i] = result
     return results
+
+
+PROGRESS_REQUESTS = 64
+
+
+def _counting(replayer, progress: Progress, total: int):
+    """`replayer` that calls `progress(requests replayed, total)` every PROGRESS_REQUESTS."""
+    done = [0]
+
+    def counted(requests, policy, **options):
+        for result in replayer(requests, policy, **options):
+            done[0] += 1
+            if done[0] % PROGRESS_REQUESTS == 0 or done[0] == total:
+                progress(done[0], total)
+            yield result
+
+    return counted
 
 
 def _label(keys: list[tuple], members: dict, chosen: list[int], total: int) -> str:

@@ -42,7 +42,8 @@ def run_replay(
 ) -> ReplayOutcome:
     """Replay the stored trace under `policy`; store and return the run.
 
-    `progress(partitions done, total)` is called after each (revision, replica) partition.
+    `progress(requests replayed, requests)` is called as they replay (analyzer.pipeline.
+    partitions: every 64 in this process, as each partition finishes elsewhere).
     `executor` (analyzer.executors) runs the partitions and the L1/L2 matcher shards;
     tables are identical for every executor. `dataset`: read the requests from a Parquet
     dataset (analyzer.store.dataset) instead of the store's `requests` table; the driver

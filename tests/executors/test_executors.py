@@ -153,6 +153,17 @@ def test_map_partitions_keeps_input_order_and_reports_progress(spec):
     assert seen[-1] == (9, 9) and [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
+@pytest.mark.parametrize("spec", [ExecutorSpec(), PROCESSES])
+def test_progress_can_count_the_weight_of_each_finished_item(spec):
+    seen = []
+    map_partitions(
+        spec, _square, [1, 2, 3], shared=1, progress=lambda d, t: seen.append((d, t)),
+        weights=[10, 20, 30],
+    )  # fmt: skip
+    assert seen[-1] == (60, 60) and {t for _, t in seen} == {60}
+    assert {d for d, _ in seen} <= {10, 20, 30, 40, 50, 60}
+
+
 def test_a_failing_partition_is_named_and_keeps_bad_input_errors_bad_input():
     labels = [f"part-{i}" for i in range(5)]
     with pytest.raises(WorkerError, match=r"^part-3 failed: ValueError: three is not allowed$"):

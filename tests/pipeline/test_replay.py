@@ -211,3 +211,15 @@ def test_concurrent_run_stores_times_and_prints_its_load(tmp_path):
         "bool_and(finished_s >= first_token_s) FROM replay_requests",
     )
     assert got == [(2500, 2500, True, True, True)]
+
+
+def test_progress_counts_requests_inside_one_cache(tmp_path):
+    """(issue 14, item 8: a one-cache replay's bar jumped from 0 to 100%)"""
+    db = tmp_path / "m.duckdb"
+    ingest([Path(__file__).parents[2] / "sample_traces" / "mixed.jsonl.gz"], db_path=db)
+    seen = []
+    policy = make_policy({"block_size": 544, "cache_scope": "shared", "replicas": 1})
+    run_replay(policy, db_path=db, progress=lambda d, t: seen.append((d, t)))
+    assert seen[-1] == (2_500, 2_500)  # one cache: 2,500 requests in one partition
+    assert len(seen) == 2_500 // 64 + 1
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
