@@ -197,6 +197,8 @@ def _print_replay(policy, result, render) -> None:
     )
     if result.load is not None:
         click.echo(_load_line(result.load))
+    else:
+        click.echo(_serial_line(result.policy or policy))
     if result.num_caches > 1:
         click.echo(_caches_line(result.policy or policy, result.num_caches))
     for note in result.notes:
@@ -208,6 +210,19 @@ def _print_replay(policy, result, render) -> None:
             f"replay_requests.error",
             err=True,
         )
+
+
+def _serial_line(policy) -> str:
+    """The caveat of a serial replay: no request waited or met another in flight."""
+    hint = (
+        "; --set schedule=concurrent replays vLLM's scheduler under load"
+        if policy.engine == "vllm"
+        else ""
+    )
+    return (
+        "schedule: serial (each request after the previous one finished: no queueing, no "
+        f"prefix still in flight, the no-contention bound{hint})"
+    )
 
 
 def _load_line(load: dict) -> str:

@@ -34,6 +34,7 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
     Exit status: 0 when every record was stored (or --allow-rejects), 1 when some were
     rejected, 2 when a file is missing or cannot be parsed at all.
     """
+    from analyzer.pipeline.caveats import timestamp_caveat
     from analyzer.store.ingest import ingest as ingest_files
 
     with progress_bar("ingest", "MiB") as update:
@@ -59,8 +60,17 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
                 f'hpa query "SELECT * FROM rejects WHERE source_id = {src.source_id}"',
                 err=True,
             )
-    for path in result.skipped_files:
-        click.echo(f"skipped {path}: not named like a trace file (give it by name to read it)")
+        if src.num_read and not src.num_stored:
+            click.echo(
+                f"  none of its records is a request in format {src.format}: is it a trace "
+                f"of another format (--format {', '.join(FORMATS)}), or no trace at all?",
+                err=True,
+            )
+        caveat = timestamp_caveat(src.format, src.num_stored) if src.num_stored else None
+        if caveat is not None:
+            click.echo(f"note: {caveat}")
+    for path, why in result.skipped_files:
+        click.echo(f"skipped {path}: {why}")
     if len(result.sources) > 1:
         click.echo(
             f"total: read {result.num_read:,} = stored {result.num_stored:,} + "

@@ -19,6 +19,7 @@ from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
 from analyzer.metrics.waterfall import build_levels
+from analyzer.pipeline.caveats import timestamp_caveats
 from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.partitions import ReplayShared, replay_partitions
@@ -76,9 +77,11 @@ def run_replay(
             measure_from=measure_from,
             fingerprint=source.fingerprint,
         )
+        # arrival times drive a concurrent replay: say which of them an adapter made
+        timed = timestamp_caveats(con) if policy.schedule == "concurrent" else []
     finally:
         con.close()
-    notes = (fitted, *outcome.notes) if fitted else outcome.notes
+    notes = (*([fitted] if fitted else []), *outcome.notes, *timed)
     return replace(outcome, notes=notes, num_caches=num_caches(policy, rows))
 
 

@@ -30,7 +30,8 @@ from analyzer.traces.readers import (
     SOURCE_INFO,
     TRACE_SUFFIXES,
     detect_format,
-    trace_file_name,
+    not_a_trace,
+    side_table,
 )
 
 Progress = Callable[[int, int], None]  # (bytes read so far, total bytes) of the current file
@@ -56,8 +57,8 @@ class SourceResult:
 @dataclass(frozen=True)
 class IngestResult:
     sources: tuple[SourceResult, ...]
-    # Files of a directory given that are not named like a trace (left out, not read).
-    skipped_files: tuple[str, ...] = ()
+    # Files of a directory given that are left out, not read: (path, why).
+    skipped_files: tuple[tuple[str, str], ...] = ()
 
     @property
     def num_read(self) -> int:
@@ -111,7 +112,9 @@ def ingest(
     _check_format(fmt)
     listed = [_files(Path(p)) for p in paths]
     paths = [f for files, _ in listed for f in files]
-    skipped = tuple(str(f) for _, left in listed for f in left)
+    skipped = tuple((str(f), why) for _, left in listed for f, why in left)
+    if not paths:
+        raise InputFileError(f"nothing to ingest: {'; '.join(f'{f}: {w}' for f, w in skipped)}")
     for path in paths:
         if not path.is_file():
             raise InputFileError(f"{path}: {_not_a_file(path)}")
@@ -168,15 +171,20 @@ def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> 
         raise
 
 
-def _files(path: Path) -> tuple[list[Path], list[Path]]:
+def _files(path: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     """([path], []), or for a directory (the files directly in it named like a trace, by
-    name; the other files, which are left out and said); hidden files are not looked at."""
+    name; the other files with why they are left out); hidden files are not looked at."""
     if not path.is_dir():
-        return [path], []
+        part = side_table(path) if path.is_file() else None
+        return ([], [(path, part)]) if part else ([path], [])
     traces, others = [], []
     for p in sorted(path.iterdir()):
         if p.is_file() and not p.name.startswith("."):
-            (traces if trace_file_name(p) else others).append(p)
+            why = not_a_trace(p)
+            if why is None:
+                traces.append(p)
+            else:
+                others.append((p, why))
     if not traces:
         raise InputFileError(
             f"{path}: a directory with no trace files in it (names ending in "

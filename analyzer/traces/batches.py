@@ -58,11 +58,14 @@ class SourceInfo:
     """What ingest records in `sources` about a reader's format.
 
     block_size_tokens: the trace's hash block size in tokens (None for token-id traces);
-    provenance: one line naming the public trace or format, its URL and licence.
+    provenance: one line naming the public trace or format, its URL and licence;
+    timestamps: how the adapter makes the timestamps the trace does not give as they are
+    (None: the trace's own), a caveat for every figure that depends on arrival times.
     """
 
     block_size_tokens: int | None = None
     provenance: str | None = None
+    timestamps: str | None = None
 
 
 @dataclass

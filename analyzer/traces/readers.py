@@ -68,6 +68,22 @@ def trace_file_name(path: Path) -> bool:
     return bool(suffixes) and suffixes[-1] in TRACE_SUFFIXES
 
 
+def side_table(path: Path) -> str | None:
+    """Why `path` is another file's part, not a trace (a RAGPulse side table next to its
+    trace, which reads it); None for a file that may be a trace."""
+    stem = path.name.split(".", 1)[0]
+    if stem in ragpulse.SIDE_TABLES and any(path.parent.glob(f"{ragpulse.TRACE_STEM}.jsonl*")):
+        return f"a RAGPulse side table: {ragpulse.TRACE_STEM}.jsonl reads it"
+    return None
+
+
+def not_a_trace(path: Path) -> str | None:
+    """Why a file of a directory given to ingest is left out; None to read it."""
+    if not trace_file_name(path):
+        return "not named like a trace file (give it by name to read it)"
+    return side_table(path)
+
+
 # Formats read by adapters (analyzer/traces/adapters); they are all JSON Lines, so an
 # undetectable file is never one of them.
 ADAPTER_FORMATS = (mooncake.NAME, weka.NAME, ragpulse.NAME, bailian.NAME)

@@ -285,3 +285,41 @@ def test_a_directory_leaves_out_what_is_not_named_like_a_trace(tmp_path):
     out = run(cli, ["ingest", str(folder), "--db", str(tmp_path / "w.duckdb")])
     assert out.exit_code == 0, out.output
     assert f"skipped {folder / 'SOURCE.md'}: not named like a trace file" in out.output
+    # WEKA's conversations have no absolute start: the adapter makes one, and says so
+    assert "note: timestamps of " in out.output and "(weka) are partly the adapter's" in out.output
+
+
+def test_ragpulse_side_tables_are_read_by_its_trace_never_as_traces(tmp_path):
+    """(issue 14, item 10: a side table ingested by mistake gave 6,898 rejects, no hint)"""
+    run = CliRunner().invoke
+    folder = EXTERNAL / "ragpulse"
+    out = run(cli, ["ingest", str(folder), "--db", str(tmp_path / "r.duckdb")])
+    assert out.exit_code == 0, out.output
+    assert (
+        f"skipped {folder / '2_passages.jsonl'}: a RAGPulse side table: 0_trace.jsonl reads it"
+        in (out.output)
+    )
+    alone = run(cli, ["ingest", str(folder / "1_sys_prompt.jsonl"), "--db", str(tmp_path / "s")])
+    assert alone.exit_code == 2
+    assert alone.output.strip().endswith(
+        "Error: nothing to ingest: "
+        f"{folder / '1_sys_prompt.jsonl'}: a RAGPulse side table: 0_trace.jsonl reads it"
+    )
+    assert not (tmp_path / "s").exists()
+    moved = tmp_path / "side.jsonl"  # away from its trace: read, every record rejected
+    moved.write_bytes((folder / "1_sys_prompt.jsonl").read_bytes())
+    out = run(cli, ["ingest", str(moved), "--db", str(tmp_path / "m.duckdb")])
+    assert out.exit_code == 1
+    assert "none of its records is a request in format jsonl: is it a trace of another" in (
+        out.output
+    )
+
+
+def test_a_concurrent_replay_notes_adapter_made_timestamps(tmp_path):
+    db = tmp_path / "w.duckdb"
+    ingest([EXTERNAL / "weka_claude_code" / "trace_0021.json.gz"], db_path=db)
+    out = CliRunner().invoke(
+        cli, ["replay", "--db", str(db), "--policy", "vllm-concurrent", "--set", f"model={QWEN}"]
+    )
+    assert out.exit_code == 0, out.output
+    assert "note: timestamps of " in out.output and "(weka) are partly the adapter's" in out.output

@@ -223,3 +223,18 @@ def test_progress_counts_requests_inside_one_cache(tmp_path):
     assert seen[-1] == (2_500, 2_500)  # one cache: 2,500 requests in one partition
     assert len(seen) == 2_500 // 64 + 1
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_a_serial_replay_says_what_its_figures_are(diag_db):
+    out = CliRunner().invoke(cli, ["replay", "--db", str(diag_db), "--set", "block_size=544"])
+    assert out.exit_code == 0, out.output
+    assert (
+        "schedule: serial (each request after the previous one finished: no queueing, no "
+        "prefix still in flight, the no-contention bound; --set schedule=concurrent replays "
+        "vLLM's scheduler under load)"
+    ) in out.output
+    out = CliRunner().invoke(
+        cli, ["replay", "--db", str(diag_db), "--policy", "sglang-default", "--set", "block_size=1"]
+    )
+    assert out.exit_code == 0, out.output
+    assert "the no-contention bound)" in out.output  # no schedule option for other engines

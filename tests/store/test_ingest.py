@@ -651,4 +651,6 @@ def test_a_directory_stands_for_the_files_in_it(tmp_path, db):
     with pytest.raises(InputFileError, match=r"empty: a directory with no trace files in it \("):
         ingest([empty], db_path=db)
     (folder / "notes.md").write_text("x\n")
-    assert ingest([folder], db_path=db).skipped_files == (str(folder / "notes.md"),)
+    assert ingest([folder], db_path=db).skipped_files == (
+        (str(folder / "notes.md"), "not named like a trace file (give it by name to read it)"),
+    )

@@ -42,6 +42,8 @@ SOURCE = SourceInfo(
     None,  # token ids synthesised from variable-length chunks: no fixed block size
     "RAGPulse (flashserve, university RAG Q&A, one week), "
     "https://github.com/flashserve/RAGPulse/tree/main/data, MIT",
+    "each week sample after a clock restart is moved one week later (the trace's own value "
+    "is extra.trace_timestamp)",
 )
 # (component key in hash_ids, side table stem, id field), in prompt order.
 COMPONENTS = (
@@ -51,6 +53,8 @@ COMPONENTS = (
     ("web_search", "5_web_search", "web_search_id"),
     ("user_input", "4_user_input", "user_input_id"),
 )
+SIDE_TABLES = frozenset(stem for _, stem, _ in COMPONENTS)
+TRACE_STEM = "0_trace"  # the request file, read with the side tables beside it
 CHUNK_BITS, POSITION_BITS = 18, 10  # chunk ids < 2^18, chunks of at most 2^10 tokens
 COMPONENT_SPAN = 1 << (CHUNK_BITS + POSITION_BITS)
 RESIDUAL_BASE = len(COMPONENTS) * COMPONENT_SPAN  # residual tokens: [RESIDUAL_BASE, 2^31)

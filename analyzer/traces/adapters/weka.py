@@ -50,6 +50,8 @@ SOURCE = SourceInfo(
     BLOCK_SIZE,
     "WEKA Claude Code agentic traces (kv-cache-tester), "
     "https://github.com/callanjfox/kv-cache-tester/tree/main/traces, Apache-2.0",
+    "a conversation without an absolute start starts at a synthetic offset in one day, "
+    "seeded by its id; only times inside a conversation are the trace's",
 )
 _OWN_FIELDS = ("t", "model", "in", "out", "hash_ids", "ttft", "timestamp")
 _START_FIELDS = ("start_time", "timestamp")  # an absolute conversation start, if given
