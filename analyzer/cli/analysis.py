@@ -301,6 +301,8 @@ def compare_cmd(
         return
     click.echo(result.baseline.describe())
     click.echo(result.current.describe())
+    for note in result.notes:
+        click.echo(f"note: {note}")
     click.echo("")
     for line in result.traffic_lines():
         click.echo(line)

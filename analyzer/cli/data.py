@@ -34,7 +34,7 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
     Exit status: 0 when every record was stored (or --allow-rejects), 1 when some were
     rejected, 2 when a file is missing or cannot be parsed at all.
     """
-    from analyzer.pipeline.caveats import timestamp_caveat
+    from analyzer.store.caveats import timestamp_caveat
     from analyzer.store.ingest import ingest as ingest_files
 
     with progress_bar("ingest", "MiB") as update:

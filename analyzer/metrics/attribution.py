@@ -79,7 +79,7 @@ def build_tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table,
     for fam in families:
         members = [k for k in keys if k[0] == fam]
         groups.extend((fam, rev, [(fam, rev)]) for _, rev in members)
-        if len(members) > 1:
+        if len(members) > 1 and len(families) > 1:  # one family's roll-up is the total
             groups.append((fam, ALL, members))
     if len(keys) > 1:
         groups.append((ALL, ALL, keys))

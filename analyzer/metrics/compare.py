@@ -51,6 +51,7 @@ from analyzer.errors import ConfigError
 from analyzer.metrics.attribution import build_tables
 from analyzer.metrics.runs import resolve_run
 from analyzer.metrics.ttft import TtftFit, fit_by_revision
+from analyzer.store.caveats import timestamp_caveats
 from analyzer.store.db import DEFAULT_DB, connect, load_sql
 from analyzer.traces.records import RecordError, parse_time_text
 
@@ -90,6 +91,7 @@ class Comparison:
     ttft_source: str  # "trace ttft_ms", "model preset", or "unavailable"
     ttft_note: str
     sentence: str
+    notes: tuple[str, ...] = ()  # caveats: windows over timestamps an adapter made
 
     def fit_lines(self) -> list[str]:
         if self.ttft_source != "trace ttft_ms":
@@ -115,8 +117,11 @@ class Comparison:
         """The traffic table as aligned text: one row per measure, both sides, the change."""
         cells = [("traffic", "baseline", "current", "change")]
         for r in self.traffic.to_pylist():
-            digits = 3 if r["measure"] == "requests_per_s" else 0
-            shown = ["" if v is None else f"{v:,.{digits}f}" for v in (r["baseline"], r["current"])]
+            rate = r["measure"] == "requests_per_s"  # 3 significant digits, however slow
+            shown = [
+                "" if v is None else (f"{v:,.3g}" if rate else f"{v:,.0f}")
+                for v in (r["baseline"], r["current"])
+            ]
             change = r["change_percent"]
             cells.append(
                 (
@@ -158,6 +163,7 @@ class Comparison:
             "groups": self.groups.to_pylist(),
             "causes": self.causes.to_pylist(),
             "sentence": self.sentence,
+            "notes": list(self.notes),
         }
         return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
 
@@ -236,6 +242,7 @@ def compare(
         data = {name: _side_rows(con, run_id, w) for name, run_id, w in sides}
         shape = {name: _traffic(con, run_id, w) for name, run_id, w in sides}
         fits, source, note = _ttft_model(con, fit_run)
+        notes = tuple(timestamp_caveats(con)) if windowed else ()
     finally:
         con.close()
     usable = {rev: fit if _usable(fit) else None for rev, fit in fits.items()}
@@ -258,6 +265,7 @@ def compare(
         ttft_source=source,
         ttft_note=note,
         sentence=sentence,
+        notes=notes,
     )
 
 

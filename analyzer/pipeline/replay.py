@@ -19,7 +19,6 @@ from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
 from analyzer.metrics.waterfall import build_levels
-from analyzer.pipeline.caveats import timestamp_caveats
 from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.partitions import ReplayShared, replay_partitions
@@ -27,6 +26,7 @@ from analyzer.pipeline.shared_prefixes import shared_prefixes
 from analyzer.pipeline.trace import Trace
 from analyzer.sim.dispatch import hit_alignment, replay
 from analyzer.sim.routing import route
+from analyzer.store.caveats import timestamp_caveats
 from analyzer.store.db import DEFAULT_DB
 from analyzer.store.runs import ReplayOutcome, check_measure_from, store_run
 

@@ -36,8 +36,8 @@ def _cell(value, decimals: int | None = None) -> str:
     if isinstance(value, Decimal) and value == value.to_integral_value():
         value = int(value)  # SUM over integers comes back as a DECIMAL
     if isinstance(value, float):
-        if not math.isfinite(value) or (value != 0 and abs(value) < 1e-3):
-            return f"{value:.4g}"
+        if not math.isfinite(value) or (decimals is None and value != 0 and abs(value) < 1e-3):
+            return f"{value:.4g}"  # alone (no column to align with): its digits
         return f"{value:,.{_decimals(value) if decimals is None else decimals}f}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"

@@ -47,3 +47,29 @@ def test_the_default_run_is_no_sweep_point(tmp_path):
 )
 def test_only_a_fit_that_explains_ttft_estimates_it(fit, usable):
     assert _usable(fit) is usable
+
+
+def test_cli_compares_two_windows_of_a_public_trace(tmp_path):
+    """WEKA's fixture: two windows of one run, each with its traffic, the rate/mix split,
+    the caveat of adapter-made timestamps, and no family roll-up repeating the total."""
+    from click.testing import CliRunner
+
+    from analyzer.cli import cli
+
+    db = tmp_path / "w.duckdb"
+    ingest([Path(__file__).parents[1] / "fixtures" / "external" / "weka_claude_code"], db_path=db)
+    run_replay(make_policy({"model": "qwen3-next-80b-a3b"}), db_path=db)
+    args = ["compare", "--db", str(db), "--baseline", "..16326", "--window", "16326.."]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[:2] == [
+        "baseline: run 1, window ..16326 (24 requests)",
+        "current: run 1, window 16326.. (25 requests)",
+    ]
+    assert lines[2].startswith("note: timestamps of 49 requests (weka) are partly the adapter's")
+    traffic = {line.split()[0]: line.split()[1:] for line in lines[4:16]}
+    assert traffic["requests"] == ["24", "25", "+4.2%"]
+    assert traffic["requests_per_s"][:2] == ["0.0201", "0.000481"]  # 3 significant digits
+    assert not any(line.startswith("(none)         (all)") for line in lines)
+    assert "from the groups' own hit ratios" in lines[-1] and "from the traffic mix" in lines[-1]

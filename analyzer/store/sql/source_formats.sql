@@ -1,4 +1,4 @@
--- Requests stored per input format (the caveats of adapter-made fields, pipeline/caveats.py).
+-- Requests stored per input format (the caveats of adapter-made fields, store/caveats.py).
 SELECT format, sum(num_stored)::BIGINT AS requests
 FROM sources
 GROUP BY format
