@@ -44,6 +44,12 @@ from analyzer.errors import ConfigError
     help="Shallowest junction position (tokens) that can anchor a derived family.",
 )
 @click.option(
+    "--clear-derived-families",
+    is_flag=True,
+    help="Remove the prompt families an earlier --derive-families wrote (the trace's own "
+    "stay); with --derive-families, derive them anew.",
+)
+@click.option(
     "--chunk-tokens",
     default=1 << 22,
     show_default=True,
@@ -60,6 +66,7 @@ def match_cmd(
     out: str | None,
     derive_families: bool,
     min_family_tokens: int,
+    clear_derived_families: bool,
     chunk_tokens: int,
     dataset: str | None,
     executor: str | None,
@@ -83,6 +90,7 @@ def match_cmd(
             out=out,
             derive_families=derive_families,
             min_family_tokens=min_family_tokens,
+            clear_derived_families=clear_derived_families,
             options=MatchOptions(chunk_tokens=chunk_tokens, progress=update),
             executor=executor_spec(executor, workers, ray_address, shard_tokens=shard_tokens),
             dataset=dataset,

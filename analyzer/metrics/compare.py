@@ -283,7 +283,8 @@ def _usable(fit: TtftFit | None) -> bool:
 
 
 def _fmt_s(x: float) -> str:
-    return f"{x:g}"
+    """Seconds as written in a window (1774000000.5, never 1.774e+09)."""
+    return f"{x:.3f}".rstrip("0").rstrip(".")
 
 
 def _check_windows(con, run_id: int, windows) -> None:

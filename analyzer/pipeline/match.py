@@ -10,7 +10,7 @@ run by `analyzer.pipeline.sharded`), with identical tables. The figures are defi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +54,25 @@ class MatchSummary:
     num_derived: int | None = None
     num_families: int | None = None
     out: str | None = None
+    largest_family: tuple[str, int] | None = None  # (derived label, its requests)
+    min_family_tokens: int = DEFAULT_MIN_FAMILY_TOKENS
+    cleared: bool = False  # the families of an earlier derivation were removed
+
+    def _one_family_hint(self) -> str | None:
+        """When one derived family holds nearly every request (a system prompt all share),
+        how to split them: start families past that shared junction."""
+        if self.largest_family is None or not self.num_derived:
+            return None
+        label, n = self.largest_family
+        if n < 0.9 * self.num_derived or not label.startswith("j"):
+            return None
+        position = int(label[1:].split("-", 1)[0])
+        return (
+            f"note: {label} labels {n:,} of the {self.num_derived:,} requests: they share "
+            f"their first {position:,} tokens (>= --min-family-tokens "
+            f"{self.min_family_tokens}); --min-family-tokens {position + 1} labels them by "
+            f"the next junction on their prompts (--clear-derived-families undoes labels)"
+        )
 
     @property
     def tokens_per_s(self) -> float:
@@ -69,11 +88,16 @@ class MatchSummary:
             f"on the same replica: {rep:.1%}",
             f"junctions: {self.num_junctions:,}; wrote tables prefix_matches, junctions",
         ]
+        if self.cleared:
+            out.append("removed the prompt families an earlier --derive-families wrote")
         if self.num_derived is not None:
             out.append(
                 f"derived prompt families: {self.num_families:,} labels on "
                 f"{self.num_derived:,} requests (source derived:first_junction)"
             )
+            hint = self._one_family_hint()
+            if hint:
+                out.append(hint)
         if self.exact_fallbacks:
             out.append(f"hash collisions resolved by exact comparison: {self.exact_fallbacks:,}")
         if self.out:
@@ -88,6 +112,7 @@ def match_prefixes(
     out: str | Path | None = None,
     derive_families: bool = False,
     min_family_tokens: int = DEFAULT_MIN_FAMILY_TOKENS,
+    clear_derived_families: bool = False,
     options: MatchOptions | None = None,
     executor: ExecutorSpec | str | None = None,
     dataset: str | Path | None = None,
@@ -108,7 +133,7 @@ def match_prefixes(
         check_export_path(out)
     spec = as_spec(executor)
     source = request_input(db_path, dataset)
-    if source.is_dataset and derive_families:
+    if source.is_dataset and (derive_families or clear_derived_families):
         raise ConfigError(
             "--derive-families writes requests.prompt_family, which a --dataset cannot hold; "
             "ingest the trace with `hpa ingest` to derive families"
@@ -134,13 +159,19 @@ def match_prefixes(
             name = f"{backend_name(xp)}, {result.num_partitions} partitions on executor {spec.name}"
         seconds = time.perf_counter() - started
         derived = write_relations(
-            con, relations, derive_families, min_family_tokens, source.fingerprint
+            con,
+            relations,
+            derive_families,
+            min_family_tokens,
+            source.fingerprint,
+            clear_derived=clear_derived_families,
         )
         if out is not None:
             export_prefix_matches(con, out)
     finally:
         con.close()
-    return _summary(meta, result, name, seconds, derived, out)
+    summary = _summary(meta, result, name, seconds, derived, out)
+    return replace(summary, min_family_tokens=min_family_tokens, cleared=clear_derived_families)
 
 
 def _sharded(con, source: RequestInput, meta: RequestMeta, spec: ExecutorSpec, options):
@@ -176,5 +207,6 @@ def _summary(
         exact_fallbacks=arrays.exact_fallbacks,
         num_derived=derived[0] if derived else None,
         num_families=derived[1] if derived else None,
+        largest_family=derived[2] if derived else None,
         out=str(out) if out is not None else None,
     )

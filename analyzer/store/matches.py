@@ -17,15 +17,20 @@ def write_relations(
     derive_families: bool,
     min_family_tokens: int,
     fingerprint: str | None = None,
-) -> tuple[int, int] | None:
+    clear_derived: bool = False,
+) -> tuple[int, int, tuple[str, int] | None] | None:
     """Write the relations `match_rows`, `match_junction_nodes` and `match_junction_paths`
     (Arrow tables, see `analyzer.prefixes.result`) in one transaction, with what they were
-    derived from (`fingerprint`, None: the stored trace's). Returns (requests labelled,
-    distinct labels) when deriving families."""
+    derived from (`fingerprint`, None: the stored trace's). `clear_derived`: first remove
+    the families an earlier derivation wrote. Returns (requests labelled, distinct labels,
+    (the largest family, its requests) or None) when deriving families."""
     for name, table in relations.items():
         con.register(name, table)
     try:
         con.begin()
+        if clear_derived:
+            con.execute(load_sql("derived_schema"))
+            con.execute(load_sql("match_clear_derived"))
         con.execute(load_sql("match_write_prefix_matches"))
         tables = ["prefix_matches", "junctions"]
         if derive_families:
@@ -43,7 +48,8 @@ def write_relations(
     if not derive_families:
         return None
     labelled, labels = con.execute(load_sql("match_count_derived")).fetchall()[0]
-    return int(labelled), int(labels)
+    top = con.execute(load_sql("match_top_derived")).fetchall()
+    return int(labelled), int(labels), (top[0][0], int(top[0][1])) if top else None
 
 
 def _record(con, tables: list[str], fingerprint: str | None, num_requests: int) -> None:

@@ -130,3 +130,39 @@ def test_help_documents_the_family_rule():
     result = CliRunner().invoke(cli, ["match", "--help"])
     assert result.exit_code == 0
     assert "--derive-families" in result.output and "derived:first_junction" in result.output
+
+
+def test_one_derived_family_says_how_to_split_it_and_labels_can_be_undone(tmp_path):
+    """(issue 14, item 10: Mooncake gave one derived family and no hint; labels stuck)"""
+    from tests.conftest import write_jsonl
+
+    system = list(range(1, 101))  # every prompt starts with it, then one of two tasks
+    records = [
+        {
+            "request_id": f"r{i}",
+            "prompt_token_ids": system + [1000 * (1 + i % 2) + k for k in range(100)] + [5000 + i],
+        }
+        for i in range(8)
+    ]
+    db = tmp_path / "f.duckdb"
+    run = lambda *args: CliRunner().invoke(cli, list(args))  # noqa: E731
+    assert (
+        run("ingest", str(write_jsonl(tmp_path / "f.jsonl", records)), "--db", str(db)).exit_code
+        == 0
+    )
+    out = run("match", "--db", str(db), "--derive-families")
+    assert out.exit_code == 0, out.output
+    assert "note: j100-" in out.output and "labels 8 of the 8 requests" in out.output
+    assert "--min-family-tokens 101 labels them by the next junction" in out.output
+    split = run("match", "--db", str(db), "--derive-families", "--min-family-tokens", "101")
+    assert "derived prompt families: 2 labels on 8 requests" in split.output
+    assert "note: " not in split.output
+    cleared = run("match", "--db", str(db), "--clear-derived-families")
+    assert "removed the prompt families an earlier --derive-families wrote" in cleared.output
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        assert con.execute("SELECT count(prompt_family) FROM requests").fetchone() == (0,)
+        tables = con.execute("SELECT table_name FROM derived_tables ORDER BY 1").fetchall()
+    finally:
+        con.close()
+    assert ("requests.prompt_family",) not in tables
