@@ -10,6 +10,7 @@ from analyzer.cli.base import (
     db_option,
     executor_options,
     executor_spec,
+    measure_from_option,
     out_file_option,
     policy_options,
     progress_bar,
@@ -103,16 +104,7 @@ def match_cmd(
 @db_option
 @policy_options
 @out_file_option("Also export this run's replay_requests (.parquet, .jsonl or .csv).")
-@click.option(
-    "--measure-from",
-    "measure_from",
-    type=float,
-    default=0.0,
-    show_default=True,
-    metavar="FRACTION",
-    help="Warm-up exclusion: replay every request but aggregate only those with arrival "
-    "index >= floor(FRACTION * n) (0 <= FRACTION < 1).",
-)
+@measure_from_option
 @dataset_option
 @executor_options
 @workers_option

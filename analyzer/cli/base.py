@@ -75,6 +75,19 @@ def workers_option(command):
     )(command)
 
 
+def measure_from_option(command):
+    return click.option(
+        "--measure-from",
+        "measure_from",
+        type=float,
+        default=0.0,
+        show_default=True,
+        metavar="FRACTION",
+        help="Warm-up exclusion: replay every request but measure only those with arrival "
+        "index >= floor(FRACTION * n) (0 <= FRACTION < 1).",
+    )(command)
+
+
 def shard_tokens_option(command):
     return click.option(
         "--shard-tokens",

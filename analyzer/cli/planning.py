@@ -13,6 +13,7 @@ from analyzer.cli.base import (
     db_option,
     executor_options,
     executor_spec,
+    measure_from_option,
     out_file_option,
     policy_options,
     progress_bar,
@@ -41,10 +42,20 @@ from analyzer.cli.base import (
     help="Workers: processes (or CPUs of a local Ray cluster); 1 runs in this process "
     "(with --dataset: in one worker process).",
 )
+@measure_from_option
 @dataset_option
 @executor_options
 def sweep_cmd(
-    db_path, policy_source, overrides, varies, grid, jobs, dataset, executor, ray_address
+    db_path,
+    policy_source,
+    overrides,
+    varies,
+    grid,
+    jobs,
+    measure_from,
+    dataset,
+    executor,
+    ray_address,
 ):
     """Replay the trace at each value of a policy knob, one knob at a time (or --grid).
 
@@ -68,6 +79,7 @@ def sweep_cmd(
             db_path=db_path,
             progress=update,
             executor=executor_spec(executor, jobs, ray_address, default="processes"),
+            measure_from=measure_from,
             dataset=dataset,
         )
     for s in outcomes:
@@ -181,6 +193,7 @@ SCHEDULE_LINES = {
     help="Read requests from a Parquet dataset (a folder of files in the requests "
     "table's layout) instead of the database (plan writes nothing).",
 )
+@measure_from_option
 @policy_options
 @executor_options
 @workers_option
@@ -193,6 +206,7 @@ def plan_cmd(
     schedule,
     time_scale,
     dataset,
+    measure_from,
     policy_source,
     overrides,
     executor,
@@ -223,6 +237,7 @@ def plan_cmd(
             schedule=schedule,
             time_scale=time_scale,
             policy=policy_values(policy_source, overrides),
+            measure_from=measure_from,
         )
     click.echo(SCHEDULE_LINES[r.schedule])
     for note in r.notes:

@@ -50,6 +50,7 @@ from analyzer.pipeline.replay import replay_rows
 from analyzer.pipeline.sweep_points import rows_from_table, rows_table
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import DEFAULT_DB
+from analyzer.store.runs import check_measure_from
 
 # The keys the search sets itself (a --set of one of them is replaced).
 SEARCHED = ("retention_interval", "prefix_match_unit", "replicas", "routing", "num_blocks")
@@ -90,7 +91,13 @@ class PlanResult:
 
 
 class _Evaluator:
-    def __init__(self, trace, family: str | None, progress=None, executor=LOCAL) -> None:
+    """Replays settings and measures them: over the requests of `family` (every one when
+    None) from arrival index floor(measure_from x n) on (the warm-up before is replayed,
+    never measured, as `hpa replay --measure-from` does)."""
+
+    def __init__(
+        self, trace, family: str | None, progress=None, executor=LOCAL, measure_from: float = 0.0
+    ) -> None:
         self.trace = trace
         self.replays = 0
         self.progress = progress
@@ -104,6 +111,9 @@ class _Evaluator:
                 raise ConfigError(
                     f"--family {family!r}: no such prompt family; known: {', '.join(known)}"
                 )
+        if measure_from:
+            measured = np.arange(len(fam)) >= int(np.floor(measure_from * len(fam)))
+            self.mask = measured if self.mask is None else self.mask & measured
 
     def rows(self, policy: Policy) -> dict:
         rows = replay_rows(self.trace, policy, executor=self.executor)
@@ -161,6 +171,7 @@ def plan(
     schedule: str | None = None,
     time_scale: float | None = None,
     policy: dict[str, Any] | None = None,
+    measure_from: float = 0.0,
 ) -> PlanResult:
     """Search the settings that reach `target` (useful hit ratio); see the module doc.
 
@@ -173,7 +184,10 @@ def plan(
     (`concurrent`: vLLM's scheduler on the trace's arrival times, `time_scale` compressing
     or stretching them: queueing, in-flight producers and preemption count; default:
     the policy's, else serial). `policy`: the keys every replay starts from (`--policy`,
-    `--set`; `model` overrides its model); the search sets its own keys over them."""
+    `--set`; `model` overrides its model); the search sets its own keys over them.
+    `measure_from` (0 <= f < 1): measure only the requests from arrival index floor(f x n)
+    on; every request replays (a warm-up), as `hpa replay --measure-from`."""
+    check_measure_from(measure_from)
     spec = as_spec(executor)
     if not 0.0 < target <= 1.0:
         raise ConfigError(f"--target-useful-hit-ratio {target}: expected a number in (0, 1]")
@@ -198,7 +212,7 @@ def plan(
     block = fitted.block_size
     per_block = bytes_per_block(model, block) if preset else None
     notes = [fit_note] if fit_note else []
-    ev = _Evaluator(trace, family, progress, spec)
+    ev = _Evaluator(trace, family, progress, spec, measure_from)
     num_trace_replicas = len({r for r in trace.columns["replica"] if r is not None}) or 1
     num_revisions = len(set(trace.columns["model_revision"]))
 
@@ -266,7 +280,7 @@ def plan(
         for unit in units
         for replicas, routing in placements
     ]
-    search = _Search(trace.for_workers(), family, target, budget, per_block)
+    search = _Search(trace.for_workers(), family, target, budget, per_block, measure_from)
     evaluated = None if spec.is_local else _evaluate_all(spec, search, settings, progress)
     candidates: list[Candidate] = []
     pruned = 0
@@ -331,6 +345,7 @@ class _Search:
     target: float
     budget: int | None
     per_block: int | None
+    measure_from: float = 0.0
 
 
 def _search_one(search: _Search, policy: Policy, ev: _Evaluator):
@@ -348,7 +363,8 @@ def _ceiling_worker(shipped, policy: Policy):
 
 def _search_worker(search: _Search, policy: Policy):
     search = replace(search, trace=search.trace.whole())  # a dataset: read once per setting
-    return _search_one(search, policy, _Evaluator(search.trace, search.family))
+    ev = _Evaluator(search.trace, search.family, measure_from=search.measure_from)
+    return _search_one(search, policy, ev)
 
 
 def _evaluate_all(spec: ExecutorSpec, search: _Search, settings: list[Policy], progress):

@@ -44,6 +44,7 @@ from analyzer.pipeline.sweep_points import (
 )
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import DEFAULT_DB
+from analyzer.store.runs import check_measure_from
 
 
 def run_sweeps(
@@ -57,6 +58,7 @@ def run_sweeps(
     progress: Callable[[int, int], None] | None = None,
     executor: ExecutorSpec | str | None = None,
     dataset: str | Path | None = None,
+    measure_from: float = 0.0,
 ) -> list[SweepOutcome]:
     """Replay every point, store runs and sweep tables, return the sweeps in order.
 
@@ -67,8 +69,10 @@ def run_sweeps(
     `dataset`: read the requests from a Parquet dataset (analyzer.store.dataset), the
     runs still stored in `db_path` (created when missing). With a non-local executor each
     task's worker reads the trace from it, once (see pipeline/sweep_dataset.py); with
-    `local` this process reads it whole, once.
+    `local` this process reads it whole, once. `measure_from` (0 <= f < 1): every point's
+    figures count the requests from arrival index floor(f x n) on; all of them replay.
     """
+    check_measure_from(measure_from)
     if not varies:
         raise ConfigError("give at least one --vary KEY=V1,V2,...")
     if jobs < 1:
@@ -91,7 +95,9 @@ def run_sweeps(
     try:
         if source.is_dataset and not spec.is_local:
             path = source.dataset
-            return dataset_sweeps(con, fingerprint, path, spec, base, parsed, grid, progress)
+            return dataset_sweeps(
+                con, fingerprint, path, spec, base, parsed, grid, progress, measure_from
+            )
         trace = source.whole_trace(con)
         trace_block = trace_block_tokens(trace.columns["block_size"])
         base_policy, base_note = fit_policy(base_policy, trace_block)
@@ -127,7 +133,9 @@ def run_sweeps(
                 computed = one_pass_points(trace, [p for _, p in points], one, tick)
             else:
                 computed = [(r, s, False) for r, s in _run_points(trace, points, spec, tick, knob)]
-            outcome = store_sweep(con, base_policy, knob, points, computed, fingerprint)
+            outcome = store_sweep(
+                con, base_policy, knob, points, computed, fingerprint, measure_from
+            )
             outcome.seconds = time.perf_counter() - started
             outcome.notes = said
             outcomes.append(outcome)

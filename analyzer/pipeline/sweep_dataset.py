@@ -85,6 +85,7 @@ def dataset_sweeps(
     parsed: list[tuple[str, list]],
     grid: bool,
     progress: Callable[[int, int], None] | None,
+    measure_from: float = 0.0,
 ) -> list[SweepOutcome]:
     """`run_sweeps` for a dataset on a non-local executor. Every known point is validated
     first; the auto sweeps' tasks run first (their curves fix the number of points), then
@@ -103,7 +104,7 @@ def dataset_sweeps(
     base_policy = make_policy(base)
     for knob, points, results in zip(knobs, sweeps, computed, strict=True):
         started = time.perf_counter()
-        outcome = store_sweep(con, base_policy, knob, points, results, fingerprint)
+        outcome = store_sweep(con, base_policy, knob, points, results, fingerprint, measure_from)
         outcome.seconds = sum(s for _, s, _ in results) + time.perf_counter() - started
         outcomes.append(outcome)
     return outcomes

@@ -146,25 +146,37 @@ def sweep_points(
 
 
 def store_sweep(
-    con, base_policy: Policy, knob: str, points, computed, fingerprint: str | None = None
+    con,
+    base_policy: Policy,
+    knob: str,
+    points,
+    computed,
+    fingerprint: str | None = None,
+    measure_from: float = 0.0,
 ) -> SweepOutcome:
     """Store one sweep's runs (in value order) and its rows of `sweeps` / `sweep_points`.
-    `fingerprint`: the runs' trace_fingerprint (None: the store's, from `sources`). One
-    transaction: the sweep lands whole or not at all."""
+    `fingerprint`: the runs' trace_fingerprint (None: the store's, from `sources`).
+    `measure_from`: the points' figures count the requests from arrival index
+    floor(f x n) on (the runs store it, as `hpa replay --measure-from`). One transaction:
+    the sweep lands whole or not at all."""
     with transaction(con):
-        return _store_sweep(con, base_policy, knob, points, computed, fingerprint)
+        return _store_sweep(con, base_policy, knob, points, computed, fingerprint, measure_from)
 
 
-def _store_sweep(con, base_policy, knob, points, computed, fingerprint) -> SweepOutcome:
+def _store_sweep(
+    con, base_policy, knob, points, computed, fingerprint, measure_from
+) -> SweepOutcome:
     sweep_id = insert_sweep(con, base_policy.to_json(), knob)
     outcome = SweepOutcome(sweep_id, knob, base_policy)
     for (label, policy), (rows, seconds, from_curve) in zip(points, computed, strict=True):
+        n = len(rows["request_id"])
         run = store_run(
-            con, policy, rows, seconds, len(rows["request_id"]), fingerprint=fingerprint
+            con, policy, rows, seconds, n, fingerprint=fingerprint, measure_from=measure_from
         )
-        prompt = int(np.sum(rows["prompt_tokens"]))
-        hit = int(np.sum(rows["hit_tokens"]))
-        sparse = int(np.sum(rows["sparse_retention_miss_tokens"]))
+        measured = np.arange(n) >= int(np.floor(measure_from * n))
+        prompt = int(np.sum(np.asarray(rows["prompt_tokens"])[measured]))
+        hit = int(np.sum(np.asarray(rows["hit_tokens"])[measured]))
+        sparse = int(np.sum(np.asarray(rows["sparse_retention_miss_tokens"])[measured]))
         point = SweepPoint(
             knob,
             label,

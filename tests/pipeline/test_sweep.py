@@ -230,3 +230,48 @@ def test_plan_says_its_schedule_and_plans_under_load(groups_db):
     r = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.3", "--time-scale", "2")
     assert r.exit_code == 2
     assert "policy key 'time_scale' needs schedule: concurrent" in r.output
+
+
+def test_sweep_and_plan_measure_after_a_warm_up(mixed_db):
+    """(issue 14, item 10: --measure-from was replay's only) Every request replays; the
+    sweep's points and the plan's figures count those from floor(f x n) on, as replay does."""
+    (sweep,) = run_sweeps(
+        "vllm-default", FA64, ["num_blocks=500"], db_path=mixed_db, measure_from=0.5
+    )
+    (point,) = sweep.points
+    q = (
+        "SELECT sum(prompt_tokens), sum(hit_tokens) FROM replay_requests "
+        f"WHERE run_id = {point.run_id} AND measured"
+    )
+    assert db_rows(mixed_db, q) == [(point.prompt_tokens, point.hit_tokens)]
+    assert db_rows(
+        mixed_db, f"SELECT count(*) FROM replay_requests WHERE run_id = {point.run_id}"
+    ) == [(2_500,)]
+    assert point.prompt_tokens < 3_557_670
+    policy = make_policy({"groups": ["full_attention"], "block_size": 64, "num_blocks": 500})
+    replayed = run_replay(policy, db_path=mixed_db, measure_from=0.5)
+    summary = replayed.summary.to_pylist()
+    assert sum(r["hit_tokens"] for r in summary) == point.hit_tokens
+
+
+def test_plan_measures_after_a_warm_up(groups_db):
+    from analyzer.pipeline.plan import _Evaluator
+    from analyzer.pipeline.trace import load_trace
+    from analyzer.store.db import connect
+
+    con = connect(groups_db, create=False)
+    try:
+        trace = load_trace(con)
+    finally:
+        con.close()
+    ev = _Evaluator(trace, None, measure_from=0.25)
+    assert ev.mask.tolist() == [False] * 8 + [True] * 24
+    out = run(
+        "plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.3", "--model",
+        "qwen3.5-4b", "--measure-from", "0.25",
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    bad = run(
+        "plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.3", "--measure-from", "1"
+    )
+    assert bad.exit_code == 2 and "--measure-from" in bad.output
