@@ -19,7 +19,7 @@ from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
 from analyzer.metrics.waterfall import build_levels
-from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
+from analyzer.pipeline.geometry import fit_policy, stored_trace_block
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.partitions import ReplayShared, replay_partitions
 from analyzer.pipeline.shared_prefixes import shared_prefixes
@@ -62,8 +62,9 @@ def run_replay(
     source = request_input(db_path, dataset)
     con = source.connect()
     try:
+        # the geometry first: a policy the trace cannot express fails before it loads
+        policy, fitted = fit_policy(policy, stored_trace_block(con))
         trace = source.driver_trace(con)
-        policy, fitted = fit_policy(policy, trace_block_tokens(trace.columns["block_size"]))
         started = time.perf_counter()
         rows = replay_rows(trace, policy, progress=progress, executor=spec)
         seconds = time.perf_counter() - started

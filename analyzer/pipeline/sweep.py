@@ -23,7 +23,7 @@ from pathlib import Path
 from analyzer.config.policy import policy_values
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec, map_partitions
-from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
+from analyzer.pipeline.geometry import fit_policy, stored_trace_block
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.one_pass import (
     OnePass,
@@ -98,9 +98,9 @@ def run_sweeps(
             return dataset_sweeps(
                 con, fingerprint, path, spec, base, parsed, grid, progress, measure_from
             )
-        trace = source.whole_trace(con)
-        trace_block = trace_block_tokens(trace.columns["block_size"])
+        trace_block = stored_trace_block(con)  # known before the trace loads
         base_policy, base_note = fit_policy(base_policy, trace_block)
+        trace = source.whole_trace(con)
         one = OnePass()
         resolved = []
         for key, vals in parsed:

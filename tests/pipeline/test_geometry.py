@@ -323,3 +323,19 @@ def test_a_concurrent_replay_notes_adapter_made_timestamps(tmp_path):
     )
     assert out.exit_code == 0, out.output
     assert "note: timestamps of " in out.output and "(weka) are partly the adapter's" in out.output
+
+
+def test_the_geometry_is_fitted_before_the_trace_loads(tmp_path, monkeypatch):
+    """(issue 14, item 10: the block-size check ran after an 8 s load on WEKA)"""
+    import analyzer.pipeline.replay as replay_module
+    from analyzer.pipeline.inputs import StoredRequests
+
+    db = tmp_path / "m.duckdb"
+    ingest([EXTERNAL / "mooncake"], db_path=db)
+    calls = []
+    fit, load = replay_module.fit_policy, StoredRequests.driver_trace
+    monkeypatch.setattr(replay_module, "fit_policy", lambda *a: calls.append("fit") or fit(*a))
+    monkeypatch.setattr(StoredRequests, "driver_trace", lambda *a: calls.append("load") or load(*a))
+    outcome = run_replay(make_policy({"model": QWEN}), db_path=db)
+    assert calls == ["fit", "load"]
+    assert outcome.policy.block_size == 1024  # fitted to the 512-token blocks
