@@ -55,3 +55,14 @@ def test_sample_validates_against_schema(path):
 def test_sample_ingests_without_rejects(path, tmp_path):
     result = ingest([path], db_path=tmp_path / "s.duckdb")
     assert result.num_rejected == 0 and result.num_stored == sum(1 for _ in records(path))
+
+
+def test_the_demo_writes_the_bundled_samples_byte_for_byte(tmp_path):
+    """`hpa demo` outside a clone synthesizes the samples; they are these files (and
+    make_samples.sh's: the same scenarios, seeds and parameters)."""
+    from analyzer.pipeline.demo import SAMPLE_FILES, write_samples
+
+    folder = write_samples(tmp_path / "samples")
+    assert sorted(name for name, *_ in SAMPLE_FILES) == sorted(p.name for p in SAMPLES)
+    for path in SAMPLES:
+        assert (folder / path.name).read_bytes() == path.read_bytes(), path.name

@@ -171,7 +171,8 @@ def synth_cmd(
     "samples_dir",
     default=None,
     type=click.Path(file_okay=False),
-    help="Folder of sample traces [default: sample_traces/ here or above].",
+    help="Folder of sample traces [default: sample_traces/ here or above, or beside the "
+    "package; else they are synthesized into OUT/samples, the same bytes].",
 )
 def demo(out_dir: str, samples_dir: str | None) -> None:
     """Run the whole pipeline on the bundled sample traces."""

@@ -24,6 +24,7 @@ from analyzer.sim.policy import make_policy
 from analyzer.store.db import load_sql
 from analyzer.store.ingest import IngestResult, ingest
 from analyzer.store.query import run_query
+from analyzer.traces.synth import generate, write_jsonl
 
 MAIN_TRACE = "mixed.jsonl.gz"
 MODEL = "qwen3-next-80b-a3b"
@@ -68,16 +69,38 @@ class DemoResult:
     report_path: Path
 
 
-def find_samples(start: Path | None = None) -> Path:
-    """The `sample_traces/` folder in the working directory or above it."""
+# The bundled samples as sample_traces/make_samples.sh writes them, byte for byte:
+# (file, scenario, seed, synth parameters, block size of hash ids or None).
+SAMPLE_FILES = (
+    *(
+        (f"diagnostic_{n}.jsonl", "diagnostic", 0, {"shared_tokens": n}, None)
+        for n in (543, 545, 1087, 1088, 1089, 1632)
+    ),
+    *((f"groups_{n}.jsonl", "groups", 0, {"shared_tokens": n}, None) for n in (1600, 1500)),
+    (MAIN_TRACE, "mixed", 0, {"num_requests": 2500}, None),
+    ("mixed_hash_ids.jsonl.gz", "mixed", 1, {"num_requests": 300}, 16),
+)
+
+
+def find_samples(start: Path | None = None) -> Path | None:
+    """The `sample_traces/` folder in the working directory or above it, else the one of
+    the clone this package runs from; None when neither exists (an installed package)."""
     here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
+    package_clone = Path(__file__).resolve().parents[2]
+    for folder in (here, *here.parents, package_clone):
         if (folder / "sample_traces" / MAIN_TRACE).is_file():
             return folder / "sample_traces"
-    raise InputFileError(
-        f"no sample_traces/{MAIN_TRACE} in {here} or above; run from a clone of the "
-        "project or pass --samples"
-    )
+    return None
+
+
+def write_samples(folder: Path) -> Path:
+    """The bundled samples written into `folder` by the synthesizer (the same bytes as
+    sample_traces/: every sample is seeded)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, scenario, seed, params, block_size in SAMPLE_FILES:
+        records = generate(scenario, seed=seed, block_size=block_size, arrays=True, **params)
+        write_jsonl(records, folder / name)
+    return folder
 
 
 def run_demo(
@@ -98,12 +121,14 @@ def run_demo(
             progress(done[0], total)
 
     samples = Path(samples_dir) if samples_dir else find_samples()
-    if not (samples / MAIN_TRACE).is_file():
+    if samples is not None and not (samples / MAIN_TRACE).is_file():
         raise InputFileError(f"{samples}: no {MAIN_TRACE} in this folder")
     out = Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
     (out / "cases").mkdir(parents=True)
+    if samples is None:  # no clone around: make them (seeded, so the same as bundled)
+        samples = write_samples(out / "samples")
     db_path = out / "demo.duckdb"
     ingested = ingest([samples / MAIN_TRACE], db_path=db_path)
     step()

@@ -5,12 +5,17 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from analyzer.cli import cli
+from analyzer.pipeline import demo
 
 
-def test_demo_end_to_end(tmp_path):
+def test_demo_end_to_end(tmp_path, monkeypatch):
+    """Outside a clone (no sample_traces/ here, above, or beside the package) the demo
+    synthesizes its samples into OUT/samples (the bundled bytes, tests/test_samples.py)."""
+    monkeypatch.setattr(demo, "find_samples", lambda start=None: None)
     out = tmp_path / "demo"
     result = CliRunner().invoke(cli, ["demo", "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert (out / "samples" / "mixed.jsonl.gz").is_file()
     assert "read 2,500 = stored 2,500 + rejected 0" in result.stdout
     assert "match: junctions:" in result.stdout
     assert "diagnostic_1088.jsonl           544             3       1,088" in result.stdout
@@ -24,3 +29,9 @@ def test_demo_end_to_end(tmp_path):
     for policy in ("vllm default", "retention null", "eagle drop", "round robin x2", "marconi"):
         assert policy in result.stdout
     assert "replay_tokens" in result.stdout
+
+
+def test_samples_are_found_from_any_folder_of_a_clone_install(tmp_path, monkeypatch):
+    here = demo.find_samples()
+    monkeypatch.chdir(tmp_path)  # no sample_traces/ here or above: the package's clone's
+    assert demo.find_samples() == here and (here / demo.MAIN_TRACE).is_file()
