@@ -273,7 +273,7 @@ def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
         )
         if weighted and len(candidates) > 1:
             score, _, where = max(weighted, key=lambda t: (t[0], t[1]))
-            if score > 0:
+            if score > 0 and abs(where["change_points"]) >= 0.05:  # said as +0.0 otherwise
                 text += (
                     f", largest in {_label(where['prompt_family'], where['model_revision'])} "
                     f"({where['change_points']:+.1f} points of its queried tokens)"

@@ -44,6 +44,9 @@ class BlockPool:
         self.shadow_count: dict[int, int] = {}
         self.sparse_groups = sparse_groups
         self.sparse_removals = 0  # keys of sparse groups ever removed
+        # Keys evicted (their block reused), when a replay asks: what the pool would still
+        # hold had it never evicted is then what it holds plus these (None: not recorded).
+        self.evicted: set[int] | None = None
         if self.bounded:
             self.ref = [0] * num_blocks
             self.primary = [-1] * num_blocks
@@ -166,13 +169,15 @@ class BlockPool:
         free, ref, primary, extra = self.free, self.ref, self.primary, self.extra
         out = list(islice(free, count))  # the queue's head, oldest first
         # An eviction of a block with one key and no side entries, inlined (the common one).
-        simple = not (extra or self.shadow_of or self.sparse_groups)
+        simple = not (extra or self.shadow_of or self.sparse_groups or self.evicted is not None)
         cached, tokens = self.cached, self.primary_tokens
         for block in out:
             del free[block]
             key = primary[block]
             if key == -1:
                 if extra and block in extra:
+                    if self.evicted is not None:
+                        self.evicted.update(extra[block])
                     self.remove_hashes(block)  # the eviction
             elif simple and type(held := cached.pop(key)) is int:
                 primary[block] = -1  # it was the key's only holder
@@ -180,6 +185,9 @@ class BlockPool:
             else:
                 if simple:
                     cached[key] = held  # several blocks hold the key
+                if self.evicted is not None:
+                    self.evicted.add(key)
+                    self.evicted.update(extra.get(block, ()))
                 self.remove_hashes(block)
             ref[block] = 1
         return out

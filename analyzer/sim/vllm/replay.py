@@ -89,36 +89,38 @@ class VllmReplay:
         )
 
     def _track_ever(self) -> set[int] | None:
-        """Full attention's keys ever cached, in a bounded pool with sub-block hits: there a
+        """The pool's record of evicted keys, in a bounded pool with sub-block hits: there a
         prompt's partial block may never have been cached by anyone, which is granularity,
-        not eviction (SPEC 3's L3). Whole-block hits need no record (a shared whole block
-        was cached by the request it is shared with), nor do lookahead hashes (not kept)."""
+        not eviction (SPEC 3's L3); what was ever cached and not given up for another
+        reason is what is resident plus what was evicted. Whole-block hits need no record
+        (a shared whole block was cached by the request it is shared with), nor do
+        lookahead hashes (not kept)."""
         layout = self.layout
         fine = layout.alignment < layout.block_size
         if layout.num_blocks is None or not fine or layout.hash_lookahead or layout.eagle_drop:
             return None
-        (attention,) = self.coord.spec_groups[0][:1]
-        attention.ever = set()
-        return attention.ever
+        self.coord.pool.evicted = set()
+        return self.coord.pool.evicted
 
     def _cached_ever(self, req: ReqState, resident: int) -> int:
-        """Tokens of the prompt whose full-attention entries were ever cached, evicted or
-        not, matched and capped like `_attention_match` (>= `resident`, its resident part)."""
+        """Tokens of the prompt whose full-attention entries would be resident had the pool
+        never evicted, matched and capped like `_attention_match` (>= `resident`)."""
         layout = self.layout
-        ever, groups = self._ever, self.coord.pool.num_groups
+        evicted, groups = self._ever, self.coord.pool.num_groups
+        cached = self.coord.pool.cached
         gid = self.coord.spec_groups[0][0].gid
         B, H = layout.block_size, layout.hash_block_size
-        whole = resident // B  # resident blocks were cached: probe from the first one after
+        whole = resident // B  # resident blocks: probe from the first one after them
         skip = whole * (B // H)
 
         def probe(h: int):
-            return () if h * groups + gid in ever else None
+            key = h * groups + gid
+            return () if key in cached or key in evicted else None
 
-        cap = req.prompt - 1
-        limit = min(cap + layout.alignment, len(req.hashes) * H) - whole * B
+        cap = req.prompt - 1  # as the lookup matches (no lookahead: no probe past it)
+        limit = min(cap, len(req.hashes) * H) - whole * B
         hit, _ = FullAttentionManager.longest_hit(probe, req.hashes[skip:], limit, False, layout)
-        hit = min(hit + whole * B, cap)
-        return max(hit - hit % layout.alignment, resident)
+        return max(hit + whole * B, resident)
 
     def _admit(
         self, req: ReqState, hit: int, found: list, boundaries: list[int], chunks: list[int]
