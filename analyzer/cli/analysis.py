@@ -11,6 +11,7 @@ from analyzer.cli.base import (
     executor_options,
     executor_spec,
     measure_from_option,
+    name_option,
     out_file_option,
     policy_options,
     progress_bar,
@@ -105,6 +106,7 @@ def match_cmd(
 @policy_options
 @out_file_option("Also export this run's replay_requests (.parquet, .jsonl or .csv).")
 @measure_from_option
+@name_option("the run (with several policies: NAME · POLICY each)")
 @dataset_option
 @executor_options
 @workers_option
@@ -115,6 +117,7 @@ def replay(
     overrides: tuple[str, ...],
     out: str | None,
     measure_from: float,
+    name: str | None,
     dataset: str | None,
     executor: str | None,
     ray_address: str | None,
@@ -132,11 +135,12 @@ def replay(
     from analyzer.report.tables import render
     from analyzer.sim.policy import load_policy
     from analyzer.store.export import check_export_path
-    from analyzer.store.runs import check_measure_from, side_by_side
+    from analyzer.store.runs import check_measure_from, check_name, side_by_side
 
     check_measure_from(measure_from)
+    check_name(name)
     spec = executor_spec(executor, workers, ray_address, shard_tokens=shard_tokens)
-    names = [name.strip() for name in policy_source.split(",")]
+    names = [part.strip() for part in policy_source.split(",")]
     if not all(names):
         raise ConfigError(f"--policy {policy_source!r}: an empty name in the list")
     policies = [load_policy(name, list(overrides)) for name in names]
@@ -145,7 +149,8 @@ def replay(
     if out is not None:
         check_export_path(out)
     outcomes = []
-    for policy in policies:
+    for policy, policy_name in zip(policies, names, strict=True):
+        run_name = name if name is None or len(names) == 1 else f"{name} · {policy_name}"
         with progress_bar("replay", "requests") as update:
             result = run_replay(
                 policy,
@@ -155,6 +160,7 @@ def replay(
                 measure_from=measure_from,
                 executor=spec,
                 dataset=dataset,
+                name=run_name,
             )
         outcomes.append(result)
         _print_replay(policy, result, render)

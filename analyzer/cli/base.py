@@ -88,6 +88,19 @@ def measure_from_option(command):
     )(command)
 
 
+def name_option(what: str):
+    def decorate(command):
+        return click.option(
+            "--name",
+            default=None,
+            metavar="NAME",
+            help=f"What to call {what} in the report (stored); default: its engine and "
+            "what its policy changes.",
+        )(command)
+
+    return decorate
+
+
 def shard_tokens_option(command):
     return click.option(
         "--shard-tokens",

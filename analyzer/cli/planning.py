@@ -14,6 +14,7 @@ from analyzer.cli.base import (
     executor_options,
     executor_spec,
     measure_from_option,
+    name_option,
     out_file_option,
     policy_options,
     progress_bar,
@@ -43,6 +44,7 @@ from analyzer.cli.base import (
     "(with --dataset: in one worker process).",
 )
 @measure_from_option
+@name_option("the sweep (its points: NAME · VALUE)")
 @dataset_option
 @executor_options
 def sweep_cmd(
@@ -53,6 +55,7 @@ def sweep_cmd(
     grid,
     jobs,
     measure_from,
+    name,
     dataset,
     executor,
     ray_address,
@@ -80,6 +83,7 @@ def sweep_cmd(
             progress=update,
             executor=executor_spec(executor, jobs, ray_address, default="processes"),
             measure_from=measure_from,
+            name=name,
             dataset=dataset,
         )
     for s in outcomes:

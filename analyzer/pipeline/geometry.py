@@ -21,7 +21,6 @@ import math
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
 from analyzer.sim.policy import make_policy
-from analyzer.store.db import load_sql
 
 
 def trace_block_tokens(block_sizes) -> int | None:
@@ -29,12 +28,6 @@ def trace_block_tokens(block_sizes) -> int | None:
     multiple of their block sizes); None for a token-id trace."""
     sizes = {int(b) for b in block_sizes if b}
     return math.lcm(*sizes) if sizes else None
-
-
-def stored_trace_block(con) -> int | None:
-    """`trace_block_tokens` of the `requests` on `con` (a table or a dataset's view), from
-    one column: known before the trace is loaded."""
-    return trace_block_tokens(b for (b,) in con.execute(load_sql("trace_block_sizes")).fetchall())
 
 
 def fit_policy(policy: Policy, trace_block: int | None) -> tuple[Policy, str | None]:

@@ -19,7 +19,7 @@ from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
 from analyzer.metrics.waterfall import build_levels
-from analyzer.pipeline.geometry import fit_policy, stored_trace_block
+from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.partitions import ReplayShared, replay_partitions
 from analyzer.pipeline.shared_prefixes import shared_prefixes
@@ -27,8 +27,8 @@ from analyzer.pipeline.trace import Trace
 from analyzer.sim.dispatch import hit_alignment, replay
 from analyzer.sim.routing import route
 from analyzer.store.caveats import timestamp_caveats
-from analyzer.store.db import DEFAULT_DB
-from analyzer.store.runs import ReplayOutcome, check_measure_from, store_run
+from analyzer.store.db import DEFAULT_DB, stored_trace_block
+from analyzer.store.runs import ReplayOutcome, check_measure_from, check_name, store_run
 
 
 def run_replay(
@@ -40,8 +40,10 @@ def run_replay(
     measure_from: float = 0.0,
     executor: ExecutorSpec | str | None = None,
     dataset: str | Path | None = None,
+    name: str | None = None,
 ) -> ReplayOutcome:
-    """Replay the stored trace under `policy`; store and return the run.
+    """Replay the stored trace under `policy`; store and return the run (`name`: what the
+    report calls it; default: its engine and what its policy changes).
 
     `progress(requests replayed, requests)` is called as they replay (analyzer.pipeline.
     partitions: every 64 in this process, as each partition finishes elsewhere).
@@ -58,6 +60,7 @@ def run_replay(
             be replayed under (e.g. a match unit finer than a hash-id trace's blocks).
     """
     check_measure_from(measure_from)
+    check_name(name)
     spec = as_spec(executor)
     source = request_input(db_path, dataset)
     con = source.connect()
@@ -77,6 +80,7 @@ def run_replay(
             out=out,
             measure_from=measure_from,
             fingerprint=source.fingerprint,
+            name=name,
         )
         # arrival times drive a concurrent replay: say which of them an adapter made
         timed = timestamp_caveats(con) if policy.schedule == "concurrent" else []

@@ -23,7 +23,7 @@ from pathlib import Path
 from analyzer.config.policy import policy_values
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec, map_partitions
-from analyzer.pipeline.geometry import fit_policy, stored_trace_block
+from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.one_pass import (
     OnePass,
@@ -43,8 +43,8 @@ from analyzer.pipeline.sweep_points import (
     sweep_points,
 )
 from analyzer.sim.policy import make_policy
-from analyzer.store.db import DEFAULT_DB
-from analyzer.store.runs import check_measure_from
+from analyzer.store.db import DEFAULT_DB, stored_trace_block
+from analyzer.store.runs import check_measure_from, check_name
 
 
 def run_sweeps(
@@ -59,6 +59,7 @@ def run_sweeps(
     executor: ExecutorSpec | str | None = None,
     dataset: str | Path | None = None,
     measure_from: float = 0.0,
+    name: str | None = None,
 ) -> list[SweepOutcome]:
     """Replay every point, store runs and sweep tables, return the sweeps in order.
 
@@ -73,6 +74,7 @@ def run_sweeps(
     figures count the requests from arrival index floor(f x n) on; all of them replay.
     """
     check_measure_from(measure_from)
+    check_name(name)
     if not varies:
         raise ConfigError("give at least one --vary KEY=V1,V2,...")
     if jobs < 1:
@@ -96,7 +98,7 @@ def run_sweeps(
         if source.is_dataset and not spec.is_local:
             path = source.dataset
             return dataset_sweeps(
-                con, fingerprint, path, spec, base, parsed, grid, progress, measure_from
+                con, fingerprint, path, spec, base, parsed, grid, progress, measure_from, name
             )
         trace_block = stored_trace_block(con)  # known before the trace loads
         base_policy, base_note = fit_policy(base_policy, trace_block)
@@ -134,7 +136,7 @@ def run_sweeps(
             else:
                 computed = [(r, s, False) for r, s in _run_points(trace, points, spec, tick, knob)]
             outcome = store_sweep(
-                con, base_policy, knob, points, computed, fingerprint, measure_from
+                con, base_policy, knob, points, computed, fingerprint, measure_from, name
             )
             outcome.seconds = time.perf_counter() - started
             outcome.notes = said

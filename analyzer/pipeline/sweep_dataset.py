@@ -86,6 +86,7 @@ def dataset_sweeps(
     grid: bool,
     progress: Callable[[int, int], None] | None,
     measure_from: float = 0.0,
+    name: str | None = None,
 ) -> list[SweepOutcome]:
     """`run_sweeps` for a dataset on a non-local executor. Every known point is validated
     first; the auto sweeps' tasks run first (their curves fix the number of points), then
@@ -104,7 +105,9 @@ def dataset_sweeps(
     base_policy = make_policy(base)
     for knob, points, results in zip(knobs, sweeps, computed, strict=True):
         started = time.perf_counter()
-        outcome = store_sweep(con, base_policy, knob, points, results, fingerprint, measure_from)
+        outcome = store_sweep(
+            con, base_policy, knob, points, results, fingerprint, measure_from, name
+        )
         outcome.seconds = sum(s for _, s, _ in results) + time.perf_counter() - started
         outcomes.append(outcome)
     return outcomes

@@ -153,25 +153,41 @@ def store_sweep(
     computed,
     fingerprint: str | None = None,
     measure_from: float = 0.0,
+    name: str | None = None,
 ) -> SweepOutcome:
     """Store one sweep's runs (in value order) and its rows of `sweeps` / `sweep_points`.
     `fingerprint`: the runs' trace_fingerprint (None: the store's, from `sources`).
     `measure_from`: the points' figures count the requests from arrival index
     floor(f x n) on (the runs store it, as `hpa replay --measure-from`). One transaction:
-    the sweep lands whole or not at all."""
+    the sweep lands whole or not at all. `name`: the sweep's; its points' runs are named
+    "NAME · VALUE"."""
     with transaction(con):
-        return _store_sweep(con, base_policy, knob, points, computed, fingerprint, measure_from)
+        return _store_sweep(
+            con, base_policy, knob, points, computed, fingerprint, measure_from, name
+        )
+
+
+def _point_name(name: str, knob: str, label: str) -> str:
+    """A point's run name: "NAME · num_blocks=200" (a grid's label names its keys)."""
+    return f"{name} · {label if '=' in label else f'{knob}={label}'}"
 
 
 def _store_sweep(
-    con, base_policy, knob, points, computed, fingerprint, measure_from
+    con, base_policy, knob, points, computed, fingerprint, measure_from, name
 ) -> SweepOutcome:
-    sweep_id = insert_sweep(con, base_policy.to_json(), knob)
+    sweep_id = insert_sweep(con, base_policy.to_json(), knob, name)
     outcome = SweepOutcome(sweep_id, knob, base_policy)
     for (label, policy), (rows, seconds, from_curve) in zip(points, computed, strict=True):
         n = len(rows["request_id"])
         run = store_run(
-            con, policy, rows, seconds, n, fingerprint=fingerprint, measure_from=measure_from
+            con,
+            policy,
+            rows,
+            seconds,
+            n,
+            fingerprint=fingerprint,
+            measure_from=measure_from,
+            name=None if name is None else _point_name(name, knob, label),
         )
         measured = np.arange(n) >= int(np.floor(measure_from * n))
         prompt = int(np.sum(np.asarray(rows["prompt_tokens"])[measured]))

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from analyzer.config.memory import policy_pool_gib
+from analyzer.config.models import load_model
 from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.errors import ConfigError, StoreError
 from analyzer.report.junction_paths import deepest_junctions
+from analyzer.report.labels import baseline, changes_text, run_labels
+from analyzer.store.caveats import timestamp_caveats
 from analyzer.store.db import (
     column_names,
     connect,
@@ -26,6 +28,7 @@ from analyzer.store.db import (
     load_sql,
     query_arrow,
     require_tables,
+    stored_trace_block,
     table_names,
     trace_fingerprint,
 )
@@ -60,6 +63,13 @@ class ReportData:
     junction_note: str | None = None
     # The stored trace now: (fingerprint, requests); a run may have replayed an earlier one.
     trace_now: tuple[str, int] | None = None
+    # Sweep points left out of the run figures (drawn in the capacity section): run -> sweep.
+    sweep_runs: dict[int, int] | None = None
+    # The summary's run (the first with the most common setting) and its trace in numbers
+    # (report_trace_line.sql), and what every figure should be read with.
+    headline_run: int | None = None
+    trace_line: dict | None = None
+    caveats: tuple[str, ...] = ()
 
 
 def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> ReportData:
@@ -74,7 +84,12 @@ def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> Repo
         present = table_names(con)
         if "replay_runs" not in present:
             raise StoreError("no replay runs in the database; run `hpa replay` first")
-        run_frame = _runs(con, runs)
+        sweep_of = (
+            dict(con.execute(load_sql("report_sweep_runs")).fetchall())
+            if "sweep_points" in present
+            else {}
+        )
+        run_frame, left_out = _runs(con, runs, sweep_of)
         ids = run_frame["run_id"].to_list()
         labels = dict(zip(ids, run_frame["run_label"].to_list(), strict=True))
         groups = _groups(con, run_frame, labels)
@@ -97,16 +112,23 @@ def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> Repo
             load_windows,
             junction_note,
             trace_fingerprint(con),
+            left_out,
+            *_summary_inputs(con, run_frame),
         )
     finally:
         con.close()
 
 
-def _runs(con, runs: list[int] | None) -> pl.DataFrame:
+def _runs(
+    con, runs: list[int] | None, sweep_of: dict[int, int]
+) -> tuple[pl.DataFrame, dict[int, int]]:
+    """The runs shown (`runs`, else every run that is no sweep point, else every run) and
+    the sweep points left out of them (run -> sweep)."""
     rows = con.execute(load_sql("report_runs")).fetchall()
     if not rows:
         raise StoreError("no replay runs in the database; run `hpa replay` first")
     known = [r[0] for r in rows]
+    left_out: dict[int, int] = {}
     if runs:
         missing = sorted(set(runs) - set(known))
         if missing:
@@ -114,15 +136,19 @@ def _runs(con, runs: list[int] | None) -> pl.DataFrame:
                 f"no run {missing[0]} in the database; runs: {', '.join(map(str, known))}"
             )
         rows = [r for r in rows if r[0] in set(runs)]
+    elif any(r[0] not in sweep_of for r in rows):
+        left_out = {r[0]: sweep_of[r[0]] for r in rows if r[0] in sweep_of}
+        rows = [r for r in rows if r[0] not in sweep_of]
     policies = [json.loads(r[1]) for r in rows]
     named = [with_schedule_defaults(p) for p in policies]
-    labels = policy_labels([r[0] for r in rows], named)
+    labels = run_labels([r[0] for r in rows], named, [r[8] for r in rows])
+    base = baseline(named)
     return pl.DataFrame(
         {
             "run_id": [r[0] for r in rows],
             "run_label": labels,
             "policy_json": [json.dumps(p, sort_keys=True, indent=1) for p in policies],
-            "policy_changes": [_changes(p, _baseline(named)) for p in named],
+            "policy_changes": [changes_text(p, base) for p in named],
             "trace_fingerprint": [r[2] for r in rows],
             "num_requests": [r[3] for r in rows],
             "prompt_tokens": [r[4] for r in rows],
@@ -133,7 +159,57 @@ def _runs(con, runs: list[int] | None) -> pl.DataFrame:
             "concurrent": [p.get("schedule") == "concurrent" for p in policies],
         },
         schema_overrides={"memory_gib": pl.Float64},
+    ), left_out
+
+
+def _summary_inputs(con, run_frame: pl.DataFrame) -> tuple[int, dict, tuple[str, ...]]:
+    """(the headline run, its trace line, the caveats) for the report's summary."""
+    plain = run_frame.filter(pl.col("policy_changes") == "baseline")
+    headline = int((plain if plain.height else run_frame)["run_id"][0])
+    cur = con.execute(load_sql("report_trace_line"), {"run_id": headline})
+    line = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
+    caveats = [*_schedule_caveat(run_frame), *timestamp_caveats(con)]
+    caveats += _geometry_caveats(con, run_frame)
+    return headline, line, tuple(caveats)
+
+
+def _schedule_caveat(run_frame: pl.DataFrame) -> list[str]:
+    concurrent = run_frame.filter(pl.col("concurrent"))["run_id"].to_list()
+    if len(concurrent) == run_frame.height:
+        return [
+            "every run shown replayed vLLM's scheduler on the trace's arrival times "
+            "(queueing, prefixes still in flight and preemption count)"
+        ]
+    serial = (
+        "every run shown is"
+        if not concurrent
+        else "runs other than " + ", ".join(map(str, concurrent)) + " are"
     )
+    return [
+        f"{serial} a serial replay (each request after the previous one finished: the "
+        "no-contention bound; a loaded server reuses less)"
+    ]
+
+
+def _geometry_caveats(con, run_frame: pl.DataFrame) -> list[str]:
+    """Runs replayed at another block than their model preset's, because the trace's hash
+    blocks cannot express it (`pipeline/geometry.py` fitted it)."""
+    trace_block = stored_trace_block(con)
+    if trace_block is None:
+        return []
+    out = []
+    for run_id, text in zip(run_frame["run_id"], run_frame["policy_json"], strict=True):
+        policy = json.loads(text)
+        if not policy.get("model"):
+            continue
+        preset = load_model(policy["model"]).get("block_size")
+        if preset and policy.get("block_size") != preset:
+            out.append(
+                f"run {run_id} matched whole {trace_block:,}-token trace blocks: "
+                f"{policy['block_size']:,}-token blocks, not the preset's {preset:,} "
+                "(an approximated geometry)"
+            )
+    return out
 
 
 def with_schedule_defaults(policy: dict) -> dict:
@@ -141,40 +217,6 @@ def with_schedule_defaults(policy: dict) -> dict:
     clock keys at their defaults), so that a concurrent run is named only by what differs."""
     defaults = {key: row.default for key, row in CONCURRENT_KEYS.items()}
     return {"schedule": "serial", **defaults, **policy}
-
-
-def _baseline(policies: list[dict]) -> dict:
-    """Per key, the most common value across runs (ties: the earliest run's)."""
-    base = {}
-    for key in sorted({k for p in policies for k in p}):
-        values = [json.dumps(p.get(key), sort_keys=True) for p in policies]
-        counts = Counter(values)
-        best = max(counts.values())
-        base[key] = json.loads(next(v for v in values if counts[v] == best))
-    return base
-
-
-def _changes(policy: dict, base: dict) -> str:
-    parts = [
-        f"{k}={policy_value(policy.get(k))}" for k in sorted(policy) if policy.get(k) != base.get(k)
-    ]
-    return ", ".join(parts) if parts else "baseline"
-
-
-def policy_value(value) -> str:
-    """A policy value as people write it: null, 2048, eagle_drop, [full_attention, mamba]."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(policy_value(v) for v in value) + "]"
-    return json.dumps(value)
-
-
-def policy_labels(run_ids: list[int], policies: list[dict]) -> list[str]:
-    """'run 2: retention_interval=null': each run named by how its policy differs from
-    the most common value of every key across the runs shown ('baseline' if it doesn't)."""
-    base = _baseline(policies)
-    return [f"run {i}: {_changes(p, base)}" for i, p in zip(run_ids, policies, strict=True)]
 
 
 def memory_gib(policy: dict) -> float | None:
@@ -202,7 +244,10 @@ def _groups(con, run_frame: pl.DataFrame, labels: dict[int, str]) -> pl.DataFram
     frame = pl.from_arrow(query_arrow(con, load_sql("report_groups"), {"runs": ids}))
     if not run_frame["concurrent"].any() and not (frame["lost_in_flight_tokens"] > 0).any():
         frame = frame.drop("lost_in_flight_tokens")
-    return _with_labels(frame, labels)
+    changes = dict(zip(ids, run_frame["policy_changes"].to_list(), strict=True))
+    return _with_labels(frame, labels).with_columns(
+        pl.col("run_id").replace_strict(changes, return_dtype=pl.String).alias("policy_changes")
+    )
 
 
 def window_width(span: float) -> float:

@@ -25,6 +25,7 @@ from analyzer.report.sections import (
     weighting_section,
     windows_section,
 )
+from analyzer.report.summary import summary_section
 from analyzer.report.waterfall_sections import groups_section, waterfall_runs_section
 from analyzer.store.export import write_atomic
 
@@ -76,6 +77,8 @@ box-shadow:0 1px 3px rgba(0,0,0,.08)}
 nav a{margin-right:14px}
 p.meaning{background:#f3f6fa;border-left:4px solid #1f77b4;padding:8px 12px;max-width:75em}
 p.notice{background:#fff5d6;border-left:4px solid #d9a400;padding:8px 12px;max-width:75em}
+#summary ul{max-width:75em;line-height:1.5}#summary li{margin:4px 0}
+ul.caveats{color:#555;font-size:14px}p.caveats{margin-bottom:0}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -101,7 +104,7 @@ d.textContent=window.hpaErrors.join('\\n');});
 
 def build_html(data: ReportData, *, title_db: str) -> tuple[str, tuple[str, ...]]:
     """The whole page, and the ids of the figures on it in page order."""
-    sections = []
+    sections = [summary_section(data)]
     ids: list[str] = []
     sections.append(runs_section(data))
     for build in (
@@ -120,6 +123,7 @@ def build_html(data: ReportData, *, title_db: str) -> tuple[str, tuple[str, ...]
         ids.extend(got)
     sections.append(config_section(data))
     nav = [
+        ("summary", "Summary"),
         ("runs", "Runs"),
         ("waterfall", "Waterfall"),
         ("groups", "Families × revisions"),

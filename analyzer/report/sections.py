@@ -17,7 +17,8 @@ from analyzer.report.blocks import (
     overall_rows,
     pct,
 )
-from analyzer.report.data import ReportData, policy_value, with_schedule_defaults
+from analyzer.report.data import ReportData, with_schedule_defaults
+from analyzer.report.labels import policy_value
 
 SWEEP_FIGURE_ID = "fig-sweeps"  # and engines.FIGURE_ID when the runs use several engines
 
@@ -47,7 +48,7 @@ def runs_section(data: ReportData) -> str:
         )
     table = html_table(
         [
-            "run (policy change vs the most common setting)",
+            "run",
             "requests",
             "queried tokens",
             "hit tokens",
@@ -64,10 +65,26 @@ def runs_section(data: ReportData) -> str:
     return (
         '<section id="runs"><h2>Runs in this report</h2>'
         "<p>Each run replays the same stored trace under one cache policy. A run is named by "
-        "the policy keys where it differs from the most common value across the runs shown "
-        "(&ldquo;baseline&rdquo; when it differs in none); the full policy of each run is in "
-        '<a href="#config">Configuration</a>. Rows in run order.</p>'
+        "its <code>--name</code>, else by its engine and the policy keys where it differs "
+        "from the most common value across the runs shown; hover a bar for every change, and "
+        'the full policy of each run is in <a href="#config">Configuration</a>. Rows in run '
+        f"order.{_sweeps_left_out(data)}</p>"
         f"{table}</section>"
+    )
+
+
+def _sweeps_left_out(data: ReportData) -> str:
+    """The sentence on the sweep points drawn only in the capacity section."""
+    left = data.sweep_runs or {}
+    if not left:
+        return ""
+    sweeps = sorted(set(left.values()))
+    n, k = len(left), len(sweeps)
+    return (
+        f" The {n:,} run{'s' if n != 1 else ''} of {k} sweep{'s' if k != 1 else ''} "
+        f"({', '.join(map(str, sweeps))}) {'are' if n != 1 else 'is'} drawn only in "
+        '<a href="#sweeps">Capacity curves</a> (<code>hpa report --run ID</code> shows one '
+        "with the others)."
     )
 
 

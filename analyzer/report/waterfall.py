@@ -36,6 +36,12 @@ def segments(columns: Iterable[str]) -> tuple[tuple[str, str, str], ...]:
 
 def _waterfall_bars(frame: pl.DataFrame, y: list[str], share: bool, showlegend: bool) -> list:
     total = frame["prompt_tokens"].cast(pl.Float64)
+    # the run's whole policy change in the hover (the label may be cut short)
+    policy = (
+        frame["policy_changes"].to_list()
+        if "policy_changes" in frame.columns
+        else [""] * frame.height
+    )
     traces = []
     for col, name, colour in segments(frame.columns):
         tokens = frame[col]
@@ -50,10 +56,11 @@ def _waterfall_bars(frame: pl.DataFrame, y: list[str], share: bool, showlegend: 
                 marker_color=colour,
                 legendgroup=name,
                 showlegend=showlegend,
-                customdata=list(zip(tokens.to_list(), shares.to_list(), strict=True)),
+                customdata=list(zip(tokens.to_list(), shares.to_list(), policy, strict=True)),
                 hovertemplate=(
                     f"<b>%{{y}}</b><br>{name}: %{{customdata[0]:,}} tokens "
-                    f"(%{{customdata[1]:.1%}} of queried)<extra>{unit}</extra>"
+                    f"(%{{customdata[1]:.1%}} of queried)<br>policy: %{{customdata[2]}}"
+                    f"<extra>{unit}</extra>"
                 ),
             )
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -189,6 +190,14 @@ def trace_fingerprint(con: duckdb.DuckDBPyConnection) -> tuple[str, int]:
     from)."""
     sources, num = con.execute(load_sql("trace_fingerprint")).fetchall()[0]
     return hashlib.sha256(f"{sources}|{num}".encode()).hexdigest(), int(num)
+
+
+def stored_trace_block(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The unit every hash-id request on `con` can be matched in (the least common
+    multiple of their block sizes, tokens; None for a token-id trace), from one column:
+    known before the trace is loaded."""
+    sizes = {int(b) for (b,) in con.execute(load_sql("trace_block_sizes")).fetchall()}
+    return math.lcm(*sizes) if sizes else None
 
 
 def derived_from(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, int] | None:

@@ -53,8 +53,10 @@ def store_run(
     out: str | Path | None = None,
     measure_from: float = 0.0,
     fingerprint: str | None = None,
+    name: str | None = None,
 ) -> ReplayOutcome:
     """Store replay rows (`pipeline.replay.replay_rows`) as a normal run; return its outcome.
+    `name`: what the user calls it (the report's label), or None.
 
     Rows are in arrival order; those before floor(measure_from * n) are warm-up (not measured).
     """
@@ -64,7 +66,7 @@ def store_run(
     # Requests, summary and run row land together or not at all, and with the --out file:
     # an export that cannot be written stores nothing.
     with transaction(con):
-        run_id = _store(con, policy, rows, seconds, measure_from, fingerprint)
+        run_id = _store(con, policy, rows, seconds, measure_from, fingerprint, name)
         if out is not None:
             export_table(con, load_sql("replay_export_requests"), out, {"run_id": int(run_id)})
     summary = query_arrow(con, load_sql("replay_run_summary"), [run_id])
@@ -106,8 +108,34 @@ def load_figures(con, run_id: int) -> dict | None:
     return row[0] if row and row[0]["num_timed"] else None
 
 
+NAME_MAX_CHARS = 80
+
+
+def check_name(name: str | None, option: str = "--name") -> str | None:
+    """A run's or sweep's name as given, or None.
+
+    Raises:
+        ConfigError: empty, longer than NAME_MAX_CHARS, or with a control character.
+    """
+    if name is None:
+        return None
+    if not name.strip():
+        raise ConfigError(f"{option}: empty; give a short name such as 'after-deploy'")
+    if len(name) > NAME_MAX_CHARS:
+        raise ConfigError(f"{option}: {len(name)} characters; at most {NAME_MAX_CHARS}")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
+        raise ConfigError(f"{option} {name!r}: no control characters")
+    return name
+
+
 def _store(
-    con, policy: Policy, rows: dict, seconds: float, measure_from: float = 0.0, fingerprint=None
+    con,
+    policy: Policy,
+    rows: dict,
+    seconds: float,
+    measure_from: float = 0.0,
+    fingerprint=None,
+    name: str | None = None,
 ) -> int:
     con.execute(load_sql("replay_schema"))
     measured = np.asarray(rows["measured"], dtype=bool)
@@ -134,6 +162,7 @@ def _store(
             seconds,
             VERSION,
             measure_from,
+            name,
         ],
     )
     return run_id

@@ -6,22 +6,34 @@ import polars as pl
 import pytest
 
 from analyzer.report import figures, waterfall
-from analyzer.report.data import memory_gib, policy_labels, window_width
+from analyzer.report.data import memory_gib, window_width
+from analyzer.report.labels import run_labels
 from tests.conftest import db_rows
 
 NUM_RUNS = 2
 SEG = len(waterfall.SEGMENTS)
 
 
-def test_policy_labels_name_what_differs():
+def test_run_labels_are_short_and_name_what_differs():
     base = {"block_size": 544, "retention_interval": 0, "routing": "trace"}
     policies = [base, {**base, "retention_interval": None}, base]
-    assert policy_labels([1, 2, 3], policies) == [
-        "run 1: baseline",
-        "run 2: retention_interval=null",
-        "run 3: baseline",
+    assert run_labels([1, 2, 3], policies) == [
+        "run 1 · vllm",
+        "run 2 · vllm · retention_interval=null",
+        "run 3 · vllm",
     ]
-    assert policy_labels([4], [{**base, "routing": "round_robin"}]) == ["run 4: baseline"]
+    assert run_labels([4], [{**base, "routing": "round_robin"}]) == ["run 4 · vllm"]
+    # another engine's own options go to the hover; a long list of changes is cut
+    llama = {**base, "engine": "llamacpp", "llamacpp_max_checkpoints": 32, "llamacpp_slots": 1}
+    many = {**base, "block_size": 16, "retention_interval": 1024, "routing": "round_robin"}
+    assert run_labels([11, 12, 13], [base, llama, many], [None, None, "after deploy"]) == [
+        "run 11 · vllm",
+        "run 12 · llamacpp",
+        "run 13 · after deploy",
+    ]
+    assert run_labels([5, 6], [base, many])[1] == (
+        "run 6 · vllm · block_size=16, retention_interval=1024, …"
+    )
 
 
 def test_window_width_and_memory():
@@ -37,7 +49,8 @@ def test_window_width_and_memory():
 def test_report_data_runs(report_data):
     runs = report_data.runs
     assert runs["run_id"].to_list() == [1, 2]
-    assert runs["run_label"].to_list() == ["run 1: baseline", "run 2: retention_interval=null"]
+    assert runs["run_label"].to_list() == ["run 1 · vllm", "run 2 · vllm · retention_interval=null"]
+    assert runs["policy_changes"].to_list() == ["baseline", "retention_interval=null"]
     assert runs["trace_fingerprint"].n_unique() == 1
     assert '"retention_interval": null' in runs["policy_json"][1]
 

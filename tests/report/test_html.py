@@ -46,7 +46,7 @@ def test_sections_and_labels(report_html):
     ):
         assert heading in text
     assert text.count("<b>What this means.</b>") == len(FIGURE_IDS) - 2  # one per plot section
-    assert "run 2: retention_interval=null" in text
+    assert "run 2 · vllm · retention_interval=null" in text
     assert "trace fingerprint <code>" in text
     assert html.escape('"retention_interval": null') in text  # the exact policy JSON
 
@@ -64,7 +64,7 @@ def test_run_selection_and_cli(report_db, tmp_path):
     assert result.exit_code == 0, result.output
     assert "runs 2, 8 figures" in result.output
     text = out.read_text(encoding="utf-8")
-    assert "replay runs 2." in text and "run 1: baseline" not in text
+    assert "replay runs 2." in text and "run 1 · vllm" not in text
     bad = CliRunner().invoke(cli, ["report", "--db", str(report_db), "--run", "9", "-o", str(out)])
     assert bad.exit_code == 2
     assert "no run 9" in bad.output

@@ -63,7 +63,7 @@ def test_concurrent_report_has_load_and_in_flight(concurrent_html):
     assert "<code>step_base_ms</code>" in text and "<code>step_token_us</code>" in text
     assert IN_FLIGHT in text and "<th>routing</th><th>in flight</th><th>dense eviction</th>" in text
     # a concurrent run is named by what differs, not by every clock key a serial one lacks
-    assert "run 3: num_blocks=200, schedule=concurrent, time_scale=0.2" in text
+    assert "run 3 · vllm · num_blocks=200, schedule=concurrent, time_scale=0.2" in text
     assert "<b>What this means.</b>" in text[text.index('id="load"') :]
 
 
@@ -122,8 +122,8 @@ def test_load_figure_one_run_at_a_time(concurrent_db):
     assert len(fig.data) == 2 * load.PER_RUN
     (menu,) = fig.layout.updatemenus
     assert [b.label for b in menu.buttons] == [
-        "run 3: num_blocks=200, schedule=concurrent, time_scale=0.2",
-        "run 4: num_blocks=2000, schedule=concurrent",
+        "run 3 · vllm · num_blocks=200, schedule=concurrent, time_scale=0.2",
+        "run 4 · vllm · num_blocks=2000, schedule=concurrent",
     ]
     assert [t.visible for t in fig.data] == [True] * load.PER_RUN + [False] * load.PER_RUN
     assert fig.to_json() == load.load_figure(w).to_json()

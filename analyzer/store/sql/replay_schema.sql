@@ -40,6 +40,8 @@ CREATE TABLE IF NOT EXISTS replay_requests (
 
 -- --measure-from (warm-up exclusion): added later, so older databases gain the columns.
 ALTER TABLE replay_runs ADD COLUMN IF NOT EXISTS measure_from DOUBLE DEFAULT 0;
+-- What the user called the run (`--name`); NULL: the report names it by engine and policy.
+ALTER TABLE replay_runs ADD COLUMN IF NOT EXISTS name VARCHAR;
 ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS measured BOOLEAN DEFAULT true;
 
 CREATE TABLE IF NOT EXISTS replay_summary (

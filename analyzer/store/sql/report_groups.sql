@@ -5,8 +5,8 @@
 SELECT
     run_id,
     grouping(prompt_family, model_revision) <> 0 AS is_overall,
-    coalesce(prompt_family, '(none)') AS prompt_family,
-    coalesce(model_revision, '(none)') AS model_revision,
+    coalesce(prompt_family, 'no family') AS prompt_family,
+    coalesce(model_revision, 'no revision') AS model_revision,
     count(*) AS num_requests,
     sum(prompt_tokens)::BIGINT AS prompt_tokens,
     sum(hit_tokens)::BIGINT AS hit_tokens,

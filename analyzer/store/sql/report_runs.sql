@@ -12,6 +12,7 @@ SELECT
             END)
         FROM replay_requests AS q
         WHERE q.run_id = r.run_id
-    ) AS num_caches
+    ) AS num_caches,
+    r.name
 FROM replay_runs AS r
 ORDER BY r.run_id;

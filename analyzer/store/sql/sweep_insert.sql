@@ -1,1 +1,2 @@
-INSERT INTO sweeps VALUES (?, ?, ?, current_timestamp)
+INSERT INTO sweeps (sweep_id, base_policy, knob, created_at, name)
+VALUES (?, ?, ?, current_timestamp, ?)

@@ -6,6 +6,8 @@ CREATE TABLE IF NOT EXISTS sweeps (
     knob VARCHAR NOT NULL,
     created_at TIMESTAMP NOT NULL
 );
+-- What the user called the sweep (`--name`); its points are runs named "NAME · VALUE".
+ALTER TABLE sweeps ADD COLUMN IF NOT EXISTS name VARCHAR;
 
 CREATE TABLE IF NOT EXISTS sweep_points (
     sweep_id INTEGER NOT NULL,

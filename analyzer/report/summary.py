@@ -1,0 +1,146 @@
+"""The report's first section (`id="summary"`): the trace in one line, the verdict in
+sentences with numbers, and the caveats every figure is read with.
+
+The verdict is about the headline run (the first with the most common setting): what it
+reused, its largest loss and the prompt family x model revision where most of that loss
+sits, which run shown reuses the most, and what the sweeps in the store say a pool needs.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import UTC, datetime
+
+import polars as pl
+
+from analyzer.config.engines import BOUNDS
+from analyzer.report.blocks import count, largest_loss, overall_rows, pct
+from analyzer.report.data import ReportData
+from analyzer.report.engines import engines_of
+from analyzer.report.waterfall import segments
+
+# Within this many points of a sweep's best ratio, a point "reaches" it.
+NEAR_BEST_POINTS = 1.0
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 request', '2 requests' (with thousands separators)."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def span_text(first_s: float | None, last_s: float | None) -> str:
+    """'from 2026-03-01 10:00 UTC to ... (6.2 days)', or relative seconds for a trace whose
+    timestamps start near 0 (no wall clock)."""
+    if first_s is None:
+        return "no timestamps (arrival order only)"
+    span = last_s - first_s
+    length = (
+        f"{span / 86_400:,.1f} days"
+        if span >= 86_400
+        else f"{span / 3600:,.1f} h"
+        if span >= 3600
+        else f"{span:,.0f} s"
+    )
+    if first_s >= 946_684_800:  # after 2000-01-01: wall-clock times
+        return f"from {utc(first_s)} to {utc(last_s)} ({length})"
+    return f"over {length} of trace time"
+
+
+def trace_sentence(line: dict) -> str:
+    return (
+        f"The trace: {plural(line['requests'], 'request')}, "
+        f"{plural(line['prompt_tokens'], 'prompt token')}, "
+        f"{span_text(line['first_s'], line['last_s'])}, "
+        f"{plural(line['model_revisions'], 'model revision')}, "
+        f"{plural(line['prompt_families'], 'prompt family', 'prompt families')}."
+    )
+
+
+def _where(data: ReportData, run_id: int, column: str) -> tuple[str, int] | None:
+    """The family x revision holding most of `column` in run `run_id`, and its tokens."""
+    rows = data.groups.filter((pl.col("run_id") == run_id) & ~pl.col("is_overall"))
+    if rows.height < 2:
+        return None
+    top = rows.sort([column, "prompt_family", "model_revision"], descending=[True, False, False])
+    r = top.row(0, named=True)
+    if not r[column]:
+        return None
+    return f"{r['prompt_family']} @ {r['model_revision']}", int(r[column])
+
+
+def verdict_sentences(data: ReportData) -> list[str]:
+    overall = overall_rows(data)
+    head = overall.filter(pl.col("run_id") == data.headline_run).row(0, named=True)
+    q = head["prompt_tokens"] or 1
+    cause, tokens = largest_loss(head)
+    column = next(col for col, name, _ in segments(head) if name == cause)
+    label = head["run_label"]
+    out = [
+        f"{html.escape(label[:1].upper() + label[1:])} reused {pct(head['hit_tokens'] / q)} "
+        "of the queried "
+        f"prompt tokens (useful-hit ratio); "
+        f"{pct(head['sparse_retention_miss_tokens'] / q)} were matched by full attention but "
+        "lost for lack of a recurrent state at that boundary (sparse-loss ratio)."
+    ]
+    where = _where(data, head["run_id"], column)
+    what = html.escape(cause.removeprefix("lost to "))
+    sentence = f"Its largest loss is {what}: {count(tokens)} tokens ({pct(tokens / q)})"
+    if where is not None:
+        sentence += (
+            f", most of it in {html.escape(where[0])} ({count(where[1])} tokens, "
+            f"{pct(where[1] / (tokens or 1))} of that loss)"
+        )
+    out.append(sentence + ".")
+    engine = dict(zip(data.runs["run_id"], engines_of(data), strict=True))
+    real = [r for r in overall.iter_rows(named=True) if engine[r["run_id"]] not in BOUNDS]
+    if len(overall) > 1 and real:
+        best = max(real, key=lambda r: (r["hit_tokens"], -r["run_id"]))
+        if best["run_id"] != head["run_id"]:
+            changes = data.runs.filter(pl.col("run_id") == best["run_id"])["policy_changes"][0]
+            named = f"run {best['run_id']} ({engine[best['run_id']]}: {changes})"
+            out.append(
+                f"Of the runs shown, {html.escape(named)} reuses the most "
+                f"({pct(best['hit_tokens'] / (best['prompt_tokens'] or 1))}, "
+                f"{(best['hit_tokens'] - head['hit_tokens']) / q * 100:+.1f} points)."
+            )
+    out.extend(_sweep_sentences(data))
+    return out
+
+
+def _sweep_sentences(data: ReportData) -> list[str]:
+    """Per num_blocks sweep: the smallest pool within NEAR_BEST_POINTS of its best."""
+    if data.sweeps is None or data.sweeps.height == 0:
+        return []
+    out = []
+    for (sweep_id,), points in data.sweeps.filter(pl.col("knob") == "num_blocks").group_by(
+        ["sweep_id"], maintain_order=True
+    ):
+        ratios = points["useful_hit_ratio"].to_list()
+        best = max(r for r in ratios if r is not None)
+        for r in points.iter_rows(named=True):
+            if r["useful_hit_ratio"] is not None and r["useful_hit_ratio"] >= best - 0.01:
+                memory = "" if r["memory_gib"] is None else f" ({r['memory_gib']:,.2f} GiB a cache)"
+                out.append(
+                    f"Sweep {sweep_id}: {html.escape(str(r['value']))} blocks{memory} reach "
+                    f"{pct(r['useful_hit_ratio'])}, within {NEAR_BEST_POINTS:g} point of the "
+                    f"largest pool swept ({pct(best)}): more memory buys less than that."
+                )
+                break
+    return out
+
+
+def summary_section(data: ReportData) -> str:
+    line = data.trace_line
+    body = [f"<p>{html.escape(trace_sentence(line))}</p>"] if line else []
+    body.append("<ul>" + "".join(f"<li>{s}</li>" for s in verdict_sentences(data)) + "</ul>")
+    if data.caveats:
+        body.append(
+            '<p class="caveats"><b>Read with:</b></p><ul class="caveats">'
+            + "".join(f"<li>{html.escape(c)}</li>" for c in data.caveats)
+            + "</ul>"
+        )
+    return '<section id="summary"><h2>Summary</h2>' + "".join(body) + "</section>"

@@ -1,0 +1,102 @@
+"""The report's summary (issue 15): the trace in one line, the verdict with numbers and the
+caveats first; runs have short names (`--name` stored); sweep points are drawn only in the
+capacity section."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from analyzer.errors import ConfigError
+from analyzer.pipeline.replay import run_replay
+from analyzer.pipeline.sweep import run_sweeps
+from analyzer.report.data import load_report_data
+from analyzer.report.html import render_report
+from analyzer.report.summary import span_text, trace_sentence
+from analyzer.sim.policy import make_policy
+from tests.report.conftest import MODEL
+
+
+def text_of(html: str, section: str) -> str:
+    start = html.index(f'<section id="{section}">')
+    body = html[start : html.index("</section>", start)]
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body))
+
+
+def test_the_summary_comes_first_and_names_the_largest_cause(report_html):
+    html = report_html.path.read_text(encoding="utf-8")
+    assert html.index('<section id="summary">') < html.index('<section id="runs">')
+    text = text_of(html, "summary")
+    assert (
+        "The trace: 2,500 requests, 3,557,670 prompt tokens, over 643 s of trace time, "
+        "2 model revisions, 4 prompt families."
+    ) in text
+    assert "Run 1 · vllm reused 49.7% of the queried prompt tokens" in text
+    assert "Its largest loss is match granularity: " in text
+    assert re.search(r"most of it in \w+ @ qwen3-next-80b-a3b@2026-1\d", text)
+    assert "Of the runs shown, run 2 (vllm: retention_interval=null) reuses the most" in text
+    assert "every run shown is a serial replay" in text
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "said"),
+    [
+        (None, None, "no timestamps (arrival order only)"),
+        (0.0, 643.2, "over 643 s of trace time"),
+        (1_772_000_000.0, 1_772_500_000.0, "from 2026-02-25 06:13 UTC to 2026-03-03 01:06 UTC"),
+    ],
+)
+def test_the_span_is_wall_clock_when_timestamps_are(first, last, said):
+    assert span_text(first, last).startswith(said)
+
+
+def test_singular_and_plural():
+    line = {"requests": 1, "prompt_tokens": 5, "first_s": None, "last_s": None}
+    line |= {"model_revisions": 1, "prompt_families": 2}
+    assert trace_sentence(line) == (
+        "The trace: 1 request, 5 prompt tokens, no timestamps (arrival order only), "
+        "1 model revision, 2 prompt families."
+    )
+
+
+def test_names_are_stored_and_sweep_points_drawn_only_in_the_capacity_section(db_copy, tmp_path):
+    out = CliRunner().invoke(
+        cli, ["replay", "--db", str(db_copy), "--set", f"model={MODEL}", "--name", "after deploy"]
+    )
+    assert out.exit_code == 0, out.output
+    run_sweeps(
+        "vllm-default",
+        [f"model={MODEL}"],
+        ["num_blocks=200,400"],
+        db_path=db_copy,
+        jobs=1,
+        name="pool",
+    )
+    data = load_report_data(db_copy)
+    assert data.runs["run_label"].to_list() == [
+        "run 1 · vllm",
+        "run 2 · vllm · retention_interval=null",
+        "run 3 · after deploy",
+    ]
+    assert data.sweep_runs == {4: 1, 5: 1}
+    assert set(data.sweeps["run_id"].to_list()) == {4, 5}
+    page = render_report(db_copy, tmp_path / "r.html").path.read_text(encoding="utf-8")
+    assert "The 2 runs of 1 sweep (1) are drawn only in" in text_of(page, "runs")
+    named = load_report_data(db_copy, runs=[4])  # asked for by id: shown
+    assert named.runs["run_label"].to_list() == ["run 4 · pool · num_blocks=200"]
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("", "--name: empty"),
+        ("x" * 81, "--name: 81 characters; at most 80"),
+        ("a\x1bb", "--name 'a\\x1bb': no control characters"),
+    ],
+)
+def test_bad_names(db_copy, name, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        run_replay(make_policy({"model": MODEL}), db_path=db_copy, name=name)
