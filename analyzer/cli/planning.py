@@ -287,7 +287,7 @@ def _null(value: int | None) -> str:
     "runs",
     multiple=True,
     type=int,
-    help="A replay run id to include (repeatable) [default: every run].",
+    help="A replay run id to include (repeatable) [default: every run that is no sweep point].",
 )
 @click.option(
     "-o",
@@ -297,12 +297,43 @@ def _null(value: int | None) -> str:
     type=click.Path(dir_okay=False),
     help="HTML file to write (self-contained: opens offline).",
 )
-def report_cmd(db_path: str, runs: tuple[int, ...], out: str) -> None:
-    """Write one self-contained HTML report: loss waterfalls, hits over time, junctions,
-    policies side by side and each run's exact configuration."""
-    from analyzer.report.html import render_report
+@click.option(
+    "--window",
+    default=None,
+    metavar="START..END",
+    help="With --baseline: an incident section comparing this window of the first --run "
+    "(default: the latest run) to the baseline, as hpa compare does.",
+)
+@click.option("--baseline", default=None, metavar="START..END", help="The baseline window.")
+@click.option(
+    "--bin",
+    "bin_s",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Width of the time charts' windows [default: a round width, about 24 windows].",
+)
+def report_cmd(
+    db_path: str,
+    runs: tuple[int, ...],
+    out: str,
+    window: str | None,
+    baseline: str | None,
+    bin_s: float | None,
+) -> None:
+    """Write one self-contained HTML report: a summary, loss waterfalls, hits over time,
+    junctions, policies side by side and each run's exact configuration; with --window
+    and --baseline, an incident section after the summary."""
+    from analyzer.pipeline.report import write_report
 
-    result = render_report(db_path, out, runs=list(runs) or None)
+    result = write_report(
+        out,
+        db_path=db_path,
+        runs=list(runs) or None,
+        window=window,
+        baseline=baseline,
+        bin_s=bin_s,
+    )
     click.echo(
         f"wrote {result.path} ({result.num_bytes:,} bytes): runs "
         f"{', '.join(map(str, result.run_ids))}, {len(result.figure_ids)} figures"

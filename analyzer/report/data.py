@@ -72,8 +72,11 @@ class ReportData:
     caveats: tuple[str, ...] = ()
 
 
-def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> ReportData:
-    """All frames for the report of `runs` (default: every run) in the database.
+def load_report_data(
+    db_path: str | Path, runs: list[int] | None = None, bin_s: float | None = None
+) -> ReportData:
+    """All frames for the report of `runs` (default: every run that is no sweep point) in
+    the database; time windows of `bin_s` seconds (default: about TARGET_WINDOWS).
 
     Raises:
         StoreError: no database, no replay runs, or an unknown run id.
@@ -93,7 +96,7 @@ def load_report_data(db_path: str | Path, runs: list[int] | None = None) -> Repo
         ids = run_frame["run_id"].to_list()
         labels = dict(zip(ids, run_frame["run_label"].to_list(), strict=True))
         groups = _groups(con, run_frame, labels)
-        windows, unit = _windows(con, ids, labels)
+        windows, unit = _windows(con, ids, labels, bin_s)
         load, load_windows = _load(con, run_frame, labels)
         junctions, junction_note = None, None
         if {"junctions", "prefix_matches"} <= present:
@@ -250,6 +253,9 @@ def _groups(con, run_frame: pl.DataFrame, labels: dict[int, str]) -> pl.DataFram
     )
 
 
+MAX_WINDOWS = 10_000  # a time chart's points per run at most (--bin)
+
+
 def window_width(span: float) -> float:
     """A round window width (seconds) giving about TARGET_WINDOWS windows over `span`:
     past the widest nice one, whole days."""
@@ -260,18 +266,30 @@ def window_width(span: float) -> float:
     return float(day * math.ceil(span / TARGET_WINDOWS / day))
 
 
-def _windows(con, ids: list[int], labels: dict[int, str]) -> tuple[pl.DataFrame, str]:
+def _windows(
+    con, ids: list[int], labels: dict[int, str], bin_s: float | None = None
+) -> tuple[pl.DataFrame, str]:
+    """Per-window sums; windows of `bin_s` seconds (default: a round width giving about
+    TARGET_WINDOWS), or of arrival order without timestamps. `window_t0_s` is the first
+    window's start in the trace's own seconds (wall-clock when they are)."""
     t_min, t_max, n = con.execute(load_sql("report_window_span"), {"runs": ids}).fetchall()[0]
     if t_min is None:  # no timestamps: windows of arrival order
         by_seq, t0, width, unit = True, 0.0, float(max(1, -(-int(n) // TARGET_WINDOWS))), "requests"
     else:
-        by_seq, t0, width, unit = False, float(t_min), window_width(t_max - t_min), "s"
+        width = float(bin_s) if bin_s else window_width(t_max - t_min)
+        if (t_max - t_min) / width > MAX_WINDOWS:
+            raise ConfigError(
+                f"--bin {bin_s:g}: {math.ceil((t_max - t_min) / width):,} windows over the "
+                f"trace's {t_max - t_min:,.0f} s; at most {MAX_WINDOWS:,} (a wider bin)"
+            )
+        by_seq, t0, unit = False, float(t_min), "s"
     params = {"runs": ids, "by_seq": by_seq, "t0": t0, "width": width}
     frame = pl.from_arrow(query_arrow(con, load_sql("report_windows"), params))
     queries = pl.col("prompt_tokens").cast(pl.Float64)
     frame = frame.with_columns(
         (pl.col("window_idx") * width).alias("window_start"),
         (pl.col("window_idx") * width + width).alias("window_end"),
+        pl.lit(t0).alias("window_t0_s"),
         (pl.col("hit_tokens") / queries).round(9).alias("useful_hit_ratio"),
         (pl.col("sparse_retention_miss_tokens") / queries).round(9).alias("sparse_loss_ratio"),
     )

@@ -86,7 +86,9 @@ def engine_figure(overall: pl.DataFrame, labels: list[str]) -> go.Figure:
     fig.update_layout(barmode="stack")
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title="share of queried prompt tokens (%)")
-    return figures.style_figure(fig, "Engine designs on the same trace", 180 + 48 * len(rows))
+    return figures.style_figure(
+        fig, "Engine designs on the same trace", figures.bar_height(len(rows), 48)
+    )
 
 
 def engine_section(data: ReportData) -> tuple[str, list[str]]:

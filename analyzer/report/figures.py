@@ -6,6 +6,8 @@ random source, so the same frame always gives the same figure.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
@@ -14,6 +16,13 @@ FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "siz
 TOP_JUNCTIONS = 15
 MARGIN_TOP, MARGIN_BOTTOM = 120, 50
 MENU_ROW = 40  # pixels for the run menu above the legend
+MIN_PLOT_HEIGHT = 260  # pixels: a figure of two bars still gives its plot most of its height
+
+
+def bar_height(rows: int, per_row: int = 42) -> int:
+    """A horizontal bar figure's height: `per_row` pixels a bar, and at least
+    MIN_PLOT_HEIGHT of plot (so a figure of few bars is mostly plot, not margins)."""
+    return MARGIN_TOP + MARGIN_BOTTOM + max(MIN_PLOT_HEIGHT, per_row * rows)
 
 
 def style_figure(fig: go.Figure, title: str, height: int) -> go.Figure:
@@ -87,9 +96,17 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
         ),
     )
     labels = frame.select("run_id", "run_label").unique().sort("run_id")["run_label"].to_list()
-    where = "arrival (request #)" if unit == "requests" else "time since first request (s)"
+    t0 = float(frame["window_t0_s"][0]) if "window_t0_s" in frame.columns and frame.height else 0
+    wall = unit == "s" and t0 >= WALL_CLOCK_S
+    where = (
+        "arrival (request #)"
+        if unit == "requests"
+        else "arrival time (UTC)"
+        if wall
+        else "time since first request (s)"
+    )
     for k, run_label in enumerate(labels):
-        part = frame.filter(pl.col("run_label") == run_label).sort("window_idx")
+        part = _with_gaps(frame.filter(pl.col("run_label") == run_label).sort("window_idx"))
         custom = list(
             zip(
                 part["window_start"].to_list(),
@@ -102,6 +119,8 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
             )
         )
         mid = ((part["window_start"] + part["window_end"]) / 2).to_list()
+        if wall:
+            mid = [_utc(t0 + m) for m in mid]
         for row, col, num in (
             (1, "useful_hit_ratio", "customdata[4]"),
             (2, "sparse_loss_ratio", "customdata[5]"),
@@ -115,6 +134,9 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
                     line={"color": palette(k)},
                     legendgroup=run_label,
                     showlegend=row == 1,
+                    # a legend entry shows the runs past the first MAX_SERIES
+                    visible=True if k < MAX_SERIES else "legendonly",
+                    connectgaps=False,
                     customdata=custom,
                     hovertemplate=(
                         f"<b>{run_label}</b><br>window %{{customdata[0]:,}}–%{{customdata[1]:,}} "
@@ -125,7 +147,9 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
                 row=row,
                 col=1,
             )
-    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    for row, col in ((1, "useful_hit_ratio"), (2, "sparse_loss_ratio")):
+        fig.update_yaxes(tickformat=tick_format(frame[col]), row=row, col=1)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)
     fig.update_xaxes(title=where, row=2, col=1)
     style_figure(fig, "Useful hits and sparse losses over time (per-window deltas)", 720)
     fig.update_layout(
@@ -147,6 +171,40 @@ _COLOURS = (
     "#bcbd22",
     "#17becf",
 )
+
+
+MAX_SERIES = 8  # lines drawn by default; the legend shows the others on a click
+WALL_CLOCK_S = 946_684_800  # timestamps after 2000-01-01 are wall-clock: a UTC axis
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def tick_format(values: pl.Series) -> str:
+    """A percent tick format with the decimals the data's range needs (ticks of 0.5%
+    steps must not all read "1%")."""
+    finite = values.drop_nulls()
+    spread = float(finite.max() - finite.min()) if finite.len() else 1.0
+    return ".0%" if spread >= 0.05 else ".1%" if spread >= 0.005 else ".2%"
+
+
+def _with_gaps(part: pl.DataFrame) -> pl.DataFrame:
+    """`part` with a null row for every window without requests between its first and
+    last, so that a line breaks there instead of joining windows days apart."""
+    if part.height < 2:
+        return part
+    lo, hi = int(part["window_idx"].min()), int(part["window_idx"].max())
+    if hi - lo + 1 == part.height:
+        return part
+    full = pl.DataFrame({"window_idx": pl.int_range(lo, hi + 1, eager=True)})
+    width = float(part["window_end"][0] - part["window_start"][0])
+    joined = full.join(part, on="window_idx", how="left")
+    return joined.with_columns(
+        (pl.col("window_idx") * width).alias("window_start"),
+        (pl.col("window_idx") * width + width).alias("window_end"),
+        pl.col("num_requests").fill_null(0),
+    )
 
 
 def palette(k: int) -> str:
@@ -294,13 +352,14 @@ def weighting(groups: pl.DataFrame) -> go.Figure:
 
 
 def policy_comparison(groups: pl.DataFrame) -> go.Figure:
-    """(d) Useful-hit and sparse-loss ratio of every run side by side, with the change in
-    percentage points against the first run shown in the hover."""
+    """(d) Useful-hit and sparse-loss ratio of every run side by side (one row per run,
+    its label read across), with the change in percentage points against the first run
+    shown in the hover."""
     overall = groups.filter(pl.col("is_overall")).sort("run_id")
     queries = overall["prompt_tokens"].cast(pl.Float64)
     hit = (overall["hit_tokens"] / queries).round(9)
     sparse = (overall["sparse_retention_miss_tokens"] / queries).round(9)
-    x = overall["run_label"].to_list()
+    labels = overall["run_label"].to_list()
     traces = []
     for name, values, colour in (
         ("useful-hit ratio", hit, "#2ca02c"),
@@ -311,23 +370,26 @@ def policy_comparison(groups: pl.DataFrame) -> go.Figure:
         traces.append(
             go.Bar(
                 name=name,
-                x=x,
-                y=values.to_list(),
+                y=labels,
+                x=values.to_list(),
+                orientation="h",
                 marker_color=colour,
                 text=[f"{v:.1%}" for v in values.to_list()],
                 textposition="outside",
                 customdata=delta,
                 hovertemplate=(
-                    f"<b>%{{x}}</b><br>{name}: %{{y:.2%}}<br>"
+                    f"<b>%{{y}}</b><br>{name}: %{{x:.2%}}<br>"
                     "%{customdata:+.2f} points vs the first run<extra></extra>"
                 ),
             )
         )
     fig = go.Figure(traces)
     fig.update_layout(barmode="group")
-    fig.update_yaxes(title="share of queried prompt tokens", tickformat=".0%", rangemode="tozero")
-    fig.update_xaxes(tickangle=-20)
-    return style_figure(fig, "Policies side by side: useful hits and sparse losses", 520)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title="share of queried prompt tokens", tickformat=".0%", rangemode="tozero")
+    return style_figure(
+        fig, "Policies side by side: useful hits and sparse losses", bar_height(len(labels), 44)
+    )
 
 
 def sweeps(frame: pl.DataFrame) -> go.Figure:

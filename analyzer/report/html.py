@@ -9,11 +9,13 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from plotly.offline import get_plotlyjs
 
 from analyzer.report import engines, load
 from analyzer.report.data import ReportData, load_report_data
+from analyzer.report.incident import incident_section
 from analyzer.report.sections import (
     SWEEP_FIGURE_ID,
     config_section,
@@ -53,15 +55,22 @@ class ReportResult:
 
 
 def render_report(
-    db_path: str | Path, out: str | Path, runs: list[int] | None = None
+    db_path: str | Path,
+    out: str | Path,
+    runs: list[int] | None = None,
+    incident: Any | None = None,
+    bin_s: float | None = None,
 ) -> ReportResult:
-    """Write the HTML report of `runs` (default: every replay run) in `db_path` to `out`.
+    """Write the HTML report of `runs` (default: every replay run that is no sweep point)
+    in `db_path` to `out`. `incident`: `hpa compare`'s comparison of two windows
+    (analyzer.metrics.compare.Comparison), shown right after the summary. `bin_s`: the
+    time windows' width in seconds (default: about 24 windows over the trace).
 
     Raises:
         StoreError: no database or no replay runs. ConfigError: an unknown run id.
     """
-    data = load_report_data(db_path, runs)
-    page, ids = build_html(data, title_db=Path(db_path).name)
+    data = load_report_data(db_path, runs, bin_s)
+    page, ids = build_html(data, title_db=Path(db_path).name, incident=incident)
     encoded = page.encode("utf-8")
     out = write_atomic(out, encoded, option="--out")
     return ReportResult(out, ids, tuple(data.runs["run_id"].to_list()), len(encoded))
@@ -102,10 +111,13 @@ d.textContent=window.hpaErrors.join('\\n');});
 """
 
 
-def build_html(data: ReportData, *, title_db: str) -> tuple[str, tuple[str, ...]]:
+def build_html(
+    data: ReportData, *, title_db: str, incident: Any | None = None
+) -> tuple[str, tuple[str, ...]]:
     """The whole page, and the ids of the figures on it in page order."""
     sections = [summary_section(data)]
-    ids: list[str] = []
+    body, ids = incident_section(incident)
+    sections.append(body)
     sections.append(runs_section(data))
     for build in (
         waterfall_runs_section,
@@ -124,6 +136,7 @@ def build_html(data: ReportData, *, title_db: str) -> tuple[str, tuple[str, ...]
     sections.append(config_section(data))
     nav = [
         ("summary", "Summary"),
+        *([("incident", "Incident")] if incident is not None else []),
         ("runs", "Runs"),
         ("waterfall", "Waterfall"),
         ("groups", "Families × revisions"),

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import plotly.graph_objects as go
 import polars as pl
 
-from analyzer.report.figures import run_dropdown, style_figure
+from analyzer.report.figures import bar_height, run_dropdown, style_figure
 
 # The hit then the SPEC 3 causes, in waterfall order: (column, readable name, colour).
 SEGMENTS = (
@@ -78,7 +78,7 @@ def waterfall_runs(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
     return style_figure(
         fig,
         f"Where the queried prompt tokens went, per run ({what})",
-        160 + 42 * overall.height,
+        bar_height(overall.height),
     )
 
 
@@ -102,7 +102,7 @@ def waterfall_groups(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
         part = rows.filter(pl.col("run_label") == run_label).sort(
             ["prompt_tokens", "prompt_family", "model_revision"], descending=[True, False, False]
         )
-        height = max(height, 180 + 40 * part.height)
+        height = max(height, bar_height(part.height, 40))
         traces.extend(_waterfall_bars(part, group_label(part), share, k == 0))
     fig = go.Figure(traces)
     fig.update_layout(barmode="stack")

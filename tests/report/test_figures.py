@@ -134,7 +134,7 @@ def test_weighting_and_policy_comparison(report_data):
     ]
     comp = figures.policy_comparison(report_data.groups)
     assert len(comp.data) == 2
-    assert list(comp.data[0].x) == report_data.runs["run_label"].to_list()
+    assert list(comp.data[0].y) == report_data.runs["run_label"].to_list()
     assert comp.data[0].customdata[0] == 0.0
 
 

@@ -1,0 +1,173 @@
+"""The report's incident section (`hpa report --window S..E --baseline S..E [--run R]`):
+`hpa compare`'s attribution of the two windows, right after the summary.
+
+It takes the comparison `analyzer.metrics.compare.compare` returns (its `baseline` and
+`current` sides, `traffic`, `groups`, `causes` tables and `sentence`); the report never
+computes it itself (the pipeline does), so the section shows the command's figures.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import plotly.graph_objects as go
+
+from analyzer.report.blocks import figure_div, html_table, meaning
+from analyzer.report.figures import bar_height, style_figure
+
+FIGURE_ID = "fig-incident"
+ALL = "(all)"
+# The waterfall's parts in compare's figure names: (figure, label, colour), hit first.
+PARTS = (
+    ("hit", "hit (reused)", "#2ca02c"),
+    ("sparse_retention", "sparse-retention miss", "#d62728"),
+    ("spec_decode", "lost to spec decode", "#8c564b"),
+    ("eviction", "lost to dense eviction", "#ff7f0e"),
+    ("granularity", "lost to match granularity", "#bcbd22"),
+    ("in_flight", "lost in flight", "#e377c2"),
+    ("routing", "lost to routing", "#9467bd"),
+    ("unshared", "unshared (no common prefix)", "#b0b0b0"),
+)
+TOP_GROUPS = 12
+
+
+def _overall(comparison: Any) -> dict[str, dict]:
+    return {
+        r["figure"]: r
+        for r in comparison.causes.to_pylist()
+        if r["prompt_family"] == ALL and r["model_revision"] == ALL
+    } or {r["figure"]: r for r in comparison.causes.to_pylist()}
+
+
+def incident_figure(comparison: Any) -> go.Figure:
+    """The two windows' waterfalls side by side: one stacked bar each, in shares."""
+    overall = _overall(comparison)
+    names = [comparison.baseline.describe(), comparison.current.describe()]
+    traces = []
+    for figure, label, colour in PARTS:
+        row = overall.get(figure)
+        if row is None:
+            continue
+        shares = [row["baseline_share"] or 0.0, row["current_share"] or 0.0]
+        tokens = [row["baseline_tokens"], row["current_tokens"]]
+        traces.append(
+            go.Bar(
+                name=label,
+                y=names,
+                x=[round(100 * s, 6) for s in shares],
+                orientation="h",
+                marker_color=colour,
+                customdata=list(zip(tokens, shares, strict=True)),
+                hovertemplate=(
+                    f"<b>%{{y}}</b><br>{label}: %{{customdata[0]:,}} tokens "
+                    "(%{customdata[1]:.1%} of its queried tokens)<extra></extra>"
+                ),
+            )
+        )
+    fig = go.Figure(traces)
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title="share of each window's queried prompt tokens (%)", range=[0, 100])
+    return style_figure(fig, "Baseline and incident windows, side by side", bar_height(2, 90))
+
+
+def _traffic_rows(comparison: Any) -> list[list[str]]:
+    rows = []
+    for r in comparison.traffic.to_pylist():
+        rate = r["measure"] == "requests_per_s"
+        cells = [
+            "" if v is None else (f"{v:,.3g}" if rate else f"{v:,.0f}")
+            for v in (r["baseline"], r["current"])
+        ]
+        change = r["change_percent"]
+        name = r["measure"].replace("_per_s", " per second").replace("span_s", "span (s)")
+        rows.append([name.replace("_", " "), *cells, "" if change is None else f"{change:+.1f}%"])
+    return rows
+
+
+def _group_rows(comparison: Any) -> list[list[str]]:
+    """Families x revisions with the largest moves first (the total last)."""
+    rows = comparison.groups.to_pylist()
+    finest = [g for g in rows if g["prompt_family"] != ALL and g["model_revision"] != ALL]
+    finest.sort(key=lambda g: (-abs(g["change_points"] or 0.0), g["prompt_family"]))
+    out = []
+    for g in [*finest[:TOP_GROUPS], rows[-1]]:
+        ratio = [
+            "" if v is None else f"{v:.1%}"
+            for v in (g["baseline_useful_hit_ratio"], g["current_useful_hit_ratio"])
+        ]
+        change = g["change_points"]
+        out.append(
+            [
+                g["prompt_family"].replace("(none)", "no family"),
+                g["model_revision"].replace("(none)", "no revision"),
+                f"{g['baseline_requests']:,}",
+                f"{g['current_requests']:,}",
+                *ratio,
+                "" if change is None else f"{change:+.1f}",
+            ]
+        )
+    return out
+
+
+def _cause_rows(comparison: Any) -> list[list[str]]:
+    """The overall causes that moved, largest first: shares, change, rate and mix."""
+    shown = {figure for figure, _, _ in PARTS}  # not the sparse miss's two splits
+    moved = [
+        r
+        for r in _overall(comparison).values()
+        if r["figure"] in shown and (r["baseline_tokens"] or r["current_tokens"])
+    ]
+    moved.sort(key=lambda r: (-abs(r["change_points"] or 0.0), r["figure"]))
+    return [
+        [
+            r["figure"].replace("_", " "),
+            f"{r['baseline_share']:.1%}",
+            f"{r['current_share']:.1%}",
+            f"{r['change_points']:+.2f}",
+            f"{r['rate_effect_points']:+.2f}",
+            f"{r['mix_effect_points']:+.2f}",
+        ]
+        for r in moved
+    ]
+
+
+def incident_section(comparison: Any | None) -> tuple[str, list[str]]:
+    """The section's HTML and figure ids; empty without a comparison."""
+    if comparison is None:
+        return "", []
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in comparison.notes)
+    body = (
+        '<section id="incident"><h2>Incident: the window against the baseline</h2>'
+        f"<p>{html.escape(comparison.baseline.describe())}; "
+        f"{html.escape(comparison.current.describe())}.</p>"
+        f'<p class="verdict"><b>{html.escape(comparison.sentence)}</b></p>'
+        + (f'<ul class="caveats">{notes}</ul>' if notes else "")
+        + figure_div(incident_figure(comparison), FIGURE_ID)
+        + "<h3>Traffic of each window</h3>"
+        + html_table(["measure", "baseline", "window", "change"], _traffic_rows(comparison),
+                     numeric={1, 2, 3})
+        + "<h3>Useful-hit ratio per prompt family × model revision</h3>"
+        + html_table(
+            ["prompt family", "model revision", "baseline requests", "window requests",
+             "baseline", "window", "change (points)"],
+            _group_rows(comparison),
+            numeric={2, 3, 4, 5, 6},
+        )
+        + "<h3>Causes that moved (points of queried tokens)</h3>"
+        + html_table(
+            ["cause", "baseline share", "window share", "change", "rate effect", "mix effect"],
+            _cause_rows(comparison),
+            numeric={1, 2, 3, 4, 5},
+        )
+        + meaning(
+            "Each window's figures are shares of its own queried tokens (windows hold "
+            "different traffic). A cause's change splits into its rate effect (the groups' "
+            "own shares moved) and its mix effect (the traffic moved between groups whose "
+            "shares differ); the two add up to the change. The same figures, with every group, "
+            "come from <code>hpa compare</code> with the same windows."
+        )
+        + "</section>"
+    )  # fmt: skip
+    return body, [FIGURE_ID]
