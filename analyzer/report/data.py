@@ -200,19 +200,20 @@ def _geometry_caveats(con, run_frame: pl.DataFrame) -> list[str]:
     trace_block = stored_trace_block(con)
     if trace_block is None:
         return []
-    out = []
+    fitted: dict[tuple[int, int], list[int]] = {}  # (block, preset's) -> runs
     for run_id, text in zip(run_frame["run_id"], run_frame["policy_json"], strict=True):
         policy = json.loads(text)
         if not policy.get("model"):
             continue
         preset = load_model(policy["model"]).get("block_size")
         if preset and policy.get("block_size") != preset:
-            out.append(
-                f"run {run_id} matched whole {trace_block:,}-token trace blocks: "
-                f"{policy['block_size']:,}-token blocks, not the preset's {preset:,} "
-                "(an approximated geometry)"
-            )
-    return out
+            fitted.setdefault((policy["block_size"], preset), []).append(int(run_id))
+    return [
+        f"run{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} matched whole "
+        f"{trace_block:,}-token trace blocks: {block:,}-token blocks, not the preset's "
+        f"{preset:,} (an approximated geometry)"
+        for (block, preset), ids in fitted.items()
+    ]
 
 
 def with_schedule_defaults(policy: dict) -> dict:

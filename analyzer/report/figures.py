@@ -148,8 +148,15 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
                 col=1,
             )
     for row, col in ((1, "useful_hit_ratio"), (2, "sparse_loss_ratio")):
-        fig.update_yaxes(tickformat=tick_format(frame[col]), row=row, col=1)
-    fig.update_yaxes(rangemode="tozero", row=2, col=1)
+        values = frame[col].drop_nulls()
+        flat = values.len() == 0 or values.min() == values.max() or values.min() == 0
+        # the range follows the data (a 93% -> 86% drop is seen), from 0 when it touches 0
+        fig.update_yaxes(
+            tickformat=tick_format(frame[col]),
+            rangemode="tozero" if flat or row == 2 else "normal",
+            row=row,
+            col=1,
+        )
     fig.update_xaxes(title=where, row=2, col=1)
     style_figure(fig, "Useful hits and sparse losses over time (per-window deltas)", 720)
     fig.update_layout(
@@ -185,7 +192,9 @@ def tick_format(values: pl.Series) -> str:
     """A percent tick format with the decimals the data's range needs (ticks of 0.5%
     steps must not all read "1%")."""
     finite = values.drop_nulls()
-    spread = float(finite.max() - finite.min()) if finite.len() else 1.0
+    spread = float(finite.max() - finite.min()) if finite.len() else 0.0
+    if spread == 0.0:
+        return ".0%"  # a flat line: plotly picks whole-range ticks
     return ".0%" if spread >= 0.05 else ".1%" if spread >= 0.005 else ".2%"
 
 
@@ -299,7 +308,7 @@ def junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> go.Figure:
     style_figure(
         fig,
         f"Top {chosen.height} shared junctions by tokens lost to sparse-retention misses",
-        220 + 40 * max(chosen.height, 1),
+        bar_height(chosen.height, 40) + 50,  # + the x axis title under the bars
     )
     fig.update_layout(showlegend=False)  # the subplot titles name the two bars
     run_dropdown(fig, labels, 2)

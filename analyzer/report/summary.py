@@ -50,13 +50,17 @@ def span_text(first_s: float | None, last_s: float | None) -> str:
     return f"over {length} of trace time"
 
 
+def _labels(n: int, word: str, many: str) -> str:
+    return f"no {word} labels" if n == 0 else plural(n, word, many)
+
+
 def trace_sentence(line: dict) -> str:
     return (
         f"The trace: {plural(line['requests'], 'request')}, "
         f"{plural(line['prompt_tokens'], 'prompt token')}, "
         f"{span_text(line['first_s'], line['last_s'])}, "
-        f"{plural(line['model_revisions'], 'model revision')}, "
-        f"{plural(line['prompt_families'], 'prompt family', 'prompt families')}."
+        f"{_labels(line['model_revisions'], 'model revision', 'model revisions')}, "
+        f"{_labels(line['prompt_families'], 'prompt family', 'prompt families')}."
     )
 
 
