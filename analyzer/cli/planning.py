@@ -313,6 +313,14 @@ def _null(value: int | None) -> str:
     metavar="SECONDS",
     help="Width of the time charts' windows [default: a round width, about 24 windows].",
 )
+@click.option(
+    "--target",
+    type=float,
+    default=None,
+    metavar="RATIO",
+    help="A useful-hit ratio for the capacity curves: the line, and each sweep's smallest "
+    "pool reaching it marked.",
+)
 def report_cmd(
     db_path: str,
     runs: tuple[int, ...],
@@ -320,6 +328,7 @@ def report_cmd(
     window: str | None,
     baseline: str | None,
     bin_s: float | None,
+    target: float | None,
 ) -> None:
     """Write one self-contained HTML report: a summary, loss waterfalls, hits over time,
     junctions, policies side by side and each run's exact configuration; with --window
@@ -333,6 +342,7 @@ def report_cmd(
         window=window,
         baseline=baseline,
         bin_s=bin_s,
+        target=target,
     )
     click.echo(
         f"wrote {result.path} ({result.num_bytes:,} bytes): runs "

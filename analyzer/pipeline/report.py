@@ -24,11 +24,14 @@ def write_report(
     window: str | None = None,
     baseline: str | None = None,
     bin_s: float | None = None,
+    target: float | None = None,
 ) -> ReportResult:
     """Write the report of `runs` (default: every run that is no sweep point) to `out`;
     with `window` and `baseline` (START..END each, as `hpa compare`), an incident section
     comparing them in run `runs[0]` (default: the latest run that is no sweep point).
     `bin_s`: the time charts' window width in seconds (default: about 24 windows).
+    `target`: a useful-hit ratio in (0, 1] for the capacity curves (the line, and each
+    sweep's smallest pool reaching it).
 
     Raises:
         ConfigError: one window without the other, or a bad or empty window; what
@@ -36,6 +39,8 @@ def write_report(
     """
     if bin_s is not None and not (math.isfinite(bin_s) and bin_s > 0):
         raise ConfigError(f"--bin {bin_s}: expected seconds > 0")
+    if target is not None and not 0.0 < target <= 1.0:
+        raise ConfigError(f"--target {target}: expected a useful-hit ratio in (0, 1]")
     incident = None
     if window is not None or baseline is not None:
         if window is None or baseline is None:
@@ -44,4 +49,4 @@ def write_report(
         incident = compare(
             db_path=db_path, window=window, baseline=baseline, runs=tuple(runs or ())[:1]
         )
-    return render_report(db_path, out, runs=runs, incident=incident, bin_s=bin_s)
+    return render_report(db_path, out, runs=runs, incident=incident, bin_s=bin_s, target=target)

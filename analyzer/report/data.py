@@ -70,6 +70,8 @@ class ReportData:
     headline_run: int | None = None
     trace_line: dict | None = None
     caveats: tuple[str, ...] = ()
+    # A useful-hit ratio to draw on the capacity curves (`hpa report --target`), or None.
+    target: float | None = None
 
 
 def load_report_data(

@@ -7,7 +7,7 @@ frames, ratios rounded before they are written.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,16 +60,19 @@ def render_report(
     runs: list[int] | None = None,
     incident: Any | None = None,
     bin_s: float | None = None,
+    target: float | None = None,
 ) -> ReportResult:
     """Write the HTML report of `runs` (default: every replay run that is no sweep point)
     in `db_path` to `out`. `incident`: `hpa compare`'s comparison of two windows
     (analyzer.metrics.compare.Comparison), shown right after the summary. `bin_s`: the
-    time windows' width in seconds (default: about 24 windows over the trace).
+    time windows' width in seconds (default: about 24 windows over the trace). `target`: a
+    useful-hit ratio drawn on the capacity curves, each sweep's smallest pool reaching it
+    marked.
 
     Raises:
         StoreError: no database or no replay runs. ConfigError: an unknown run id.
     """
-    data = load_report_data(db_path, runs, bin_s)
+    data = replace(load_report_data(db_path, runs, bin_s), target=target)
     page, ids = build_html(data, title_db=Path(db_path).name, incident=incident)
     encoded = page.encode("utf-8")
     out = write_atomic(out, encoded, option="--out")

@@ -275,13 +275,27 @@ def sweep_section(data: ReportData) -> tuple[str, list[str]]:
         return "", []
     text = (
         "Each line sweeps one knob over the same trace, all else fixed; a point is one "
-        "replay run. Read off the smallest setting (and its memory, in the hover) that "
-        "reaches your useful-hit target; a flat stretch means more of that knob buys nothing."
+        "replay run. Read off the smallest pool that reaches your useful-hit target (a star "
+        "marks it when the report was given <code>--target</code>); a flat stretch means "
+        "more memory buys nothing. Memory is one cache's (see the runs' caches)."
     )
+    others = data.sweeps.filter(pl.col("knob") != "num_blocks")
+    table = ""
+    if others.height and others.height < data.sweeps.height:  # the figure is the pools'
+        table = "<h3>Other knobs swept</h3>" + html_table(
+            ["sweep", "knob", "value", "run", "useful-hit ratio", "sparse-loss ratio"],
+            [
+                [r["sweep_id"], r["knob"], r["value"], r["run_id"],
+                 pct(r["useful_hit_ratio"] or 0.0), pct(r["sparse_loss_ratio"] or 0.0)]
+                for r in others.iter_rows(named=True)
+            ],
+            numeric={0, 3, 4, 5},
+        )  # fmt: skip
     body = (
         '<section id="sweeps"><h2>Capacity curves (sweeps)</h2>'
-        + figure_div(figures.sweeps(data.sweeps), SWEEP_FIGURE_ID)
+        + figure_div(figures.sweeps(data.sweeps, data.target), SWEEP_FIGURE_ID)
         + meaning(text)
+        + table
         + "</section>"
     )
     return body, [SWEEP_FIGURE_ID]

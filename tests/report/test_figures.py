@@ -143,17 +143,33 @@ def test_sweeps_figure():
         {
             "sweep_id": [1, 1, 1, 2, 2],
             "knob": ["num_blocks"] * 3 + ["retention_interval"] * 2,
-            "value": ["1000", "2000", "4000", "0", "null"],
-            "run_id": [3, 4, 5, 6, 7],
-            "useful_hit_ratio": [0.3, 0.4, 0.45, 0.4, 0.5],
+            "value": ["1000", "4000", "2000", "0", "null"],
+            "run_id": [3, 5, 4, 6, 7],
+            "useful_hit_ratio": [0.3, 0.45, 0.4, 0.4, 0.5],
             "sparse_loss_ratio": [0.03, 0.03, 0.03, 0.03, 0.01],
-            "memory_gib": [12.5, 25.0, 50.0, None, None],
+            "memory_gib": [12.5, 50.0, 25.0, None, None],
         }
     )
-    fig = figures.sweeps(frame)
-    assert [t.name for t in fig.data] == ["sweep 1: num_blocks", "sweep 2: retention_interval"]
-    assert list(fig.data[0].x) == ["1000", "2000", "4000"]
+    # pools against memory in GiB, in pool order; a target line and its smallest pool starred
+    fig = figures.sweeps(frame, target=0.4)
+    assert [t.name for t in fig.data] == ["sweep 1", "sweep 1: smallest reaching 40%"]
+    assert list(fig.data[0].x) == [12.5, 25.0, 50.0]
+    assert list(fig.data[1].x) == [25.0] and fig.data[1].marker.symbol == "star"
+    assert fig.layout.xaxis.title.text == "cache memory per cache (GiB)"
+    assert fig.layout.xaxis.type == "linear"  # 4x: not log
+    assert fig.layout.shapes[0].y0 == 0.4
     assert fig.layout.title.text.startswith("Capacity curves")
+    # without memory: num_blocks, logarithmic past 20x
+    wide = frame.with_columns(
+        pl.Series("memory_gib", [None] * 5, pl.Float64),
+        pl.Series("value", ["10", "4000", "2000", "0", "null"]),
+    )
+    fig = figures.sweeps(wide)
+    assert fig.layout.xaxis.type == "log" and list(fig.data[0].x) == [10.0, 2000.0, 4000.0]
+    # only other knobs: their values on a category axis
+    knobs = figures.sweeps(frame.filter(pl.col("knob") != "num_blocks"))
+    assert [t.name for t in knobs.data] == ["sweep 2: retention_interval"]
+    assert knobs.layout.xaxis.type == "category"
 
 
 def test_figures_are_pure(report_data):
