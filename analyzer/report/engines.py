@@ -151,7 +151,7 @@ def engine_section(data: ReportData) -> tuple[str, list[str]]:
         )
     )
     body = (
-        '<section id="engines"><h2>(g) Engine designs compared</h2>'
+        '<section id="engines"><h2>Engine designs compared</h2>'
         + figure_div(engine_figure(overall, labels), FIGURE_ID)
         + meaning(text)
         + html_table(head, cells, numeric={2, 3, 4, 5, 6})

@@ -221,15 +221,24 @@ def palette(k: int) -> str:
 
 
 def top_junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> pl.DataFrame:
-    """The `top` junctions by sparse-retention-miss tokens summed over the runs shown
-    (ties: more requests through, then id), as rows (junction_id, rank)."""
+    """The `top` junctions by the first run's sparse-retention-miss tokens (the run the
+    figure opens on, so its bars are sorted by the measure in the title; ties: the sum
+    over the runs shown, more requests through, then id), as rows (junction_id, rank)."""
+    first = frame["run_id"].min()
     totals = (
         frame.group_by("junction_id")
         .agg(
-            pl.col("sparse_retention_miss_tokens").sum().alias("lost"),
+            pl.col("sparse_retention_miss_tokens")
+            .filter(pl.col("run_id") == first)
+            .sum()
+            .alias("lost"),
+            pl.col("sparse_retention_miss_tokens").sum().alias("total"),
             pl.col("num_requests_through").first(),
         )
-        .sort(["lost", "num_requests_through", "junction_id"], descending=[True, True, False])
+        .sort(
+            ["lost", "total", "num_requests_through", "junction_id"],
+            descending=[True, True, True, False],
+        )
         .head(top)
     )
     return totals.with_row_index("rank").select("junction_id", "rank")
@@ -237,7 +246,7 @@ def top_junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> pl.DataFrame
 
 def junction_label(frame: pl.DataFrame) -> list[str]:
     return [
-        f"@{p:,} tok · {fam} · {jid[:8]}"
+        f"@{p:,} tok · {fam or 'no family'} · {jid[:8]}"
         for p, fam, jid in zip(
             frame["position_tokens"].to_list(),
             frame["prompt_families"].to_list(),
@@ -310,6 +319,7 @@ def junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> go.Figure:
         f"Top {chosen.height} shared junctions by tokens lost to sparse-retention misses",
         bar_height(chosen.height, 40) + 50,  # + the x axis title under the bars
     )
+    fig.update_xaxes(rangemode="tozero")  # an all-zero panel reads 0.., not -1..1
     fig.update_layout(showlegend=False)  # the subplot titles name the two bars
     run_dropdown(fig, labels, 2)
     return fig

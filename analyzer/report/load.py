@@ -224,7 +224,7 @@ def load_section(data: ReportData) -> tuple[str, list[str]]:
         "scheduler and the queue builds up." + _summary(data)
     )
     body = (
-        '<section id="load"><h2>(h) Load: queueing and time to first token</h2>'
+        '<section id="load"><h2>Load: queueing and time to first token</h2>'
         + intro
         + _table(data)
         + figure_div(load_figure(data.load_windows), FIGURE_ID)

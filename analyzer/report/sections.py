@@ -128,7 +128,7 @@ def policy_section(data: ReportData) -> tuple[str, list[str]]:
         "highlighted rows are the policy keys that differ between runs."
     )
     body = (
-        '<section id="policies"><h2>(d) Policy comparison</h2>'
+        '<section id="policies"><h2>Policy comparison</h2>'
         + figure_div(figures.policy_comparison(data.groups), "fig-policy-compare")
         + meaning(text)
         + table
@@ -167,7 +167,7 @@ def windows_section(data: ReportData) -> tuple[str, list[str]]:
         "when shared prefixes were lost to missing sparse state." + extra
     )
     body = (
-        '<section id="windows"><h2>(b) Useful hits and sparse losses over time</h2>'
+        '<section id="windows"><h2>Useful hits and sparse losses over time</h2>'
         + figure_div(figures.windows(w, data.window_unit), "fig-windows")
         + meaning(text)
         + "</section>"
@@ -191,7 +191,7 @@ def weighting_section(data: ReportData) -> tuple[str, list[str]]:
         f"{html.escape(first['run_label'])} they are {pct(tw)} and {pct(rw)}: {which}."
     )
     body = (
-        '<section id="weighting"><h2>(e) Request-weighted beside token-weighted</h2>'
+        '<section id="weighting"><h2>Request-weighted beside token-weighted</h2>'
         + figure_div(figures.weighting(data.groups), "fig-weighting")
         + meaning(text)
         + "</section>"
@@ -207,7 +207,7 @@ def junctions_section(data: ReportData) -> tuple[str, list[str]]:
             "<p>No junction data: run <code>hpa match</code> on this database to see where "
             "shared prefixes branch and what each branch point lost.</p>"
         )
-        return f'<section id="junctions"><h2>(c) Shared junctions</h2>{missing}</section>', []
+        return f'<section id="junctions"><h2>Shared junctions</h2>{missing}</section>', []
     chosen = figures.top_junctions(j)
     rows = j.join(chosen, on="junction_id").sort(["run_id", "rank"])
     top = rows.row(0, named=True)
@@ -257,7 +257,7 @@ def junctions_section(data: ReportData) -> tuple[str, list[str]]:
         "checkpoint every N tokens, or at every boundary) is what removes these losses."
     )
     body = (
-        '<section id="junctions"><h2>(c) Top shared junctions and what they lost</h2>'
+        '<section id="junctions"><h2>Top shared junctions and what they lost</h2>'
         + stale
         + figure_div(figures.junctions(j), "fig-junctions")
         + meaning(text)
@@ -345,7 +345,7 @@ def config_section(data: ReportData) -> str:
             f"{count(data.trace_now[1])} requests): replay again to see it as it is."
         )
     return (
-        '<section id="config"><h2>(f) Exact configuration of each run</h2>'
+        '<section id="config"><h2>Exact configuration of each run</h2>'
         f"<p>{note} Reproduce a run with <code>hpa replay --policy FILE</code> where FILE "
         "holds the JSON below.</p>" + "".join(parts) + "</section>"
     )

@@ -54,7 +54,7 @@ def waterfall_runs_section(data: ReportData) -> tuple[str, list[str]]:
         f"({pct(best['hit_tokens'] / (best['prompt_tokens'] or 1))})."
     )
     body = (
-        '<section id="waterfall"><h2>(a) Loss waterfall per run</h2>'
+        '<section id="waterfall"><h2>Loss waterfall per run</h2>'
         + figure_div(waterfall.waterfall_runs(data.groups), "fig-waterfall-runs-tokens")
         + figure_div(waterfall.waterfall_runs(data.groups, share=True), "fig-waterfall-runs-shares")
         + meaning(text)
@@ -120,7 +120,7 @@ def groups_section(data: ReportData) -> tuple[str, list[str]]:
         f"({pct(worst['s'])} of its queried tokens)."
     )
     body = (
-        '<section id="groups"><h2>(a) Loss waterfall per prompt family × model revision</h2>'
+        '<section id="groups"><h2>Loss waterfall per prompt family × model revision</h2>'
         + figure_div(waterfall.waterfall_groups(data.groups), "fig-waterfall-groups-tokens")
         + figure_div(
             waterfall.waterfall_groups(data.groups, share=True), "fig-waterfall-groups-shares"

@@ -30,14 +30,14 @@ def engines_db(report_db, tmp_path_factory):
 
 def test_left_out_with_one_engine(report_html):
     text = report_html.path.read_text(encoding="utf-8")
-    assert engines.FIGURE_ID not in text and "(g) Engine designs compared" not in text
+    assert engines.FIGURE_ID not in text and "Engine designs compared" not in text
 
 
 def test_section_parts_sum_and_name_the_designs(engines_db, tmp_path):
     result = render_report(engines_db, tmp_path / "r.html")
     assert result.figure_ids == (*FIGURE_IDS[:7], engines.FIGURE_ID, FIGURE_IDS[7])
     text = (tmp_path / "r.html").read_text(encoding="utf-8")
-    assert "(g) Engine designs compared" in text and 'href="#engines"' in text
+    assert "Engine designs compared" in text and 'href="#engines"' in text
     for engine in ("vllm", "oracle", "attention_only"):
         assert html.escape(ENGINES[engine].design) in text
     data = load_report_data(engines_db)

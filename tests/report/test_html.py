@@ -36,13 +36,13 @@ def test_self_contained(report_html):
 def test_sections_and_labels(report_html):
     text = report_html.path.read_text(encoding="utf-8")
     for heading in (
-        "(a) Loss waterfall per run",
-        "(a) Loss waterfall per prompt family × model revision",
-        "(b) Useful hits and sparse losses over time",
-        "(c) Top shared junctions and what they lost",
-        "(d) Policy comparison",
-        "(e) Request-weighted beside token-weighted",
-        "(f) Exact configuration of each run",
+        "Loss waterfall per run",
+        "Loss waterfall per prompt family × model revision",
+        "Useful hits and sparse losses over time",
+        "Top shared junctions and what they lost",
+        "Policy comparison",
+        "Request-weighted beside token-weighted",
+        "Exact configuration of each run",
     ):
         assert heading in text
     assert text.count("<b>What this means.</b>") == len(FIGURE_IDS) - 2  # one per plot section

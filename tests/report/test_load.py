@@ -45,7 +45,7 @@ def concurrent_html(concurrent_db, tmp_path_factory):
 def test_serial_report_has_neither(report_html, report_data):
     text = report_html.path.read_text(encoding="utf-8")
     assert load.FIGURE_ID not in report_html.figure_ids
-    for absent in ('id="load"', 'href="#load"', "(h) Load", IN_FLIGHT, "<th>in flight</th>"):
+    for absent in ('id="load"', 'href="#load"', "Load: queueing", IN_FLIGHT, "<th>in flight</th>"):
         assert absent not in text
     assert "lost_in_flight_tokens" not in report_data.groups.columns
     assert report_data.load is None and report_data.load_windows is None
@@ -57,7 +57,7 @@ def test_concurrent_report_has_load_and_in_flight(concurrent_html):
     assert result.figure_ids == (*FIGURE_IDS[:5], load.FIGURE_ID, *FIGURE_IDS[5:])
     text = result.path.read_text(encoding="utf-8")
     assert text.count(f'id="{load.FIGURE_ID}"') == 1
-    assert "(h) Load: queueing and time to first token" in text
+    assert "Load: queueing and time to first token" in text
     assert '<a href="#load">Load</a>' in text
     assert "simulated times from vLLM's scheduler model" in text
     assert "<code>step_base_ms</code>" in text and "<code>step_token_us</code>" in text
