@@ -72,6 +72,9 @@ class ReportData:
     caveats: tuple[str, ...] = ()
     # A useful-hit ratio to draw on the capacity curves (`hpa report --target`), or None.
     target: float | None = None
+    # `hpa validate` results of the runs shown (report_validations.sql, its causes), or None.
+    validations: pl.DataFrame | None = None
+    validation_causes: pl.DataFrame | None = None
 
 
 def load_report_data(
@@ -119,6 +122,8 @@ def load_report_data(
             trace_fingerprint(con),
             left_out,
             *_summary_inputs(con, run_frame),
+            None,
+            *_validations(con, present, ids),
         )
     finally:
         con.close()
@@ -165,6 +170,21 @@ def _runs(
         },
         schema_overrides={"memory_gib": pl.Float64},
     ), left_out
+
+
+def _validations(con, present: set[str], ids: list[int]):
+    """(validation rows, their causes) of the runs `ids`, or (None, None) when none."""
+    if "validations" not in present:
+        return None, None
+    rows = pl.from_arrow(query_arrow(con, load_sql("report_validations"), {"runs": ids}))
+    if rows.height == 0:
+        return None, None
+    causes = None
+    if "validation_causes" in present:
+        vids = sorted(set(rows["validation_id"].to_list()))
+        params = {"ids": vids}
+        causes = pl.from_arrow(query_arrow(con, load_sql("report_validation_causes"), params))
+    return rows, causes
 
 
 def _summary_inputs(con, run_frame: pl.DataFrame) -> tuple[int, dict, tuple[str, ...]]:

@@ -28,6 +28,7 @@ from analyzer.report.sections import (
     windows_section,
 )
 from analyzer.report.summary import summary_section
+from analyzer.report.validation import validation_section
 from analyzer.report.waterfall_sections import groups_section, waterfall_runs_section
 from analyzer.store.export import write_atomic
 
@@ -132,6 +133,7 @@ def build_html(
         engines_section,
         weighting_section,
         sweep_section,
+        validation_section,
     ):
         body, got = build(data)
         sections.append(body)
@@ -153,6 +155,8 @@ def build_html(
     nav.append(("weighting", "Request vs token"))
     if SWEEP_FIGURE_ID in ids:
         nav.append(("sweeps", "Sweeps"))
+    if data.validations is not None:
+        nav.append(("validation", "Validation"))
     nav.append(("config", "Configuration"))
     runs = ", ".join(str(i) for i in data.runs["run_id"].to_list())
     page = (

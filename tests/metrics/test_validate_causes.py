@@ -132,3 +132,13 @@ def test_cli_prints_causes_worst_requests_and_the_warning(tracelab_db):
     assert "worst requests (largest |error|" in out.output
     assert "over_partial" not in out.output  # causes that explain nothing are not printed
     assert "warning: the observed cached_tokens come from claude's API cache" in out.output
+
+
+def test_the_report_shows_the_validation_and_its_causes(tracelab_db, tmp_path):
+    from analyzer.report.html import render_report
+
+    validate(db_path=tracelab_db)
+    page = render_report(tracelab_db, tmp_path / "r.html").path.read_text(encoding="utf-8")
+    assert '<section id="validation">' in page and 'href="#validation"' in page
+    assert "Validation 1 of run 1" in page
+    assert "<td>sparse_retention</td>" in page and "<td>unshared</td>" in page
