@@ -15,19 +15,25 @@ import plotly.graph_objects as go
 
 from analyzer.report.blocks import figure_div, html_table, meaning
 from analyzer.report.figures import bar_height, style_figure
+from analyzer.report.waterfall import segments
 
 FIGURE_ID = "fig-incident"
 ALL = "(all)"
-# The waterfall's parts in compare's figure names: (figure, label, colour), hit first.
-PARTS = (
-    ("hit", "hit (reused)", "#2ca02c"),
-    ("sparse_retention", "sparse-retention miss", "#d62728"),
-    ("spec_decode", "lost to spec decode", "#8c564b"),
-    ("eviction", "lost to dense eviction", "#ff7f0e"),
-    ("granularity", "lost to match granularity", "#bcbd22"),
-    ("in_flight", "lost in flight", "#e377c2"),
-    ("routing", "lost to routing", "#9467bd"),
-    ("unshared", "unshared (no common prefix)", "#b0b0b0"),
+# compare's figure name of each waterfall column (analyzer/metrics/attribution.FIGURES)
+FIGURE_OF = {
+    "hit_tokens": "hit",
+    "sparse_retention_miss_tokens": "sparse_retention",
+    "lost_spec_decode_tokens": "spec_decode",
+    "lost_eviction_tokens": "eviction",
+    "lost_granularity_tokens": "granularity",
+    "lost_in_flight_tokens": "in_flight",
+    "lost_routing_tokens": "routing",
+    "unshared_tokens": "unshared",
+}
+# The waterfall's parts in compare's figure names: (figure, label, colour), as the report's
+# waterfall draws them (in flight included: a concurrent run's windows may have it).
+PARTS = tuple(
+    (FIGURE_OF[col], label, colour) for col, label, colour in segments(["lost_in_flight_tokens"])
 )
 TOP_GROUPS = 12
 
@@ -47,8 +53,8 @@ def incident_figure(comparison: Any) -> go.Figure:
     traces = []
     for figure, label, colour in PARTS:
         row = overall.get(figure)
-        if row is None:
-            continue
+        if row is None or not (row["baseline_tokens"] or row["current_tokens"]):
+            continue  # a cause neither window has is no legend entry
         shares = [row["baseline_share"] or 0.0, row["current_share"] or 0.0]
         tokens = [row["baseline_tokens"], row["current_tokens"]]
         traces.append(

@@ -159,6 +159,19 @@ def ragpulse(tmp_path_factory) -> str:
     return str(db)
 
 
+def _evicted_and_granularity(db: str, run_id: int) -> tuple[int, int]:
+    con = duckdb.connect(db, read_only=True)
+    try:
+        ((evicted, granularity),) = con.execute(
+            "SELECT sum(lost_eviction_tokens), sum(lost_granularity_tokens) "
+            "FROM replay_requests WHERE run_id = ?",
+            [run_id],
+        ).fetchall()
+    finally:
+        con.close()
+    return evicted, granularity
+
+
 @pytest.mark.parametrize("preset", ENGINE_PRESETS)
 def test_an_unbounded_pool_evicts_nothing(ragpulse, preset):
     """(issue 14, item 3: 13.8% of RAGPulse's tokens were 'lost to dense eviction' in an
@@ -167,15 +180,7 @@ def test_an_unbounded_pool_evicts_nothing(ragpulse, preset):
     if preset == "vllm-default":
         values["prefix_match_unit"] = 136
     outcome = run_replay(make_policy(values), db_path=ragpulse)
-    con = duckdb.connect(ragpulse, read_only=True)
-    try:
-        ((evicted, granularity),) = con.execute(
-            "SELECT sum(lost_eviction_tokens), sum(lost_granularity_tokens) "
-            "FROM replay_requests WHERE run_id = ?",
-            [outcome.run_id],
-        ).fetchall()
-    finally:
-        con.close()
+    evicted, granularity = _evicted_and_granularity(ragpulse, outcome.run_id)
     if engine(values.get("engine", "vllm")).keeps_computed:
         assert evicted == 0
     else:  # llama.cpp: a slot's next request overwrites its cache
@@ -191,15 +196,7 @@ def test_a_bounded_pool_counts_as_eviction_only_what_was_evicted(ragpulse, num_b
     request's eviction is at most what full attention ever cached beyond what it held."""
     values = {"block_size": 544, "prefix_match_unit": 136, "model": QWEN}
     outcome = run_replay(make_policy({**values, "num_blocks": num_blocks}), db_path=ragpulse)
-    con = duckdb.connect(ragpulse, read_only=True)
-    try:
-        ((evicted, granularity),) = con.execute(
-            "SELECT sum(lost_eviction_tokens), sum(lost_granularity_tokens) "
-            "FROM replay_requests WHERE run_id = ?",
-            [outcome.run_id],
-        ).fetchall()
-    finally:
-        con.close()
+    evicted, granularity = _evicted_and_granularity(ragpulse, outcome.run_id)
     if evicts:
         assert evicted > 0
     else:
