@@ -7,7 +7,7 @@ import json
 
 import polars as pl
 
-from analyzer.report import engines, figures
+from analyzer.report import capacity, engines, figures
 from analyzer.report.blocks import (
     count,
     figure_div,
@@ -293,7 +293,7 @@ def sweep_section(data: ReportData) -> tuple[str, list[str]]:
         )  # fmt: skip
     body = (
         '<section id="sweeps"><h2>Capacity curves (sweeps)</h2>'
-        + figure_div(figures.sweeps(data.sweeps, data.target), SWEEP_FIGURE_ID)
+        + figure_div(capacity.sweeps(data.sweeps, data.target), SWEEP_FIGURE_ID)
         + meaning(text)
         + table
         + "</section>"

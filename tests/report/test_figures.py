@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analyzer.report import figures, waterfall
+from analyzer.report import capacity, figures, waterfall
 from analyzer.report.data import memory_gib, window_width
 from analyzer.report.labels import run_labels
 from tests.conftest import db_rows
@@ -151,7 +151,7 @@ def test_sweeps_figure():
         }
     )
     # pools against memory in GiB, in pool order; a target line and its smallest pool starred
-    fig = figures.sweeps(frame, target=0.4)
+    fig = capacity.sweeps(frame, target=0.4)
     assert [t.name for t in fig.data] == ["sweep 1", "sweep 1: smallest reaching 40%"]
     assert list(fig.data[0].x) == [12.5, 25.0, 50.0]
     assert list(fig.data[1].x) == [25.0] and fig.data[1].marker.symbol == "star"
@@ -164,10 +164,10 @@ def test_sweeps_figure():
         pl.Series("memory_gib", [None] * 5, pl.Float64),
         pl.Series("value", ["10", "4000", "2000", "0", "null"]),
     )
-    fig = figures.sweeps(wide)
+    fig = capacity.sweeps(wide)
     assert fig.layout.xaxis.type == "log" and list(fig.data[0].x) == [10.0, 2000.0, 4000.0]
     # only other knobs: their values on a category axis
-    knobs = figures.sweeps(frame.filter(pl.col("knob") != "num_blocks"))
+    knobs = capacity.sweeps(frame.filter(pl.col("knob") != "num_blocks"))
     assert [t.name for t in knobs.data] == ["sweep 2: retention_interval"]
     assert knobs.layout.xaxis.type == "category"
 
