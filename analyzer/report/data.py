@@ -385,8 +385,14 @@ def _fresh_junctions(
 
 
 def _junctions(con, ids: list[int], labels: dict[int, str]) -> pl.DataFrame:
-    paths = deepest_junctions(con)
-    con.register("report_junction_paths", paths)
+    """Per run and junction, the outcomes of the requests pinned there: from the table
+    `hpa match` wrote (junction_requests: aggregated in DuckDB, memory bounded), or for a
+    store matched by an earlier hpa, computed here from the sequences."""
+    if "junction_requests" in table_names(con):
+        con.execute(load_sql("report_junction_paths_view"))
+        frame = pl.from_arrow(query_arrow(con, load_sql("report_junctions"), {"runs": ids}))
+        return _with_labels(frame, labels)
+    con.register("report_junction_paths", deepest_junctions(con))
     try:
         frame = pl.from_arrow(query_arrow(con, load_sql("report_junctions"), {"runs": ids}))
     finally:

@@ -37,6 +37,8 @@ def write_relations(
             con.execute(load_sql("match_derive_families"), {"min_tokens": min_family_tokens})
             tables.append("requests.prompt_family")
         con.execute(load_sql("match_write_junctions"))
+        con.execute(load_sql("match_write_junction_requests"))
+        tables.append("junction_requests")
         _record(con, tables, fingerprint, relations["match_rows"].num_rows)
         con.commit()
     except BaseException:

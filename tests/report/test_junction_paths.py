@@ -111,6 +111,19 @@ def _matched(tmp_path: Path, trace: Path) -> Path:
     return db
 
 
+def stored(con) -> pa.Table:
+    """The table `hpa match` writes (junction_requests), as deepest_junctions returns."""
+    rows = con.execute(
+        "SELECT arrival_seq, junction_id FROM junction_requests ORDER BY arrival_seq"
+    ).fetchall()
+    return pa.table(
+        {
+            "arrival_seq": pa.array([r[0] for r in rows], pa.int64()),
+            "junction_id": pa.array([r[1] for r in rows], pa.string()),
+        }
+    )
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_equals_the_plain_loop_even_with_colliding_keys(tmp_path, seed):
     db = _matched(tmp_path, _random_trace(tmp_path / "t.jsonl", seed))
@@ -118,6 +131,7 @@ def test_equals_the_plain_loop_even_with_colliding_keys(tmp_path, seed):
     try:
         expected = reference(con)
         assert deepest_junctions(con).equals(expected)
+        assert stored(con).equals(expected)  # what hpa match wrote: the same pins
         # Keys masked to 3 bits collide all the time; verification keeps the answer exact.
         assert deepest_junctions(con, params=HashParams(key_mask=0x7)).equals(expected)
     finally:
@@ -131,5 +145,6 @@ def test_equals_the_plain_loop_on_the_samples(report_db, tmp_path):
         try:
             expected = reference(con)
             assert expected.num_rows > 0 and deepest_junctions(con).equals(expected)
+            assert stored(con).equals(expected)
         finally:
             con.close()
