@@ -159,6 +159,32 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
         )
     fig.update_xaxes(title=where, row=2, col=1)
     style_figure(fig, "Useful hits and sparse losses over time (per-window deltas)", 720)
+    # The hit axis follows the data; its zero-based view is one click away.
+    fig.update_layout(
+        updatemenus=[
+            {
+                "type": "buttons",
+                "direction": "left",
+                "x": 1,
+                "xanchor": "right",
+                "y": -0.12,  # beside the legend, under the plot
+                "yanchor": "top",
+                "showactive": True,
+                "buttons": [
+                    {
+                        "label": "hit axis: data range",
+                        "method": "relayout",
+                        "args": [{"yaxis.autorange": True, "yaxis.rangemode": "normal"}],
+                    },
+                    {
+                        "label": "from 0",
+                        "method": "relayout",
+                        "args": [{"yaxis.autorange": True, "yaxis.rangemode": "tozero"}],
+                    },
+                ],
+            }
+        ]
+    )
     fig.update_layout(
         margin={"t": 70, "b": 150},
         legend={"y": -0.12, "yanchor": "top"},
