@@ -160,8 +160,10 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
     fig.update_xaxes(title=where, row=2, col=1)
     style_figure(fig, "Useful hits and sparse losses over time (per-window deltas)", 720)
     # The hit axis follows the data; its zero-based view is one click away.
+    menus = _run_groups_menu(labels)
     fig.update_layout(
         updatemenus=[
+            *menus,
             {
                 "type": "buttons",
                 "direction": "left",
@@ -182,7 +184,7 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
                         "args": [{"yaxis.autorange": True, "yaxis.rangemode": "tozero"}],
                     },
                 ],
-            }
+            },
         ]
     )
     fig.update_layout(
@@ -212,6 +214,42 @@ WALL_CLOCK_S = 946_684_800  # timestamps after 2000-01-01 are wall-clock: a UTC 
 
 def _utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _run_groups_menu(labels: list[str]) -> list[dict]:
+    """A run picker when more than MAX_SERIES runs would be drawn: groups of MAX_SERIES
+    runs (two traces each, the two panels), the first drawn when the page opens."""
+    if len(labels) <= MAX_SERIES:
+        return []
+    groups = range(0, len(labels), MAX_SERIES)
+    buttons = [
+        {
+            "label": f"runs {labels[g].split(' · ')[0][4:]}–"
+            f"{labels[min(g + MAX_SERIES, len(labels)) - 1].split(' · ')[0][4:]}",
+            "method": "restyle",
+            "args": [
+                {
+                    "visible": [
+                        g <= k < g + MAX_SERIES or "legendonly"
+                        for k in range(len(labels))
+                        for _ in (1, 2)
+                    ]
+                }
+            ],
+        }
+        for g in groups
+    ]
+    return [
+        {
+            "buttons": buttons,
+            "direction": "down",
+            "x": 0.62,
+            "xanchor": "right",
+            "y": -0.12,
+            "yanchor": "top",
+            "showactive": True,
+        }
+    ]
 
 
 def tick_format(values: pl.Series) -> str:

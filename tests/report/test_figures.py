@@ -106,6 +106,27 @@ def test_windows_are_per_window_deltas(report_data, report_db):
     assert point == pytest.approx(hits / queries)
 
 
+def test_windows_draw_at_most_8_runs_with_a_picker_and_break_at_gaps(report_data):
+    one = report_data.windows.filter(pl.col("run_id") == 1)
+    many = pl.concat(
+        [
+            one.with_columns(
+                pl.lit(k).alias("run_id"), pl.lit(f"run {k} · vllm").alias("run_label")
+            )
+            for k in range(1, 11)
+        ]
+    )
+    fig = figures.windows(many, "s")
+    assert [t.visible for t in fig.data[::2]] == [True] * 8 + ["legendonly"] * 2
+    picker = fig.layout.updatemenus[0]
+    assert [b.label for b in picker.buttons] == ["runs 1–8", "runs 9–10"]
+    assert picker.buttons[1].args[0]["visible"][16:] == [True] * 4
+    # a window without requests breaks the line (no point joins windows across it)
+    gap = one.filter(pl.col("window_idx") != 3)
+    y = figures.windows(gap, "s").data[0].y
+    assert y[3] is None and y[2] is not None and y[4] is not None
+
+
 def test_junctions_top_losses(report_data):
     frame = report_data.junctions
     assert frame is not None and frame.height > 0
