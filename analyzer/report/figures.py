@@ -98,12 +98,15 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
     labels = frame.select("run_id", "run_label").unique().sort("run_id")["run_label"].to_list()
     t0 = float(frame["window_t0_s"][0]) if "window_t0_s" in frame.columns and frame.height else 0
     wall = unit == "s" and t0 >= WALL_CLOCK_S
+    span = float(frame["window_end"].max()) if frame.height else 0.0
+    # relative seconds past two days read as days (6 M s is 69 days)
+    scale, scale_unit = (86_400.0, "days") if unit == "s" and span > 172_800 else (1.0, "s")
     where = (
         "arrival (request #)"
         if unit == "requests"
         else "arrival time (UTC)"
         if wall
-        else "time since first request (s)"
+        else f"time since first request ({scale_unit})"
     )
     for k, run_label in enumerate(labels):
         part = _with_gaps(frame.filter(pl.col("run_label") == run_label).sort("window_idx"))
@@ -121,6 +124,8 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
         mid = ((part["window_start"] + part["window_end"]) / 2).to_list()
         if wall:
             mid = [_utc(t0 + m) for m in mid]
+        elif unit == "s" and scale != 1.0:
+            mid = [round(m / scale, 6) for m in mid]
         for row, col, num in (
             (1, "useful_hit_ratio", "customdata[4]"),
             (2, "sparse_loss_ratio", "customdata[5]"),
@@ -140,7 +145,7 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
                     customdata=custom,
                     hovertemplate=(
                         f"<b>{run_label}</b><br>window %{{customdata[0]:,}}–%{{customdata[1]:,}} "
-                        f"{unit}: %{{customdata[2]:,}} requests<br>"
+                        f"{unit}; requests: %{{customdata[2]:,}}<br>"
                         f"%{{{num}:,}} / %{{customdata[3]:,}} tokens = %{{y:.1%}}<extra></extra>"
                     ),
                 ),

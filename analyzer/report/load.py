@@ -52,8 +52,8 @@ def _run_traces(fig: go.Figure, part: pl.DataFrame, run_label: str, first: bool)
     mid = ((part["window_start"] + part["window_end"]) / 2).to_list()
     custom = _hover(part)
     where = (
-        f"<b>{run_label}</b><br>arrivals %{{customdata[0]:,}}–%{{customdata[1]:,}} s: "
-        "%{customdata[2]:,} requests<br>"
+        f"<b>{run_label}</b><br>arrivals %{{customdata[0]:,}}–%{{customdata[1]:,}} s; "
+        "requests: %{customdata[2]:,}<br>"
     )
     for col, name, colour, dash, row in LINES:
         fig.add_trace(
