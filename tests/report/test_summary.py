@@ -100,3 +100,22 @@ def test_names_are_stored_and_sweep_points_drawn_only_in_the_capacity_section(db
 def test_bad_names(db_copy, name, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         run_replay(make_policy({"model": MODEL}), db_path=db_copy, name=name)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--window", "300.."], "Error: --baseline is missing: an incident compares two windows"),
+        (["--baseline", "..300"], "Error: --window is missing: an incident compares two windows"),
+        (["--bin", "0"], "Error: --bin 0.0: expected seconds > 0"),
+        (["--bin", "0.001"], "windows over the trace's"),
+        (["--target", "1.5"], "Error: --target 1.5: expected a useful-hit ratio in (0, 1]"),
+        (["--window", "9000..", "--baseline", "..300"], "holds no requests of run"),
+    ],
+)
+def test_report_option_errors_are_one_line(report_db, tmp_path, args, message):
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(cli, ["report", "--db", str(report_db), "-o", str(out), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not out.exists()
