@@ -97,9 +97,7 @@ def engine_section(data: ReportData) -> tuple[str, list[str]]:
     if len(set(engines)) < 2:
         return "", []
     overall = data.groups.filter(pl.col("is_overall")).sort("run_id")
-    labels = [
-        f"{e} · {label}" for e, label in zip(engines, overall["run_label"].to_list(), strict=True)
-    ]
+    labels = overall["run_label"].to_list()  # they name the engine (or the user's name)
     rows = list(overall.iter_rows(named=True))
     best_bound = max(
         (r["hit_tokens"] for r, e in zip(rows, engines, strict=True) if e in BOUNDS),
