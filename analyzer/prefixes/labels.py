@@ -21,6 +21,7 @@ from collections import Counter
 
 import numpy as np
 
+from analyzer.prefixes.arrays import exclusive_cumsum, ragged_arange
 from analyzer.prefixes.exact import Fetch
 from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, PowerTables
 
@@ -34,24 +35,55 @@ def namespace_seed(namespace: tuple) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
+# Units of owner sequences fetched and hashed at once (a batch holds at least one owner).
+ID_BATCH_UNITS = 1 << 21
+
+
 def junction_ids(
     owners: np.ndarray,
     depths: np.ndarray,
     owner_ns: np.ndarray,
     namespaces: tuple,
     fetch: Fetch,
+    lengths: np.ndarray | None = None,
 ) -> list[str]:
-    """Ids of junctions (owner request, depth in units), in the given order."""
+    """Ids of junctions (owner request, depth in units), in the given order.
+
+    Owners are fetched in batches of about ID_BATCH_UNITS units (by `lengths`, the
+    inserted length of every request, when given) and each owner's sequence is cut to
+    its deepest junction before hashing: a prefix's key depends on that prefix only, so
+    the ids are the same, and memory follows the batch, not the trace."""
     if owners.size == 0:
         return []
     uniq, row = np.unique(owners, return_inverse=True)
-    flat, offsets = fetch(uniq)
+    need = np.zeros(uniq.size, dtype=np.int64)
+    np.maximum.at(need, row, depths.astype(np.int64))
     seeds = np.asarray([namespace_seed(namespaces[int(k)]) for k in owner_ns], dtype=np.int64)
-    hasher = ChunkHash(flat, PowerTables(DEFAULT_HASH, xp=np), xp=np)
-    starts = offsets[:-1][row]
-    const = hasher.constants(starts, seeds)
-    keys = hasher.keys(starts + depths - 1, const)
+    keys = np.zeros(owners.size, dtype=np.uint64)
+    tables = PowerTables(DEFAULT_HASH, xp=np)
+    for a, b in _batches(need if lengths is None else lengths[uniq], ID_BATCH_UNITS):
+        flat, offsets = fetch(uniq[a:b])
+        lens = np.minimum(np.diff(offsets), need[a:b])
+        seg, local = ragged_arange(lens, xp=np)
+        cut = flat[offsets[:-1][seg] + local]
+        starts = exclusive_cumsum(lens, xp=np)[:-1]
+        hasher = ChunkHash(cut, tables, xp=np)
+        mine = np.flatnonzero((row >= a) & (row < b))
+        at = starts[row[mine] - a]
+        keys[mine] = hasher.keys(at + depths[mine] - 1, hasher.constants(at, seeds[mine]))
     return dedupe([f"{int(k):016x}" for k in keys])
+
+
+def _batches(units: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Consecutive [a, b) ranges whose `units` sum to about `budget` (at least one each)."""
+    ends = np.cumsum(units)
+    out, a = [], 0
+    while a < units.size:
+        base = ends[a - 1] if a else 0
+        b = max(a + 1, int(np.searchsorted(ends, base + budget, side="right")))
+        out.append((a, min(b, units.size)))
+        a = b
+    return out
 
 
 def family_labels(ids: list[str], positions: np.ndarray) -> list[str]:

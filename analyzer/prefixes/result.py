@@ -70,7 +70,12 @@ def match_rows(meta: RequestMeta, arrays: MatchArrays) -> pa.Table:
 def node_rows(source: SequenceSource, result: PrefixResult) -> pa.Table:
     meta, j = source.meta, result.junctions
     ids = junction_ids(
-        j.owner, j.depth, meta.ns_any[j.owner], meta.namespaces, Archive(source, 0).fetch
+        j.owner,
+        j.depth,
+        meta.ns_any[j.owner],
+        meta.namespaces,
+        Archive(source, 0).fetch,
+        meta.insert_len,
     )
     return nodes_table(meta, j, ids)
 

@@ -66,3 +66,27 @@ def test_labels_are_unique():
     ids = ["abcdef0123456789", "abcdef01ffffffff", "1234567800000000"]
     labels = family_labels(ids, [40, 40, 40])
     assert labels == ["j40-abcdef0123456789", "j40-abcdef01ffffffff", "j40-12345678"]
+
+
+def test_junction_ids_do_not_depend_on_the_batch(tmp_path, monkeypatch):
+    """Owners are hashed in batches, each cut to its deepest junction: a batch of one
+    owner, or of all of them, gives the same ids (issue 16: WEKA's match peaked at 6.4 GiB
+    hashing every owner whole)."""
+    from pathlib import Path
+
+    import analyzer.prefixes.labels as labels
+    from analyzer.store.ingest import ingest
+
+    samples = Path(__file__).parents[2] / "sample_traces"
+    ids = []
+    for budget in (1, 1 << 30):
+        monkeypatch.setattr(labels, "ID_BATCH_UNITS", budget)
+        db = tmp_path / f"b{budget}.duckdb"
+        ingest([samples / "mixed.jsonl.gz", samples / "mixed_hash_ids.jsonl.gz"], db_path=db)
+        match_prefixes(db, backend="numpy")
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            ids.append(con.execute("SELECT junction_id FROM junctions ORDER BY 1").fetchall())
+        finally:
+            con.close()
+    assert len(ids[0]) > 100 and ids[0] == ids[1]
