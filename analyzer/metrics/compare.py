@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from analyzer.config.models import load_model
 from analyzer.errors import ConfigError
-from analyzer.metrics.attribution import build_tables
+from analyzer.metrics.attribution import FIGURES, build_tables
 from analyzer.metrics.runs import resolve_run
 from analyzer.metrics.ttft import TtftFit, fit_by_revision
 from analyzer.store.caveats import timestamp_caveats
@@ -113,23 +113,26 @@ class Comparison:
             lines.append(line)
         return lines
 
-    def traffic_lines(self) -> list[str]:
-        """The traffic table as aligned text: one row per measure, both sides, the change."""
-        cells = [("traffic", "baseline", "current", "change")]
+    # compare's figure name -> its replay_requests column (the hit, then each cause)
+    figure_columns = {fig: col for fig, col, _ in FIGURES}
+
+    def traffic_cells(self) -> list[tuple[str, str, str, str]]:
+        """The traffic table as text: (measure, baseline, current, change) per measure;
+        requests/s to 3 significant digits however slow, the rest whole numbers."""
+        out = []
         for r in self.traffic.to_pylist():
-            rate = r["measure"] == "requests_per_s"  # 3 significant digits, however slow
+            rate = r["measure"] == "requests_per_s"
             shown = [
                 "" if v is None else (f"{v:,.3g}" if rate else f"{v:,.0f}")
                 for v in (r["baseline"], r["current"])
             ]
             change = r["change_percent"]
-            cells.append(
-                (
-                    r["measure"],
-                    *shown,
-                    "" if change is None else f"{change:+.1f}%",
-                )
-            )
+            out.append((r["measure"], *shown, "" if change is None else f"{change:+.1f}%"))
+        return out
+
+    def traffic_lines(self) -> list[str]:
+        """The traffic table as aligned text: one row per measure, both sides, the change."""
+        cells = [("traffic", "baseline", "current", "change"), *self.traffic_cells()]
         widths = [max(len(row[i]) for row in cells) for i in range(4)]
         return [
             "  ".join(

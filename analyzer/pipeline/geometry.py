@@ -16,18 +16,10 @@ Memory follows the block (`config.memory.bytes_per_block`): a 1,024-token page c
 from __future__ import annotations
 
 import json
-import math
 
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
 from analyzer.sim.policy import make_policy
-
-
-def trace_block_tokens(block_sizes) -> int | None:
-    """The unit every hash-id request of a trace can be matched in (the least common
-    multiple of their block sizes); None for a token-id trace."""
-    sizes = {int(b) for b in block_sizes if b}
-    return math.lcm(*sizes) if sizes else None
 
 
 def fit_policy(policy: Policy, trace_block: int | None) -> tuple[Policy, str | None]:

@@ -44,12 +44,12 @@ from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import MAXIMUMS, Policy
 from analyzer.errors import ConfigError
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec, map_partitions
-from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
+from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.replay import replay_rows
 from analyzer.pipeline.sweep_points import rows_from_table, rows_table
 from analyzer.sim.policy import make_policy
-from analyzer.store.db import DEFAULT_DB
+from analyzer.store.db import DEFAULT_DB, trace_block_tokens
 from analyzer.store.runs import check_measure_from
 
 # The keys the search sets itself (a --set of one of them is replaced).

@@ -68,20 +68,7 @@ def engine_figure(overall: pl.DataFrame, labels: list[str]) -> go.Figure:
         shares = [
             round(t / (r["prompt_tokens"] or 1), 9) for t, r in zip(tokens, rows, strict=True)
         ]
-        traces.append(
-            go.Bar(
-                name=name,
-                y=labels,
-                x=[round(s * 100, 6) for s in shares],
-                orientation="h",
-                marker_color=colour,
-                customdata=list(zip(tokens, shares, strict=True)),
-                hovertemplate=(
-                    f"<b>%{{y}}</b><br>{name}: %{{customdata[0]:,}} tokens "
-                    "(%{customdata[1]:.1%} of queried)<extra></extra>"
-                ),
-            )
-        )
+        traces.append(figures.share_bar(name, colour, labels, tokens, shares))
     fig = go.Figure(traces)
     fig.update_layout(barmode="stack")
     fig.update_yaxes(autorange="reversed")

@@ -25,6 +25,30 @@ def bar_height(rows: int, per_row: int = 42) -> int:
     return MARGIN_TOP + MARGIN_BOTTOM + max(MIN_PLOT_HEIGHT, per_row * rows)
 
 
+def share_bar(
+    name: str,
+    colour: str,
+    y: list[str],
+    tokens: list[int],
+    shares: list[float],
+    of: str = "queried",
+) -> go.Bar:
+    """One part of a horizontal stacked bar in % of each bar's total (`shares` in 0..1),
+    tokens and share in the hover ("of `of` tokens")."""
+    return go.Bar(
+        name=name,
+        y=y,
+        x=[round(100 * s, 6) for s in shares],
+        orientation="h",
+        marker_color=colour,
+        customdata=list(zip(tokens, shares, strict=True)),
+        hovertemplate=(
+            f"<b>%{{y}}</b><br>{name}: %{{customdata[0]:,}} tokens "
+            f"(%{{customdata[1]:.1%}} of {of} tokens)<extra></extra>"
+        ),
+    )
+
+
 def style_figure(fig: go.Figure, title: str, height: int) -> go.Figure:
     fig.update_layout(
         title={
@@ -95,7 +119,8 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
             "sparse-loss ratio = sparse-retention-miss tokens / queried tokens, per window",
         ),
     )
-    labels = frame.select("run_id", "run_label").unique().sort("run_id")["run_label"].to_list()
+    runs = frame.select("run_id", "run_label").unique().sort("run_id")
+    labels = runs["run_label"].to_list()
     t0 = float(frame["window_t0_s"][0]) if "window_t0_s" in frame.columns and frame.height else 0
     wall = unit == "s" and t0 >= WALL_CLOCK_S
     span = float(frame["window_end"].max()) if frame.height else 0.0
@@ -165,7 +190,7 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
     fig.update_xaxes(title=where, row=2, col=1)
     style_figure(fig, "Useful hits and sparse losses over time (per-window deltas)", 720)
     # The hit axis follows the data; its zero-based view is one click away.
-    menus = _run_groups_menu(labels)
+    menus = _run_groups_menu(runs["run_id"].to_list())
     fig.update_layout(
         updatemenus=[
             *menus,
@@ -221,22 +246,21 @@ def _utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _run_groups_menu(labels: list[str]) -> list[dict]:
+def _run_groups_menu(run_ids: list[int]) -> list[dict]:
     """A run picker when more than MAX_SERIES runs would be drawn: groups of MAX_SERIES
     runs (two traces each, the two panels), the first drawn when the page opens."""
-    if len(labels) <= MAX_SERIES:
+    if len(run_ids) <= MAX_SERIES:
         return []
-    groups = range(0, len(labels), MAX_SERIES)
+    groups = range(0, len(run_ids), MAX_SERIES)
     buttons = [
         {
-            "label": f"runs {labels[g].split(' · ')[0][4:]}–"
-            f"{labels[min(g + MAX_SERIES, len(labels)) - 1].split(' · ')[0][4:]}",
+            "label": f"runs {run_ids[g]}–{run_ids[min(g + MAX_SERIES, len(run_ids)) - 1]}",
             "method": "restyle",
             "args": [
                 {
                     "visible": [
                         g <= k < g + MAX_SERIES or "legendonly"
-                        for k in range(len(labels))
+                        for k in range(len(run_ids))
                         for _ in (1, 2)
                     ]
                 }

@@ -14,36 +14,33 @@ from typing import Any
 import plotly.graph_objects as go
 
 from analyzer.report.blocks import figure_div, html_table, meaning
-from analyzer.report.figures import bar_height, style_figure
+from analyzer.report.figures import bar_height, share_bar, style_figure
 from analyzer.report.waterfall import segments
 
 FIGURE_ID = "fig-incident"
 ALL = "(all)"
-# compare's figure name of each waterfall column (analyzer/metrics/attribution.FIGURES)
-FIGURE_OF = {
-    "hit_tokens": "hit",
-    "sparse_retention_miss_tokens": "sparse_retention",
-    "lost_spec_decode_tokens": "spec_decode",
-    "lost_eviction_tokens": "eviction",
-    "lost_granularity_tokens": "granularity",
-    "lost_in_flight_tokens": "in_flight",
-    "lost_routing_tokens": "routing",
-    "unshared_tokens": "unshared",
-}
-# The waterfall's parts in compare's figure names: (figure, label, colour), as the report's
-# waterfall draws them (in flight included: a concurrent run's windows may have it).
-PARTS = tuple(
-    (FIGURE_OF[col], label, colour) for col, label, colour in segments(["lost_in_flight_tokens"])
-)
 TOP_GROUPS = 12
 
 
+def parts(comparison: Any) -> list[tuple[str, str, str]]:
+    """The waterfall's parts in compare's figure names: (figure, label, colour), as the
+    report's waterfall draws them (in flight included: concurrent windows may have it)."""
+    figure_of = {col: fig for fig, col in comparison.figure_columns.items()}
+    return [
+        (figure_of[col], label, colour)
+        for col, label, colour in segments(["lost_in_flight_tokens"])
+    ]
+
+
 def _overall(comparison: Any) -> dict[str, dict]:
+    """The figures of compare's top group: the (all) roll-up, or the one group there is."""
+    top = comparison.groups.to_pylist()[-1]
+    key = (top["prompt_family"], top["model_revision"])
     return {
         r["figure"]: r
         for r in comparison.causes.to_pylist()
-        if r["prompt_family"] == ALL and r["model_revision"] == ALL
-    } or {r["figure"]: r for r in comparison.causes.to_pylist()}
+        if (r["prompt_family"], r["model_revision"]) == key
+    }
 
 
 def incident_figure(comparison: Any) -> go.Figure:
@@ -51,26 +48,13 @@ def incident_figure(comparison: Any) -> go.Figure:
     overall = _overall(comparison)
     names = [comparison.baseline.describe(), comparison.current.describe()]
     traces = []
-    for figure, label, colour in PARTS:
+    for figure, label, colour in parts(comparison):
         row = overall.get(figure)
         if row is None or not (row["baseline_tokens"] or row["current_tokens"]):
             continue  # a cause neither window has is no legend entry
         shares = [row["baseline_share"] or 0.0, row["current_share"] or 0.0]
         tokens = [row["baseline_tokens"], row["current_tokens"]]
-        traces.append(
-            go.Bar(
-                name=label,
-                y=names,
-                x=[round(100 * s, 6) for s in shares],
-                orientation="h",
-                marker_color=colour,
-                customdata=list(zip(tokens, shares, strict=True)),
-                hovertemplate=(
-                    f"<b>%{{y}}</b><br>{label}: %{{customdata[0]:,}} tokens "
-                    "(%{customdata[1]:.1%} of its queried tokens)<extra></extra>"
-                ),
-            )
-        )
+        traces.append(share_bar(label, colour, names, tokens, shares, of="its queried"))
     fig = go.Figure(traces)
     fig.update_layout(barmode="stack")
     fig.update_yaxes(autorange="reversed")
@@ -79,16 +63,11 @@ def incident_figure(comparison: Any) -> go.Figure:
 
 
 def _traffic_rows(comparison: Any) -> list[list[str]]:
+    """compare's traffic cells, the measures in words."""
     rows = []
-    for r in comparison.traffic.to_pylist():
-        rate = r["measure"] == "requests_per_s"
-        cells = [
-            "" if v is None else (f"{v:,.3g}" if rate else f"{v:,.0f}")
-            for v in (r["baseline"], r["current"])
-        ]
-        change = r["change_percent"]
-        name = r["measure"].replace("_per_s", " per second").replace("span_s", "span (s)")
-        rows.append([name.replace("_", " "), *cells, "" if change is None else f"{change:+.1f}%"])
+    for measure, *cells in comparison.traffic_cells():
+        name = measure.replace("_per_s", " per second").replace("span_s", "span (s)")
+        rows.append([name.replace("_", " "), *cells])
     return rows
 
 
@@ -119,7 +98,7 @@ def _group_rows(comparison: Any) -> list[list[str]]:
 
 def _cause_rows(comparison: Any) -> list[list[str]]:
     """The overall causes that moved, largest first: shares, change, rate and mix."""
-    shown = {figure for figure, _, _ in PARTS}  # not the sparse miss's two splits
+    shown = {figure for figure, _, _ in parts(comparison)}  # not the sparse miss's two splits
     moved = [
         r
         for r in _overall(comparison).values()

@@ -126,7 +126,8 @@ def _sweep_sentences(data: ReportData) -> list[str]:
         ratios = points["useful_hit_ratio"].to_list()
         best = max(r for r in ratios if r is not None)
         for r in points.iter_rows(named=True):
-            if r["useful_hit_ratio"] is not None and r["useful_hit_ratio"] >= best - 0.01:
+            near = best - NEAR_BEST_POINTS / 100
+            if r["useful_hit_ratio"] is not None and r["useful_hit_ratio"] >= near:
                 memory = "" if r["memory_gib"] is None else f" ({r['memory_gib']:,.2f} GiB a cache)"
                 out.append(
                     f"Sweep {sweep_id}: {html.escape(str(r['value']))} blocks{memory} reach "

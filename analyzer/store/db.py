@@ -192,12 +192,17 @@ def trace_fingerprint(con: duckdb.DuckDBPyConnection) -> tuple[str, int]:
     return hashlib.sha256(f"{sources}|{num}".encode()).hexdigest(), int(num)
 
 
-def stored_trace_block(con: duckdb.DuckDBPyConnection) -> int | None:
-    """The unit every hash-id request on `con` can be matched in (the least common
-    multiple of their block sizes, tokens; None for a token-id trace), from one column:
-    known before the trace is loaded."""
-    sizes = {int(b) for (b,) in con.execute(load_sql("trace_block_sizes")).fetchall()}
+def trace_block_tokens(block_sizes) -> int | None:
+    """The unit every hash-id request of a trace can be matched in (the least common
+    multiple of their block sizes, tokens); None for a token-id trace."""
+    sizes = {int(b) for b in block_sizes if b}
     return math.lcm(*sizes) if sizes else None
+
+
+def stored_trace_block(con: duckdb.DuckDBPyConnection) -> int | None:
+    """`trace_block_tokens` of the requests on `con`, from one column: known before the
+    trace is loaded."""
+    return trace_block_tokens(b for (b,) in con.execute(load_sql("trace_block_sizes")).fetchall())
 
 
 def derived_from(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, int] | None:

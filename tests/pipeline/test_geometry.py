@@ -15,9 +15,10 @@ from analyzer.config.engines import engine
 from analyzer.config.memory import bytes_per_block
 from analyzer.config.models import SCHEMAS
 from analyzer.errors import ConfigError
-from analyzer.pipeline.geometry import fit_policy, trace_block_tokens
+from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.replay import run_replay
 from analyzer.sim.policy import make_policy, policy_values
+from analyzer.store.db import trace_block_tokens
 from analyzer.store.ingest import ingest
 
 EXTERNAL = Path(__file__).parents[1] / "fixtures" / "external"

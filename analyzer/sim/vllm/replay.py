@@ -36,7 +36,7 @@ class VllmReplay:
         self.interner = HashInterner(ahead=True)  # the replay compares ids, never orders them
         self.coord = Coordinator(self.layout)
         self._events = _decode_events(self.layout)
-        self._ever = self._track_ever()
+        self._evicted_keys = self._track_evicted()
         if fast and fast_path_applies(self.layout):
             # Same results, computed in closed form (fast.py); `fast=False` forces blocks.
             self.replay_one = UnboundedReplay(self.layout, self.interner).replay_one
@@ -59,7 +59,7 @@ class VllmReplay:
         self._show_hashes(req)
         hit, longest, found = coord.lookup(req.hashes, prompt - 1)
         attention = self._attention_match(req, longest)
-        cached_ever = None if self._ever is None else self._cached_ever(req, attention)
+        cached_ever = None if self._evicted_keys is None else self._cached_ever(req, attention)
         evicted = self._evicted(req, hit, longest, found) if longest > hit else 0
         req.junction = longest if longest > hit else 0
         boundaries = replay_boundaries(prompt, layout.block_size, layout.eagle_drop)
@@ -88,7 +88,7 @@ class VllmReplay:
             cached_ever_tokens=cached_ever,
         )
 
-    def _track_ever(self) -> set[int] | None:
+    def _track_evicted(self) -> set[int] | None:
         """The pool's record of evicted keys, in a bounded pool with sub-block hits: there a
         prompt's partial block may never have been cached by anyone, which is granularity,
         not eviction (SPEC 3's L3); what was ever cached and not given up for another
@@ -106,7 +106,7 @@ class VllmReplay:
         """Tokens of the prompt whose full-attention entries would be resident had the pool
         never evicted, matched and capped like `_attention_match` (>= `resident`)."""
         layout = self.layout
-        evicted, groups = self._ever, self.coord.pool.num_groups
+        evicted, groups = self._evicted_keys, self.coord.pool.num_groups
         cached = self.coord.pool.cached
         gid = self.coord.spec_groups[0][0].gid
         B, H = layout.block_size, layout.hash_block_size
