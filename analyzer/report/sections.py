@@ -7,7 +7,7 @@ import json
 
 import polars as pl
 
-from analyzer.report import capacity, engines, figures
+from analyzer.report import capacity, engines, figures, time_chart
 from analyzer.report.blocks import (
     count,
     figure_div,
@@ -168,7 +168,7 @@ def windows_section(data: ReportData) -> tuple[str, list[str]]:
     )
     body = (
         '<section id="windows"><h2>Useful hits and sparse losses over time</h2>'
-        + figure_div(figures.windows(w, data.window_unit), "fig-windows")
+        + figure_div(time_chart.windows(w, data.window_unit), "fig-windows")
         + meaning(text)
         + "</section>"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analyzer.report import capacity, figures, waterfall
+from analyzer.report import capacity, figures, time_chart, waterfall
 from analyzer.report.data import memory_gib, window_width
 from analyzer.report.labels import run_labels
 from tests.conftest import db_rows
@@ -89,7 +89,7 @@ def test_waterfall_groups_one_run_at_a_time(report_data):
 
 def test_windows_are_per_window_deltas(report_data, report_db):
     frame = report_data.windows
-    fig = figures.windows(frame, report_data.window_unit)
+    fig = time_chart.windows(frame, report_data.window_unit)
     assert len(fig.data) == 2 * NUM_RUNS
     assert "per-window deltas" in fig.layout.title.text
     assert report_data.window_unit == "s"
@@ -116,14 +116,14 @@ def test_windows_draw_at_most_8_runs_with_a_picker_and_break_at_gaps(report_data
             for k in range(1, 11)
         ]
     )
-    fig = figures.windows(many, "s")
+    fig = time_chart.windows(many, "s")
     assert [t.visible for t in fig.data[::2]] == [True] * 8 + ["legendonly"] * 2
     picker = fig.layout.updatemenus[0]
     assert [b.label for b in picker.buttons] == ["runs 1–8", "runs 9–10"]
     assert picker.buttons[1].args[0]["visible"][16:] == [True] * 4
     # a window without requests breaks the line (no point joins windows across it)
     gap = one.filter(pl.col("window_idx") != 3)
-    y = figures.windows(gap, "s").data[0].y
+    y = time_chart.windows(gap, "s").data[0].y
     assert y[3] is None and y[2] is not None and y[4] is not None
 
 

@@ -1,0 +1,191 @@
+"""The report's time chart: useful-hit and sparse-loss ratios per window of arrival time,
+one line per run (at most MAX_SERIES drawn when the page opens, a picker for the rest),
+on a wall-clock UTC axis when the timestamps are, with breaks where windows are empty."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import plotly.graph_objects as go
+import polars as pl
+from plotly.subplots import make_subplots
+
+from analyzer.report.figures import palette, style_figure, tick_format
+
+MAX_SERIES = 8  # lines drawn by default; the legend shows the others on a click
+WALL_CLOCK_S = 946_684_800  # timestamps after 2000-01-01 are wall-clock: a UTC axis
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _run_groups_menu(run_ids: list[int]) -> list[dict]:
+    """A run picker when more than MAX_SERIES runs would be drawn: groups of MAX_SERIES
+    runs (two traces each, the two panels), the first drawn when the page opens."""
+    if len(run_ids) <= MAX_SERIES:
+        return []
+    groups = range(0, len(run_ids), MAX_SERIES)
+    buttons = [
+        {
+            "label": f"runs {run_ids[g]}–{run_ids[min(g + MAX_SERIES, len(run_ids)) - 1]}",
+            "method": "restyle",
+            "args": [
+                {
+                    "visible": [
+                        g <= k < g + MAX_SERIES or "legendonly"
+                        for k in range(len(run_ids))
+                        for _ in (1, 2)
+                    ]
+                }
+            ],
+        }
+        for g in groups
+    ]
+    return [
+        {
+            "buttons": buttons,
+            "direction": "down",
+            "x": 0.62,
+            "xanchor": "right",
+            "y": -0.12,
+            "yanchor": "top",
+            "showactive": True,
+        }
+    ]
+
+
+def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
+    """(b) Useful-hit and sparse-loss ratios per time window, one line per run. Each point
+    is sum(hits) / sum(queries) over the requests arriving in that window alone."""
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=(
+            "useful-hit ratio = hit tokens / queried tokens, per window",
+            "sparse-loss ratio = sparse-retention-miss tokens / queried tokens, per window",
+        ),
+    )
+    runs = frame.select("run_id", "run_label").unique().sort("run_id")
+    labels = runs["run_label"].to_list()
+    t0 = float(frame["window_t0_s"][0]) if "window_t0_s" in frame.columns and frame.height else 0
+    wall = unit == "s" and t0 >= WALL_CLOCK_S
+    span = float(frame["window_end"].max()) if frame.height else 0.0
+    # relative seconds past two days read as days (6 M s is 69 days)
+    scale, scale_unit = (86_400.0, "days") if unit == "s" and span > 172_800 else (1.0, "s")
+    where = (
+        "arrival (request #)"
+        if unit == "requests"
+        else "arrival time (UTC)"
+        if wall
+        else f"time since first request ({scale_unit})"
+    )
+    for k, run_label in enumerate(labels):
+        part = _with_gaps(frame.filter(pl.col("run_label") == run_label).sort("window_idx"))
+        custom = list(
+            zip(
+                part["window_start"].to_list(),
+                part["window_end"].to_list(),
+                part["num_requests"].to_list(),
+                part["prompt_tokens"].to_list(),
+                part["hit_tokens"].to_list(),
+                part["sparse_retention_miss_tokens"].to_list(),
+                strict=True,
+            )
+        )
+        mid = ((part["window_start"] + part["window_end"]) / 2).to_list()
+        if wall:
+            mid = [_utc(t0 + m) for m in mid]
+        elif unit == "s" and scale != 1.0:
+            mid = [round(m / scale, 6) for m in mid]
+        for row, col, num in (
+            (1, "useful_hit_ratio", "customdata[4]"),
+            (2, "sparse_loss_ratio", "customdata[5]"),
+        ):
+            fig.add_trace(
+                go.Scatter(
+                    name=run_label,
+                    x=mid,
+                    y=part[col].to_list(),
+                    mode="lines+markers",
+                    line={"color": palette(k)},
+                    legendgroup=run_label,
+                    showlegend=row == 1,
+                    # a legend entry shows the runs past the first MAX_SERIES
+                    visible=True if k < MAX_SERIES else "legendonly",
+                    connectgaps=False,
+                    customdata=custom,
+                    hovertemplate=(
+                        f"<b>{run_label}</b><br>window %{{customdata[0]:,}}–%{{customdata[1]:,}} "
+                        f"{unit}; requests: %{{customdata[2]:,}}<br>"
+                        f"%{{{num}:,}} / %{{customdata[3]:,}} tokens = %{{y:.1%}}<extra></extra>"
+                    ),
+                ),
+                row=row,
+                col=1,
+            )
+    for row, col in ((1, "useful_hit_ratio"), (2, "sparse_loss_ratio")):
+        values = frame[col].drop_nulls()
+        flat = values.len() == 0 or values.min() == values.max() or values.min() == 0
+        # the range follows the data (a 93% -> 86% drop is seen), from 0 when it touches 0
+        fig.update_yaxes(
+            tickformat=tick_format(frame[col]),
+            rangemode="tozero" if flat or row == 2 else "normal",
+            row=row,
+            col=1,
+        )
+    fig.update_xaxes(title=where, row=2, col=1)
+    style_figure(fig, "Useful hits and sparse losses over time (per-window deltas)", 720)
+    # The hit axis follows the data; its zero-based view is one click away.
+    menus = _run_groups_menu(runs["run_id"].to_list())
+    fig.update_layout(
+        updatemenus=[
+            *menus,
+            {
+                "type": "buttons",
+                "direction": "left",
+                "x": 1,
+                "xanchor": "right",
+                "y": -0.12,  # beside the legend, under the plot
+                "yanchor": "top",
+                "showactive": True,
+                "buttons": [
+                    {
+                        "label": "hit axis: data range",
+                        "method": "relayout",
+                        "args": [{"yaxis.autorange": True, "yaxis.rangemode": "normal"}],
+                    },
+                    {
+                        "label": "from 0",
+                        "method": "relayout",
+                        "args": [{"yaxis.autorange": True, "yaxis.rangemode": "tozero"}],
+                    },
+                ],
+            },
+        ]
+    )
+    fig.update_layout(
+        margin={"t": 70, "b": 150},
+        legend={"y": -0.12, "yanchor": "top"},
+    )
+    return fig
+
+
+def _with_gaps(part: pl.DataFrame) -> pl.DataFrame:
+    """`part` with a null row for every window without requests between its first and
+    last, so that a line breaks there instead of joining windows days apart."""
+    if part.height < 2:
+        return part
+    lo, hi = int(part["window_idx"].min()), int(part["window_idx"].max())
+    if hi - lo + 1 == part.height:
+        return part
+    full = pl.DataFrame({"window_idx": pl.int_range(lo, hi + 1, eager=True)})
+    width = float(part["window_end"][0] - part["window_start"][0])
+    joined = full.join(part, on="window_idx", how="left")
+    return joined.with_columns(
+        (pl.col("window_idx") * width).alias("window_start"),
+        (pl.col("window_idx") * width + width).alias("window_end"),
+        pl.col("num_requests").fill_null(0),
+    )
