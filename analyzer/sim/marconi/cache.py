@@ -63,6 +63,10 @@ class MarconiCache:
             states += 1
         need = len(keys) - matched + states * self.state_blocks
         if not self._make_room(need, protect):
+            # Evictions may have left a stateless node at the end of the path, which this
+            # insert was to extend: drop or fold it, as an eviction does.
+            if path:
+                self._fold(path[-1], set())
             return None
         nodes, _ = self.tree.insert(keys)
         for node in nodes:
@@ -124,18 +128,23 @@ class MarconiCache:
         if node.children:  # single child: the edge merges into it
             self.tree.merge_into_child(node)
             return
-        tree = self.tree
         parent = node.parent
-        tree.remove_leaf(node)
-        # A split without a checkpoint left stateless nodes above: drop or fold them.
-        while parent.parent is not None and not parent.state and id(parent) not in protect:
-            if len(parent.children) == 1:
-                tree.merge_into_child(parent)
+        self.tree.remove_leaf(node)
+        self._fold(parent, protect)
+
+    def _fold(self, node: Node, protect: set[int]) -> None:
+        """Drop or fold the stateless nodes from `node` up (a split without a checkpoint
+        leaves them): a leaf holds a state, a stateless node with one child merges into it."""
+        tree = self.tree
+        while node.parent is not None and not node.state and id(node) not in protect:
+            if len(node.children) == 1:
+                tree.merge_into_child(node)
                 return
-            if parent.children:
+            if node.children:
                 return
-            tree.remove_leaf(parent)
-            parent = parent.parent
+            parent = node.parent
+            tree.remove_leaf(node)
+            node = parent
 
 
 def _norm(values: list[float]) -> list[float]:

@@ -187,6 +187,27 @@ def test_pool_never_overflows_and_the_tree_adds_up(trace, policy):
             assert cache.used() <= cache.capacity
 
 
+def test_an_insert_that_finds_no_room_leaves_no_stateless_leaf():
+    """Found by the property above: q3 evicts q1's branch to make room, still does not fit
+    in 6 pages, and is not cached; the stateless node it was to extend must not stay a
+    leaf (it holds pages no request can reuse)."""
+    policy = make_policy(
+        {"engine": "marconi", "block_size": 1, "num_blocks": 6, "marconi_alpha": 0.0}
+    )
+    engine = MarconiReplay(policy)
+    trace = [
+        SimRequest("q0", prompt_token_ids=[0, 0, 0]),
+        SimRequest("q1", prompt_token_ids=[0], output_token_ids=[0, 1, 0]),
+        SimRequest("q2", prompt_token_ids=[0]),
+        SimRequest("q3", prompt_token_ids=[0, 0, 0, 0, 0]),
+    ]
+    for request in trace:
+        engine.replay_one(request)
+        nodes = _nodes(engine.cache.tree.root)
+        assert all(n.state for n in nodes if not n.children)
+        assert sum(len(n.pages) for n in nodes) == engine.cache.tree.num_pages
+
+
 # Alpha auto-tuning. Pool 56 blocks (block 4, Marconi's 7B: a state is 1 block): x1 (3),
 # long (51), then x2 needs 3 more: the first eviction (alpha 0 = LRU) drops x1, after 3
 # requests. With marconi_bootstrap 1 the window is the next 3: x3 forces a choice between
