@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HPA := $(VENV)/bin/hpa
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench bench-ingest bench-replay bench-peer schemas samples clean
+.PHONY: install demo test lint bench bench-e2e bench-ingest bench-replay bench-peer schemas samples clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,7 +28,12 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 # Every benchmark, each against a peer or a naive baseline in the same run.
-bench: bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent
+bench: bench-e2e bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent
+
+# End to end: token ids -> last-half hit ratio, hpa (ingest + replay) vs kvcache-simulator
+# (conversion to hash ids + run), 70 M prompt tokens; peak RSS of every hpa command (~2 min).
+bench-e2e: $(STAMP)
+	$(PY) bench/bench_e2e.py
 
 bench-ingest: $(STAMP)
 	$(PY) bench/bench_ingest.py
