@@ -20,27 +20,32 @@ from dataclasses import dataclass
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 
 from analyzer.errors import StoreError
 from analyzer.executors import ExecutorSpec
 from analyzer.pipeline.arrays import pack_arrays, unpack_arrays
 from analyzer.pipeline.sharded import dataset_shared_units, shared_units
 from analyzer.prefixes.engine import MatchOptions, run_matcher
-from analyzer.prefixes.memory import MemorySource
-from analyzer.prefixes.source import RequestMeta, lists_to_flat
+from analyzer.prefixes.source import PartitionSource, RequestMeta, lists_to_flat, narrow
 from analyzer.sim.records import SimRequest
 from analyzer.store.dataset import open_dataset, read_rows, register_requests
 from analyzer.store.db import load_sql, query_arrow, require_tables
 from analyzer.store.sequences import check_requests
+from analyzer.store.tokens import flat_lists
 
 TOKEN_COLUMNS = ("prompt_token_ids", "block_hash_ids", "output_token_ids")
+# As stored: token ids INTEGER[], block hash ids BIGINT[].
+TOKEN_DTYPES = {
+    "prompt_token_ids": np.dtype(np.int32),
+    "block_hash_ids": np.dtype(np.int64),
+    "output_token_ids": np.dtype(np.int32),
+}
 
 
-# Units the replay's L1/L2 pass hashes at once: its transient memory (about 40 B a unit), a
-# quarter of `hpa match`'s default; the answers never depend on it, and the time does not
-# measurably (9.4 M tokens: 0.38-0.40 s either way).
-REPLAY_CHUNK_UNITS = 1 << 20
+# Units the replay's L1/L2 pass hashes at once: its transient memory (about 40 B a unit), as
+# `hpa match`'s default; the answers never depend on it. Smaller chunks cost time on large
+# traces (70 M tokens: 4.5 s at 1 M units a chunk, 3.2 s at 4 M, 3.5 s at 16 M).
+REPLAY_CHUNK_UNITS = 1 << 22
 
 
 @dataclass
@@ -110,12 +115,13 @@ class LoadedTrace:
         meta, flat, offsets = self.inserted(ns_any, ns_replica)
         if spec.is_local:
             options = MatchOptions(chunk_tokens=REPLAY_CHUNK_UNITS)
-            return run_matcher(MemorySource(meta, flat, offsets), xp=np, options=options)
+            return run_matcher(PartitionSource(meta, flat, offsets), xp=np, options=options)
         return shared_units(meta, flat, offsets, spec)  # identical answers
 
     def inserted(self, ns_any: np.ndarray, ns_replica: np.ndarray):
         """(meta, flat, offsets) of the sequences whose KV each request leaves behind: its
-        prompt and its output but the last token, which is sampled and never fed back."""
+        prompt and its output but the last token, which is sampled and never fed back.
+        `flat` is int32 when every value fits (token ids do): half the memory of int64."""
         lens_q = np.asarray([len(p) for p in self.prompts], dtype=np.int64)
         inserted = [
             p
@@ -125,7 +131,7 @@ class LoadedTrace:
         ]
         lens_i = np.asarray([len(s) for s in inserted], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lens_i)]).astype(np.int64)
-        flat = np.concatenate(inserted).astype(np.int64) if inserted else np.zeros(0, np.int64)
+        flat = narrow(np.concatenate(inserted)) if inserted else np.zeros(0, np.int32)
         meta = _meta(self.columns, ns_any, ns_replica, lens_q, lens_i)
         return meta, flat, offsets
 
@@ -153,43 +159,38 @@ def load_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
 
 
 def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
-    """Every row of `requests` on `con`, unchecked."""
+    """Every row of `requests` on `con`, unchecked: the scalars in arrival order, then the
+    token lists streamed into one flat array each (`store.tokens`); every row's prompt
+    and output is a view of those."""
     table = query_arrow(con, load_sql("replay_load"))
-    columns = {
-        name: table.column(name).to_pylist()
-        for name in table.column_names
-        if name not in TOKEN_COLUMNS
+    lens = {
+        name: table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
+        for name in TOKEN_COLUMNS
     }
-    prompts = _arrays(table.column("prompt_token_ids"), table.column("block_hash_ids"))
-    outputs = _arrays(table.column("output_token_ids"), None)
+    has = {
+        name: table.column(f"has_{name}").to_numpy(zero_copy_only=False) for name in TOKEN_COLUMNS
+    }
+    table = table.drop_columns([*TOKEN_COLUMNS, *(f"has_{name}" for name in has)])
+    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    seqs = np.asarray(columns["arrival_seq"], dtype=np.int64)
+    flat = flat_lists(con, load_sql("replay_load_tokens"), seqs, lens, TOKEN_DTYPES)
+    tokens, hashes = flat["prompt_token_ids"], flat["block_hash_ids"]
+    prompts = [
+        _row(tokens, i) if token else _row(hashes, i) if hashed else None
+        for i, (token, hashed) in enumerate(
+            zip(has["prompt_token_ids"].tolist(), has["block_hash_ids"].tolist(), strict=True)
+        )
+    ]
+    outputs = [
+        _row(flat["output_token_ids"], i) if out else None
+        for i, out in enumerate(has["output_token_ids"].tolist())
+    ]
     return LoadedTrace(columns, prompts, outputs)
 
 
-def _arrays(primary: pa.ChunkedArray, fallback: pa.ChunkedArray | None) -> list:
-    """One numpy array (or None) per row from list columns, without per-token Python."""
-    out = []
-    for i, chunk in enumerate(primary.chunks):
-        other = fallback.chunks[i] if fallback is not None else None
-        out.extend(_chunk_arrays(chunk, other))
-    return out
-
-
-def _chunk_arrays(chunk: pa.ListArray, other: pa.ListArray | None) -> list:
-    values = chunk.values.to_numpy(zero_copy_only=False)
-    offsets = chunk.offsets.to_numpy()
-    valid = chunk.is_valid().to_numpy(zero_copy_only=False)
-    if other is not None:
-        o_values = other.values.to_numpy(zero_copy_only=False)
-        o_offsets = other.offsets.to_numpy()
-    result = []
-    for i in range(len(chunk)):
-        if valid[i]:
-            result.append(values[offsets[i] : offsets[i + 1]])
-        elif other is not None and other[i].is_valid:
-            result.append(o_values[o_offsets[i] : o_offsets[i + 1]])
-        else:
-            result.append(None)
-    return result
+def _row(flat_offsets: tuple[np.ndarray, np.ndarray], i: int) -> np.ndarray:
+    flat, offsets = flat_offsets
+    return flat[offsets[i] : offsets[i + 1]]
 
 
 # -- a Parquet dataset: the driver holds scalar columns, workers read their token ids --------

@@ -1,0 +1,64 @@
+"""store.tokens: lists streamed in storage order land at their rows' arrival order."""
+
+import duckdb
+import numpy as np
+import pytest
+
+from analyzer.errors import StoreError
+from analyzer.store import tokens
+from analyzer.store.tokens import flat_lists
+
+SQL = "SELECT arrival_seq, ids FROM t"
+ROWS = [  # (arrival_seq, ids): stored out of arrival order, with nulls and empty lists
+    (3, [7, 8]),
+    (0, [1, 2, 3]),
+    (2, None),
+    (1, []),
+    (4, [9]),
+]
+
+
+def _table(rows):
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (arrival_seq BIGINT, ids INTEGER[])")
+    con.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    return con
+
+
+def _expected(rows):
+    by_seq = dict(rows)
+    return [by_seq[s] or [] for s in sorted(by_seq)]
+
+
+@pytest.mark.parametrize("batch_rows", [1, 2, 8192])
+@pytest.mark.parametrize("rows", [ROWS, sorted(ROWS)], ids=["shuffled", "in order"])
+def test_rows_land_in_arrival_order(monkeypatch, batch_rows, rows):
+    monkeypatch.setattr(tokens, "STREAM_ROWS", batch_rows)
+    con = _table(rows)
+    want = _expected(rows)
+    lens = {"ids": np.asarray([len(v) for v in want], dtype=np.int64)}
+    flat, offsets = flat_lists(con, SQL, np.arange(5), lens, {"ids": np.dtype(np.int32)})["ids"]
+    assert flat.dtype == np.int32
+    assert [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == want
+
+
+def test_a_subset_of_arrival_seqs():
+    con = _table([(10, [1]), (30, [3, 3]), (20, [2, 2, 2])])
+    lens = {"ids": np.asarray([1, 3, 2])}
+    flat, offsets = flat_lists(con, SQL, np.asarray([10, 20, 30]), lens, {"ids": np.int64})["ids"]
+    assert flat.tolist() == [1, 2, 2, 2, 3, 3] and offsets.tolist() == [0, 1, 4, 6]
+
+
+@pytest.mark.parametrize(
+    "seqs, lens",
+    [
+        ([0, 1, 2, 3, 4], [3, 0, 0, 2, 2]),  # a length that is not the stored one
+        ([0, 1, 2, 3], [3, 0, 0, 2]),  # a row more than described
+        ([0, 1, 2, 3, 5], [3, 0, 0, 2, 1]),  # an arrival_seq not described
+        ([0, 1, 2, 3, 4, 5], [3, 0, 0, 2, 1, 1]),  # a row described but not stored
+    ],
+)
+def test_rows_that_changed_are_a_store_error(seqs, lens):
+    con = _table(ROWS)
+    with pytest.raises(StoreError, match="requests changed while they were being read"):
+        flat_lists(con, SQL, np.asarray(seqs), {"ids": np.asarray(lens)}, {"ids": np.int32})
