@@ -23,8 +23,8 @@ from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.partitions import ReplayShared, replay_partitions
 from analyzer.pipeline.shared_prefixes import shared_prefixes
-from analyzer.pipeline.trace import Trace
-from analyzer.sim.dispatch import hit_alignment, replay
+from analyzer.pipeline.trace import LoadedTrace, Trace
+from analyzer.sim.dispatch import hit_alignment, replay, replay_from_shared
 from analyzer.sim.routing import route
 from analyzer.store.caveats import timestamp_caveats
 from analyzer.store.db import DEFAULT_DB, stored_trace_block
@@ -150,9 +150,11 @@ def replay_rows(
     spec = as_spec(executor)
     ns, replicas, partitions = routed_partitions(trace, policy)
     shared_any, shared_replica = shared_prefixes(trace, ns, partitions, spec)
-    results = _replay_partitions(
-        trace, policy, ns, partitions, replayer or replay, progress, executor=spec
-    )
+    results = None if replayer else _from_shared(trace, policy, shared_replica, progress)
+    if results is None:
+        results = _replay_partitions(
+            trace, policy, ns, partitions, replayer or replay, progress, executor=spec
+        )
     prompt_tokens = np.asarray(c["prompt_tokens"], dtype=np.int64)
     levels = build_levels(
         prompt_tokens=prompt_tokens,
@@ -191,6 +193,29 @@ def replay_rows(
     rows.update(levels.causes())
     rows["fresh_prefill_tokens"] = prompt_tokens - levels.hit_tokens
     return rows
+
+
+def _from_shared(trace: Trace, policy: Policy, shared_replica: np.ndarray, progress) -> list:
+    """Every request's result at once from L2 (its shared prefix in its own cache), where
+    the engine's results follow from it (`sim.dispatch.replay_from_shared`) and every
+    request is token ids; None where requests must replay one by one."""
+    if not isinstance(trace, LoadedTrace) or any(
+        b is not None for b in trace.columns["block_size"]
+    ):
+        return None
+    closed = replay_from_shared(policy, num_groups=num_groups(policy))
+    if closed is None:
+        return None
+    c = trace.columns
+    outputs = [
+        (out.shape[0] if out is not None else count or 0)
+        for out, count in zip(trace.outputs, c["output_tokens"], strict=True)
+    ]
+    prompts = [p.shape[0] for p in trace.prompts]
+    results = closed(c["request_id"], prompts, outputs, shared_replica)
+    if progress is not None:
+        progress(trace.n, trace.n)
+    return results
 
 
 def _shared_scheduled(results: list) -> list[int] | None:

@@ -9,13 +9,15 @@ Each engine is a package under analyzer/sim/, named by its row of the engine tab
 `replay(requests, policy, *, num_groups=None) -> Iterator[SimResult]`, optionally
 `check_policy(policy)` (validation without building the cache) and, when its hits are
 not whole blocks, `hit_alignment(policy) -> int` (tokens every hit and attention match is a
-multiple of; default `policy.block_size`). The waterfall floors its L3 level to it.
+multiple of; default `policy.block_size`). The waterfall floors its L3 level to it. An engine
+whose results follow, for some policies, from each request's shared prefix in its cache
+exposes `replay_from_shared(policy, *, num_groups) -> function | None` (see below).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from analyzer.config.engines import engine
 from analyzer.config.policy import Policy
@@ -27,6 +29,7 @@ __all__ = [
     "check_engine",
     "hit_alignment",
     "replay",
+    "replay_from_shared",
 ]
 
 
@@ -65,3 +68,16 @@ def replay(
     vLLM's choice of coordinator (one group vs several) depend on it.
     """
     return _engine(policy).replay(requests, policy, num_groups=num_groups)
+
+
+def replay_from_shared(
+    policy: Policy, *, num_groups: dict[str, int] | None = None
+) -> Callable[..., list[SimResult]] | None:
+    """Where the policy's serial results follow from shared prefixes alone, a function
+    `(request_ids, prompt_tokens, output_tokens, shared_tokens) -> [SimResult]` giving
+    `replay`'s results for token-id requests of one or many caches at once, from
+    `shared_tokens`: each prompt's longest prefix shared with the tokens the earlier
+    requests of its cache and namespace computed (prompt + outputs but the last). Else None.
+    """
+    found = getattr(_engine(policy), "replay_from_shared", None)
+    return found(policy, num_groups=num_groups) if found is not None else None

@@ -1,15 +1,24 @@
 """vLLM 0.33.0's hybrid prefix cache (engine `vllm`), replayed serially or, with
 `schedule: concurrent`, through its scheduler on a simulated clock."""
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 
 from analyzer.config.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.concurrent import ConcurrentReplay
+from analyzer.sim.vllm.fast import attention_results, shared_form_applies
 from analyzer.sim.vllm.layout import make_layout
 from analyzer.sim.vllm.replay import VllmReplay
 
-__all__ = ["ConcurrentReplay", "VllmReplay", "check_policy", "hit_alignment", "replay"]
+__all__ = [
+    "ConcurrentReplay",
+    "VllmReplay",
+    "check_policy",
+    "hit_alignment",
+    "replay",
+    "replay_from_shared",
+]
 
 
 def replay(
@@ -20,6 +29,19 @@ def replay(
     if policy.schedule == "concurrent":
         return ConcurrentReplay(policy, num_groups=num_groups).run(requests)
     return VllmReplay(policy, num_groups=num_groups).run(requests)
+
+
+def replay_from_shared(
+    policy: Policy, *, num_groups: dict[str, int] | None = None
+) -> Callable[..., list[SimResult]] | None:
+    """The serial replay's results computed from each request's shared prefix in its cache
+    (`fast.attention_results`, all requests at once) where `policy` allows it: full
+    attention alone, unbounded, no sliding window or speculative decoding, match unit =
+    block. None where requests must replay one by one."""
+    if policy.schedule == "concurrent":
+        return None
+    layout = make_layout(policy, num_groups)
+    return partial(attention_results, layout) if shared_form_applies(layout) else None
 
 
 def check_policy(policy: Policy) -> None:

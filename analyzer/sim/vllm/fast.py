@@ -20,6 +20,8 @@ hashes each group holds, and those follow from the chunk ends alone:
 
 from __future__ import annotations
 
+import numpy as np
+
 from analyzer.sim.common.hashing import HashInterner, request_hashes
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.layout import CacheLayout, cdiv
@@ -50,6 +52,29 @@ class _Req:
         self.junction = junction
 
 
+def chunk_ends(layout: CacheLayout, prompt: int, hit: int, junction: int) -> list[int]:
+    """Where each prefill chunk of a request ends (the scheduler's stops, `scheduler.py`)."""
+    if layout.max_num_batched_tokens is not None:
+        req = _Req(prompt, junction)
+        ends, start = [], hit
+        while start < prompt:
+            start += chunk_tokens(layout, req, start, prompt - start)
+            ends.append(start)
+        return ends
+    if not layout.has_mamba:
+        return [prompt]
+    # No budget: stop at the junction, then at the last block boundary before the end.
+    # (junction <= last: attention matches at most prompt - 1 tokens, block-floored)
+    last = (prompt - 1) // layout.block_size * layout.block_size
+    ends = []
+    if hit < junction:
+        ends.append(junction)
+    if max(hit, junction) < last:
+        ends.append(last)
+    ends.append(prompt)
+    return ends
+
+
 class UnboundedReplay:
     """Per-request replay over two hash sets (full attention, Mamba)."""
 
@@ -59,7 +84,6 @@ class UnboundedReplay:
         self.attention: set[int] = set()
         self.mamba: set[int] | None = set() if layout.has_mamba else None
         self.block = layout.block_size
-        self.simple_chunks = layout.max_num_batched_tokens is None
 
     def replay_one(self, sim: SimRequest) -> SimResult:
         B = self.block
@@ -84,7 +108,7 @@ class UnboundedReplay:
                 i -= 1
             hit = (i + 1) * B
         junction = longest if longest > hit else 0
-        ends = self._chunk_ends(prompt, hit, junction)
+        ends = chunk_ends(self.layout, prompt, hit, junction)
         attention.update(hashes[run:full])
         if mamba is not None:
             self._keep_states(mamba, hashes, ends, prompt, hit, junction, total)
@@ -103,28 +127,6 @@ class UnboundedReplay:
         """The first `count` block hash ids."""
         source, _ = request_hashes(self.interner, sim, self.block, 0)
         return source.extend(count)
-
-    def _chunk_ends(self, prompt: int, hit: int, junction: int) -> list[int]:
-        """Where each prefill chunk ends (the scheduler's stops, `scheduler.py`)."""
-        if not self.simple_chunks:
-            req = _Req(prompt, junction)
-            ends, start = [], hit
-            while start < prompt:
-                start += chunk_tokens(self.layout, req, start, prompt - start)
-                ends.append(start)
-            return ends
-        if self.mamba is None:
-            return [prompt]
-        # No budget: stop at the junction, then at the last block boundary before the end.
-        # (junction <= last: attention matches at most prompt - 1 tokens, block-floored)
-        last = (prompt - 1) // self.block * self.block
-        ends = []
-        if hit < junction:
-            ends.append(junction)
-        if max(hit, junction) < last:
-            ends.append(last)
-        ends.append(prompt)
-        return ends
 
     def _keep_states(
         self,
@@ -158,3 +160,48 @@ class UnboundedReplay:
         for x in bounds:
             if hit < x <= reach and (keep_all or x % retention == 0 or x == last or x == junction):
                 mamba.add(hashes[x // B - 1])
+
+
+# -- full attention alone: every hit follows from the prefix shared with earlier requests ---
+
+
+def shared_form_applies(layout: CacheLayout) -> bool:
+    """Whether `attention_results` gives this layout's results: the closed form with full
+    attention only (no Mamba states to follow request by request)."""
+    return fast_path_applies(layout) and not layout.has_mamba
+
+
+def attention_results(
+    layout: CacheLayout,
+    request_ids: list[str],
+    prompt_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    shared_tokens: np.ndarray,
+) -> list[SimResult]:
+    """Per request, what `UnboundedReplay` gives under a layout `shared_form_applies` to,
+    from `shared_tokens`: the longest prefix of its prompt shared with the tokens an earlier
+    request of its cache (and namespace) computed (prompt + outputs but the last). Token-id
+    requests only; all arrays per request, in tokens.
+
+    Why it is the same: without eviction a block, once computed, stays cached, and a block's
+    hash chains every token before it; so the leading blocks found cached are the whole
+    blocks of that shared prefix, capped (as vLLM does) below the prompt's last token.
+    """
+    B = layout.block_size
+    prompt = np.asarray(prompt_tokens, dtype=np.int64)
+    outputs = np.asarray(output_tokens, dtype=np.int64)
+    shared = np.minimum(np.asarray(shared_tokens, dtype=np.int64), prompt)
+    hit = np.minimum(shared // B, np.maximum(prompt - 1, 0) // B) * B
+    decode = np.where(outputs > 1, outputs - 1, 0)
+    out = []
+    rows = zip(request_ids, prompt.tolist(), hit.tolist(), decode.tolist(), strict=True)
+    for rid, p, h, d in rows:
+        if p < 1:
+            out.append(failed(rid, p, "empty prompt"))
+            continue
+        start, chunks = h, []
+        for end in chunk_ends(layout, p, h, 0):
+            chunks.append(end - start)
+            start = end
+        out.append(SimResult(rid, p, h, 0, 0, 0, h, h, 0, (*chunks, *(1,) * d)))
+    return out
