@@ -654,3 +654,59 @@ def test_a_directory_stands_for_the_files_in_it(tmp_path, db):
     assert ingest([folder], db_path=db).skipped_files == (
         (str(folder / "notes.md"), "not named like a trace file (give it by name to read it)"),
     )
+
+
+def _stored(db: Path) -> list[tuple]:
+    return rows(
+        db,
+        "SELECT request_id, line_no, arrival_seq, prompt_token_ids, output_token_ids "
+        "FROM requests ORDER BY line_no",
+    ) + rows(db, "SELECT line_no, field, reason FROM rejects ORDER BY line_no")
+
+
+@pytest.mark.parametrize("unit_rows", [1, 4, 1000])
+def test_write_units_merge_batches_without_changing_what_is_stored(
+    tmp_path, monkeypatch, unit_rows
+):
+    """Small reader batches (fast and exact ones: a bad line and a duplicate among them)
+    merged into write units store what one batch per record would."""
+    from analyzer.store import ingest as ingest_module
+    from analyzer.traces import readers
+
+    records = [{"request_id": f"r{i}", "prompt_token_ids": [i, i + 1]} for i in range(40)]
+    records[17] = {"request_id": "bad", "prompt_token_ids": []}
+    records[23] = {"request_id": "r5", "prompt_token_ids": [5], "output_token_ids": [1]}
+    path = write_jsonl(tmp_path / "t.jsonl", records)
+    monkeypatch.setattr(readers, "BATCH_BYTES", 1)  # one line a batch
+    monkeypatch.setattr(ingest_module, "WRITE_UNIT_ROWS", 1)
+    ingest([path], db_path=tmp_path / "one.duckdb")
+    monkeypatch.setattr(readers, "BATCH_BYTES", 200)  # a few lines a batch
+    monkeypatch.setattr(ingest_module, "WRITE_UNIT_ROWS", unit_rows)
+    result = ingest([path], db_path=tmp_path / "merged.duckdb")
+    assert (result.num_stored, result.num_rejected) == (38, 2)
+    assert _stored(tmp_path / "merged.duckdb") == _stored(tmp_path / "one.duckdb")
+
+
+def test_write_units_by_rows_and_by_token_ids(monkeypatch):
+    from analyzer.store import ingest as ingest_module
+    from analyzer.traces.batches import Batch, Reject
+    from analyzer.traces.records import ROW_SCHEMA
+
+    def batch(n_rows: int, tokens: int, rejects: int = 0) -> Batch:
+        rows = [
+            {"request_id": f"x{i}", "line_no": i, "prompt_tokens": tokens,
+             "prompt_token_ids": [0] * tokens}
+            for i in range(n_rows)
+        ]  # fmt: skip
+        bad = [Reject(100 + i, None, "bad", "") for i in range(rejects)]
+        return Batch(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), bad, num_skipped=1)
+
+    monkeypatch.setattr(ingest_module, "WRITE_UNIT_ROWS", 5)
+    monkeypatch.setattr(ingest_module, "WRITE_UNIT_UNITS", 100)
+    units = list(ingest_module.write_units([batch(2, 1), batch(2, 1, 1), batch(3, 1), batch(1, 1)]))
+    assert [(u.rows.num_rows, len(u.rejects), u.num_skipped) for u in units] == [
+        (4, 1, 2),  # 5 records read: a unit
+        (4, 0, 2),  # the rest
+    ]
+    units = list(ingest_module.write_units([batch(1, 60), batch(1, 50), batch(1, 1)]))
+    assert [u.rows.num_rows for u in units] == [2, 1]  # 110 token ids >= 100
