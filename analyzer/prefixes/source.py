@@ -98,7 +98,9 @@ def take_sequences(
 class Archive:
     """Recent chunks kept in memory (up to `budget_tokens` units), older ones re-read.
 
-    `fetch` returns uint64 values, the representation the prefix hash uses.
+    `fetch` returns uint64 values, the representation the prefix hash uses. A source that
+    holds every sequence in memory already (`holds_all`) is read directly: no chunk is
+    kept twice, and a fetch is one gather instead of one per chunk and a reorder.
     """
 
     def __init__(self, source: SequenceSource, budget_tokens: int) -> None:
@@ -107,8 +109,11 @@ class Archive:
         self._chunks: OrderedDict[int, Chunk] = OrderedDict()
         self._held = 0
         self.num_reread = 0
+        self._direct = getattr(source, "holds_all", False)
 
     def add(self, chunk: Chunk) -> None:
+        if self._direct:
+            return
         chunk = Chunk(chunk.start, chunk.stop, narrow(chunk.flat), chunk.offsets)
         self._chunks[chunk.start] = chunk
         self._held += chunk.flat.size
@@ -118,6 +123,9 @@ class Archive:
 
     def fetch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ids = np.asarray(ids, dtype=np.int64)
+        if self._direct:
+            flat, offsets = self.source.fetch(ids)
+            return flat.astype(np.int64, copy=False).view(np.uint64), offsets
         parts_flat, parts_lens, order = [], [], []
         missing = np.ones(len(ids), dtype=bool)
         for chunk in self._chunks.values():
@@ -154,7 +162,10 @@ def _reorder(parts_flat, parts_lens, order, n) -> tuple[np.ndarray, np.ndarray]:
 
 class PartitionSource:
     """A partition's inserted sequences, held once and narrow (int32 token ids): the
-    matcher's `SequenceSource` in a worker, so its archive need not keep a second copy."""
+    matcher's `SequenceSource` in a worker (and the replay's L1/L2), so its archive need
+    not keep a second copy."""
+
+    holds_all = True  # the archive reads it directly
 
     def __init__(self, meta: RequestMeta, flat: np.ndarray, offsets: np.ndarray) -> None:
         self.meta, self.flat, self.offsets = meta, narrow(flat), offsets

@@ -60,6 +60,20 @@ def test_archive_rereads_give_the_same_answer():
     assert_same_as_trie(requests, got)
 
 
+def test_a_source_holding_every_sequence_is_read_directly():
+    from analyzer.prefixes.engine import MatchOptions, run_matcher
+    from analyzer.prefixes.memory import MemorySource
+    from analyzer.prefixes.source import PartitionSource
+
+    requests = [Request(f"r{i}", prompt=(1, 2, 3, i % 4, 5), output=(i % 2,)) for i in range(30)]
+    held = MemorySource.from_requests(requests)
+    source = PartitionSource(held.meta, held.flat, held.offsets)
+    options = MatchOptions(chunk_requests=3, archive_tokens=1)
+    got = run_matcher(source, xp=np, options=options)
+    assert got.archive_rereads == 0  # nothing re-read: nothing was kept apart
+    assert_same_as_trie(requests, got)
+
+
 @pytest.mark.parametrize("grid", [1, 2, 32])
 def test_grid_size_never_changes_a_result(monkeypatch, grid):
     monkeypatch.setattr(matcher, "DEFAULT_GRID", grid)
