@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
-from analyzer.sim.vllm import VllmReplay, replay
-from tests.sim.engine_checks import oracle_matches
+from analyzer.sim.vllm import VllmReplay, replay, replay_from_shared
+from tests.sim.engine_checks import _common, _computed, oracle_matches
 from tests.sim.strategies import policies, traces
 
 FAST = settings(max_examples=150, deadline=None)
@@ -119,3 +119,30 @@ def test_hash_id_trace_equals_token_trace(requests, policy_counts, trace_block):
     assert list(replay(hashed, policy, num_groups=counts)) == list(
         replay(tokens, policy, num_groups=counts)
     )
+
+
+def _shared(requests) -> list[int]:
+    """Per request: its prompt's longest prefix shared with what an earlier request of its
+    namespace computed (uncapped), by brute force."""
+    seen, out = [], []
+    for req in requests:
+        prompt = list(req.prompt_token_ids)
+        out.append(max((_common(s, prompt) for ns, s in seen if ns == req.namespace), default=0))
+        seen.append((req.namespace, _computed(req)))
+    return out
+
+
+@FAST
+@given(traces(), st.sampled_from([1, 2, 4, 8]), st.sampled_from([None, 3, 8]))
+def test_full_attention_results_from_shared_prefixes_are_the_replay(requests, block, budget):
+    policy = make_policy(
+        {"block_size": block, "groups": ["full_attention"], "max_num_batched_tokens": budget}
+    )
+    closed = replay_from_shared(policy)
+    got = closed(
+        [r.request_id for r in requests],
+        [r.num_prompt_tokens for r in requests],
+        [r.num_output_tokens for r in requests],
+        _shared(requests),
+    )
+    assert got == list(replay(requests, policy))  # every field, chunks included
