@@ -14,7 +14,8 @@ import hashlib
 import os
 import stat
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import pyarrow as pa
 
 from analyzer.errors import AnalyzerError, ConfigError, InputFileError
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, transaction
+from analyzer.store.write_units import prefetched, write_units
 from analyzer.traces.batches import Batch, Reject, SourceInfo
 from analyzer.traces.io import CountingReader, open_binary
 from analyzer.traces.readers import (
@@ -93,11 +95,6 @@ class _Tally:
 
 MAX_REJECTS_KEPT = 20
 INGEST_MEMORY_LIMIT = "512MB"
-# A reader's batches are stored a write unit at a time: DuckDB's cost per insert (a commit,
-# its WAL and checkpoints) made 1,350-row inserts of a 70 M-token trace 1.7x slower than
-# 20,000-row ones. A unit holds up to about 4 bytes x WRITE_UNIT_UNITS of token ids.
-WRITE_UNIT_ROWS = 16384
-WRITE_UNIT_UNITS = 1 << 24
 _UNDECODABLE = ("malformed JSON", "expected a JSON object")
 
 
@@ -302,10 +299,11 @@ def _read_into(con, path: Path, fmt: str, tally: _Tally, progress: Progress | No
         counter = CountingReader(raw)
         report = (lambda: progress(counter.num_bytes, total)) if progress else (lambda: None)
         stream = open_binary(path, counter)
-        batches = READERS[fmt](path, stream, report)
+        units = write_units(prefetched(READERS[fmt](path, stream, report)))
         try:
-            for batch in write_units(batches):
-                _store_batch(con, batch, tally)
+            with closing(units):  # the reader's thread stops before the file closes
+                for batch in units:
+                    _store_batch(con, batch, tally)
         except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
             where = f"after line {tally.num_read}" if tally.num_read else "at the start"
             raise InputFileError(f"{path}: cannot be read {where} ({exc})") from None
@@ -315,39 +313,6 @@ def _read_into(con, path: Path, fmt: str, tally: _Tally, progress: Progress | No
             raise
         if progress:
             progress(total, total)
-
-
-def write_units(batches: Iterable[Batch]) -> Iterator[Batch]:
-    """`batches` merged, in order, into units of at least WRITE_UNIT_ROWS records or
-    WRITE_UNIT_UNITS token ids and hash ids (the last one may be smaller)."""
-    held: list[Batch] = []
-    rows = units = 0
-    for batch in batches:
-        held.append(batch)
-        rows += batch.num_read
-        units += _num_units(batch.rows)
-        if rows >= WRITE_UNIT_ROWS or units >= WRITE_UNIT_UNITS:
-            yield _merged(held)
-            held, rows, units = [], 0, 0
-    if held:
-        yield _merged(held)
-
-
-def _num_units(rows: pa.Table) -> int:
-    names = ("prompt_token_ids", "block_hash_ids", "output_token_ids")
-    return sum(
-        pa.compute.sum(pa.compute.list_value_length(rows.column(n))).as_py() or 0 for n in names
-    )
-
-
-def _merged(batches: list[Batch]) -> Batch:
-    if len(batches) == 1:
-        return batches[0]
-    return Batch(
-        pa.concat_tables([b.rows for b in batches], promote_options="permissive"),
-        [r for b in batches for r in b.rejects],
-        sum(b.num_skipped for b in batches),
-    )
 
 
 def _store_batch(con, batch: Batch, tally: _Tally) -> None:

@@ -670,7 +670,7 @@ def test_write_units_merge_batches_without_changing_what_is_stored(
 ):
     """Small reader batches (fast and exact ones: a bad line and a duplicate among them)
     merged into write units store what one batch per record would."""
-    from analyzer.store import ingest as ingest_module
+    from analyzer.store import write_units as ingest_module
     from analyzer.traces import readers
 
     records = [{"request_id": f"r{i}", "prompt_token_ids": [i, i + 1]} for i in range(40)]
@@ -685,28 +685,3 @@ def test_write_units_merge_batches_without_changing_what_is_stored(
     result = ingest([path], db_path=tmp_path / "merged.duckdb")
     assert (result.num_stored, result.num_rejected) == (38, 2)
     assert _stored(tmp_path / "merged.duckdb") == _stored(tmp_path / "one.duckdb")
-
-
-def test_write_units_by_rows_and_by_token_ids(monkeypatch):
-    from analyzer.store import ingest as ingest_module
-    from analyzer.traces.batches import Batch, Reject
-    from analyzer.traces.records import ROW_SCHEMA
-
-    def batch(n_rows: int, tokens: int, rejects: int = 0) -> Batch:
-        rows = [
-            {"request_id": f"x{i}", "line_no": i, "prompt_tokens": tokens,
-             "prompt_token_ids": [0] * tokens}
-            for i in range(n_rows)
-        ]  # fmt: skip
-        bad = [Reject(100 + i, None, "bad", "") for i in range(rejects)]
-        return Batch(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), bad, num_skipped=1)
-
-    monkeypatch.setattr(ingest_module, "WRITE_UNIT_ROWS", 5)
-    monkeypatch.setattr(ingest_module, "WRITE_UNIT_UNITS", 100)
-    units = list(ingest_module.write_units([batch(2, 1), batch(2, 1, 1), batch(3, 1), batch(1, 1)]))
-    assert [(u.rows.num_rows, len(u.rejects), u.num_skipped) for u in units] == [
-        (4, 1, 2),  # 5 records read: a unit
-        (4, 0, 2),  # the rest
-    ]
-    units = list(ingest_module.write_units([batch(1, 60), batch(1, 50), batch(1, 1)]))
-    assert [u.rows.num_rows for u in units] == [2, 1]  # 110 token ids >= 100
