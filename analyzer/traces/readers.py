@@ -44,9 +44,13 @@ from analyzer.traces.jsonlines import (
     repeated_key_error,
 )
 from analyzer.traces.records import RecordError, first_bad_utf8
+from analyzer.traces.token_scan import strip_token_arrays
 
 BATCH_BYTES = 8 << 20
 BATCH_ROWS = 8192
+# Batches at least this long have their token arrays scanned out before Arrow parses them
+# (the scanner compiles on first use: small inputs never pay for that).
+SCAN_MIN_BYTES = 1 << 20
 _SUFFIX_FORMATS = {
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
@@ -161,29 +165,61 @@ def _jsonl_batch(body: bytes, first_line: int) -> Batch:
     # The fast reader skips blank lines silently, so any line starting with white space
     # sends the batch to the exact path, which numbers lines itself.
     if not np.isin(buf[starts], _BLANK_START).any():
-        try:
-            table = pajson.read_json(
-                io.BytesIO(body),
-                read_options=pajson.ReadOptions(block_size=1 << 20),
-                parse_options=pajson.ParseOptions(
-                    explicit_schema=FAST_INPUT_SCHEMA, unexpected_field_behavior="infer"
-                ),
-            )
-            # Arrow's JSON reader copies string bytes unchecked: a line with invalid UTF-8
-            # must reach the exact path, which rejects that line alone.
-            table.validate(full=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            table = None
-        if (
-            table is not None
-            and table.num_rows == len(ends)
-            and not _repeats(body, buf, starts, ends, table)
-        ):
+        table = _fast_table(body, buf, starts, ends)
+        if table is not None:
             line_nos = pa.array(np.arange(first_line, first_line + len(ends), dtype=np.int64))
             rows = fast_rows(table, line_nos)
             if rows is not None:
                 return Batch(rows)
     return exact_batch(list(decoded_lines(body, first_line)))
+
+
+def _fast_table(body: bytes, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """The batch typed as FAST_INPUT_SCHEMA by Arrow's JSON reader, or None where it may not
+    be read that way. A large batch has its token arrays read out first (`token_scan`):
+    Arrow then parses a tenth of the bytes, and the arrays it finds empty are put back."""
+    stripped = strip_token_arrays(body, len(ends)) if len(body) >= SCAN_MIN_BYTES else None
+    if stripped is not None:
+        body = stripped.body
+        buf = np.frombuffer(body, dtype=np.uint8)
+        ends = np.flatnonzero(buf == 10)
+        starts = np.concatenate(([0], ends[:-1] + 1))
+    table = _arrow_json(body)
+    if table is None or table.num_rows != len(ends) or _repeats(body, buf, starts, ends, table):
+        return None
+    return table if stripped is None else _put_back(table, stripped.columns)
+
+
+def _arrow_json(body: bytes) -> pa.Table | None:
+    try:
+        table = pajson.read_json(
+            io.BytesIO(body),
+            read_options=pajson.ReadOptions(block_size=1 << 20),
+            parse_options=pajson.ParseOptions(
+                explicit_schema=FAST_INPUT_SCHEMA, unexpected_field_behavior="infer"
+            ),
+        )
+        # Arrow's JSON reader copies string bytes unchecked: a line with invalid UTF-8
+        # must reach the exact path, which rejects that line alone.
+        table.validate(full=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return table
+
+
+def _put_back(table: pa.Table, columns: dict[str, pa.ListArray]) -> pa.Table | None:
+    """`table` with the scanned arrays in place of the `[]` left for them; None unless
+    Arrow found exactly that: an empty list where an array was read, null elsewhere."""
+    for name, scanned in columns.items():
+        parsed = table.column(name)
+        read = scanned.is_valid()
+        if not pc.all(pc.equal(pc.is_valid(parsed), read)).as_py():
+            return None
+        lengths = pc.fill_null(pc.list_value_length(parsed), 0)
+        if pc.max(lengths).as_py():
+            return None
+        table = table.set_column(table.schema.get_field_index(name), name, scanned)
+    return table
 
 
 def _repeats(

@@ -1,0 +1,223 @@
+"""The token-id arrays of JSON Lines, read by a compiled scanner before the JSON parser.
+
+Token ids are nine tenths of a token trace's bytes, and the part general JSON parsers are
+slowest at. `strip_token_arrays` reads the arrays of the top-level keys in TOKEN_KEYS out
+of a batch of lines in one compiled pass (numba) and leaves `[]` in their place, so the JSON
+parser reads a body a tenth the size; the arrays come back as Arrow list columns.
+
+It reads only what it can prove is a JSON array of integers under a top-level key spelled
+without escapes. Anything else in such an array (a fraction, an exponent, a leading zero,
+past int64, a stray byte), a key given twice, an escaped top-level key, a raw
+newline in a string, or a string the scan cannot close gives None: the caller parses the
+batch as before, and that path rejects what is wrong with its line and reason. Without
+numba it always gives None (numba is a dependency; an environment without it still
+ingests, only slower). The kernel compiles on first use (a few seconds, then cached next
+to this module), so callers use it on large batches only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+try:
+    from numba import njit
+except ImportError:  # pragma: no cover - numba is a dependency; this keeps ingest working
+    njit = None
+
+TOKEN_KEYS = ("prompt_token_ids", "output_token_ids", "block_hash_ids")
+INT64_MAX = 2**63 - 1  # wider integers go to the parsers (which send them to the exact path)
+
+
+@dataclass(frozen=True)
+class Stripped:
+    """A batch with its token arrays read out: `body` holds `[]` where each array was, and
+    `columns[key]` is one list<int64> value per line (null where the line has no array)."""
+
+    body: bytes
+    columns: dict[str, pa.ListArray]
+
+
+def strip_token_arrays(body: bytes, num_lines: int) -> Stripped | None:
+    """`body` (whole lines, each ending in a newline) with its token arrays read out, or
+    None where the scan cannot vouch for them (see the module doc)."""
+    if _scan is None or not body:
+        return None
+    buf = np.frombuffer(body, dtype=np.uint8)
+    out = np.empty(buf.size, dtype=np.uint8)
+    # One row of values per key, each in line order; pages never written cost no memory.
+    values = np.empty((len(TOKEN_KEYS), buf.size // 2 + 1), dtype=np.int64)
+    num_values = np.zeros(len(TOKEN_KEYS), dtype=np.int64)
+    count = np.full((len(TOKEN_KEYS), num_lines), -1, dtype=np.int64)  # -1: no array
+    size = _scan(buf, _KEYS, _KEY_STARTS, out, values, num_values, count)
+    if size < 0:
+        return None
+    columns = {}
+    for k, key in enumerate(TOKEN_KEYS):
+        present = count[k] >= 0
+        if not present.any():
+            columns[key] = pa.nulls(num_lines, pa.list_(pa.int64()))
+            continue
+        offsets = np.zeros(num_lines + 1, dtype=np.int32)
+        np.cumsum(np.maximum(count[k], 0), out=offsets[1:])
+        columns[key] = pa.ListArray.from_arrays(
+            pa.array(offsets), pa.array(values[k, : num_values[k]]), mask=pa.array(~present)
+        )
+    return Stripped(out[:size].tobytes(), columns)
+
+
+_KEYS = np.frombuffer(b"".join(k.encode() for k in TOKEN_KEYS), dtype=np.uint8)
+_KEY_STARTS = np.cumsum([0, *(len(k) for k in TOKEN_KEYS)]).astype(np.int64)
+
+
+def _kernel(buf, keys, key_starts, out, values, num_values, count):  # pragma: no cover
+    """Bytes written to `out`, or -1: abort (see the module doc). Compiled."""
+    n, o, line = buf.size, 0, 0
+    depth, prev, top_object = 0, 10, False
+    i = 0
+    while i < n:
+        c = buf[i]
+        if c == 10:  # end of a line: a new JSON value starts
+            out[o] = c
+            o += 1
+            i += 1
+            line += 1
+            depth, prev, top_object = 0, 10, False
+            continue
+        if c == 32 or c == 9 or c == 13:
+            out[o] = c
+            o += 1
+            i += 1
+            continue
+        if prev == 10:
+            top_object = c == 123
+        if c != 34:
+            if c == 123 or c == 91:
+                depth += 1
+            elif c == 125 or c == 93:
+                depth -= 1
+            out[o] = c
+            o += 1
+            i += 1
+            prev = c
+            continue
+        # a string: find its closing quote
+        j, escaped = i + 1, False
+        while j < n and buf[j] != 34:
+            if buf[j] == 10:
+                return -1
+            if buf[j] == 92:
+                escaped = True
+                j += 1
+            j += 1
+        if j >= n:
+            return -1
+        is_key = depth == 1 and top_object and (prev == 123 or prev == 44)
+        k = -1
+        if is_key:
+            if escaped:
+                return -1  # an escaped key might spell a token key: the parser decides
+            k = _which_key(buf, i + 1, j, keys, key_starts)
+        out[o : o + j + 1 - i] = buf[i : j + 1]
+        o += j + 1 - i
+        i = j + 1
+        prev = 34
+        if k < 0:
+            continue
+        # a token key: blanks, a colon, blanks, then its value
+        while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
+            out[o] = buf[i]
+            o += 1
+            i += 1
+        if i >= n or buf[i] != 58:
+            continue  # not followed by a colon: not JSON the parser will accept
+        out[o] = 58
+        o += 1
+        i += 1
+        prev = 58
+        while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
+            out[o] = buf[i]
+            o += 1
+            i += 1
+        if i >= n or buf[i] != 91:
+            continue  # null or another value: the parser reads it
+        if line >= count.shape[1] or count[k, line] >= 0:
+            return -1  # more lines than counted, or a key given twice
+        start = num_values[k]
+        i, end = _int_array(buf, i + 1, values[k], start)
+        if i < 0:
+            return -1
+        num_values[k] = end
+        count[k, line] = end - start
+        out[o] = 91
+        out[o + 1] = 93
+        o += 2
+        prev = 93
+    return o
+
+
+def _which_key(buf, a, b, keys, key_starts):  # pragma: no cover - compiled
+    for k in range(key_starts.size - 1):
+        s, e = key_starts[k], key_starts[k + 1]
+        if e - s != b - a:
+            continue
+        same = True
+        for t in range(e - s):
+            if buf[a + t] != keys[s + t]:
+                same = False
+                break
+        if same:
+            return k
+    return -1
+
+
+def _int_array(buf, i, values, nv):  # pragma: no cover - compiled
+    """Parse integers and commas up to the closing bracket, from just after '['; returns
+    (index after ']', values written) or (-1, nv) when it is not a plain integer array."""
+    n = buf.size
+    i = _blanks(buf, i)
+    if i < n and buf[i] == 93:
+        return i + 1, nv
+    while True:
+        negative = i < n and buf[i] == 45
+        if negative:
+            i += 1
+        if i >= n or buf[i] < 48 or buf[i] > 57:
+            return -1, nv
+        if buf[i] == 48 and i + 1 < n and 48 <= buf[i + 1] <= 57:
+            return -1, nv  # a leading zero is not JSON
+        value = 0
+        while i < n and 48 <= buf[i] <= 57:
+            digit = buf[i] - 48
+            if value > (INT64_MAX - digit) // 10:
+                return -1, nv  # past int64
+            value = value * 10 + digit
+            i += 1
+        values[nv] = -value if negative else value
+        nv += 1
+        i = _blanks(buf, i)
+        if i >= n:
+            return -1, nv
+        if buf[i] == 93:
+            return i + 1, nv
+        if buf[i] != 44:
+            return -1, nv  # a fraction, an exponent or a stray byte
+        i = _blanks(buf, i + 1)
+
+
+def _blanks(buf, i):  # pragma: no cover - compiled
+    n = buf.size
+    while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
+        i += 1
+    return i
+
+
+if njit is not None:
+    _blanks = njit(cache=True, nogil=True)(_blanks)
+    _int_array = njit(cache=True, nogil=True)(_int_array)
+    _which_key = njit(cache=True, nogil=True)(_which_key)
+    _scan = njit(cache=True, nogil=True)(_kernel)
+else:  # pragma: no cover
+    _scan = None
