@@ -18,14 +18,10 @@ to this module), so callers use it on large batches only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import pyarrow as pa
-
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a dependency; this keeps ingest working
-    njit = None
 
 TOKEN_KEYS = ("prompt_token_ids", "output_token_ids", "block_hash_ids")
 INT64_MAX = 2**63 - 1  # wider integers go to the parsers (which send them to the exact path)
@@ -43,7 +39,8 @@ class Stripped:
 def strip_token_arrays(body: bytes, num_lines: int) -> Stripped | None:
     """`body` (whole lines, each ending in a newline) with its token arrays read out, or
     None where the scan cannot vouch for them (see the module doc)."""
-    if _scan is None or not body:
+    scan = _compiled()
+    if scan is None or not body:
         return None
     buf = np.frombuffer(body, dtype=np.uint8)
     out = np.empty(buf.size, dtype=np.uint8)
@@ -51,7 +48,7 @@ def strip_token_arrays(body: bytes, num_lines: int) -> Stripped | None:
     values = np.empty((len(TOKEN_KEYS), buf.size // 2 + 1), dtype=np.int64)
     num_values = np.zeros(len(TOKEN_KEYS), dtype=np.int64)
     count = np.full((len(TOKEN_KEYS), num_lines), -1, dtype=np.int64)  # -1: no array
-    size = _scan(buf, _KEYS, _KEY_STARTS, out, values, num_values, count)
+    size = scan(buf, _KEYS, _KEY_STARTS, out, values, num_values, count)
     if size < 0:
         return None
     columns = {}
@@ -214,10 +211,16 @@ def _blanks(buf, i):  # pragma: no cover - compiled
     return i
 
 
-if njit is not None:
+@cache
+def _compiled():
+    """The compiled kernel, or None without numba. Imported on first use: importing numba
+    costs about half a second, which small ingests (and every other command) never pay."""
+    global _blanks, _int_array, _which_key
+    try:
+        from numba import njit
+    except ImportError:  # pragma: no cover - numba is a dependency; ingest still works
+        return None
     _blanks = njit(cache=True, nogil=True)(_blanks)
     _int_array = njit(cache=True, nogil=True)(_int_array)
     _which_key = njit(cache=True, nogil=True)(_which_key)
-    _scan = njit(cache=True, nogil=True)(_kernel)
-else:  # pragma: no cover
-    _scan = None
+    return njit(cache=True, nogil=True)(_kernel)
