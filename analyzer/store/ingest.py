@@ -123,7 +123,7 @@ def ingest(
     created = not Path(db_path).exists()
     # DuckDB caches written blocks up to its memory limit (80% of RAM by default);
     # capping it keeps ingest memory flat however large the file is.
-    con = connect(db_path, memory_limit=INGEST_MEMORY_LIMIT)
+    con = connect(db_path, memory_limit=INGEST_MEMORY_LIMIT, config={"threads": _db_threads()})
     results: list[SourceResult] = []
     try:
         try:
@@ -135,6 +135,12 @@ def ingest(
             _remove_store(Path(db_path))  # a failed first ingest leaves no database behind
         raise
     return IngestResult(tuple(results), skipped)
+
+
+def _db_threads() -> int:
+    """DuckDB's threads while ingesting: every core but the one the reader's thread parses
+    on (store.write_units.prefetched); on 2 cores, 70 M tokens took 5.2 s, not 5.65 s."""
+    return max(1, (os.cpu_count() or 2) - 1)
 
 
 def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> None:

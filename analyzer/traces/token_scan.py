@@ -70,22 +70,19 @@ _KEY_STARTS = np.cumsum([0, *(len(k) for k in TOKEN_KEYS)]).astype(np.int64)
 
 
 def _kernel(buf, keys, key_starts, out, values, num_values, count):  # pragma: no cover
-    """Bytes written to `out`, or -1: abort (see the module doc). Compiled."""
-    n, o, line = buf.size, 0, 0
+    """Bytes written to `out`, or -1: abort (see the module doc). Compiled. Bytes between
+    token arrays are copied a run at a time (`mark`: where the pending run starts)."""
+    n, o, line, mark = buf.size, 0, 0, 0
     depth, prev, top_object = 0, 10, False
     i = 0
     while i < n:
         c = buf[i]
         if c == 10:  # end of a line: a new JSON value starts
-            out[o] = c
-            o += 1
             i += 1
             line += 1
             depth, prev, top_object = 0, 10, False
             continue
         if c == 32 or c == 9 or c == 13:
-            out[o] = c
-            o += 1
             i += 1
             continue
         if prev == 10:
@@ -95,8 +92,6 @@ def _kernel(buf, keys, key_starts, out, values, num_values, count):  # pragma: n
                 depth += 1
             elif c == 125 or c == 93:
                 depth -= 1
-            out[o] = c
-            o += 1
             i += 1
             prev = c
             continue
@@ -117,42 +112,34 @@ def _kernel(buf, keys, key_starts, out, values, num_values, count):  # pragma: n
             if escaped:
                 return -1  # an escaped key might spell a token key: the parser decides
             k = _which_key(buf, i + 1, j, keys, key_starts)
-        out[o : o + j + 1 - i] = buf[i : j + 1]
-        o += j + 1 - i
         i = j + 1
         prev = 34
         if k < 0:
             continue
         # a token key: blanks, a colon, blanks, then its value
-        while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
-            out[o] = buf[i]
-            o += 1
-            i += 1
+        i = _blanks(buf, i)
         if i >= n or buf[i] != 58:
             continue  # not followed by a colon: not JSON the parser will accept
-        out[o] = 58
-        o += 1
-        i += 1
         prev = 58
-        while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
-            out[o] = buf[i]
-            o += 1
-            i += 1
+        i = _blanks(buf, i + 1)
         if i >= n or buf[i] != 91:
             continue  # null or another value: the parser reads it
         if line >= count.shape[1] or count[k, line] >= 0:
             return -1  # more lines than counted, or a key given twice
         start = num_values[k]
-        i, end = _int_array(buf, i + 1, values[k], start)
-        if i < 0:
+        after, end = _int_array(buf, i + 1, values[k], start)
+        if after < 0:
             return -1
         num_values[k] = end
         count[k, line] = end - start
-        out[o] = 91
-        out[o + 1] = 93
-        o += 2
+        out[o : o + i + 1 - mark] = buf[mark : i + 1]  # up to and with the '['
+        o += i + 1 - mark
+        out[o] = 93
+        o += 1
+        i = mark = after
         prev = 93
-    return o
+    out[o : o + n - mark] = buf[mark:n]
+    return o + n - mark
 
 
 def _which_key(buf, a, b, keys, key_starts):  # pragma: no cover - compiled
