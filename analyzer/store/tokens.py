@@ -62,7 +62,10 @@ def _place(column: pa.ListArray, pos: np.ndarray, flat: np.ndarray, offsets: np.
         raise _changed()
     if not lens.sum():
         return
-    values = column.values.to_numpy(zero_copy_only=False)
+    # as stored, or wider: never narrowed (which would change a value silently)
+    values = column.values.to_numpy(zero_copy_only=False).astype(
+        flat.dtype, casting="safe", copy=False
+    )
     first, last = int(pos[0]), int(pos[-1])
     in_order = last - first + 1 == len(pos) and bool(np.all(np.diff(pos) == 1))
     if in_order and int(src[-1] - src[0]) == int(lens.sum()):  # one run, as stored
