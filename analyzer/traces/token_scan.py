@@ -172,12 +172,16 @@ def _int_array(buf, i, values, nv):  # pragma: no cover - compiled
             return -1, nv
         if buf[i] == 48 and i + 1 < n and 48 <= buf[i + 1] <= 57:
             return -1, nv  # a leading zero is not JSON
-        value = 0
-        while i < n and 48 <= buf[i] <= 57:
-            digit = buf[i] - 48
-            if value > (INT64_MAX - digit) // 10:
+        value, digits = 0, 0
+        while i < n:
+            digit = np.int64(buf[i]) - 48
+            if digit < 0 or digit > 9:
+                break
+            # 18 digits always fit; only longer numbers need the (slow) overflow test
+            if digits >= 18 and value > (INT64_MAX - digit) // 10:
                 return -1, nv  # past int64
             value = value * 10 + digit
+            digits += 1
             i += 1
         values[nv] = -value if negative else value
         nv += 1
