@@ -16,7 +16,7 @@ is shipped (the trace itself, or a `DatasetRef` it reads); its `whole()` is the 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
@@ -55,6 +55,9 @@ class LoadedTrace:
     columns: dict[str, list]
     prompts: list[np.ndarray]  # token ids, or block hash ids for hash-id requests
     outputs: list[np.ndarray | None]
+    # (flat, offsets) of the inserted sequences when the prompts are views of them (as
+    # `read_trace` builds it: the token ids held once); not shipped to workers.
+    held: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def n(self) -> int:
@@ -71,6 +74,7 @@ class LoadedTrace:
         self.columns = state["columns"]
         self.prompts = unpack_arrays(state["prompts"])
         self.outputs = unpack_arrays(state["outputs"])
+        self.held = None
 
     def sim_request(self, i: int, namespace: tuple) -> SimRequest:
         """Request `i` as the replay reads it, in cache namespace `namespace`."""
@@ -123,17 +127,24 @@ class LoadedTrace:
         prompt and its output but the last token, which is sampled and never fed back.
         `flat` is int32 when every value fits (token ids do): half the memory of int64."""
         lens_q = np.asarray([len(p) for p in self.prompts], dtype=np.int64)
-        inserted = [
-            p
-            if self.columns["block_size"][i] is not None or self.outputs[i] is None
-            else np.concatenate([p, self.outputs[i][:-1]])
-            for i, p in enumerate(self.prompts)
-        ]
-        lens_i = np.asarray([len(s) for s in inserted], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lens_i)]).astype(np.int64)
-        flat = narrow(np.concatenate(inserted)) if inserted else np.zeros(0, np.int32)
-        meta = _meta(self.columns, ns_any, ns_replica, lens_q, lens_i)
+        held = self.held or inserted_sequences(self.prompts, self.outputs, self.columns)
+        flat, offsets = held
+        meta = _meta(self.columns, ns_any, ns_replica, lens_q, np.diff(offsets))
         return meta, flat, offsets
+
+
+def inserted_sequences(prompts: list, outputs: list, columns: dict):
+    """(flat, offsets) of each request's inserted sequence (see `LoadedTrace.inserted`)."""
+    inserted = [
+        p
+        if columns["block_size"][i] is not None or outputs[i] is None
+        else np.concatenate([p, outputs[i][:-1]])
+        for i, p in enumerate(prompts)
+    ]
+    lens = np.asarray([len(s) for s in inserted], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    flat = narrow(np.concatenate(inserted)) if inserted else np.zeros(0, np.int32)
+    return flat, offsets
 
 
 def _meta(columns: dict, ns_any, ns_replica, query_len, insert_len) -> RequestMeta:
@@ -185,7 +196,20 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
         _row(flat["output_token_ids"], i) if out else None
         for i, out in enumerate(has["output_token_ids"].tolist())
     ]
-    return LoadedTrace(columns, prompts, outputs)
+    return _held_once(LoadedTrace(columns, prompts, outputs), tokens, has)
+
+
+def _held_once(trace: LoadedTrace, tokens: tuple, has: dict) -> LoadedTrace:
+    """`trace` with its prompts as views of its inserted sequences, so that the token ids
+    are held once: as read when no request adds outputs to its prompt (nothing to copy),
+    else one concatenation whose prompt parts replace the prompts read."""
+    if has["prompt_token_ids"].all() and all(out is None or len(out) <= 1 for out in trace.outputs):
+        return LoadedTrace(trace.columns, trace.prompts, trace.outputs, held=tokens)
+    flat, offsets = inserted_sequences(trace.prompts, trace.outputs, trace.columns)
+    prompts = [
+        flat[a : a + len(p)] for a, p in zip(offsets[:-1].tolist(), trace.prompts, strict=True)
+    ]
+    return LoadedTrace(trace.columns, prompts, trace.outputs, held=(flat, offsets))
 
 
 def _row(flat_offsets: tuple[np.ndarray, np.ndarray], i: int) -> np.ndarray:
