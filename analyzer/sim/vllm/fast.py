@@ -193,15 +193,19 @@ def attention_results(
     shared = np.minimum(np.asarray(shared_tokens, dtype=np.int64), prompt)
     hit = np.minimum(shared // B, np.maximum(prompt - 1, 0) // B) * B
     decode = np.where(outputs > 1, outputs - 1, 0)
+    one_chunk = layout.max_num_batched_tokens is None  # no budget: the prompt's rest at once
+    decodes = (1,) * int(decode.max(initial=0))  # sliced per request: one tuple, no loop
     out = []
     rows = zip(request_ids, prompt.tolist(), hit.tolist(), decode.tolist(), strict=True)
     for rid, p, h, d in rows:
         if p < 1:
             out.append(failed(rid, p, "empty prompt"))
             continue
-        start, chunks = h, []
-        for end in chunk_ends(layout, p, h, 0):
-            chunks.append(end - start)
-            start = end
-        out.append(SimResult(rid, p, h, 0, 0, 0, h, h, 0, (*chunks, *(1,) * d)))
+        if one_chunk:
+            chunks = (p - h,) + decodes[:d]
+        else:
+            ends = chunk_ends(layout, p, h, 0)
+            chunks = tuple(e - s for s, e in zip([h, *ends[:-1]], ends, strict=True))
+            chunks += decodes[:d]
+        out.append(SimResult(rid, p, h, 0, 0, 0, h, h, 0, chunks))
     return out
