@@ -53,26 +53,38 @@ class MarconiCache:
 
         Evicts first to make room; returns None (nothing cached) when even that cannot.
         """
-        path, matched, partial = self.tree.walk(keys)
-        protect = {id(n) for n in path}
-        if partial is not None:
-            protect.add(id(partial))
-        end_node = path[-1] if path and matched == len(keys) and partial is None else None
-        states = 0 if end_node is not None and end_node.state else 1
-        if partial is not None and branch == matched < len(keys):
-            states += 1
-        need = len(keys) - matched + states * self.state_blocks
-        if not self._make_room(need, protect):
-            # Evictions may have left a stateless node at the end of the path, which this
-            # insert was to extend: drop or fold it, as an eviction does.
-            if path:
-                self._fold(path[-1], set())
-            return None
+        while True:
+            path, matched, partial = self.tree.walk(keys)
+            protect = {id(n) for n in path}
+            if partial is not None:
+                protect.add(id(partial))
+            end_node = path[-1] if path and matched == len(keys) and partial is None else None
+            states = 0 if end_node is not None and end_node.state else 1
+            if partial is not None and branch == matched < len(keys):
+                states += 1
+            need = len(keys) - matched + states * self.state_blocks
+            room = self._make_room(need, protect)
+            # Evictions may have stranded a node this insert was to extend or split (now
+            # stateless, with one child or none): fold it as an eviction does, and walk again.
+            if self._fold_stranded([*path[-1:], *([partial] if partial else [])]):
+                continue
+            if not room:
+                return None
+            break
         nodes, _ = self.tree.insert(keys)
         for node in nodes:
             if node.end == len(keys) or node.end == branch:
                 self._give_state(node, stored)
         return tuple(nodes)
+
+    def _fold_stranded(self, nodes: list[Node]) -> bool:
+        """Fold each of `nodes` that is stateless with at most one child; whether any was."""
+        stranded = [
+            n for n in nodes if n.parent is not None and not n.state and len(n.children) <= 1
+        ]
+        for node in stranded:
+            self._fold(node, set())
+        return bool(stranded)
 
     def _give_state(self, node: Node, stored: set[int]) -> None:
         node.stamp = self.clock

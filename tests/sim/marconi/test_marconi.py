@@ -208,6 +208,38 @@ def test_an_insert_that_finds_no_room_leaves_no_stateless_leaf():
         assert sum(len(n.pages) for n in nodes) == engine.cache.tree.num_pages
 
 
+def test_evictions_that_strand_the_node_an_insert_splits_leave_no_stateless_leaf():
+    """Found by the property above in CI: q6 ([1] + 3 outputs) splits the stateless node
+    [1, 0 x 12] at its first page; making room evicts both of that node's children, which
+    leaves it a stateless leaf, protected because the insert splits it. It must be folded
+    (and the insert walk again), not split into a stateless 12-page leaf."""
+    policy = make_policy(
+        {
+            "engine": "marconi",
+            "block_size": 1,
+            "num_blocks": 21,
+            "marconi_alpha": 0.0,
+            "marconi_bootstrap": 1,
+        }
+    )
+    engine = MarconiReplay(policy)
+    trace = [
+        SimRequest("q0", prompt_token_ids=[0]),
+        SimRequest("q1", prompt_token_ids=[0]),
+        SimRequest("q2", prompt_token_ids=[1] + [0] * 13),
+        SimRequest("q3", prompt_token_ids=[0]),
+        SimRequest("q4", prompt_token_ids=[0]),
+        SimRequest("q5", prompt_token_ids=[1] + [0] * 12, output_token_ids=[1, 0, 0, 0, 0, 0]),
+        SimRequest("q6", prompt_token_ids=[1], output_tokens=3),
+    ]
+    for request in trace:
+        engine.replay_one(request)
+        nodes = _nodes(engine.cache.tree.root)
+        assert all(n.state for n in nodes if not n.children)
+        assert sum(len(n.pages) for n in nodes) == engine.cache.tree.num_pages
+        assert engine.cache.used() <= 21
+
+
 # Alpha auto-tuning. Pool 56 blocks (block 4, Marconi's 7B: a state is 1 block): x1 (3),
 # long (51), then x2 needs 3 more: the first eviction (alpha 0 = LRU) drops x1, after 3
 # requests. With marconi_bootstrap 1 the window is the next 3: x3 forces a choice between
