@@ -36,14 +36,7 @@ def sweeps(frame: pl.DataFrame, target: float | None = None) -> go.Figure:
                 y=y,
                 mode="lines+markers",
                 line={"color": palette(k)},
-                customdata=list(
-                    zip(
-                        part["run_id"].to_list(),
-                        part["blocks"].to_list(),
-                        part["sparse_loss_ratio"].to_list(),
-                        strict=True,
-                    )
-                ),
+                customdata=part.select(["run_id", "blocks", "sparse_loss_ratio"]).rows(),
                 hovertemplate=(
                     "<b>%{customdata[1]:,} blocks</b>"
                     + (" = %{x:.3f} GiB a cache" if gib else "")
@@ -99,9 +92,7 @@ def _knob_curves(frame: pl.DataFrame) -> go.Figure:
                 y=part["useful_hit_ratio"].round(9).to_list(),
                 mode="lines+markers",
                 line={"color": palette(k)},
-                customdata=list(
-                    zip(part["run_id"].to_list(), part["sparse_loss_ratio"].to_list(), strict=True)
-                ),
+                customdata=part.select(["run_id", "sparse_loss_ratio"]).rows(),
                 hovertemplate=(
                     f"<b>{knob} = %{{x}}</b><br>useful-hit ratio %{{y:.2%}}<br>"
                     "sparse-loss ratio %{customdata[1]:.2%}<br>run %{customdata[0]}"

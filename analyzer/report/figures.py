@@ -184,17 +184,16 @@ def junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> go.Figure:
     for k, run_label in enumerate(labels):
         part = rows.filter(pl.col("run_label") == run_label)
         y = junction_label(part)
-        custom = list(
-            zip(
-                part["num_requests_through"].to_list(),
-                part["num_requests_pinned"].to_list(),
-                part["num_sparse_miss_requests"].to_list(),
-                part["num_hit_requests"].to_list(),
-                part["first_outcomes"].to_list(),
-                part["model_revisions"].to_list(),
-                strict=True,
-            )
-        )
+        custom = part.select(
+            [
+                "num_requests_through",
+                "num_requests_pinned",
+                "num_sparse_miss_requests",
+                "num_hit_requests",
+                "first_outcomes",
+                "model_revisions",
+            ]
+        ).rows()
         hover = (
             "<b>%{y}</b><br>%{x:,} tokens<br>requests through: %{customdata[0]:,}; "
             "pinned here: %{customdata[1]:,} (%{customdata[2]:,} sparse misses, "

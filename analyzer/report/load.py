@@ -36,16 +36,15 @@ def _seconds(x) -> str:
 
 
 def _hover(part: pl.DataFrame) -> list:
-    return list(
-        zip(
-            part["window_start"].to_list(),
-            part["window_end"].to_list(),
-            part["num_requests"].to_list(),
-            part["num_preempted_requests"].to_list(),
-            part["recomputed_tokens"].to_list(),
-            strict=True,
-        )
-    )
+    return part.select(
+        [
+            "window_start",
+            "window_end",
+            "num_requests",
+            "num_preempted_requests",
+            "recomputed_tokens",
+        ]
+    ).rows()
 
 
 def _run_traces(fig: go.Figure, part: pl.DataFrame, run_label: str, first: bool) -> None:

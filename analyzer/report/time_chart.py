@@ -84,17 +84,16 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
     )
     for k, run_label in enumerate(labels):
         part = _with_gaps(frame.filter(pl.col("run_label") == run_label).sort("window_idx"))
-        custom = list(
-            zip(
-                part["window_start"].to_list(),
-                part["window_end"].to_list(),
-                part["num_requests"].to_list(),
-                part["prompt_tokens"].to_list(),
-                part["hit_tokens"].to_list(),
-                part["sparse_retention_miss_tokens"].to_list(),
-                strict=True,
-            )
-        )
+        custom = part.select(
+            [
+                "window_start",
+                "window_end",
+                "num_requests",
+                "prompt_tokens",
+                "hit_tokens",
+                "sparse_retention_miss_tokens",
+            ]
+        ).rows()
         mid = ((part["window_start"] + part["window_end"]) / 2).to_list()
         if wall:
             mid = [_utc(t0 + m) for m in mid]
