@@ -30,3 +30,25 @@ def unpack_arrays(packed: dict) -> list[np.ndarray | None]:
         for k, i in enumerate(rows.tolist()):
             out[i] = flat[offsets[k] : offsets[k + 1]]
     return out
+
+
+def joined(
+    firsts: list[np.ndarray | None], seconds: list[np.ndarray | None], *, drop_last: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(flat, int64 offsets) of each row's `firsts[i]` followed by `seconds[i]` without its
+    last `drop_last` values (None: nothing), in one concatenation. The inserted sequences
+    of `hpa match` (prompt + output, or hash ids) and of the replay's L1/L2 (prompt + output
+    but the sampled last token) are both this."""
+    pieces: list[np.ndarray] = []
+    lens = np.zeros(len(firsts), dtype=np.int64)
+    for i, (first, second) in enumerate(zip(firsts, seconds, strict=True)):
+        if first is not None:
+            pieces.append(first)
+            lens[i] += len(first)
+        if second is not None and len(second) > drop_last:
+            pieces.append(second[: len(second) - drop_last])
+            lens[i] += len(second) - drop_last
+    offsets = np.zeros(len(firsts) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
+    return flat, offsets

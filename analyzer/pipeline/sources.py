@@ -6,6 +6,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from analyzer.pipeline.arrays import joined
 from analyzer.prefixes.source import Chunk, RequestMeta
 from analyzer.store.db import load_sql, query_arrow, require_tables
 from analyzer.store.sequences import check_requests
@@ -41,18 +42,12 @@ def inserted_sequences(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     its block hash ids, else its prompt token ids followed by its output token ids. Put
     together here rather than in SQL, where concatenating and widening the lists cost more
     than reading them (70 M tokens: 1.5 s against 0.6 s); int32 unless hash ids are read."""
-    columns = [_row_arrays(table.column(n)) for n in ("block_hash_ids", "prompt_token_ids")]
+    hashed = _row_arrays(table.column("block_hash_ids"))
+    prompts = _row_arrays(table.column("prompt_token_ids"))
     outputs = _row_arrays(table.column("output_token_ids"))
-    pieces: list[np.ndarray] = []
-    lens = np.zeros(table.num_rows, dtype=np.int64)
-    for i, (hashed, prompt, output) in enumerate(zip(*columns, outputs, strict=True)):
-        row = [hashed] if hashed is not None else [p for p in (prompt, output) if p is not None]
-        pieces.extend(row)
-        lens[i] = sum(len(p) for p in row)
-    offsets = np.zeros(table.num_rows + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
-    return flat, offsets
+    firsts = [h if h is not None else p for h, p in zip(hashed, prompts, strict=True)]
+    seconds = [None if h is not None else o for h, o in zip(hashed, outputs, strict=True)]
+    return joined(firsts, seconds, drop_last=0)
 
 
 def _row_arrays(column: pa.ChunkedArray) -> list[np.ndarray | None]:

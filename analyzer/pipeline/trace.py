@@ -23,7 +23,7 @@ import numpy as np
 
 from analyzer.errors import StoreError
 from analyzer.executors import ExecutorSpec
-from analyzer.pipeline.arrays import pack_arrays, unpack_arrays
+from analyzer.pipeline.arrays import joined, pack_arrays, unpack_arrays
 from analyzer.pipeline.sharded import dataset_shared_units, shared_units
 from analyzer.prefixes.engine import MatchOptions, run_matcher
 from analyzer.prefixes.source import PartitionSource, RequestMeta, lists_to_flat, narrow
@@ -134,17 +134,13 @@ class LoadedTrace:
 
 
 def inserted_sequences(prompts: list, outputs: list, columns: dict):
-    """(flat, offsets) of each request's inserted sequence (see `LoadedTrace.inserted`)."""
-    inserted = [
-        p
-        if columns["block_size"][i] is not None or outputs[i] is None
-        else np.concatenate([p, outputs[i][:-1]])
-        for i, p in enumerate(prompts)
+    """(flat, offsets) of each request's inserted sequence (see `LoadedTrace.inserted`);
+    hash-id requests insert their block hash ids alone."""
+    tails = [
+        None if b is not None else o for b, o in zip(columns["block_size"], outputs, strict=True)
     ]
-    lens = np.asarray([len(s) for s in inserted], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    flat = narrow(np.concatenate(inserted)) if inserted else np.zeros(0, np.int32)
-    return flat, offsets
+    flat, offsets = joined(prompts, tails, drop_last=1)
+    return narrow(flat), offsets
 
 
 def _meta(columns: dict, ns_any, ns_replica, query_len, insert_len) -> RequestMeta:
@@ -196,20 +192,13 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
         _row(flat["output_token_ids"], i) if out else None
         for i, out in enumerate(has["output_token_ids"].tolist())
     ]
-    return _held_once(LoadedTrace(columns, prompts, outputs), tokens, has)
-
-
-def _held_once(trace: LoadedTrace, tokens: tuple, has: dict) -> LoadedTrace:
-    """`trace` with its prompts as views of its inserted sequences, so that the token ids
-    are held once: as read when no request adds outputs to its prompt (nothing to copy),
-    else one concatenation whose prompt parts replace the prompts read."""
-    if has["prompt_token_ids"].all() and all(out is None or len(out) <= 1 for out in trace.outputs):
-        return LoadedTrace(trace.columns, trace.prompts, trace.outputs, held=tokens)
-    flat, offsets = inserted_sequences(trace.prompts, trace.outputs, trace.columns)
-    prompts = [
-        flat[a : a + len(p)] for a, p in zip(offsets[:-1].tolist(), trace.prompts, strict=True)
-    ]
-    return LoadedTrace(trace.columns, prompts, trace.outputs, held=(flat, offsets))
+    # The token ids held once: as read when no request adds outputs to its prompt, else one
+    # concatenation of the inserted sequences whose prompt parts replace the prompts read.
+    if has["prompt_token_ids"].all() and all(o is None or len(o) <= 1 for o in outputs):
+        return LoadedTrace(columns, prompts, outputs, held=tokens)
+    flat, offsets = inserted_sequences(prompts, outputs, columns)
+    views = [flat[a : a + len(p)] for a, p in zip(offsets[:-1].tolist(), prompts, strict=True)]
+    return LoadedTrace(columns, views, outputs, held=(flat, offsets))
 
 
 def _row(flat_offsets: tuple[np.ndarray, np.ndarray], i: int) -> np.ndarray:
