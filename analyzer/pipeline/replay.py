@@ -206,13 +206,8 @@ def _from_shared(trace: Trace, policy: Policy, shared_replica: np.ndarray, progr
     closed = replay_from_shared(policy, num_groups=num_groups(policy))
     if closed is None:
         return None
-    c = trace.columns
-    outputs = [
-        (out.shape[0] if out is not None else count or 0)
-        for out, count in zip(trace.outputs, c["output_tokens"], strict=True)
-    ]
-    prompts = [p.shape[0] for p in trace.prompts]
-    results = closed(c["request_id"], prompts, outputs, shared_replica)
+    # the namespace is in L2 already: it matched within each cache namespace
+    results = closed([trace.sim_request(i, None) for i in range(trace.n)], shared_replica)
     if progress is not None:
         progress(trace.n, trace.n)
     return results

@@ -74,8 +74,8 @@ def replay_from_shared(
     policy: Policy, *, num_groups: dict[str, int] | None = None
 ) -> Callable[..., list[SimResult]] | None:
     """Where the policy's serial results follow from shared prefixes alone, a function
-    `(request_ids, prompt_tokens, output_tokens, shared_tokens) -> [SimResult]` giving
-    `replay`'s results for token-id requests of one or many caches at once, from
+    `(requests, shared_tokens) -> [SimResult]` giving `replay`'s results for token-id
+    requests (SimRequest, arrival order) of one or many caches at once, from
     `shared_tokens`: each prompt's longest prefix shared with the tokens the earlier
     requests of its cache and namespace computed (prompt + outputs but the last). Else None.
     """

@@ -172,31 +172,28 @@ def shared_form_applies(layout: CacheLayout) -> bool:
 
 
 def attention_results(
-    layout: CacheLayout,
-    request_ids: list[str],
-    prompt_tokens: np.ndarray,
-    output_tokens: np.ndarray,
-    shared_tokens: np.ndarray,
+    layout: CacheLayout, requests: list[SimRequest], shared_tokens: np.ndarray
 ) -> list[SimResult]:
     """Per request, what `UnboundedReplay` gives under a layout `shared_form_applies` to,
-    from `shared_tokens`: the longest prefix of its prompt shared with the tokens an earlier
-    request of its cache (and namespace) computed (prompt + outputs but the last). Token-id
-    requests only; all arrays per request, in tokens.
+    from `shared_tokens` (per request, in tokens): the longest prefix of its prompt shared
+    with the tokens an earlier request of its cache (and namespace) computed (prompt +
+    outputs but the last). Token-id requests only.
 
     Why it is the same: without eviction a block, once computed, stays cached, and a block's
     hash chains every token before it; so the leading blocks found cached are the whole
     blocks of that shared prefix, capped (as vLLM does) below the prompt's last token.
     """
     B = layout.block_size
-    prompt = np.asarray(prompt_tokens, dtype=np.int64)
-    outputs = np.asarray(output_tokens, dtype=np.int64)
+    prompt = np.asarray([r.num_prompt_tokens for r in requests], dtype=np.int64)
+    outputs = np.asarray([r.num_output_tokens for r in requests], dtype=np.int64)
     shared = np.minimum(np.asarray(shared_tokens, dtype=np.int64), prompt)
     hit = np.minimum(shared // B, np.maximum(prompt - 1, 0) // B) * B
     decode = np.where(outputs > 1, outputs - 1, 0)
     one_chunk = layout.max_num_batched_tokens is None  # no budget: the prompt's rest at once
     decodes = (1,) * int(decode.max(initial=0))  # sliced per request: one tuple, no loop
     out = []
-    rows = zip(request_ids, prompt.tolist(), hit.tolist(), decode.tolist(), strict=True)
+    ids = [r.request_id for r in requests]
+    rows = zip(ids, prompt.tolist(), hit.tolist(), decode.tolist(), strict=True)
     for rid, p, h, d in rows:
         if p < 1:
             out.append(failed(rid, p, "empty prompt"))

@@ -139,10 +139,5 @@ def test_full_attention_results_from_shared_prefixes_are_the_replay(requests, bl
         {"block_size": block, "groups": ["full_attention"], "max_num_batched_tokens": budget}
     )
     closed = replay_from_shared(policy)
-    got = closed(
-        [r.request_id for r in requests],
-        [r.num_prompt_tokens for r in requests],
-        [r.num_output_tokens for r in requests],
-        _shared(requests),
-    )
+    got = closed(requests, _shared(requests))
     assert got == list(replay(requests, policy))  # every field, chunks included
