@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from analyzer.cli.base import (
+    baseline_option,
     cli,
     dataset_option,
     db_option,
@@ -271,7 +272,7 @@ def metrics_cmd(db_path: str, run: int | None, out: str | None) -> None:
 @cli.command("compare")
 @db_option
 @click.option("--window", default=None, metavar="START..END", help="The current window.")
-@click.option("--baseline", default=None, metavar="START..END", help="The baseline window.")
+@baseline_option
 @click.option(
     "--run",
     "runs",

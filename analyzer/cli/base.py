@@ -15,6 +15,11 @@ import click
 from analyzer.errors import AnalyzerError
 from analyzer.store.db import DEFAULT_DB
 
+# `hpa compare` and `hpa report --window`: the window a change is measured against.
+baseline_option = click.option(
+    "--baseline", default=None, metavar="START..END", help="The baseline window."
+)
+
 db_option = click.option(
     "--db",
     "db_path",

@@ -7,6 +7,7 @@ import sys
 import click
 
 from analyzer.cli.base import (
+    baseline_option,
     cli,
     counter,
     dataset_option,
@@ -304,7 +305,7 @@ def _null(value: int | None) -> str:
     help="With --baseline: an incident section comparing this window of the first --run "
     "(default: the latest run) to the baseline, as hpa compare does.",
 )
-@click.option("--baseline", default=None, metavar="START..END", help="The baseline window.")
+@baseline_option
 @click.option(
     "--bin",
     "bin_s",
