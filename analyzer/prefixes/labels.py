@@ -22,6 +22,7 @@ from collections import Counter
 import numpy as np
 
 from analyzer.prefixes.arrays import exclusive_cumsum, ragged_arange
+from analyzer.prefixes.engine import MatchOptions, chunk_bounds
 from analyzer.prefixes.exact import Fetch
 from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, PowerTables
 
@@ -61,7 +62,8 @@ def junction_ids(
     seeds = np.asarray([namespace_seed(namespaces[int(k)]) for k in owner_ns], dtype=np.int64)
     keys = np.zeros(owners.size, dtype=np.uint64)
     tables = PowerTables(DEFAULT_HASH, xp=np)
-    for a, b in _batches(need if lengths is None else lengths[uniq], ID_BATCH_UNITS):
+    batch = MatchOptions(chunk_tokens=ID_BATCH_UNITS)
+    for a, b in chunk_bounds(need if lengths is None else lengths[uniq], batch):
         flat, offsets = fetch(uniq[a:b])
         lens = np.minimum(np.diff(offsets), need[a:b])
         seg, local = ragged_arange(lens, xp=np)
@@ -72,18 +74,6 @@ def junction_ids(
         at = starts[row[mine] - a]
         keys[mine] = hasher.keys(at + depths[mine] - 1, hasher.constants(at, seeds[mine]))
     return dedupe([f"{int(k):016x}" for k in keys])
-
-
-def _batches(units: np.ndarray, budget: int) -> list[tuple[int, int]]:
-    """Consecutive [a, b) ranges whose `units` sum to about `budget` (at least one each)."""
-    ends = np.cumsum(units)
-    out, a = [], 0
-    while a < units.size:
-        base = ends[a - 1] if a else 0
-        b = max(a + 1, int(np.searchsorted(ends, base + budget, side="right")))
-        out.append((a, min(b, units.size)))
-        a = b
-    return out
 
 
 def family_labels(ids: list[str], positions: np.ndarray) -> list[str]:
