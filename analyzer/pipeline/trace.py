@@ -26,12 +26,18 @@ from analyzer.executors import ExecutorSpec
 from analyzer.pipeline.arrays import joined, pack_arrays, unpack_arrays
 from analyzer.pipeline.sharded import dataset_shared_units, shared_units
 from analyzer.prefixes.engine import MatchOptions, run_matcher
-from analyzer.prefixes.source import PartitionSource, RequestMeta, lists_to_flat, narrow
+from analyzer.prefixes.source import (
+    PartitionSource,
+    RequestMeta,
+    gather,
+    lists_to_flat,
+    narrow,
+)
 from analyzer.sim.records import SimRequest
 from analyzer.store.dataset import open_dataset, read_rows, register_requests
 from analyzer.store.db import load_sql, query_arrow, require_tables
 from analyzer.store.sequences import check_requests
-from analyzer.store.tokens import flat_lists
+from analyzer.store.tokens import Placement, flat_lists, place_lists
 
 TOKEN_COLUMNS = ("prompt_token_ids", "block_hash_ids", "output_token_ids")
 # As stored: token ids INTEGER[], block hash ids BIGINT[].
@@ -55,9 +61,10 @@ class LoadedTrace:
     columns: dict[str, list]
     prompts: list[np.ndarray]  # token ids, or block hash ids for hash-id requests
     outputs: list[np.ndarray | None]
-    # (flat, offsets) of the inserted sequences when the prompts are views of them (as
-    # `read_trace` builds it: the token ids held once); not shipped to workers.
-    held: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    # (flat, starts, lens) of the inserted sequences when the prompts are views of them:
+    # request i's is flat[starts[i] : starts[i] + lens[i]] (as `read_trace` lays them out:
+    # the token ids held once); not shipped to workers.
+    held: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def n(self) -> int:
@@ -116,21 +123,32 @@ class LoadedTrace:
 
     def shared_units(self, ns_any: np.ndarray, ns_replica: np.ndarray, spec: ExecutorSpec):
         """L1/L2 in units (MatchArrays): one pass here, or sharded on `spec`."""
-        meta, flat, offsets = self.inserted(ns_any, ns_replica)
         if spec.is_local:
             options = MatchOptions(chunk_tokens=REPLAY_CHUNK_UNITS)
-            return run_matcher(PartitionSource(meta, flat, offsets), xp=np, options=options)
+            return run_matcher(self._held_source(ns_any, ns_replica), xp=np, options=options)
+        meta, flat, offsets = self.inserted(ns_any, ns_replica)
         return shared_units(meta, flat, offsets, spec)  # identical answers
 
     def inserted(self, ns_any: np.ndarray, ns_replica: np.ndarray):
         """(meta, flat, offsets) of the sequences whose KV each request leaves behind: its
         prompt and its output but the last token, which is sampled and never fed back.
         `flat` is int32 when every value fits (token ids do): half the memory of int64."""
+        if self.held is not None:
+            flat, offsets = gather(*self.held)
+        else:
+            flat, offsets = inserted_sequences(self.prompts, self.outputs, self.columns)
+        return self._meta(ns_any, ns_replica, np.diff(offsets)), narrow(flat), offsets
+
+    def _held_source(self, ns_any: np.ndarray, ns_replica: np.ndarray) -> PartitionSource:
+        """The inserted sequences where they are held (`held`), else as `inserted`."""
+        if self.held is None:
+            return PartitionSource(*self.inserted(ns_any, ns_replica))
+        flat, starts, lens = self.held
+        return PartitionSource.gapped(self._meta(ns_any, ns_replica, lens), flat, starts)
+
+    def _meta(self, ns_any, ns_replica, insert_len: np.ndarray) -> RequestMeta:
         lens_q = np.asarray([len(p) for p in self.prompts], dtype=np.int64)
-        held = self.held or inserted_sequences(self.prompts, self.outputs, self.columns)
-        flat, offsets = held
-        meta = _meta(self.columns, ns_any, ns_replica, lens_q, np.diff(offsets))
-        return meta, flat, offsets
+        return _meta(self.columns, ns_any, ns_replica, lens_q, insert_len)
 
 
 def inserted_sequences(prompts: list, outputs: list, columns: dict):
@@ -167,8 +185,8 @@ def load_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
 
 def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
     """Every row of `requests` on `con`, unchecked: the scalars in arrival order, then the
-    token lists streamed into one flat array each (`store.tokens`); every row's prompt
-    and output is a view of those."""
+    token lists streamed to their places (`store.tokens`); every row's prompt and output
+    is a view of those."""
     table = query_arrow(con, load_sql("replay_load"))
     lens = {
         name: table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -180,6 +198,8 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
     table = table.drop_columns([*TOKEN_COLUMNS, *(f"has_{name}" for name in has)])
     columns = {name: table.column(name).to_pylist() for name in table.column_names}
     seqs = np.asarray(columns["arrival_seq"], dtype=np.int64)
+    if has["prompt_token_ids"].all():
+        return _read_token_rows(con, columns, seqs, lens, has["output_token_ids"])
     flat = flat_lists(con, load_sql("replay_load_tokens"), seqs, lens, TOKEN_DTYPES)
     tokens, hashes = flat["prompt_token_ids"], flat["block_hash_ids"]
     prompts = [
@@ -192,13 +212,34 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
         _row(flat["output_token_ids"], i) if out else None
         for i, out in enumerate(has["output_token_ids"].tolist())
     ]
-    # The token ids held once: as read when no request adds outputs to its prompt, else one
-    # concatenation of the inserted sequences whose prompt parts replace the prompts read.
-    if has["prompt_token_ids"].all() and all(o is None or len(o) <= 1 for o in outputs):
-        return LoadedTrace(columns, prompts, outputs, held=tokens)
-    flat, offsets = inserted_sequences(prompts, outputs, columns)
-    views = [flat[a : a + len(p)] for a, p in zip(offsets[:-1].tolist(), prompts, strict=True)]
-    return LoadedTrace(columns, views, outputs, held=(flat, offsets))
+    return LoadedTrace(columns, prompts, outputs)  # hash ids: matched as `inserted` joins
+
+
+def _read_token_rows(con, columns: dict, seqs: np.ndarray, lens: dict, has_output) -> LoadedTrace:
+    """A trace of token ids only, each row laid out as its prompt then its output in one
+    int32 array: the prompt, the output and the inserted sequence (the prompt and the
+    output but its last token) are all views of it, so it is held once."""
+    prompt, output = lens["prompt_token_ids"], lens["output_token_ids"]
+    row_starts = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(prompt + output, out=row_starts[1:])
+    flat = np.empty(int(row_starts[-1]), dtype=TOKEN_DTYPES["prompt_token_ids"])
+    starts = row_starts[:-1]
+    place_lists(
+        con,
+        load_sql("replay_load_tokens"),
+        seqs,
+        {
+            "prompt_token_ids": Placement(flat, starts, prompt),
+            "output_token_ids": Placement(flat, starts + prompt, output),
+        },
+    )
+    bounds = zip(starts.tolist(), (starts + prompt).tolist(), row_starts[1:].tolist(), strict=True)
+    prompts, outputs = [], []
+    for (a, b, c), out in zip(bounds, has_output.tolist(), strict=True):
+        prompts.append(flat[a:b])
+        outputs.append(flat[b:c] if out else None)
+    inserted = prompt + np.maximum(output - 1, 0)
+    return LoadedTrace(columns, prompts, outputs, held=(flat, starts, inserted))
 
 
 def _row(flat_offsets: tuple[np.ndarray, np.ndarray], i: int) -> np.ndarray:

@@ -19,6 +19,7 @@ from analyzer.prefixes.backend import to_numpy
 from analyzer.prefixes.exact import ExactPath
 from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, HashParams, PowerTables
 from analyzer.prefixes.matcher import ChunkView, ViewMatcher
+from analyzer.prefixes.radix import COMPILED_MIN_UNITS, radix_views
 from analyzer.prefixes.source import Archive, Chunk, RequestMeta, SequenceSource
 
 DEFAULT_CHUNK_TOKENS = 1 << 22
@@ -33,6 +34,10 @@ class MatchOptions:
     chunk_requests: int | None = None
     archive_tokens: int = DEFAULT_ARCHIVE_TOKENS
     hash_params: HashParams = DEFAULT_HASH
+    # Sources holding every sequence in memory, with at least this many units, are matched
+    # by the compiled radix tree (`radix`) when xp is NumPy: same answers, a fraction of
+    # the time.
+    compiled_min_units: int = COMPILED_MIN_UNITS
     # Called as progress(requests done, total) after each chunk; never changes a result.
     progress: Callable[[int, int], None] | None = field(default=None, compare=False)
 
@@ -90,6 +95,9 @@ def chunk_bounds(insert_len: np.ndarray, options: MatchOptions) -> list[tuple[in
 def run_matcher(source: SequenceSource, *, xp: Any, options: MatchOptions) -> MatchArrays:
     """Match every request of `source` (see `matcher` for the definitions)."""
     meta = source.meta
+    compiled = _compiled_match(source, xp=xp, options=options)
+    if compiled is not None:
+        return compiled
     archive = Archive(source, options.archive_tokens)
     views = _make_views(meta, archive, options, xp=xp)
     tables = PowerTables(options.hash_params, xp=xp)
@@ -104,6 +112,31 @@ def run_matcher(source: SequenceSource, *, xp: Any, options: MatchOptions) -> Ma
         if options.progress:
             options.progress(stop, meta.n)
     return _collect(views, meta, archive)
+
+
+def _compiled_match(source: SequenceSource, *, xp: Any, options: MatchOptions):
+    """The radix tree's answers where it applies (see MatchOptions), else None."""
+    meta = source.meta
+    if xp is not np or not getattr(source, "holds_all", False):
+        return None
+    if int(meta.insert_len.sum()) < options.compiled_min_units:
+        return None
+    views = radix_views(meta, source.flat, source.starts)
+    if views is None:  # pragma: no cover - numba is a dependency
+        return None
+    q_any, p_any, e_any, w_any = views["any"]
+    if options.progress:
+        options.progress(meta.n, meta.n)
+    return MatchArrays(
+        shared_any=q_any,
+        parent=p_any,
+        shared_replica=views["replica"][0],
+        shared_conversation=views["conversation"][0],
+        insert_shared=e_any,
+        insert_parent=w_any,
+        exact_fallbacks=0,
+        archive_rereads=0,
+    )
 
 
 def _make_views(meta: RequestMeta, archive: Archive, options: MatchOptions, *, xp) -> list[_View]:

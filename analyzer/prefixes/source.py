@@ -86,11 +86,15 @@ def take_sequences(
     flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sub-select rows (indices into offsets) of a flat/offsets pair, vectorised."""
-    starts = offsets[rows]
-    lens = offsets[rows + 1] - starts
-    out_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    return gather(flat, offsets[rows], offsets[rows + 1] - offsets[rows])
+
+
+def gather(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(flat, offsets) of the slices flat[starts[k] : starts[k] + lens[k]], one after
+    another, vectorised."""
+    out_offsets = np.zeros(len(starts) + 1, dtype=np.int64)
     np.cumsum(lens, out=out_offsets[1:])
-    seg = np.repeat(np.arange(len(rows)), lens)
+    seg = np.repeat(np.arange(len(starts)), lens)
     local = np.arange(out_offsets[-1]) - out_offsets[:-1][seg]
     return flat[starts[seg] + local], out_offsets
 
@@ -163,16 +167,36 @@ def _reorder(parts_flat, parts_lens, order, n) -> tuple[np.ndarray, np.ndarray]:
 class PartitionSource:
     """A partition's inserted sequences, held once and narrow (int32 token ids): the
     matcher's `SequenceSource` in a worker (and the replay's L1/L2), so its archive need
-    not keep a second copy."""
+    not keep a second copy.
+
+    Sequence i is flat[starts[i] : starts[i] + meta.insert_len[i]]: one after another
+    (`starts` = offsets[:-1]), or anywhere in `flat` (`gapped`: the replay's rows, each
+    a prompt and its output side by side)."""
 
     holds_all = True  # the archive reads it directly
 
     def __init__(self, meta: RequestMeta, flat: np.ndarray, offsets: np.ndarray) -> None:
         self.meta, self.flat, self.offsets = meta, narrow(flat), offsets
+        self.starts = offsets[:-1]
+
+    @classmethod
+    def gapped(cls, meta: RequestMeta, flat: np.ndarray, starts: np.ndarray) -> PartitionSource:
+        source = cls(meta, flat, np.zeros(1, dtype=np.int64))
+        source.offsets, source.starts = None, starts
+        return source
 
     def read(self, start: int, stop: int) -> Chunk:
+        if self.offsets is None:
+            flat, offsets = self._gather(np.arange(start, stop))
+            return Chunk(start, stop, flat, offsets)
         a, b = int(self.offsets[start]), int(self.offsets[stop])
         return Chunk(start, stop, self.flat[a:b], self.offsets[start : stop + 1] - a)
 
     def fetch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return take_sequences(self.flat, self.offsets, np.asarray(ids, dtype=np.int64))
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.offsets is None:
+            return self._gather(ids)
+        return take_sequences(self.flat, self.offsets, ids)
+
+    def _gather(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return gather(self.flat, self.starts[ids], self.meta.insert_len[ids])

@@ -3,11 +3,14 @@ array per column, each row's values at its place in arrival order.
 
 Sorting rows that hold lists (`ORDER BY arrival_seq`) makes DuckDB materialise every list
 twice (its sorted copy, then Arrow's); streaming them unsorted and placing each batch by
-its rows' arrival_seq holds them once. Rows stored in arrival order (the usual case) are a
-single copy per batch.
+its rows' arrival_seq holds them once. Rows stored in arrival order (the usual case) and
+placed one after another are a single copy per batch; any other placement is one copy a
+row (the replay lays each row's prompt and output side by side: `pipeline.trace`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import duckdb
 import numpy as np
@@ -18,6 +21,16 @@ from analyzer.errors import StoreError
 STREAM_ROWS = 8192
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where one list column's rows go: row k's values (arrival order) to
+    flat[starts[k] : starts[k] + lens[k]]; `lens[k]` is 0 where the list is null."""
+
+    flat: np.ndarray
+    starts: np.ndarray
+    lens: np.ndarray
+
+
 def flat_lists(
     con: duckdb.DuckDBPyConnection,
     sql: str,
@@ -25,55 +38,67 @@ def flat_lists(
     lens: dict[str, np.ndarray],
     dtypes: dict[str, np.dtype],
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(flat values, int64 offsets) per list column of `sql`, rows in the order of `seqs`.
-
-    `sql` selects `arrival_seq` and the list columns named in `lens`, in any order; `seqs`
-    holds each row's arrival_seq, ascending and unique; `lens[name][k]` is the length of
-    row k's list (0 where it is null).
-
-    Raises:
-        StoreError: the rows streamed are not the rows `seqs` and `lens` describe (the
-            requests changed between the two reads).
-    """
-    out = {}
+    """(flat values, int64 offsets) per list column of `sql`, rows in the order of `seqs`:
+    `place_lists` into one new array per column (`lens[name][k]`: row k's length)."""
+    out, placements = {}, {}
     for name, length in lens.items():
         offsets = np.zeros(len(length) + 1, dtype=np.int64)
         np.cumsum(length, out=offsets[1:])
         out[name] = (np.empty(int(offsets[-1]), dtype=dtypes[name]), offsets)
+        placements[name] = Placement(out[name][0], offsets[:-1], np.asarray(length))
+    place_lists(con, sql, seqs, placements)
+    return out
+
+
+def place_lists(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    seqs: np.ndarray,
+    placements: dict[str, Placement],
+) -> None:
+    """Stream the rows of `sql` and copy each list column named in `placements` to its
+    place (other columns are not read out).
+
+    `sql` selects `arrival_seq` and those list columns, in any order; `seqs` holds each
+    row's arrival_seq, ascending and unique (row k of every Placement is `seqs[k]`).
+
+    Raises:
+        StoreError: the rows streamed are not the rows `seqs` and the placements describe
+            (the requests changed between the two reads).
+    """
     seen = 0
     for batch in con.sql(sql).to_arrow_reader(STREAM_ROWS):
         seq = batch.column("arrival_seq").to_numpy(zero_copy_only=False)
         pos = np.searchsorted(seqs, seq)
         if pos.size and (pos.max() >= len(seqs) or not np.array_equal(seqs[pos], seq)):
             raise _changed()
-        for name, (flat, offsets) in out.items():
-            _place(batch.column(name), pos, flat, offsets)
+        for name, placement in placements.items():
+            _place(batch.column(name), pos, placement)
         seen += batch.num_rows
     if seen != len(seqs):
         raise _changed()
-    return out
 
 
-def _place(column: pa.ListArray, pos: np.ndarray, flat: np.ndarray, offsets: np.ndarray) -> None:
-    """Copy each row's list of `column` to flat[offsets[pos] : offsets[pos + 1]]."""
+def _place(column: pa.ListArray, pos: np.ndarray, to: Placement) -> None:
+    """Copy each row's list of `column` to its place (rows `pos` of `to`)."""
     src = column.offsets.to_numpy()
     lens = np.where(column.is_valid().to_numpy(zero_copy_only=False), np.diff(src), 0)
-    if not np.array_equal(lens, offsets[pos + 1] - offsets[pos]):
+    if not np.array_equal(lens, to.lens[pos]):
         raise _changed()
     if not lens.sum():
         return
     # as stored, or wider: never narrowed (which would change a value silently)
     values = column.values.to_numpy(zero_copy_only=False).astype(
-        flat.dtype, casting="safe", copy=False
+        to.flat.dtype, casting="safe", copy=False
     )
-    first, last = int(pos[0]), int(pos[-1])
-    in_order = last - first + 1 == len(pos) and bool(np.all(np.diff(pos) == 1))
-    if in_order and int(src[-1] - src[0]) == int(lens.sum()):  # one run, as stored
-        flat[offsets[first] : offsets[last + 1]] = values[src[0] : src[-1]]
+    starts = to.starts[pos]
+    ends = starts + lens
+    if int(src[-1] - src[0]) == int(lens.sum()) and bool(np.all(starts[1:] == ends[:-1])):
+        # one run, as stored and as placed: one copy
+        to.flat[starts[0] : ends[-1]] = values[src[0] : src[-1]]
         return
-    owner = np.repeat(np.arange(len(pos)), lens)
-    local = np.arange(owner.size) - np.repeat(np.cumsum(lens) - lens, lens)
-    flat[offsets[pos][owner] + local] = values[src[:-1][owner] + local]
+    for a, b, s in zip(starts.tolist(), ends.tolist(), src[:-1].tolist(), strict=True):
+        to.flat[a:b] = values[s : s + b - a]  # a row at a time: each a copy at memory speed
 
 
 def _changed() -> StoreError:

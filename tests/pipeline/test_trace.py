@@ -1,4 +1,5 @@
-"""pipeline.trace.read_trace: token ids held once, prompts as views of the inserted sequences."""
+"""pipeline.trace.read_trace: token ids held once; prompts, outputs and inserted sequences
+are views of them."""
 
 import numpy as np
 import pytest
@@ -25,26 +26,40 @@ RECORDS = {
 }
 
 
-@pytest.mark.parametrize("name", list(RECORDS))
-def test_prompts_are_views_of_the_inserted_sequences(tmp_path, name):
-    path = write_jsonl(tmp_path / "t.jsonl", RECORDS[name])
+def _read(tmp_path, records) -> LoadedTrace:
+    path = write_jsonl(tmp_path / "t.jsonl", records)
     ingest([path], db_path=tmp_path / "t.duckdb")
     con = connect(tmp_path / "t.duckdb")
     try:
-        trace = read_trace(con)
+        return read_trace(con)
     finally:
         con.close()
-    flat, offsets = trace.held
-    for i, prompt in enumerate(trace.prompts):
+
+
+@pytest.mark.parametrize("name", ["prompts only", "outputs"])
+def test_token_ids_are_held_once(tmp_path, name):
+    """Each row's prompt, its output and its inserted sequence are views of one array."""
+    trace = _read(tmp_path, RECORDS[name])
+    flat, starts, lens = trace.held
+    for i, (prompt, output) in enumerate(zip(trace.prompts, trace.outputs, strict=True)):
         assert np.shares_memory(prompt, flat)
-        assert flat[offsets[i] : offsets[i] + len(prompt)].tolist() == prompt.tolist()
+        assert output is None or np.shares_memory(output, flat)
+        tail = [] if output is None else output.tolist()[:-1]
+        assert flat[starts[i] : starts[i] + lens[i]].tolist() == prompt.tolist() + tail
+    by_id = dict(zip(trace.columns["request_id"], trace.prompts, strict=True))
+    assert by_id["a"].tolist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("name", list(RECORDS))
+def test_inserted_sequences_are_the_same_held_or_not(tmp_path, name):
+    trace = _read(tmp_path, RECORDS[name])
+    assert (trace.held is None) == (name == "hash ids too")  # hash ids: joined when matched
     rebuilt = LoadedTrace(trace.columns, trace.prompts, trace.outputs)  # nothing held
     zeros = np.zeros(trace.n, dtype=np.int64)
     _, got_flat, got_offsets = trace.inserted(zeros, zeros)
     _, want_flat, want_offsets = rebuilt.inserted(zeros, zeros)
     assert got_flat.tolist() == want_flat.tolist() and got_offsets.tolist() == want_offsets.tolist()
-    by_id = dict(zip(trace.columns["request_id"], trace.prompts, strict=True))
-    assert by_id["a"].tolist() == [1, 2, 3]
+    assert got_flat.dtype == want_flat.dtype
 
 
 def test_inserted_sequences_append_outputs_but_their_last_token():

@@ -1,0 +1,81 @@
+"""The compiled radix tree against the plain Python trie and the vectorised matcher."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analyzer.prefixes import engine
+from analyzer.prefixes.engine import MatchOptions, run_matcher
+from analyzer.prefixes.memory import MemorySource, Request
+from analyzer.prefixes.source import PartitionSource
+
+from .helpers import assert_same_arrays, assert_same_as_trie, match_memory, requests_
+
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ALWAYS = MatchOptions(compiled_min_units=0)
+
+
+def _held(requests: list[Request]) -> PartitionSource:
+    held = MemorySource.from_requests(requests)
+    return PartitionSource(held.meta, held.flat, held.offsets)
+
+
+def _gapped(requests: list[Request], gaps: list[int]) -> PartitionSource:
+    """The same sequences, each after a run of junk units (a gap of gaps[i] values)."""
+    held = MemorySource.from_requests(requests)
+    pieces, starts, at = [], [], 0
+    for i, gap in enumerate(gaps):
+        seq = held.flat[held.offsets[i] : held.offsets[i + 1]]
+        pieces += [np.full(gap, 99, dtype=np.int64), seq]
+        starts.append(at + gap)
+        at += gap + len(seq)
+    flat = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+    return PartitionSource.gapped(held.meta, flat, np.asarray(starts, dtype=np.int64))
+
+
+@SETTINGS
+@given(requests_())
+def test_matches_the_trie_and_the_vectorised_matcher(requests):
+    got = run_matcher(_held(requests), xp=np, options=ALWAYS)
+    assert got.exact_fallbacks == 0 and got.archive_rereads == 0
+    assert_same_as_trie(requests, got)
+    assert_same_arrays(got, match_memory(requests))
+
+
+@SETTINGS
+@given(requests_(hash_ids=False), st.data())
+def test_sequences_anywhere_in_the_array_give_the_same_answers(requests, data):
+    gaps = data.draw(st.lists(st.integers(0, 3), min_size=len(requests), max_size=len(requests)))
+    got = run_matcher(_gapped(requests, gaps), xp=np, options=ALWAYS)
+    assert_same_arrays(got, match_memory(requests))
+    # the vectorised matcher reads a gapped source too
+    assert_same_arrays(run_matcher(_gapped(requests, gaps), xp=np, options=MatchOptions()), got)
+
+
+def test_long_shared_prefixes_split_where_requests_branch():
+    base = tuple(range(1000))
+    requests = [
+        Request("a", prompt=base),
+        Request("b", prompt=base[:500] + (7,) * 10, output=(1, 2)),
+        Request("c", prompt=base[:500] + (7,) * 5 + (8,)),
+        Request("d", prompt=base[:499]),
+        Request("e", prompt=base + (3,)),
+        Request("f", prompt=base[:500] + (7,) * 10 + (1, 5)),
+    ]
+    got = run_matcher(_held(requests), xp=np, options=ALWAYS)
+    assert got.shared_any.tolist() == [0, 500, 505, 499, 1000, 511]
+    assert got.parent.tolist() == [-1, 0, 1, 0, 0, 1]
+    assert_same_as_trie(requests, got)
+
+
+def test_small_or_chunked_sources_take_the_vectorised_matcher(monkeypatch):
+    calls = []
+    monkeypatch.setattr(engine, "radix_views", lambda *a: calls.append(a) or None)
+    requests = [Request(f"r{i}", prompt=(1, 2, i % 3)) for i in range(8)]
+    run_matcher(_held(requests), xp=np, options=MatchOptions())  # below the floor
+    run_matcher(MemorySource.from_requests(requests), xp=np, options=ALWAYS)  # not held
+    assert calls == []
+    run_matcher(_held(requests), xp=np, options=ALWAYS)
+    assert len(calls) == 1
