@@ -1,0 +1,2 @@
+-- The attached store (store_attach) as the connection's default database.
+USE hpa_store;

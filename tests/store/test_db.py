@@ -1,0 +1,27 @@
+"""store.db.connect: how every connection writes the store."""
+
+import duckdb
+
+from analyzer.store.db import connect
+from analyzer.store.ingest import ingest
+from tests.conftest import write_jsonl
+
+ROW_GROUPS = "SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('requests')"
+
+
+def test_ingest_writes_small_row_groups_that_later_writers_keep(tmp_path):
+    """Rows reach the file in row groups of 2,048 (not once through the write-ahead log and
+    again at the checkpoint), and a later command's checkpoint does not merge them, which
+    would rewrite the whole table."""
+    records = [{"request_id": f"r{i}", "prompt_token_ids": [i % 7, 1, 2]} for i in range(5000)]
+    db = tmp_path / "t.duckdb"
+    ingest([write_jsonl(tmp_path / "t.jsonl", records)], db_path=db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute(ROW_GROUPS).fetchall() == [(3,)]  # 2,048 + 2,048 + 904
+    con = connect(db)
+    try:
+        con.execute("CREATE TABLE notes AS SELECT 1 AS x")
+        con.execute("CHECKPOINT")
+        assert con.execute(ROW_GROUPS).fetchall() == [(3,)]
+    finally:
+        con.close()
