@@ -1,9 +1,11 @@
 """`hpa match`: match every request, find the junctions, write the `prefix_matches` and
 `junctions` tables (optionally derived prompt families), export.
 
-In this process (`--executor local`) the matcher reads the requests chunk by chunk; with
-another executor it runs sharded by each request's first K tokens (`analyzer.prefixes.shallow`,
-run by `analyzer.pipeline.sharded`), with identical tables. The figures are defined in
+In this process (`--executor local`) the matcher holds every request's tokens in memory
+when they take at most 1 GiB (`sources.HOLD_BYTES`; matched by the compiled radix tree on
+the CPU), else it reads them chunk by chunk; with another executor it runs sharded by each
+request's first K tokens (`analyzer.prefixes.shallow`, run by `analyzer.pipeline.sharded`),
+with identical tables. The figures are defined in
 `analyzer.prefixes.result`.
 """
 
@@ -148,8 +150,9 @@ def match_prefixes(
         sequences = DuckDBSource(con)
         meta = sequences.meta
         if spec.is_local:
-            result = compute(sequences, xp=xp, options=options)
-            relations = _relations(meta, result, node_rows(sequences, result))
+            held = sequences.held() if xp is np else None  # on the GPU: chunks, as read
+            result = compute(held or sequences, xp=xp, options=options)
+            relations = _relations(meta, result, node_rows(held or sequences, result))
             name = backend_name(xp)
         else:
             con, result = _sharded(con, source, meta, spec, options)

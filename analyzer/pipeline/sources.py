@@ -7,9 +7,14 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.pipeline.arrays import joined
-from analyzer.prefixes.source import Chunk, RequestMeta
+from analyzer.prefixes.source import Chunk, PartitionSource, RequestMeta
 from analyzer.store.db import load_sql, query_arrow, require_tables
 from analyzer.store.sequences import check_requests
+from analyzer.store.tokens import Placement, place_lists
+
+# `hpa match` holds every sequence in memory (and matches them with the compiled radix
+# tree) when they take at most this much: int32 token ids, int64 where hash ids are read.
+HOLD_BYTES = 1 << 30
 
 
 class DuckDBSource:
@@ -35,6 +40,30 @@ class DuckDBSource:
         finally:
             self.con.unregister("match_wanted")
         return inserted_sequences(table)
+
+    def held(self, max_bytes: int | None = None) -> PartitionSource | None:
+        """Every inserted sequence, read once into one array, where it takes at most
+        `max_bytes` (default HOLD_BYTES); None where it would take more (the matcher then
+        reads chunks)."""
+        meta = self.meta
+        max_bytes = HOLD_BYTES if max_bytes is None else max_bytes
+        hashed = np.asarray([meta.namespaces[k][0] for k in meta.ns_any.tolist()], dtype=bool)
+        dtype = np.dtype(np.int64 if hashed.any() else np.int32)
+        if int(meta.insert_len.sum()) * dtype.itemsize > max_bytes:
+            return None
+        offsets = np.zeros(meta.n + 1, dtype=np.int64)
+        np.cumsum(meta.insert_len, out=offsets[1:])
+        flat, starts = np.empty(int(offsets[-1]), dtype=dtype), offsets[:-1]
+        prompt = np.where(hashed, 0, meta.query_len)
+        placements = {
+            "prompt_token_ids": Placement(flat, starts, prompt),
+            "output_token_ids": Placement(
+                flat, starts + prompt, np.where(hashed, 0, meta.insert_len - prompt)
+            ),
+            "block_hash_ids": Placement(flat, starts, np.where(hashed, meta.insert_len, 0)),
+        }
+        place_lists(self.con, load_sql("match_load_tokens"), np.arange(meta.n), placements)
+        return PartitionSource(meta, flat, offsets)
 
 
 def inserted_sequences(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:

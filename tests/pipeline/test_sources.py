@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from analyzer.errors import StoreError
+from analyzer.pipeline import sources
 from analyzer.pipeline.match import compute, match_prefixes
 from analyzer.pipeline.sources import DuckDBSource
 from analyzer.prefixes.engine import MatchOptions
@@ -47,3 +48,42 @@ def test_arrival_seq_must_be_dense(tmp_path):
     con.close()
     with pytest.raises(StoreError, match="not a dense 0..n-1 arrival order"):
         match_prefixes(db, backend="numpy")
+
+
+def test_held_sequences_are_the_inserted_sequences(tmp_path):
+    db = store(tmp_path / "t.duckdb", REQUESTS)
+    source = DuckDBSource(duckdb.connect(str(db)))
+    held = source.held()
+    assert held.flat.dtype == np.int64  # a hash id does not fit int32
+    got = [
+        held.flat[a:b].tolist() for a, b in zip(held.offsets[:-1], held.offsets[1:], strict=True)
+    ]
+    assert got == [list(r.inserted) for r in REQUESTS]
+    tokens = DuckDBSource(duckdb.connect(str(store(tmp_path / "u.duckdb", REQUESTS[:-1]))))
+    assert tokens.held().flat.dtype == np.int32
+    assert source.held(max_bytes=8 * 200) is None  # more than that: chunks
+
+
+@pytest.mark.parametrize("hold_bytes", [0, None])
+@pytest.mark.parametrize("compiled_min_units", [0, 1 << 40])
+def test_held_or_read_in_chunks_the_tables_are_the_same(
+    tmp_path, monkeypatch, hold_bytes, compiled_min_units
+):
+    def tables(db):
+        con = duckdb.connect(str(db))
+        try:
+            return [
+                con.execute(f"SELECT * FROM {t}").fetchall()
+                for t in ("prefix_matches", "junctions")
+            ]
+        finally:
+            con.close()
+
+    want = store(tmp_path / "want.duckdb", REQUESTS)
+    monkeypatch.setattr(sources, "HOLD_BYTES", 0)
+    match_prefixes(want, backend="numpy", options=MatchOptions(chunk_requests=3))
+    db = store(tmp_path / "t.duckdb", REQUESTS)
+    monkeypatch.setattr(sources, "HOLD_BYTES", 1 << 30 if hold_bytes is None else hold_bytes)
+    options = MatchOptions(chunk_requests=3, compiled_min_units=compiled_min_units)
+    match_prefixes(db, backend="numpy", options=options)
+    assert tables(db) == tables(want)
