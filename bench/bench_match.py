@@ -1,6 +1,10 @@
-"""Prefix matcher benchmark: the NumPy matcher against a plain Python dict-trie doing the
-same job (per request: shared_any_tokens + parent, shared_replica_tokens,
+"""Prefix matcher benchmark: the matchers against a plain Python dict-trie doing the same
+job (per request: shared_any_tokens + parent, shared_replica_tokens,
 shared_conversation_tokens), on the same generated trace, in the same run.
+
+Contenders: `radix` (what `hpa match` does when the tokens fit in 1 GiB: one read of them
+into memory, then the compiled radix tree), `numpy` (the vectorised matcher reading chunks
+from DuckDB: what it does with larger traces), `cupy` (the same on the GPU), `trie`.
 
 Each contender runs in its own child process reading the same DuckDB file, so its peak
 memory (ru_maxrss of the child) is its own; both include reading the sequences from
@@ -107,6 +111,7 @@ def run_child(contender: str, db: Path, out: Path, source_kind: str, chunk_token
     from analyzer.pipeline.sources import DuckDBSource
     from analyzer.prefixes.backend import get_xp
     from analyzer.prefixes.engine import MatchOptions, run_matcher
+    from analyzer.prefixes.source import PartitionSource
 
     con = duckdb.connect(str(db), read_only=True)
     source = DuckDBSource(con)
@@ -117,6 +122,19 @@ def run_child(contender: str, db: Path, out: Path, source_kind: str, chunk_token
     options = MatchOptions(chunk_tokens=chunk_tokens)
     if contender == "trie":
         arrays = trie_views(source, options)
+    elif contender == "radix":
+        warm = _preload(source, 200)  # compile (or load) the kernel off the clock
+        run_matcher(
+            PartitionSource(warm.meta, warm.flat, warm.offsets),
+            xp=np,
+            options=MatchOptions(compiled_min_units=0),
+        )
+        started = time.perf_counter()
+        held = source.held(max_bytes=1 << 62) if hasattr(source, "held") else source
+        if not isinstance(held, PartitionSource):
+            held = PartitionSource(held.meta, held.flat, held.offsets)
+        arrays = run_matcher(held, xp=np, options=options)
+        arrays = {name: getattr(arrays, name) for name in _FIELDS}
     else:
         xp = get_xp(contender)
         if contender == "cupy":  # warm up kernels and the memory pool off the clock
@@ -276,7 +294,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--tokens", default="50e6", help="prompt tokens to generate (default 50e6)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--data", default=str(ROOT / "bench" / "data"), help="where traces are kept")
-    p.add_argument("--backends", default="numpy", help="comma list: numpy, cupy")
+    p.add_argument("--backends", default="radix,numpy", help="comma list: radix, numpy, cupy")
     p.add_argument("--no-trie", action="store_true", help="skip the trie (backend comparison)")
     p.add_argument(
         "--source",
