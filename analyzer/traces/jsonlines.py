@@ -29,16 +29,19 @@ def whole_lines(
     while True:
         progress()
         chunk = stream.read(chunk_bytes)
-        data = tail + chunk
         if not chunk:
-            if data:
-                yield data + b"\n", first_line
+            if tail:
+                yield tail + b"\n", first_line
             return
-        cut = data.rfind(b"\n") + 1
+        cut = chunk.rfind(b"\n") + 1
         if cut == 0:
-            tail = data
+            tail += chunk
             continue
-        body, tail = data[:cut], data[cut:]
+        # one copy of the chunk at most (none when it is whole lines already)
+        body = (
+            chunk if not tail and cut == len(chunk) else b"".join((tail, memoryview(chunk)[:cut]))
+        )
+        tail = chunk[cut:]
         yield body, first_line
         first_line += body.count(b"\n")
 

@@ -73,6 +73,8 @@ def _kernel(buf, keys, key_starts, out, values, num_values, count):  # pragma: n
     """Bytes written to `out`, or -1: abort (see the module doc). Compiled. Bytes between
     token arrays are copied a run at a time (`mark`: where the pending run starts)."""
     n, o, line, mark = buf.size, 0, 0, 0
+    if n == 0 or buf[n - 1] != 10:
+        return -1  # not whole lines: _int_array relies on the final newline
     depth, prev, top_object = 0, 10, False
     i = 0
     while i < n:
@@ -159,35 +161,45 @@ def _which_key(buf, a, b, keys, key_starts):  # pragma: no cover - compiled
 
 def _int_array(buf, i, values, nv):  # pragma: no cover - compiled
     """Parse integers and commas up to the closing bracket, from just after '['; returns
-    (index after ']', values written) or (-1, nv) when it is not a plain integer array."""
-    n = buf.size
+    (index after ']', values written) or (-1, nv) when it is not a plain integer array.
+    The buffer ends in a newline (the kernel checks), which stops every loop here: no
+    index is compared with the buffer's size."""
     i = _blanks(buf, i)
-    if i < n and buf[i] == 93:
+    if buf[i] == 93:
         return i + 1, nv
     while True:
-        negative = i < n and buf[i] == 45
+        c = buf[i]
+        negative = c == 45
         if negative:
             i += 1
-        if i >= n or buf[i] < 48 or buf[i] > 57:
+            c = buf[i]
+        value = np.int64(c) - 48
+        if value < 0 or value > 9:
             return -1, nv
-        if buf[i] == 48 and i + 1 < n and 48 <= buf[i + 1] <= 57:
+        i += 1
+        c = buf[i]
+        if value == 0 and 48 <= c <= 57:
             return -1, nv  # a leading zero is not JSON
-        value, digits = 0, 0
-        while i < n:
-            digit = np.int64(buf[i]) - 48
-            if digit < 0 or digit > 9:
-                break
+        digits = 1
+        while 48 <= c <= 57:
+            digit = np.int64(c) - 48
             # 18 digits always fit; only longer numbers need the (slow) overflow test
             if digits >= 18 and value > (INT64_MAX - digit) // 10:
                 return -1, nv  # past int64
             value = value * 10 + digit
             digits += 1
             i += 1
+            c = buf[i]
         values[nv] = -value if negative else value
         nv += 1
+        if c == 44:  # the usual case: a comma right after the number
+            i += 1
+            if buf[i] == 32 or buf[i] == 9 or buf[i] == 13:
+                i = _blanks(buf, i)
+            continue
+        if c == 93:
+            return i + 1, nv
         i = _blanks(buf, i)
-        if i >= n:
-            return -1, nv
         if buf[i] == 93:
             return i + 1, nv
         if buf[i] != 44:

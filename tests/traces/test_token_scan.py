@@ -48,6 +48,13 @@ LINES = {
     "too wide": b'{"request_id":"a","prompt_token_ids":[3000000000]}',
     "string inside": b'{"request_id":"a","prompt_token_ids":[1,"2"]}',
     "trailing comma": b'{"request_id":"a","prompt_token_ids":[1,2,]}',
+    "comma, blank, bracket": b'{"request_id":"a","prompt_token_ids":[1, ]}',
+    "blanks inside": b'{"request_id":"a","prompt_token_ids":[ 1 ,\t2 , 3 ]}',
+    "blank array": b'{"request_id":"a","prompt_token_ids":[ ]}',
+    "lone minus": b'{"request_id":"a","prompt_token_ids":[-]}',
+    "minus, blank": b'{"request_id":"a","prompt_token_ids":[- 1]}',
+    "minus zero": b'{"request_id":"a","block_hash_ids":[-0,-10],"block_size":16}',
+    "ends inside": b'{"request_id":"a","prompt_token_ids":[1,',
     "given twice": b'{"request_id":"a","prompt_token_ids":[1],"prompt_token_ids":[2]}',
     "twice, once null": b'{"request_id":"a","prompt_token_ids":[1],"prompt_token_ids":null}',
     "not an object": b'[{"prompt_token_ids":[1]}]',
@@ -71,6 +78,11 @@ def test_a_line_alone_or_among_good_ones_reads_the_same(name):
 )
 def test_what_the_scan_cannot_vouch_for_is_left_to_the_parser(name):
     assert strip_token_arrays(LINES[name] + b"\n", 1) is None
+
+
+def test_a_body_that_is_not_whole_lines_is_left_to_the_parser():
+    assert strip_token_arrays(LINES["compact"], 1) is None  # no final newline
+    assert strip_token_arrays(LINES["compact"] + b"\n", 1) is not None
 
 
 def test_the_arrays_leave_empty_brackets_behind():
