@@ -25,6 +25,7 @@ from analyzer.pipeline.partitions import ReplayShared, replay_partitions
 from analyzer.pipeline.shared_prefixes import shared_prefixes
 from analyzer.pipeline.trace import LoadedTrace, Trace
 from analyzer.sim.dispatch import hit_alignment, replay, replay_from_shared
+from analyzer.sim.records import ResultColumns, result_columns
 from analyzer.sim.routing import route
 from analyzer.store.caveats import timestamp_caveats
 from analyzer.store.db import DEFAULT_DB, stored_trace_block
@@ -103,16 +104,17 @@ def num_caches(policy: Policy, rows: dict) -> int:
     return len(set(cache_keys(policy, rows["model_revision"], rows["replica"])))
 
 
-def _cached_ever(policy: Policy, results) -> list[int] | None:
+def _cached_ever(policy: Policy, results: ResultColumns) -> list[int] | None:
     """What the earlier requests had cached of each prompt, where the replay knows it: its
     own record (a bounded vLLM pool with sub-block hits); else, in an unbounded pool of an
     engine that keeps all it computes, nothing was evicted, so what full attention had
     resident is all that was ever cached (None elsewhere)."""
-    if results and all(r.cached_ever_tokens is not None for r in results):
-        return [r.cached_ever_tokens for r in results]  # the replay kept a record
+    kept = results["cached_ever_tokens"]
+    if len(kept) and all(v is not None for v in kept):
+        return kept  # the replay kept a record
     if policy.num_blocks is not None or not engine(policy.engine).keeps_computed:
         return None
-    return [r.attention_match_tokens for r in results]
+    return results["attention_match_tokens"]
 
 
 def namespaces(trace: Trace) -> list[tuple]:
@@ -152,8 +154,10 @@ def replay_rows(
     shared_any, shared_replica = shared_prefixes(trace, ns, partitions, spec)
     results = None if replayer else _from_shared(trace, policy, shared_replica, progress)
     if results is None:
-        results = _replay_partitions(
-            trace, policy, ns, partitions, replayer or replay, progress, executor=spec
+        results = result_columns(
+            _replay_partitions(
+                trace, policy, ns, partitions, replayer or replay, progress, executor=spec
+            )
         )
     prompt_tokens = np.asarray(c["prompt_tokens"], dtype=np.int64)
     levels = build_levels(
@@ -161,9 +165,9 @@ def replay_rows(
         shared_any_tokens=shared_any,
         shared_replica_tokens=shared_replica,
         align_tokens=hit_alignment(policy),
-        attention_match_tokens=[r.attention_match_tokens for r in results],
-        sparse_retention_miss_tokens=[r.sparse_retention_miss_tokens for r in results],
-        hit_tokens=[r.hit_tokens for r in results],
+        attention_match_tokens=results["attention_match_tokens"],
+        sparse_retention_miss_tokens=results["sparse_retention_miss_tokens"],
+        hit_tokens=results["hit_tokens"],
         shared_scheduled_tokens=_shared_scheduled(results),
         cached_ever_tokens=_cached_ever(policy, results),
     )
@@ -185,17 +189,19 @@ def replay_rows(
         "sparse_retention_miss_evicted_tokens",
         "junction_tokens",
     ):
-        rows[name] = np.asarray([getattr(r, name) for r in results], dtype=np.int64)
-    rows["replay_tokens"] = np.asarray([r.replay_tokens for r in results], dtype=np.int64)
+        rows[name] = np.asarray(results[name], dtype=np.int64)
+    rows["replay_tokens"] = np.asarray(results["replay_tokens"], dtype=np.int64)
     rows.update(schedule_columns(results))
-    rows["error"] = [r.error for r in results]
-    rows["note"] = [r.note for r in results]
+    rows["error"] = list(results["error"])
+    rows["note"] = list(results["note"])
     rows.update(levels.causes())
     rows["fresh_prefill_tokens"] = prompt_tokens - levels.hit_tokens
     return rows
 
 
-def _from_shared(trace: Trace, policy: Policy, shared_replica: np.ndarray, progress) -> list:
+def _from_shared(
+    trace: Trace, policy: Policy, shared_replica: np.ndarray, progress
+) -> ResultColumns | None:
     """Every request's result at once from L2 (its shared prefix in its own cache), where
     the engine's results follow from it (`sim.dispatch.replay_from_shared`) and every
     request is token ids; None where requests must replay one by one."""
@@ -213,9 +219,9 @@ def _from_shared(trace: Trace, policy: Policy, shared_replica: np.ndarray, progr
     return results
 
 
-def _shared_scheduled(results: list) -> list[int] | None:
+def _shared_scheduled(results: ResultColumns) -> list[int] | None:
     """L2b per request (None for a serial replay; a request never admitted gets no bound)."""
-    found = [r.shared_scheduled_tokens for r in results]
+    found = results["shared_scheduled_tokens"]
     if all(v is None for v in found):
         return None
     return [np.iinfo(np.int64).max if v is None else v for v in found]
@@ -224,23 +230,22 @@ def _shared_scheduled(results: list) -> list[int] | None:
 SCHEDULE_TIMES = ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s")
 
 
-def schedule_columns(results: list) -> dict[str, list | np.ndarray]:
+def schedule_columns(results: ResultColumns) -> dict[str, list | np.ndarray]:
     """The concurrent schedule's per-request columns (seconds on the simulated clock, from
     the earliest arrival of the request's partition; None for a serial replay): its times,
     `queue_s` (arrival to first scheduled), `ttft_s` (arrival to first token), preemptions,
     hits over every admission and the tokens recomputed after preemptions."""
-    out: dict[str, list | np.ndarray] = {
-        name: [getattr(r, name) for r in results] for name in SCHEDULE_TIMES
-    }
+    out: dict[str, list | np.ndarray] = {name: list(results[name]) for name in SCHEDULE_TIMES}
     out["queue_s"] = _elapsed(out["arrival_s"], out["first_scheduled_s"])
     out["ttft_s"] = _elapsed(out["arrival_s"], out["first_token_s"])
-    out["num_preemptions"] = np.asarray([r.num_preemptions for r in results], dtype=np.int64)
+    out["num_preemptions"] = np.asarray(results["num_preemptions"], dtype=np.int64)
+    total = results["hit_total_tokens"]
+    hits = results["hit_tokens"]
     out["hit_total_tokens"] = np.asarray(
-        [r.hit_tokens if r.hit_total_tokens is None else r.hit_total_tokens for r in results],
-        dtype=np.int64,
+        [h if t is None else t for h, t in zip(hits, total, strict=True)], dtype=np.int64
     )
-    out["recomputed_tokens"] = np.asarray([r.recomputed_tokens for r in results], np.int64)
-    out["held_blocks"] = [r.held_blocks for r in results]
+    out["recomputed_tokens"] = np.asarray(results["recomputed_tokens"], np.int64)
+    out["held_blocks"] = list(results["held_blocks"])
     return out
 
 

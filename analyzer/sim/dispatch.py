@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from analyzer.config.engines import engine
 from analyzer.config.policy import Policy
-from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.records import ResultColumns, SimRequest, SimResult
 
 __all__ = [
     "SimRequest",
@@ -72,9 +72,10 @@ def replay(
 
 def replay_from_shared(
     policy: Policy, *, num_groups: dict[str, int] | None = None
-) -> Callable[..., list[SimResult]] | None:
+) -> Callable[..., ResultColumns] | None:
     """Where the policy's serial results follow from shared prefixes alone, a function
-    `(requests, shared_tokens) -> [SimResult]` giving `replay`'s results for token-id
+    `(requests, shared_tokens) -> columns` giving `replay`'s results (as
+    `records.result_columns` lays them out, but for `chunks`) for token-id
     requests (SimRequest, arrival order) of one or many caches at once, from
     `shared_tokens`: each prompt's longest prefix shared with the tokens the earlier
     requests of its cache and namespace computed (prompt + outputs but the last). Else None.

@@ -132,6 +132,17 @@ class SimResult(NamedTuple):
     cached_ever_tokens: int | None = None
 
 
+ResultColumns = dict[str, "np.ndarray | list"]
+
+
+def result_columns(results: Sequence[SimResult]) -> ResultColumns:
+    """Results as one list per SimResult field, in order: what the tables are built from.
+    A closed form (`sim.dispatch.replay_from_shared`) gives these columns directly."""
+    if not results:
+        return {name: [] for name in SimResult._fields}
+    return dict(zip(SimResult._fields, (list(c) for c in zip(*results, strict=True)), strict=True))
+
+
 def match_result(
     request_id: str,
     prompt_tokens: int,

@@ -5,9 +5,9 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
 from analyzer.config.policy import Policy
-from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.records import ResultColumns, SimRequest, SimResult
 from analyzer.sim.vllm.concurrent import ConcurrentReplay
-from analyzer.sim.vllm.fast import attention_results, shared_form_applies
+from analyzer.sim.vllm.fast import attention_columns, shared_form_applies
 from analyzer.sim.vllm.layout import make_layout
 from analyzer.sim.vllm.replay import VllmReplay
 
@@ -33,15 +33,15 @@ def replay(
 
 def replay_from_shared(
     policy: Policy, *, num_groups: dict[str, int] | None = None
-) -> Callable[..., list[SimResult]] | None:
-    """The serial replay's results computed from each request's shared prefix in its cache
-    (`fast.attention_results`, all requests at once) where `policy` allows it: full
-    attention alone, unbounded, no sliding window or speculative decoding, match unit =
-    block. None where requests must replay one by one."""
+) -> Callable[..., ResultColumns] | None:
+    """The serial replay's results (as result columns) computed from each request's shared
+    prefix in its cache (`fast.attention_columns`, all requests at once) where `policy`
+    allows it: full attention alone, unbounded, no sliding window or speculative decoding,
+    match unit = block. None where requests must replay one by one."""
     if policy.schedule == "concurrent":
         return None
     layout = make_layout(policy, num_groups)
-    return partial(attention_results, layout) if shared_form_applies(layout) else None
+    return partial(attention_columns, layout) if shared_form_applies(layout) else None
 
 
 def check_policy(policy: Policy) -> None:

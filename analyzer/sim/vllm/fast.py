@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.sim.common.hashing import HashInterner, request_hashes
-from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.records import ResultColumns, SimRequest, SimResult
 from analyzer.sim.vllm.layout import CacheLayout, cdiv
 from analyzer.sim.vllm.scheduler import chunk_tokens
 
@@ -171,29 +171,61 @@ def shared_form_applies(layout: CacheLayout) -> bool:
     return fast_path_applies(layout) and not layout.has_mamba
 
 
-def attention_results(
+def attention_columns(
     layout: CacheLayout, requests: list[SimRequest], shared_tokens: np.ndarray
-) -> list[SimResult]:
+) -> ResultColumns:
     """Per request, what `UnboundedReplay` gives under a layout `shared_form_applies` to,
-    from `shared_tokens` (per request, in tokens): the longest prefix of its prompt shared
-    with the tokens an earlier request of its cache (and namespace) computed (prompt +
-    outputs but the last). Token-id requests only.
+    as columns (`records.result_columns`; every field but `chunks`, which no table keeps:
+    `attention_results` adds them), from `shared_tokens` (per request, in tokens): the
+    longest prefix of its prompt shared with the tokens an earlier request of its cache (and
+    namespace) computed (prompt + outputs but the last). Token-id requests only.
 
     Why it is the same: without eviction a block, once computed, stays cached, and a block's
     hash chains every token before it; so the leading blocks found cached are the whole
     blocks of that shared prefix, capped (as vLLM does) below the prompt's last token.
     """
-    B = layout.block_size
-    prompt = np.asarray([r.num_prompt_tokens for r in requests], dtype=np.int64)
-    outputs = np.asarray([r.num_output_tokens for r in requests], dtype=np.int64)
+    B, n = layout.block_size, len(requests)
+    prompt = np.fromiter((r.num_prompt_tokens for r in requests), dtype=np.int64, count=n)
     shared = np.minimum(np.asarray(shared_tokens, dtype=np.int64), prompt)
     hit = np.minimum(shared // B, np.maximum(prompt - 1, 0) // B) * B
-    decode = np.where(outputs > 1, outputs - 1, 0)
+    columns: ResultColumns = {name: [None] * n for name in SimResult._fields if name != "chunks"}
+    columns.update({name: hit.copy() for name in _HIT})
+    columns.update({name: np.zeros(n, dtype=np.int64) for name in _NOTHING})
+    columns["request_id"] = [r.request_id for r in requests]
+    columns["prompt_tokens"] = prompt
+    columns["error"] = ["empty prompt" if p < 1 else None for p in prompt.tolist()]
+    return columns
+
+
+# Without eviction or Mamba: every match is a hit, and nothing is missed (or preempted).
+_HIT = ("hit_tokens", "attention_match_tokens", "attention_match_after_spec_tokens")
+_NOTHING = (
+    "sparse_retention_miss_tokens",
+    "sparse_retention_miss_never_kept_tokens",
+    "sparse_retention_miss_evicted_tokens",
+    "junction_tokens",
+    "replay_tokens",
+    "num_preemptions",
+    "recomputed_tokens",
+)
+
+
+def attention_results(
+    layout: CacheLayout, requests: list[SimRequest], shared_tokens: np.ndarray
+) -> list[SimResult]:
+    """`attention_columns` as SimResults, with the steps each request is scheduled in."""
+    columns = attention_columns(layout, requests, shared_tokens)
+    decode = [max(r.num_output_tokens - 1, 0) for r in requests]
     one_chunk = layout.max_num_batched_tokens is None  # no budget: the prompt's rest at once
-    decodes = (1,) * int(decode.max(initial=0))  # sliced per request: one tuple, no loop
+    decodes = (1,) * max(decode, default=0)  # sliced per request: one tuple, no loop
     out = []
-    ids = [r.request_id for r in requests]
-    rows = zip(ids, prompt.tolist(), hit.tolist(), decode.tolist(), strict=True)
+    rows = zip(
+        columns["request_id"],
+        columns["prompt_tokens"].tolist(),
+        columns["hit_tokens"].tolist(),
+        decode,
+        strict=True,
+    )
     for rid, p, h, d in rows:
         if p < 1:
             out.append(failed(rid, p, "empty prompt"))
