@@ -8,13 +8,15 @@ import pyarrow as pa
 
 from analyzer.pipeline.arrays import joined
 from analyzer.prefixes.source import Chunk, PartitionSource, RequestMeta
-from analyzer.store.db import load_sql, query_arrow, require_tables
+from analyzer.store.db import capped_memory, load_sql, query_arrow, require_tables
 from analyzer.store.sequences import check_requests
 from analyzer.store.tokens import Placement, place_lists
 
 # `hpa match` holds every sequence in memory (and matches them with the compiled radix
 # tree) when they take at most this much: int32 token ids, int64 where hash ids are read.
 HOLD_BYTES = 1 << 30
+# DuckDB's buffer memory while the held token ids are read (one scan; see capped_memory).
+READ_MEMORY_LIMIT = "256MB"
 
 
 class DuckDBSource:
@@ -62,7 +64,8 @@ class DuckDBSource:
             ),
             "block_hash_ids": Placement(flat, starts, np.where(hashed, meta.insert_len, 0)),
         }
-        place_lists(self.con, load_sql("match_load_tokens"), np.arange(meta.n), placements)
+        with capped_memory(self.con, READ_MEMORY_LIMIT):
+            place_lists(self.con, load_sql("match_load_tokens"), np.arange(meta.n), placements)
         return PartitionSource(meta, flat, offsets)
 
 

@@ -162,6 +162,20 @@ _OPEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> 
 
 
 @contextmanager
+def capped_memory(con: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
+    """DuckDB's buffer memory capped at `limit` (its units: '256MB') inside the block, as it
+    was after it (to the 0.1 MiB DuckDB prints it with). For one scan whose lists are copied out (the token ids read into arrays):
+    DuckDB otherwise keeps every block it read cached (the full WEKA trace's hash ids: 721
+    MB) beside the copy, and evicting them costs nothing when each is read once."""
+    before = con.execute(load_sql("memory_limit_get")).fetchall()[0][0]
+    con.execute(load_sql("memory_limit_set"), {"limit": limit})
+    try:
+        yield
+    finally:
+        con.execute(load_sql("memory_limit_set"), {"limit": before})
+
+
+@contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """One all-or-nothing write: committed when the outermost block ends, rolled back if it
     raises (a killed process commits nothing either). A block inside another is part of it."""

@@ -1,8 +1,9 @@
 """store.db.connect: how every connection writes the store."""
 
 import duckdb
+import pytest
 
-from analyzer.store.db import connect
+from analyzer.store.db import capped_memory, connect
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl
 
@@ -23,5 +24,25 @@ def test_ingest_writes_small_row_groups_that_later_writers_keep(tmp_path):
         con.execute("CREATE TABLE notes AS SELECT 1 AS x")
         con.execute("CHECKPOINT")
         assert con.execute(ROW_GROUPS).fetchall() == [(3,)]
+    finally:
+        con.close()
+
+
+def test_capped_memory_restores_the_limit_even_after_an_error(tmp_path):
+    """Restored as DuckDB prints it (to 0.1 MiB, rounded down)."""
+    con = connect(tmp_path / "t.duckdb", memory_limit="1GB")
+
+    def mib() -> float:
+        value, unit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0].split()
+        assert unit == "MiB"
+        return float(value)
+
+    try:
+        with capped_memory(con, "64MB"):
+            assert mib() == 61.0
+        assert abs(mib() - 953.7) < 0.25
+        with pytest.raises(ZeroDivisionError), capped_memory(con, "64MB"):
+            1 / 0  # noqa: B018
+        assert abs(mib() - 953.7) < 0.25
     finally:
         con.close()

@@ -26,9 +26,14 @@ SELECT
     t.model_revisions,
     f.cache_salt,
     f.lora_name,
-    CASE WHEN f.block_hash_ids IS NOT NULL THEN f.block_size END AS block_size
+    h.block_size
 FROM match_junction_nodes AS n
 JOIN through AS t ON t.junction_idx = n.junction_idx
 JOIN requests AS f ON f.arrival_seq = n.owner_seq
 JOIN requests AS l ON l.arrival_seq = t.last_seq
+-- hash-id requests' block size: as a filter, `IS NOT NULL` reads the lists' validity alone
+-- (in a projection it would read every hash id)
+LEFT JOIN (
+    SELECT arrival_seq, block_size FROM requests WHERE block_hash_ids IS NOT NULL
+) AS h ON h.arrival_seq = n.owner_seq
 ORDER BY n.owner_seq, n.position_tokens;
