@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import duckdb
 import numpy as np
 import pyarrow as pa
 
 from analyzer.pipeline.arrays import joined
 from analyzer.prefixes.source import Chunk, PartitionSource, RequestMeta
-from analyzer.store.db import capped_memory, load_sql, query_arrow, require_tables
+from analyzer.store.db import capped_memory, load_sql, out_of_memory, query_arrow, require_tables
 from analyzer.store.sequences import check_requests
 from analyzer.store.tokens import Placement, place_lists
 
@@ -64,8 +66,14 @@ class DuckDBSource:
             ),
             "block_hash_ids": Placement(flat, starts, np.where(hashed, meta.insert_len, 0)),
         }
-        with capped_memory(self.con, READ_MEMORY_LIMIT):
-            place_lists(self.con, load_sql("match_load_tokens"), np.arange(meta.n), placements)
+        read = partial(place_lists, self.con, load_sql("match_load_tokens"), np.arange(meta.n))
+        try:
+            with capped_memory(self.con, READ_MEMORY_LIMIT):
+                read(placements)
+        except (duckdb.OutOfMemoryException, OSError) as exc:
+            if not out_of_memory(exc):
+                raise
+            read(placements)  # rows too long for the cap: read again, as DuckDB likes
         return PartitionSource(meta, flat, offsets)
 
 

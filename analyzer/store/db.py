@@ -53,8 +53,11 @@ def connect(
         con = _attach(path, settings)
     except duckdb.Error as exc:
         if reader and _not_writable(exc):
-            return _connect_read_only(path, settings)
+            con = _connect_read_only(path, settings)
+            _LIMITS[con] = memory_limit
+            return con
         raise StoreError(f"{path}: cannot open as a DuckDB database ({_first_line(exc)})") from None
+    _LIMITS[con] = memory_limit
     try:
         _ensure_schema(con, path)
     except BaseException:
@@ -159,20 +162,34 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 
 _OPEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> depth
+# connection -> the memory_limit `connect` opened it with (None: DuckDB's default)
+_LIMITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @contextmanager
 def capped_memory(con: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
-    """DuckDB's buffer memory capped at `limit` (its units: '256MB') inside the block, as it
-    was after it (to the 0.1 MiB DuckDB prints it with). For one scan whose lists are copied out (the token ids read into arrays):
-    DuckDB otherwise keeps every block it read cached (the full WEKA trace's hash ids: 721
-    MB) beside the copy, and evicting them costs nothing when each is read once."""
-    before = con.execute(load_sql("memory_limit_get")).fetchall()[0][0]
+    """DuckDB's buffer memory capped at `limit` (its units: '256MB') inside the block, and
+    after it as `connect` opened the connection (DuckDB's default for one it did not open).
+    For one scan whose lists are copied out (the token ids read into arrays): DuckDB
+    otherwise keeps every block it read cached (the full WEKA trace's hash ids: 721 MB)
+    beside the copy, and evicting them costs nothing when each is read once."""
     con.execute(load_sql("memory_limit_set"), {"limit": limit})
     try:
         yield
     finally:
-        con.execute(load_sql("memory_limit_set"), {"limit": before})
+        configured = _LIMITS.get(con)
+        if configured is None:
+            con.execute(load_sql("memory_limit_reset"))
+        else:
+            con.execute(load_sql("memory_limit_set"), {"limit": configured})
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is DuckDB running out of buffer memory (pyarrow's stream reader passes
+    it on as an OSError with DuckDB's message)."""
+    return isinstance(exc, duckdb.OutOfMemoryException) or str(exc).startswith(
+        "Out of Memory Error"
+    )
 
 
 @contextmanager

@@ -19,6 +19,7 @@ import pyarrow as pa
 from analyzer.errors import StoreError
 
 STREAM_ROWS = 8192
+STREAM_BYTES = 64 << 20  # rows a batch holds: fewer than STREAM_ROWS where rows are long
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def place_lists(
             (the requests changed between the two reads).
     """
     seen = 0
-    for batch in con.sql(sql).to_arrow_reader(STREAM_ROWS):
+    for batch in con.sql(sql).to_arrow_reader(_batch_rows(placements)):
         seq = batch.column("arrival_seq").to_numpy(zero_copy_only=False)
         pos = np.searchsorted(seqs, seq)
         if pos.size and (pos.max() >= len(seqs) or not np.array_equal(seqs[pos], seq)):
@@ -77,6 +78,16 @@ def place_lists(
         seen += batch.num_rows
     if seen != len(seqs):
         raise _changed()
+
+
+def _batch_rows(placements: dict[str, Placement]) -> int:
+    """Rows per streamed batch: STREAM_ROWS, or about STREAM_BYTES of values at the rows'
+    mean length (a trace of 100 K-token prompts would otherwise stream 3 GB batches)."""
+    num_rows = max((len(p.lens) for p in placements.values()), default=0)
+    values_bytes = sum(int(p.lens.sum()) * p.flat.itemsize for p in placements.values())
+    if not num_rows or not values_bytes:
+        return STREAM_ROWS
+    return int(max(1, min(STREAM_ROWS, STREAM_BYTES * num_rows // values_bytes)))
 
 
 def _place(column: pa.ListArray, pos: np.ndarray, to: Placement) -> None:

@@ -62,3 +62,22 @@ def test_rows_that_changed_are_a_store_error(seqs, lens):
     con = _table(ROWS)
     with pytest.raises(StoreError, match="requests changed while they were being read"):
         flat_lists(con, SQL, np.asarray(seqs), {"ids": np.asarray(lens)}, {"ids": np.int32})
+
+
+def test_long_rows_stream_in_fewer_rows_a_batch(monkeypatch):
+    monkeypatch.setattr(tokens, "STREAM_BYTES", 16)  # bytes: 2 rows of 2 int32 a batch
+    flat = np.empty(10, dtype=np.int32)
+    lens = np.full(5, 2, dtype=np.int64)
+    placements = {"ids": tokens.Placement(flat, np.arange(0, 10, 2), lens)}
+    assert tokens._batch_rows(placements) == 2
+    monkeypatch.setattr(tokens, "STREAM_BYTES", 1)
+    assert tokens._batch_rows(placements) == 1
+    monkeypatch.setattr(tokens, "STREAM_BYTES", 1 << 30)
+    assert tokens._batch_rows(placements) == tokens.STREAM_ROWS
+    con = _table(sorted(ROWS))
+    monkeypatch.setattr(tokens, "STREAM_BYTES", 8)
+    want = _expected(ROWS)
+    got, offsets = flat_lists(
+        con, SQL, np.arange(5), {"ids": np.asarray([len(v) for v in want])}, {"ids": np.int32}
+    )["ids"]
+    assert [got[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == want

@@ -1,2 +1,0 @@
--- DuckDB's buffer memory limit on this connection, as it prints it ('18.8 GiB').
-SELECT current_setting('memory_limit');
