@@ -104,27 +104,9 @@ def _walk_all(
                 creator[mid] = creator[child]
                 t_child[slot] = mid
                 lo[child] = m
-                below = np.int64(flat[base + m])
-                _put(
-                    t_node,
-                    t_unit,
-                    t_child,
-                    _find(t_node, t_unit, mid, below, cap),
-                    mid,
-                    below,
-                    child,
-                )
+                _link(t_node, t_unit, t_child, cap, mid, np.int64(flat[base + m]), child)
                 num_nodes = _add(lo, hi, seq, creator, num_nodes, m, length, j)
-                own = np.int64(flat[start + m])
-                _put(
-                    t_node,
-                    t_unit,
-                    t_child,
-                    _find(t_node, t_unit, mid, own, cap),
-                    mid,
-                    own,
-                    num_nodes - 1,
-                )
+                _link(t_node, t_unit, t_child, cap, mid, np.int64(flat[start + m]), num_nodes - 1)
             break
         shared = min(d, qlen[j])
         e_out[j], q_shared[j] = d, shared
@@ -151,11 +133,16 @@ def _put(t_node, t_unit, t_child, slot, node, unit, child):  # pragma: no cover 
     t_node[slot], t_unit[slot], t_child[slot] = node, unit, child
 
 
+def _link(t_node, t_unit, t_child, cap, node, unit, child):  # pragma: no cover - compiled
+    """Make `child` the child of `node` under `unit` (a new key)."""
+    _put(t_node, t_unit, t_child, _find(t_node, t_unit, node, unit, cap), node, unit, child)
+
+
 @cache
 def _compiled():
     """The compiled kernel, or None without numba (imported on first use, as in
     `traces.token_scan`)."""
-    global _add, _find, _put
+    global _add, _find, _link, _put
     try:
         from numba import njit
     except ImportError:  # pragma: no cover - numba is a dependency
@@ -163,4 +150,5 @@ def _compiled():
     _add = njit(cache=True, nogil=True)(_add)
     _find = njit(cache=True, nogil=True)(_find)
     _put = njit(cache=True, nogil=True)(_put)
+    _link = njit(cache=True, nogil=True)(_link)
     return njit(cache=True, nogil=True)(_walk_all)
