@@ -26,6 +26,7 @@ from analyzer.executors import ExecutorSpec
 from analyzer.pipeline.arrays import joined, pack_arrays, unpack_arrays
 from analyzer.pipeline.sharded import dataset_shared_units, shared_units
 from analyzer.prefixes.engine import MatchOptions, run_matcher
+from analyzer.prefixes.radix import COMPILED_MIN_UNITS, load_early
 from analyzer.prefixes.source import (
     PartitionSource,
     RequestMeta,
@@ -198,6 +199,8 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
     table = table.drop_columns([*TOKEN_COLUMNS, *(f"has_{name}" for name in has)])
     columns = {name: table.column(name).to_pylist() for name in table.column_names}
     seqs = np.asarray(columns["arrival_seq"], dtype=np.int64)
+    if sum(int(v.sum()) for v in lens.values()) >= COMPILED_MIN_UNITS:
+        load_early(TOKEN_DTYPES["prompt_token_ids"])  # the L1/L2 matcher's, while we read
     if has["prompt_token_ids"].all():
         return _read_token_rows(con, columns, seqs, lens, has["output_token_ids"])
     flat = flat_lists(con, load_sql("replay_load_tokens"), seqs, lens, TOKEN_DTYPES)

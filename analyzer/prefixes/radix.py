@@ -17,6 +17,7 @@ does everything else: chunks read from the store, archives, the GPU.
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 
 import numpy as np
@@ -28,11 +29,40 @@ from analyzer.prefixes.source import RequestMeta
 COMPILED_MIN_UNITS = 1 << 20
 
 
+_loading: list[threading.Thread] = []  # the thread load_early started, until joined
+
+
+def load_early(dtype: np.dtype) -> None:
+    """Import numba and load (or compile) the kernel for `dtype` sequences in a thread, so
+    a caller that will match at least COMPILED_MIN_UNITS units reads them meanwhile: the
+    half second numba takes is then spent while DuckDB reads (its scans release the GIL)."""
+    if _loading or _compiled.cache_info().currsize:
+        return
+    flat = np.zeros(1, dtype=dtype)
+
+    def load() -> None:
+        kernel = _compiled()
+        if kernel is not None:  # one request of one unit: the signature the caller needs
+            one, none = np.ones(1, np.int64), np.zeros(1, np.int64)
+            out = [np.full(1, -1, np.int64) for _ in range(4)]
+            kernel(flat, none, one, one, none, 1, *out)
+
+    _loading.append(threading.Thread(target=load, name="hpa-numba"))
+    _loading[0].start()
+
+
+def _ready() -> None:
+    """Wait for load_early's thread, if one runs: _compiled is not called twice at once."""
+    while _loading:
+        _loading.pop().join()
+
+
 def radix_views(meta: RequestMeta, flat: np.ndarray, starts: np.ndarray):
     """Per view of `engine` ("any", "replica", "conversation"): (L, p, e, w) per request
     in units, -1 where a request is not in the view (p and w: -1 where nothing is
     shared); None without numba. Request i's inserted sequence is
     flat[starts[i] : starts[i] + meta.insert_len[i]]; `flat` is int32 or int64."""
+    _ready()
     kernel = _compiled()
     if kernel is None:  # pragma: no cover - numba is a dependency
         return None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -79,3 +82,22 @@ def test_small_or_chunked_sources_take_the_vectorised_matcher(monkeypatch):
     assert calls == []
     run_matcher(_held(requests), xp=np, options=ALWAYS)
     assert len(calls) == 1
+
+
+def test_a_kernel_loaded_early_gives_the_same_answers():
+    """load_early's thread (a fresh process: numba not yet loaded) and the caller's first
+    match do not race: the match waits for it, then matches as always."""
+    code = (
+        "import numpy as np\n"
+        "from analyzer.prefixes import radix\n"
+        "from analyzer.prefixes.memory import MemorySource, Request\n"
+        "radix.load_early(np.dtype(np.int32))\n"
+        "assert radix._loading\n"
+        "reqs = [Request('a', prompt=(1, 2, 3)), Request('b', prompt=(1, 2, 4))]\n"
+        "held = MemorySource.from_requests(reqs)\n"
+        "views = radix.radix_views(held.meta, held.flat.astype(np.int32), held.offsets[:-1])\n"
+        "assert not radix._loading\n"
+        "print(views['any'][0].tolist(), views['any'][1].tolist())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == "[0, 2] [-1, 0]"
