@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.pipeline.arrays import joined
+from analyzer.prefixes.radix import COMPILED_MIN_UNITS, load_early
 from analyzer.prefixes.source import Chunk, PartitionSource, RequestMeta
 from analyzer.store.db import capped_memory, load_sql, out_of_memory, query_arrow, require_tables
 from analyzer.store.sequences import check_requests
@@ -55,6 +56,8 @@ class DuckDBSource:
         dtype = np.dtype(np.int64 if hashed.any() else np.int32)
         if int(meta.insert_len.sum()) * dtype.itemsize > max_bytes:
             return None
+        if int(meta.insert_len.sum()) >= COMPILED_MIN_UNITS:
+            load_early(dtype)  # the radix tree's kernel, while DuckDB reads
         offsets = np.zeros(meta.n + 1, dtype=np.int64)
         np.cumsum(meta.insert_len, out=offsets[1:])
         flat, starts = np.empty(int(offsets[-1]), dtype=dtype), offsets[:-1]
