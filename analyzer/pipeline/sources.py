@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -11,15 +9,13 @@ import pyarrow as pa
 from analyzer.pipeline.arrays import joined
 from analyzer.prefixes.radix import COMPILED_MIN_UNITS, load_early
 from analyzer.prefixes.source import Chunk, PartitionSource, RequestMeta
-from analyzer.store.db import capped_memory, load_sql, out_of_memory, query_arrow, require_tables
+from analyzer.store.db import load_sql, query_arrow, require_tables
 from analyzer.store.sequences import check_requests
-from analyzer.store.tokens import Placement, place_lists
+from analyzer.store.tokens import STREAM_MEMORY_CAP, Placement, place_lists
 
 # `hpa match` holds every sequence in memory (and matches them with the compiled radix
 # tree) when they take at most this much: int32 token ids, int64 where hash ids are read.
 HOLD_BYTES = 1 << 30
-# DuckDB's buffer memory while the held token ids are read (one scan; see capped_memory).
-READ_MEMORY_LIMIT = "256MB"
 
 
 class DuckDBSource:
@@ -69,14 +65,8 @@ class DuckDBSource:
             ),
             "block_hash_ids": Placement(flat, starts, np.where(hashed, meta.insert_len, 0)),
         }
-        read = partial(place_lists, self.con, load_sql("match_load_tokens"), np.arange(meta.n))
-        try:
-            with capped_memory(self.con, READ_MEMORY_LIMIT):
-                read(placements)
-        except (duckdb.OutOfMemoryException, OSError) as exc:
-            if not out_of_memory(exc):
-                raise
-            read(placements)  # rows too long for the cap: read again, as DuckDB likes
+        sql = load_sql("match_load_tokens")
+        place_lists(self.con, sql, np.arange(meta.n), placements, memory_cap=STREAM_MEMORY_CAP)
         return PartitionSource(meta, flat, offsets)
 
 

@@ -38,7 +38,7 @@ from analyzer.sim.records import SimRequest
 from analyzer.store.dataset import open_dataset, read_rows, register_requests
 from analyzer.store.db import load_sql, query_arrow, require_tables
 from analyzer.store.sequences import check_requests
-from analyzer.store.tokens import Placement, flat_lists, place_lists
+from analyzer.store.tokens import STREAM_MEMORY_CAP, Placement, flat_lists, place_lists
 
 TOKEN_COLUMNS = ("prompt_token_ids", "block_hash_ids", "output_token_ids")
 # As stored: token ids INTEGER[], block hash ids BIGINT[].
@@ -203,6 +203,8 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
         load_early(TOKEN_DTYPES["prompt_token_ids"])  # the L1/L2 matcher's, while we read
     if has["prompt_token_ids"].all():
         return _read_token_rows(con, columns, seqs, lens, has["output_token_ids"])
+    if has["block_hash_ids"].all():
+        return _read_hash_rows(con, columns, seqs, lens["block_hash_ids"])
     flat = flat_lists(con, load_sql("replay_load_tokens"), seqs, lens, TOKEN_DTYPES)
     tokens, hashes = flat["prompt_token_ids"], flat["block_hash_ids"]
     prompts = [
@@ -215,7 +217,7 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
         _row(flat["output_token_ids"], i) if out else None
         for i, out in enumerate(has["output_token_ids"].tolist())
     ]
-    return LoadedTrace(columns, prompts, outputs)  # hash ids: matched as `inserted` joins
+    return LoadedTrace(columns, prompts, outputs)  # both kinds: matched as `inserted` joins
 
 
 def _read_token_rows(con, columns: dict, seqs: np.ndarray, lens: dict, has_output) -> LoadedTrace:
@@ -235,6 +237,7 @@ def _read_token_rows(con, columns: dict, seqs: np.ndarray, lens: dict, has_outpu
             "prompt_token_ids": Placement(flat, starts, prompt),
             "output_token_ids": Placement(flat, starts + prompt, output),
         },
+        memory_cap=STREAM_MEMORY_CAP,
     )
     bounds = zip(starts.tolist(), (starts + prompt).tolist(), row_starts[1:].tolist(), strict=True)
     prompts, outputs = [], []
@@ -243,6 +246,20 @@ def _read_token_rows(con, columns: dict, seqs: np.ndarray, lens: dict, has_outpu
         outputs.append(flat[b:c] if out else None)
     inserted = prompt + np.maximum(output - 1, 0)
     return LoadedTrace(columns, prompts, outputs, held=(flat, starts, inserted))
+
+
+def _read_hash_rows(con, columns: dict, seqs: np.ndarray, lens: np.ndarray) -> LoadedTrace:
+    """A trace of block hash ids only, read into one int64 array: each row's prompt is a
+    view of it, and so is its inserted sequence (a hash-id request inserts its hash ids
+    alone; its outputs are a count)."""
+    starts = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(lens, out=starts[1:])
+    flat = np.empty(int(starts[-1]), dtype=TOKEN_DTYPES["block_hash_ids"])
+    placement = Placement(flat, starts[:-1], lens)
+    sql = load_sql("replay_load_tokens")
+    place_lists(con, sql, seqs, {"block_hash_ids": placement}, memory_cap=STREAM_MEMORY_CAP)
+    prompts = [flat[a:b] for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True)]
+    return LoadedTrace(columns, prompts, [None] * len(seqs), held=(flat, starts[:-1], lens))
 
 
 def _row(flat_offsets: tuple[np.ndarray, np.ndarray], i: int) -> np.ndarray:

@@ -17,9 +17,13 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.errors import StoreError
+from analyzer.store.db import capped_memory, out_of_memory
 
 STREAM_ROWS = 8192
 STREAM_BYTES = 64 << 20  # rows a batch holds: fewer than STREAM_ROWS where rows are long
+# DuckDB's buffer limit while token ids are copied out into arrays (`place_lists`): each
+# block is read once, and cached it would only sit beside its copy.
+STREAM_MEMORY_CAP = "256MB"
 
 
 @dataclass(frozen=True)
@@ -56,17 +60,34 @@ def place_lists(
     sql: str,
     seqs: np.ndarray,
     placements: dict[str, Placement],
+    *,
+    memory_cap: str | None = None,
 ) -> None:
     """Stream the rows of `sql` and copy each list column named in `placements` to its
     place (other columns are not read out).
 
     `sql` selects `arrival_seq` and those list columns, in any order; `seqs` holds each
     row's arrival_seq, ascending and unique (row k of every Placement is `seqs[k]`).
+    `memory_cap` (DuckDB's units, '256MB'): stream under that buffer limit
+    (`store.db.capped_memory`), and again without it if DuckDB runs out of memory there.
 
     Raises:
         StoreError: the rows streamed are not the rows `seqs` and the placements describe
             (the requests changed between the two reads).
     """
+    if memory_cap is None:
+        _stream(con, sql, seqs, placements)
+        return
+    try:
+        with capped_memory(con, memory_cap):
+            _stream(con, sql, seqs, placements)
+    except (duckdb.OutOfMemoryException, OSError) as exc:
+        if not out_of_memory(exc):
+            raise
+        _stream(con, sql, seqs, placements)  # rows too long for the cap: as DuckDB likes
+
+
+def _stream(con, sql: str, seqs: np.ndarray, placements: dict[str, Placement]) -> None:
     seen = 0
     for batch in con.sql(sql).to_arrow_reader(_batch_rows(placements)):
         seq = batch.column("arrival_seq").to_numpy(zero_copy_only=False)

@@ -12,7 +12,6 @@ from analyzer.pipeline.match import compute, match_prefixes
 from analyzer.pipeline.sources import DuckDBSource
 from analyzer.prefixes.engine import MatchOptions
 from analyzer.prefixes.memory import Request
-from analyzer.store.tokens import place_lists
 from tests.prefixes.helpers import assert_same_as_trie, store
 
 REQUESTS = [
@@ -88,24 +87,3 @@ def test_held_or_read_in_chunks_the_tables_are_the_same(
     options = MatchOptions(chunk_requests=3, compiled_min_units=compiled_min_units)
     match_prefixes(db, backend="numpy", options=options)
     assert tables(db) == tables(want)
-
-
-def test_a_cap_too_small_for_the_rows_reads_them_again_uncapped(tmp_path, monkeypatch):
-    db = store(tmp_path / "t.duckdb", REQUESTS)
-    con = duckdb.connect(str(db))
-    source = DuckDBSource(con)
-    want = source.held()
-    limit = "SELECT current_setting('memory_limit')"
-    uncapped, limits = con.execute(limit).fetchall(), []
-
-    def place(con, sql, seqs, placements):  # DuckDB needing more than the cap, once
-        limits.append(con.execute(limit).fetchall())
-        if len(limits) == 1:
-            raise duckdb.OutOfMemoryException("Out of Memory Error: failed to allocate")
-        return place_lists(con, sql, seqs, placements)
-
-    monkeypatch.setattr(sources, "place_lists", place)
-    got = source.held()
-    assert limits == [[("244.1 MiB",)], uncapped]
-    assert got.flat.tolist() == want.flat.tolist()
-    assert got.offsets.tolist() == want.offsets.tolist()

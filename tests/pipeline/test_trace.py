@@ -19,6 +19,10 @@ RECORDS = {
         {"request_id": "b", "prompt_token_ids": [4], "output_token_ids": [9]},
         {"request_id": "c", "prompt_token_ids": [5, 6]},
     ],
+    "hash ids only": [
+        {"request_id": "h", "block_hash_ids": [2**40, -3], "block_size": 16},
+        {"request_id": "i", "block_hash_ids": [2**40], "block_size": 16, "output_tokens": 3},
+    ],
     "hash ids too": [
         {"request_id": "a", "prompt_token_ids": [1, 2, 3], "output_token_ids": [7, 8]},
         {"request_id": "h", "block_hash_ids": [2**40, -3], "block_size": 16},
@@ -36,7 +40,7 @@ def _read(tmp_path, records) -> LoadedTrace:
         con.close()
 
 
-@pytest.mark.parametrize("name", ["prompts only", "outputs"])
+@pytest.mark.parametrize("name", ["prompts only", "outputs", "hash ids only"])
 def test_token_ids_are_held_once(tmp_path, name):
     """Each row's prompt, its output and its inserted sequence are views of one array."""
     trace = _read(tmp_path, RECORDS[name])
@@ -47,13 +51,14 @@ def test_token_ids_are_held_once(tmp_path, name):
         tail = [] if output is None else output.tolist()[:-1]
         assert flat[starts[i] : starts[i] + lens[i]].tolist() == prompt.tolist() + tail
     by_id = dict(zip(trace.columns["request_id"], trace.prompts, strict=True))
-    assert by_id["a"].tolist() == [1, 2, 3]
+    first, want = ("h", [2**40, -3]) if name == "hash ids only" else ("a", [1, 2, 3])
+    assert by_id[first].tolist() == want
 
 
 @pytest.mark.parametrize("name", list(RECORDS))
 def test_inserted_sequences_are_the_same_held_or_not(tmp_path, name):
     trace = _read(tmp_path, RECORDS[name])
-    assert (trace.held is None) == (name == "hash ids too")  # hash ids: joined when matched
+    assert (trace.held is None) == (name == "hash ids too")  # both kinds: joined when matched
     rebuilt = LoadedTrace(trace.columns, trace.prompts, trace.outputs)  # nothing held
     zeros = np.zeros(trace.n, dtype=np.int64)
     _, got_flat, got_offsets = trace.inserted(zeros, zeros)

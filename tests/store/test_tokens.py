@@ -81,3 +81,36 @@ def test_long_rows_stream_in_fewer_rows_a_batch(monkeypatch):
         con, SQL, np.arange(5), {"ids": np.asarray([len(v) for v in want])}, {"ids": np.int32}
     )["ids"]
     assert [got[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == want
+
+
+def test_a_cap_too_small_for_the_rows_streams_them_again_uncapped(monkeypatch):
+    con = _table(ROWS)
+    limit = "SELECT current_setting('memory_limit')"
+    uncapped, limits = con.execute(limit).fetchall(), []
+    stream = tokens._stream
+
+    def once_out_of_memory(con, sql, seqs, placements):  # DuckDB needing more than the cap
+        limits.append(con.execute(limit).fetchall())
+        if len(limits) == 1:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: failed to allocate")
+        stream(con, sql, seqs, placements)
+
+    monkeypatch.setattr(tokens, "_stream", once_out_of_memory)
+    want = _expected(ROWS)
+    lens = np.asarray([len(v) for v in want], dtype=np.int64)
+    flat = np.empty(int(lens.sum()), dtype=np.int32)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    tokens.place_lists(
+        con, SQL, np.arange(5), {"ids": tokens.Placement(flat, starts, lens)}, memory_cap="64MB"
+    )
+    assert limits == [[("61.0 MiB",)], uncapped]
+    assert [flat[a : a + n].tolist() for a, n in zip(starts, lens, strict=True)] == want
+
+
+def test_other_errors_under_the_cap_are_not_retried(monkeypatch):
+    def broken(*args):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(tokens, "_stream", broken)
+    with pytest.raises(OSError, match="disk on fire"):
+        tokens.place_lists(_table(ROWS), SQL, np.arange(5), {}, memory_cap="64MB")
