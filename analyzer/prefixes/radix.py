@@ -17,6 +17,7 @@ does everything else: chunks read from the store, archives, the GPU.
 
 from __future__ import annotations
 
+import os
 import threading
 from functools import cache
 
@@ -52,9 +53,13 @@ def load_early(dtype: np.dtype) -> None:
 
 
 def _ready() -> None:
-    """Wait for load_early's thread, if one runs: _compiled is not called twice at once."""
+    """Wait for load_early's thread, if one runs: _compiled is not called twice at once,
+    and no process forks while it holds the import lock (a forked worker would deadlock)."""
     while _loading:
         _loading.pop().join()
+
+
+os.register_at_fork(before=_ready)
 
 
 def radix_views(meta: RequestMeta, flat: np.ndarray, starts: np.ndarray):

@@ -101,3 +101,29 @@ def test_a_kernel_loaded_early_gives_the_same_answers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[0] == "[0, 2] [-1, 0]"
+
+
+def test_a_fork_while_the_kernel_loads_early_does_not_deadlock():
+    """A worker forked (`--executor processes`) while load_early's thread imports numba
+    would inherit its held locks and hang: the fork waits for the thread first."""
+    code = (
+        "import multiprocessing as mp\n"
+        "import numpy as np\n"
+        "from analyzer.prefixes import radix\n"
+        "from analyzer.prefixes.memory import MemorySource, Request\n"
+        "radix.load_early(np.dtype(np.int32))\n"
+        "def child(q):\n"
+        "    held = MemorySource.from_requests([Request('a', prompt=(1, 2, 3))] * 2)\n"
+        "    flat = held.flat.astype(np.int32)\n"
+        "    q.put(radix.radix_views(held.meta, flat, held.offsets[:-1])['any'][0].tolist())\n"
+        "ctx = mp.get_context('fork')\n"
+        "q = ctx.Queue()\n"
+        "p = ctx.Process(target=child, args=(q,))\n"
+        "p.start()\n"
+        "print(q.get(timeout=60))\n"
+        "p.join()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[0, 3]"
