@@ -25,8 +25,8 @@ import numpy as np
 
 from analyzer.prefixes.source import RequestMeta
 
-# Below this many units the vectorised matcher is as fast, and a process that never
-# imports numba saves its half-second import (the kernel compiles once, then is cached).
+# Below this many units the vectorised matcher takes less time than importing numba (half a
+# second; the kernel compiles once, then loads from its cache), so small traces skip it.
 COMPILED_MIN_UNITS = 1 << 20
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,7 +47,9 @@ def connect(
     path = Path(path)
     if not create and not path.exists():
         raise StoreError(f"{path}: no such database; run `hpa ingest FILE --db {path}` first")
-    settings = dict(config or {})
+    # One thread unless asked (ingest): DuckDB's parallel aggregates sum floats in an order
+    # that varies run to run, and every figure must be the same byte for byte.
+    settings = {"threads": 1, **(config or {})}
     if memory_limit is not None:
         settings["memory_limit"] = memory_limit
     try:
@@ -54,10 +57,10 @@ def connect(
     except duckdb.Error as exc:
         if reader and _not_writable(exc):
             con = _connect_read_only(path, settings)
-            _LIMITS[con] = memory_limit
+            _OPENED[con] = settings
             return con
         raise StoreError(f"{path}: cannot open as a DuckDB database ({_first_line(exc)})") from None
-    _LIMITS[con] = memory_limit
+    _OPENED[con] = settings
     try:
         _ensure_schema(con, path)
     except BaseException:
@@ -162,26 +165,32 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 
 _OPEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> depth
-# connection -> the memory_limit `connect` opened it with (None: DuckDB's default)
-_LIMITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# connection -> the settings `connect` opened it with
+_OPENED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @contextmanager
 def capped_memory(con: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
-    """DuckDB's buffer memory capped at `limit` (its units: '256MB') inside the block, and
-    after it as `connect` opened the connection (DuckDB's default for one it did not open).
-    For one scan whose lists are copied out (the token ids read into arrays): DuckDB
-    otherwise keeps every block it read cached (the full WEKA trace's hash ids: 721 MB)
-    beside the copy, and evicting them costs nothing when each is read once."""
+    """For one scan whose lists are copied out (the token ids read into arrays): DuckDB's
+    buffer memory capped at `limit` (its units: '256MB') and every core inside the block;
+    after it, the connection as `connect` opened it (DuckDB's defaults for one it did not
+    open). Cached, the blocks (the full WEKA trace's hash ids: 721 MB) would sit beside
+    their copy, and evicting them costs nothing when each is read once; the copies are
+    placed by arrival_seq, so the threads' order cannot change them."""
     con.execute(load_sql("memory_limit_set"), {"limit": limit})
+    con.execute(load_sql("threads_set"), {"threads": os.cpu_count() or 1})
     try:
         yield
     finally:
-        configured = _LIMITS.get(con)
-        if configured is None:
-            con.execute(load_sql("memory_limit_reset"))
+        opened = _OPENED.get(con, {})
+        if "memory_limit" in opened:
+            con.execute(load_sql("memory_limit_set"), {"limit": opened["memory_limit"]})
         else:
-            con.execute(load_sql("memory_limit_set"), {"limit": configured})
+            con.execute(load_sql("memory_limit_reset"))
+        if "threads" in opened:
+            con.execute(load_sql("threads_set"), {"threads": opened["threads"]})
+        else:
+            con.execute(load_sql("threads_reset"))
 
 
 def out_of_memory(exc: BaseException) -> bool:
