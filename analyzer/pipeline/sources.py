@@ -9,7 +9,7 @@ import pyarrow as pa
 from analyzer.pipeline.arrays import joined
 from analyzer.prefixes.radix import COMPILED_MIN_UNITS, load_early
 from analyzer.prefixes.source import Chunk, PartitionSource, RequestMeta
-from analyzer.store.db import load_sql, query_arrow, require_tables
+from analyzer.store.db import load_sql, query_arrow, require_tables, scan_settings
 from analyzer.store.sequences import check_requests
 from analyzer.store.tokens import STREAM_MEMORY_CAP, Placement, place_lists
 
@@ -25,7 +25,8 @@ class DuckDBSource:
         require_tables(con, "requests")
         self.con = con
         check_requests(con)
-        self.meta = read_meta(con)
+        with scan_settings(con):  # list lengths and dense ranks: every core (no float sum)
+            self.meta = read_meta(con)
         con.execute(load_sql("match_sequences_view"))
 
     def read(self, start: int, stop: int) -> Chunk:

@@ -36,7 +36,7 @@ from analyzer.prefixes.source import (
 )
 from analyzer.sim.records import SimRequest
 from analyzer.store.dataset import open_dataset, read_rows, register_requests
-from analyzer.store.db import load_sql, query_arrow, require_tables
+from analyzer.store.db import load_sql, query_arrow, require_tables, scan_settings
 from analyzer.store.sequences import check_requests
 from analyzer.store.tokens import STREAM_MEMORY_CAP, Placement, flat_lists, place_lists
 
@@ -188,7 +188,8 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
     """Every row of `requests` on `con`, unchecked: the scalars in arrival order, then the
     token lists streamed to their places (`store.tokens`); every row's prompt and output
     is a view of those."""
-    table = query_arrow(con, load_sql("replay_load"))
+    with scan_settings(con):  # list lengths: every core (no float is summed)
+        table = query_arrow(con, load_sql("replay_load"))
     lens = {
         name: table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
         for name in TOKEN_COLUMNS

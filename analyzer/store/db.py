@@ -170,14 +170,16 @@ _OPENED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @contextmanager
-def capped_memory(con: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
-    """For one scan whose lists are copied out (the token ids read into arrays): DuckDB's
-    buffer memory capped at `limit` (its units: '256MB') and every core inside the block;
-    after it, the connection as `connect` opened it (DuckDB's defaults for one it did not
-    open). Cached, the blocks (the full WEKA trace's hash ids: 721 MB) would sit beside
-    their copy, and evicting them costs nothing when each is read once; the copies are
-    placed by arrival_seq, so the threads' order cannot change them."""
-    con.execute(load_sql("memory_limit_set"), {"limit": limit})
+def scan_settings(
+    con: duckdb.DuckDBPyConnection, memory_limit: str | None = None
+) -> Iterator[None]:
+    """For a scan that sums no float (rows, list lengths, token ids copied out): every core
+    inside the block, and DuckDB's buffer memory capped at `memory_limit` (its units:
+    '256MB') if given; after it, the connection as `connect` opened it (DuckDB's defaults
+    for one it did not open). The cap is for lists read once into arrays: cached, their
+    blocks (the full WEKA trace's hash ids: 721 MB) would sit beside the copy."""
+    if memory_limit is not None:
+        con.execute(load_sql("memory_limit_set"), {"limit": memory_limit})
     con.execute(load_sql("threads_set"), {"threads": os.cpu_count() or 1})
     try:
         yield

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.errors import StoreError
-from analyzer.store.db import capped_memory, out_of_memory
+from analyzer.store.db import out_of_memory, scan_settings
 
 STREAM_ROWS = 8192
 STREAM_BYTES = 64 << 20  # rows a batch holds: fewer than STREAM_ROWS where rows are long
@@ -69,7 +69,7 @@ def place_lists(
     `sql` selects `arrival_seq` and those list columns, in any order; `seqs` holds each
     row's arrival_seq, ascending and unique (row k of every Placement is `seqs[k]`).
     `memory_cap` (DuckDB's units, '256MB'): stream under that buffer limit
-    (`store.db.capped_memory`), and again without it if DuckDB runs out of memory there.
+    (`store.db.scan_settings`), and again without it if DuckDB runs out of memory there.
 
     Raises:
         StoreError: the rows streamed are not the rows `seqs` and the placements describe
@@ -79,7 +79,7 @@ def place_lists(
         _stream(con, sql, seqs, placements)
         return
     try:
-        with capped_memory(con, memory_cap):
+        with scan_settings(con, memory_cap):
             _stream(con, sql, seqs, placements)
     except (duckdb.OutOfMemoryException, OSError) as exc:
         if not out_of_memory(exc):

@@ -5,7 +5,7 @@ import os
 import duckdb
 import pytest
 
-from analyzer.store.db import capped_memory, connect
+from analyzer.store.db import connect, scan_settings
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl
 
@@ -31,17 +31,20 @@ def test_ingest_writes_small_row_groups_that_later_writers_keep(tmp_path):
 
 
 @pytest.mark.parametrize("opened_with", ["1GB", None])
-def test_capped_memory_restores_the_connection_even_after_an_error(tmp_path, opened_with):
+def test_scan_settings_restore_the_connection_even_after_an_error(tmp_path, opened_with):
     con = connect(tmp_path / "t.duckdb", memory_limit=opened_with)
     settings = "SELECT current_setting('memory_limit'), current_setting('threads')"
     try:
         before = con.execute(settings).fetchall()
         assert before[0][1] == 1  # one thread: DuckDB's parallel float sums vary by run
         for _ in range(3):  # exactly as opened, however often
-            with capped_memory(con, "64MB"):
+            with scan_settings(con, "64MB"):
                 assert con.execute(settings).fetchall() == [("61.0 MiB", os.cpu_count())]
             assert con.execute(settings).fetchall() == before
-        with pytest.raises(ZeroDivisionError), capped_memory(con, "64MB"):
+        with scan_settings(con):  # every core, the memory limit as it was
+            assert con.execute(settings).fetchall() == [(before[0][0], os.cpu_count())]
+        assert con.execute(settings).fetchall() == before
+        with pytest.raises(ZeroDivisionError), scan_settings(con, "64MB"):
             1 / 0  # noqa: B018
         assert con.execute(settings).fetchall() == before
     finally:
@@ -52,6 +55,6 @@ def test_a_connection_connect_did_not_open_gets_duckdbs_defaults_back():
     con = duckdb.connect()
     settings = "SELECT current_setting('memory_limit'), current_setting('threads')"
     before = con.execute(settings).fetchall()
-    with capped_memory(con, "64MB"):
+    with scan_settings(con, "64MB"):
         pass
     assert con.execute(settings).fetchall() == before

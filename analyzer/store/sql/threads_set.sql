@@ -1,2 +1,2 @@
--- DuckDB's worker threads on this connection (store.db.capped_memory).
+-- DuckDB's worker threads on this connection (store.db.scan_settings).
 SET threads = $threads;
