@@ -49,11 +49,12 @@ class DuckDBSource:
         reads chunks)."""
         meta = self.meta
         max_bytes = HOLD_BYTES if max_bytes is None else max_bytes
-        hashed = np.asarray([meta.namespaces[k][0] for k in meta.ns_any.tolist()], dtype=bool)
+        hashed = np.asarray([ns[0] for ns in meta.namespaces], dtype=bool)[meta.ns_any]
         dtype = np.dtype(np.int64 if hashed.any() else np.int32)
-        if int(meta.insert_len.sum()) * dtype.itemsize > max_bytes:
+        units = int(meta.insert_len.sum())
+        if units * dtype.itemsize > max_bytes:
             return None
-        if int(meta.insert_len.sum()) >= COMPILED_MIN_UNITS:
+        if units >= COMPILED_MIN_UNITS:
             load_early(dtype)  # the radix tree's kernel, while DuckDB reads
         offsets = np.zeros(meta.n + 1, dtype=np.int64)
         np.cumsum(meta.insert_len, out=offsets[1:])

@@ -201,7 +201,8 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
     columns = {name: table.column(name).to_pylist() for name in table.column_names}
     seqs = np.asarray(columns["arrival_seq"], dtype=np.int64)
     if sum(int(v.sum()) for v in lens.values()) >= COMPILED_MIN_UNITS:
-        load_early(TOKEN_DTYPES["prompt_token_ids"])  # the L1/L2 matcher's, while we read
+        unit = "block_hash_ids" if has["block_hash_ids"].any() else "prompt_token_ids"
+        load_early(TOKEN_DTYPES[unit])  # the L1/L2 matcher's kernel, while we read
     if has["prompt_token_ids"].all():
         return _read_token_rows(con, columns, seqs, lens, has["output_token_ids"])
     if has["block_hash_ids"].all():

@@ -175,15 +175,15 @@ class PartitionSource:
 
     holds_all = True  # the archive reads it directly
 
-    def __init__(self, meta: RequestMeta, flat: np.ndarray, offsets: np.ndarray) -> None:
+    def __init__(
+        self, meta: RequestMeta, flat: np.ndarray, offsets: np.ndarray | None, starts=None
+    ) -> None:
         self.meta, self.flat, self.offsets = meta, narrow(flat), offsets
-        self.starts = offsets[:-1]
+        self.starts = offsets[:-1] if starts is None else starts
 
     @classmethod
     def gapped(cls, meta: RequestMeta, flat: np.ndarray, starts: np.ndarray) -> PartitionSource:
-        source = cls(meta, flat, np.zeros(1, dtype=np.int64))
-        source.offsets, source.starts = None, starts
-        return source
+        return cls(meta, flat, None, starts)
 
     def read(self, start: int, stop: int) -> Chunk:
         if self.offsets is None:
