@@ -9,7 +9,13 @@ import pyarrow as pa
 from analyzer.pipeline.arrays import joined
 from analyzer.prefixes.radix import COMPILED_MIN_UNITS, load_early
 from analyzer.prefixes.source import Chunk, PartitionSource, RequestMeta
-from analyzer.store.db import load_sql, query_arrow, require_tables, scan_settings
+from analyzer.store.db import (
+    load_sql,
+    query_arrow,
+    require_tables,
+    scan_settings,
+    with_list_lengths,
+)
 from analyzer.store.sequences import check_requests
 from analyzer.store.tokens import STREAM_MEMORY_CAP, Placement, place_lists
 
@@ -99,7 +105,7 @@ def _row_arrays(column: pa.ChunkedArray) -> list[np.ndarray | None]:
 
 
 def read_meta(con: duckdb.DuckDBPyConnection) -> RequestMeta:
-    table = query_arrow(con, load_sql("match_request_meta"))
+    table = query_arrow(con, with_list_lengths(con, load_sql("match_request_meta")))
 
     def col(name: str) -> np.ndarray:
         return table.column(name).to_numpy().astype(np.int64)

@@ -36,7 +36,13 @@ from analyzer.prefixes.source import (
 )
 from analyzer.sim.records import SimRequest
 from analyzer.store.dataset import open_dataset, read_rows, register_requests
-from analyzer.store.db import load_sql, query_arrow, require_tables, scan_settings
+from analyzer.store.db import (
+    load_sql,
+    query_arrow,
+    require_tables,
+    scan_settings,
+    with_list_lengths,
+)
 from analyzer.store.sequences import check_requests
 from analyzer.store.tokens import STREAM_MEMORY_CAP, Placement, flat_lists, place_lists
 
@@ -108,6 +114,11 @@ class LoadedTrace:
 
     reads_in_worker = False  # shipped whole: a worker has every row already
 
+    @property
+    def token_ids_only(self) -> bool:
+        """Every request is token ids (none is block hash ids)."""
+        return all(b is None for b in self.columns["block_size"])
+
     def partition(self, indices: list[int]) -> tuple[LoadedTrace, list[int]]:
         return self, indices
 
@@ -149,7 +160,7 @@ class LoadedTrace:
 
     def _meta(self, ns_any, ns_replica, insert_len: np.ndarray) -> RequestMeta:
         lens_q = np.asarray([len(p) for p in self.prompts], dtype=np.int64)
-        return _meta(self.columns, ns_any, ns_replica, lens_q, insert_len)
+        return replay_meta(self.columns, ns_any, ns_replica, lens_q, insert_len)
 
 
 def inserted_sequences(prompts: list, outputs: list, columns: dict):
@@ -162,7 +173,9 @@ def inserted_sequences(prompts: list, outputs: list, columns: dict):
     return narrow(flat), offsets
 
 
-def _meta(columns: dict, ns_any, ns_replica, query_len, insert_len) -> RequestMeta:
+def replay_meta(columns: dict, ns_any, ns_replica, query_len, insert_len) -> RequestMeta:
+    """The L1/L2 matcher's view of the replay's requests: the two namespaces (any, and
+    within each cache), no conversations, lengths in units."""
     n = len(columns["request_id"])
     return RequestMeta(
         ns_any=ns_any,
@@ -188,17 +201,7 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
     """Every row of `requests` on `con`, unchecked: the scalars in arrival order, then the
     token lists streamed to their places (`store.tokens`); every row's prompt and output
     is a view of those."""
-    with scan_settings(con):  # list lengths: every core (no float is summed)
-        table = query_arrow(con, load_sql("replay_load"))
-    lens = {
-        name: table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
-        for name in TOKEN_COLUMNS
-    }
-    has = {
-        name: table.column(f"has_{name}").to_numpy(zero_copy_only=False) for name in TOKEN_COLUMNS
-    }
-    table = table.drop_columns([*TOKEN_COLUMNS, *(f"has_{name}" for name in has)])
-    columns = {name: table.column(name).to_pylist() for name in table.column_names}
+    columns, lens, has = read_scalars(con)
     seqs = np.asarray(columns["arrival_seq"], dtype=np.int64)
     if sum(int(v.sum()) for v in lens.values()) >= COMPILED_MIN_UNITS:
         unit = "block_hash_ids" if has["block_hash_ids"].any() else "prompt_token_ids"
@@ -220,6 +223,23 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
         for i, out in enumerate(has["output_token_ids"].tolist())
     ]
     return LoadedTrace(columns, prompts, outputs)  # both kinds: matched as `inserted` joins
+
+
+def read_scalars(con: duckdb.DuckDBPyConnection) -> tuple[dict, dict, dict]:
+    """(columns, lens, has) of every row of `requests` in arrival order: the columns but the
+    token lists (name -> list), and per list column its lengths (int64, 0 where null) and
+    whether it is there (bool); no list is read."""
+    with scan_settings(con):  # every core (no float is summed)
+        table = query_arrow(con, with_list_lengths(con, load_sql("replay_load")))
+    lens = {
+        name: table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
+        for name in TOKEN_COLUMNS
+    }
+    has = {
+        name: table.column(f"has_{name}").to_numpy(zero_copy_only=False) for name in TOKEN_COLUMNS
+    }
+    table = table.drop_columns([*TOKEN_COLUMNS, *(f"has_{name}" for name in has)])
+    return {name: table.column(name).to_pylist() for name in table.column_names}, lens, has
 
 
 def _read_token_rows(con, columns: dict, seqs: np.ndarray, lens: dict, has_output) -> LoadedTrace:
@@ -283,6 +303,8 @@ class DatasetTrace:
     query_len: np.ndarray
     insert_len: np.ndarray
 
+    token_ids_only = False  # not held here: the closed form is not taken from the driver
+
     @property
     def n(self) -> int:
         return len(self.columns["request_id"])
@@ -319,7 +341,7 @@ class DatasetTrace:
         """L1/L2 in units (MatchArrays): the shallow pass over each request's first K units
         (read by the driver) and the groups' shards, on `spec`, each shard's worker reading
         its own rows (see analyzer.prefixes.shallow)."""
-        meta = _meta(self.columns, ns_any, ns_replica, self.query_len, self.insert_len)
+        meta = replay_meta(self.columns, ns_any, ns_replica, self.query_len, self.insert_len)
         return dataset_shared_units(meta, self.dataset, spec)
 
 

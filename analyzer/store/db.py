@@ -27,6 +27,30 @@ def load_sql(name: str) -> str:
     return resources.files("analyzer.store").joinpath("sql", f"{name}.sql").read_text()
 
 
+# List lengths as SQL expressions over `requests` (the placeholders of the readers'
+# SQL). Ingest stores len(prompt_token_ids) as prompt_tokens, len(output_token_ids) as
+# output_tokens and ceil(prompt_tokens / block_size) hash ids, so the store's lengths read
+# no list (a projected len() makes DuckDB read and cache every one); a Parquet dataset
+# standing in for the table was written by someone else, so its lists are measured.
+STORED_LENGTHS = {
+    "prompt_len": "prompt_tokens",
+    "hash_len": "(prompt_tokens + block_size - 1) // block_size",
+    "output_len": "output_tokens",
+}
+MEASURED_LENGTHS = {
+    "prompt_len": "len(prompt_token_ids)",
+    "hash_len": "len(block_hash_ids)",
+    "output_len": "len(output_token_ids)",
+}
+
+
+def with_list_lengths(con: duckdb.DuckDBPyConnection, sql: str) -> str:
+    """`sql` with its list-length placeholders filled for `requests` on `con`: the stored
+    counts for the store's table, the lists' own lengths for a dataset view."""
+    [(is_view,)] = con.execute(load_sql("requests_is_view")).fetchall()
+    return sql.format(**(MEASURED_LENGTHS if is_view else STORED_LENGTHS))
+
+
 def connect(
     path: str | Path = DEFAULT_DB,
     *,
@@ -171,16 +195,17 @@ _OPENED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 @contextmanager
 def scan_settings(
-    con: duckdb.DuckDBPyConnection, memory_limit: str | None = None
+    con: duckdb.DuckDBPyConnection, memory_limit: str | None = None, *, threads: int | None = None
 ) -> Iterator[None]:
     """For a scan that sums no float (rows, list lengths, token ids copied out): every core
-    inside the block, and DuckDB's buffer memory capped at `memory_limit` (its units:
-    '256MB') if given; after it, the connection as `connect` opened it (DuckDB's defaults
-    for one it did not open). The cap is for lists read once into arrays: cached, their
-    blocks (the full WEKA trace's hash ids: 721 MB) would sit beside the copy."""
+    (or `threads`) inside the block, and DuckDB's buffer memory capped at `memory_limit`
+    (its units: '256MB') if given; after it, the connection as `connect` opened it
+    (DuckDB's defaults for one it did not open). The cap is for lists read once into
+    arrays: cached, their blocks (the full WEKA trace's hash ids: 721 MB) would sit beside
+    the copy."""
     if memory_limit is not None:
         con.execute(load_sql("memory_limit_set"), {"limit": memory_limit})
-    con.execute(load_sql("threads_set"), {"threads": os.cpu_count() or 1})
+    con.execute(load_sql("threads_set"), {"threads": threads or os.cpu_count() or 1})
     try:
         yield
     finally:

@@ -2,10 +2,19 @@
 are views of them."""
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from analyzer.pipeline.trace import LoadedTrace, inserted_sequences, read_trace
-from analyzer.store.db import connect
+from analyzer.pipeline.trace import LoadedTrace, dataset_trace, inserted_sequences, read_trace
+from analyzer.store.db import (
+    MEASURED_LENGTHS,
+    STORED_LENGTHS,
+    connect,
+    load_sql,
+    query_arrow,
+    with_list_lengths,
+)
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl
 
@@ -73,3 +82,43 @@ def test_inserted_sequences_append_outputs_but_their_last_token():
     outputs = [np.asarray([5, 6, 7]), None, None]
     flat, offsets = inserted_sequences(prompts, outputs, columns)
     assert flat.tolist() == [1, 2, 5, 6, 3, 2**40] and offsets.tolist() == [0, 4, 5, 6]
+
+
+@pytest.mark.parametrize("name", list(RECORDS))
+@pytest.mark.parametrize("sql", ["replay_load", "match_request_meta"])
+def test_stored_list_lengths_are_the_lists_own(tmp_path, name, sql):
+    """The store's readers take list lengths from the counts ingest keeps beside the lists
+    (so no list is read); they equal the lists' own lengths, which a dataset gets."""
+    path = write_jsonl(tmp_path / "t.jsonl", RECORDS[name])
+    ingest([path], db_path=tmp_path / "t.duckdb")
+    con = connect(tmp_path / "t.duckdb")
+    try:
+        text = load_sql(sql)
+        stored = query_arrow(con, with_list_lengths(con, load_sql(sql)))
+        measured = query_arrow(con, text.format(**MEASURED_LENGTHS))
+        assert stored.to_pylist() == measured.to_pylist()
+        assert stored.to_pylist() == query_arrow(con, text.format(**STORED_LENGTHS)).to_pylist()
+    finally:
+        con.close()
+
+
+def test_a_dataset_view_measures_its_lists(tmp_path):
+    """A Parquet dataset without output_tokens (optional there) still gets its outputs'
+    lengths: its view's lists are measured, not trusted to match stored counts."""
+    table = pa.table(
+        {
+            "request_id": ["a", "b"],
+            "arrival_seq": pa.array([0, 1], pa.int64()),
+            "prompt_tokens": pa.array([3, 2], pa.int32()),
+            "prompt_token_ids": [[1, 2, 3], [1, 2]],
+            "output_token_ids": [[7, 8], None],
+        }
+    )
+    pq.write_table(table, tmp_path / "part.parquet")
+    trace = dataset_trace(str(tmp_path), whole=True)
+    assert [None if o is None else o.tolist() for o in trace.outputs] == [[7, 8], None]
+    flat, starts, lens = trace.held
+    assert [flat[s : s + n].tolist() for s, n in zip(starts, lens, strict=True)] == [
+        [1, 2, 3, 7],
+        [1, 2],
+    ]

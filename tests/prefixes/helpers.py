@@ -144,6 +144,10 @@ def requests_table(requests: list[Request]) -> pa.Table:
         line_no=pa.array(range(1, n + 1), pa.int64()),
         arrival_seq=pa.array(range(n), pa.int64()),
         prompt_tokens=pa.array([r.prompt_tokens for r in requests], pa.int32()),
+        # as ingest stores them: the count beside the ids (readers take lengths from it)
+        output_tokens=pa.array(
+            [None if r.output is None else len(r.output) for r in requests], pa.int32()
+        ),
         prompt_token_ids=ids([r.prompt for r in requests], pa.int32()),
         output_token_ids=ids([r.output for r in requests], pa.int32()),
         block_hash_ids=ids([r.block_hash_ids for r in requests], pa.int64()),

@@ -2,22 +2,27 @@
 -- (hash-id vs token traces, block size, cache_salt, LoRA; then + replica, + conversation)
 -- as dense ids, and the lengths in units (tokens, or blocks for hash-id traces).
 -- NULLs form one group of their own: a trace without replicas is one replica.
-WITH r AS (
+-- Placeholders in braces: list lengths, read from no list in the store (see replay_load.sql).
+WITH hashed AS (SELECT arrival_seq FROM requests WHERE block_hash_ids IS NOT NULL),
+answered AS (SELECT arrival_seq FROM requests WHERE output_token_ids IS NOT NULL),
+r AS (
     SELECT
-        arrival_seq,
-        block_hash_ids IS NOT NULL AS is_hash,
-        block_size,
-        cache_salt,
-        lora_name,
-        replica,
-        conversation_id,
-        prompt_tokens,
-        CASE WHEN block_hash_ids IS NOT NULL THEN len(block_hash_ids)
-             ELSE coalesce(len(prompt_token_ids), 0) END AS query_len,
-        CASE WHEN block_hash_ids IS NOT NULL THEN len(block_hash_ids)
-             ELSE coalesce(len(prompt_token_ids), 0) + coalesce(len(output_token_ids), 0)
-        END AS insert_len
-    FROM requests
+        q.arrival_seq,
+        h.arrival_seq IS NOT NULL AS is_hash,
+        q.block_size,
+        q.cache_salt,
+        q.lora_name,
+        q.replica,
+        q.conversation_id,
+        q.prompt_tokens,
+        CASE WHEN h.arrival_seq IS NOT NULL THEN {hash_len} ELSE {prompt_len} END
+            AS query_len,
+        CASE WHEN h.arrival_seq IS NOT NULL THEN {hash_len}
+             WHEN a.arrival_seq IS NOT NULL THEN {prompt_len} + {output_len}
+             ELSE {prompt_len} END AS insert_len
+    FROM requests q
+    LEFT JOIN hashed h ON h.arrival_seq = q.arrival_seq
+    LEFT JOIN answered a ON a.arrival_seq = q.arrival_seq
 )
 SELECT
     arrival_seq,
