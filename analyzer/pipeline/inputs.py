@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 
 from analyzer.executors import ExecutorSpec
+from analyzer.pipeline.streamed import stored_trace
 from analyzer.pipeline.trace import Trace, dataset_trace, load_trace, read_dataset_trace
 from analyzer.store.dataset import fingerprint, open_dataset, register_requests
 from analyzer.store.db import DEFAULT_DB, connect
@@ -49,9 +50,11 @@ class StoredRequests:
         """Every column and token id, loaded here (the store's requests on `con`)."""
         return load_trace(con)
 
-    def driver_trace(self, con: duckdb.DuckDBPyConnection) -> Trace:
-        """What a replay's driver holds: the store's requests, loaded whole."""
-        return load_trace(con)
+    def driver_trace(self, con: duckdb.DuckDBPyConnection, *, stream: bool = False) -> Trace:
+        """What a replay's driver holds: the store's requests, loaded whole; with `stream`
+        (the replay needs no token id after L1/L2), their token ids may stay in the store
+        and stream through the matcher once (`pipeline.streamed`)."""
+        return stored_trace(con) if stream else load_trace(con)
 
     def read_only_trace(self, spec: ExecutorSpec) -> Trace:
         """For a driver that writes nothing (plan): the store's requests, loaded whole, and
@@ -102,7 +105,7 @@ class DatasetRequests:
         """Every column and token id of the dataset, read here once."""
         return dataset_trace(self.path, whole=True)
 
-    def driver_trace(self, con: duckdb.DuckDBPyConnection) -> Trace:
+    def driver_trace(self, con: duckdb.DuckDBPyConnection, *, stream: bool = False) -> Trace:
         """What a replay's driver holds: the scalar columns (workers read the token ids)."""
         return read_dataset_trace(con, self.path)
 

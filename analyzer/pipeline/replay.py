@@ -23,7 +23,7 @@ from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.partitions import ReplayShared, replay_partitions
 from analyzer.pipeline.shared_prefixes import shared_prefixes
-from analyzer.pipeline.trace import LoadedTrace, Trace
+from analyzer.pipeline.trace import Trace
 from analyzer.sim.dispatch import hit_alignment, replay, replay_from_shared
 from analyzer.sim.records import ResultColumns, result_columns
 from analyzer.sim.routing import route
@@ -68,7 +68,7 @@ def run_replay(
     try:
         # the geometry first: a policy the trace cannot express fails before it loads
         policy, fitted = fit_policy(policy, stored_trace_block(con))
-        trace = source.driver_trace(con)
+        trace = source.driver_trace(con, stream=streams_tokens(policy, spec))
         started = time.perf_counter()
         rows = replay_rows(trace, policy, progress=progress, executor=spec)
         seconds = time.perf_counter() - started
@@ -89,6 +89,17 @@ def run_replay(
         con.close()
     notes = (*([fitted] if fitted else []), *outcome.notes, *timed)
     return replace(outcome, notes=notes, num_caches=num_caches(policy, rows))
+
+
+def streams_tokens(policy: Policy, spec: ExecutorSpec) -> bool:
+    """Whether a replay in this process needs no token id once L1/L2 are known: its results
+    follow from them (`replay_from_shared`) and no routing reads prompts. Its driver may
+    then stream the ids through the matcher instead of holding them (`pipeline.streamed`)."""
+    return (
+        spec.is_local
+        and policy.routing != "prefix_aware"
+        and replay_from_shared(policy, num_groups=num_groups(policy)) is not None
+    )
 
 
 def cache_keys(policy: Policy, revisions, replicas) -> list[tuple]:
@@ -205,9 +216,7 @@ def _from_shared(
     """Every request's result at once from L2 (its shared prefix in its own cache), where
     the engine's results follow from it (`sim.dispatch.replay_from_shared`) and every
     request is token ids; None where requests must replay one by one."""
-    if not isinstance(trace, LoadedTrace) or any(
-        b is not None for b in trace.columns["block_size"]
-    ):
+    if not trace.token_ids_only:
         return None
     closed = replay_from_shared(policy, num_groups=num_groups(policy))
     if closed is None:

@@ -8,7 +8,7 @@ twice. Chunk size changes memory use only, never a result.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from analyzer.prefixes.backend import to_numpy
 from analyzer.prefixes.exact import ExactPath
 from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, HashParams, PowerTables
 from analyzer.prefixes.matcher import ChunkView, ViewMatcher
-from analyzer.prefixes.radix import COMPILED_MIN_UNITS, radix_views
+from analyzer.prefixes.radix import COMPILED_MIN_UNITS, RadixMatch, radix_views
 from analyzer.prefixes.source import Archive, Chunk, RequestMeta, SequenceSource
 
 DEFAULT_CHUNK_TOKENS = 1 << 22
@@ -124,9 +124,38 @@ def _compiled_match(source: SequenceSource, *, xp: Any, options: MatchOptions):
     views = radix_views(meta, source.flat, source.starts)
     if views is None:  # pragma: no cover - numba is a dependency
         return None
-    q_any, p_any, e_any, w_any = views["any"]
     if options.progress:
         options.progress(meta.n, meta.n)
+    return _radix_arrays(views)
+
+
+def match_stream(
+    meta: RequestMeta,
+    chunks: Iterable[tuple[int, int, np.ndarray, np.ndarray]],
+    dtype: np.dtype,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> MatchArrays:
+    """Every view's answers for sequences that stream by in arrival order, each chunk
+    (first, stop, flat, starts) held only while it is matched: request i (first <= i <
+    stop) is flat[starts[i - first] :][: meta.insert_len[i]], `dtype` values. The radix
+    tree keeps what it needs of them (`radix.RadixMatch`); answers as `run_matcher`'s."""
+    match = RadixMatch(meta, dtype)
+    done = 0
+    for first, stop, flat, starts in chunks:
+        if first != done:
+            raise ValueError(f"chunk of requests {first}..{stop} after {done}: not in order")
+        match.feed(flat, starts, first, stop)
+        done = stop
+        if progress:
+            progress(done, meta.n)
+    if done != meta.n:
+        raise ValueError(f"the chunks held {done} of {meta.n} requests")
+    return _radix_arrays(match.views())
+
+
+def _radix_arrays(views: dict) -> MatchArrays:
+    q_any, p_any, e_any, w_any = views["any"]
     return MatchArrays(
         shared_any=q_any,
         parent=p_any,

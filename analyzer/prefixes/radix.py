@@ -1,18 +1,20 @@
-"""Exact longest shared prefixes by a compiled radix tree, for sequences held in memory.
+"""Exact longest shared prefixes by a compiled radix tree, over sequences held in memory or
+streamed through it in arrival order.
 
 The same answers as `matcher.ViewMatcher` (see its definitions of e/w and L/p), computed
 the direct way: every view keeps one radix tree per namespace, and each request, in
 arrival order, walks its inserted sequence down its tree and then hangs the rest of it
-off the point where the walk stopped. Every edge is a slice of the sequence that created
-it, named by (that request, first depth, last depth), so the tree holds no token; a
-child is found by its parent and its first unit in one open-addressing table, with the
-whole key stored, so no lookup can collide. An edge remembers the request that created
-it, which is the earliest request holding any point on it (a split keeps the creator on
-both halves): the walk's last point gives e and w, the point at the prompt's length
-gives p. The work is the tokens compared, sum of e over requests, plus one lookup per
-edge walked: a compiled loop (numba), so it runs where every sequence is in memory
-already (the replay's L1/L2, a worker's partition), on the CPU. The vectorised matcher
-does everything else: chunks read from the store, archives, the GPU.
+off the point where the walk stopped. An edge is a run of units named by where they are
+(a base, first depth, last depth): in the held array, so the tree holds no unit, or, when
+the sequences stream by and are dropped, in the trees' arena, which keeps each request's
+units from its shallowest new leaf on, once for every view (about the trace's unique
+content). A child is found by its parent and its first unit in one open-addressing table,
+with the whole key stored, so no lookup can collide. An edge remembers the request that
+created it, which is the earliest request holding any point on it (a split keeps the
+creator on both halves): the walk's last point gives e and w, the point at the prompt's
+length gives p. The work is the tokens compared, sum of e over requests, plus one lookup
+per edge walked: a compiled loop (numba) on the CPU. The vectorised matcher does the
+rest: chunks read from the store by `hpa match`, archives, the GPU.
 """
 
 from __future__ import annotations
@@ -39,14 +41,12 @@ def load_early(dtype: np.dtype) -> None:
     half second numba takes is then spent while DuckDB reads (its scans release the GIL)."""
     if _loading or _compiled.cache_info().currsize:
         return
-    flat = np.zeros(1, dtype=dtype)
 
     def load() -> None:
-        kernel = _compiled()
-        if kernel is not None:  # one request of one unit: the signature the caller needs
-            one, none = np.ones(1, np.int64), np.zeros(1, np.int64)
-            out = [np.full(1, -1, np.int64) for _ in range(4)]
-            kernel(flat, none, one, one, none, 1, *out)
+        if _compiled() is not None:  # one request of one unit: the signature callers use
+            ones = np.ones(1, np.int64)
+            meta = RequestMeta(ones, ones, ones, ones, ones, ones * 0, ones)
+            RadixMatch(meta, np.dtype(dtype)).run(_compiled(), np.zeros(1, dtype), ones * 0, 0, 1)
 
     _loading.append(threading.Thread(target=load, name="hpa-numba"))
     _loading[0].start()
@@ -61,6 +61,98 @@ def _ready() -> None:
 
 os.register_at_fork(before=_ready)
 
+VIEWS = ("any", "replica", "conversation")
+
+
+class RadixMatch:
+    """The radix trees of every view of `meta`, fed its requests in arrival order: all at
+    once where every sequence is held (`held`: the array `feed` is given, which the trees'
+    edges then point into), or chunk by chunk as they stream (the trees then keep their
+    own copy of each unit no earlier request had: an arena about the trace's unique
+    content, every view's edges pointing into it). Answers never depend on the chunks.
+
+    Memory: about 130 bytes a request a view (nodes and the child table), plus the arena
+    (`dtype` units; virtual until written) when nothing is held."""
+
+    def __init__(self, meta: RequestMeta, dtype: np.dtype, *, held: np.ndarray | None = None):
+        n = meta.n
+        self.n = n
+        self.alias_replica = bool(np.array_equal(meta.ns_replica, meta.ns_any))
+        wanted = {
+            "any": meta.ns_any,
+            "replica": meta.ns_replica,
+            "conversation": meta.ns_conversation,
+        }
+        self.names = [
+            name
+            for name in VIEWS
+            if n and wanted[name].max() >= 0 and not (name == "replica" and self.alias_replica)
+        ]
+        num_views = len(self.names)
+        self.ns = np.zeros((num_views, n), dtype=np.int64)
+        for v, name in enumerate(self.names):
+            self.ns[v] = wanted[name]
+        num_ns = self.ns.max(axis=1) + 1 if n else np.zeros(0, np.int64)
+        self.lens = np.ascontiguousarray(meta.insert_len, dtype=np.int64)
+        self.qlen = np.minimum(meta.query_len, self.lens).astype(np.int64)
+        max_nodes = int(num_ns.max(initial=0)) + 2 * n + 1
+        cap = 1
+        while cap < 2 * max_nodes:
+            cap *= 2
+        shape = (num_views, max_nodes)
+        self.nodes = (  # per node: lo, hi (an edge holds units [lo, hi)), base, creator
+            np.zeros(shape, np.int64),
+            np.zeros(shape, np.int64),
+            np.zeros(shape, np.int64),
+            np.full(shape, -1, np.int64),
+        )
+        self.table = (  # open addressing: (parent node, first unit) -> child node
+            np.full((num_views, cap), -1, np.int64),
+            np.zeros((num_views, cap), np.int64),
+            np.zeros((num_views, cap), np.int64),
+        )
+        # nodes used per view (roots 0..num_ns-1 first), then the arena's used units
+        self.counts = np.append(num_ns, 0).astype(np.int64)
+        self.own = held is None
+        self.arena = np.empty(int(self.lens.sum()), dtype) if held is None else held
+        self.out = np.full((4, num_views, n), -1, np.int64)  # L, p, e, w per view
+
+    def feed(self, flat: np.ndarray, starts: np.ndarray, first: int, stop: int) -> None:
+        """Requests [first, stop): request i's inserted sequence is flat[starts[i - first]
+        :][: insert_len[i]] (`flat` is the held array itself when one is held)."""
+        _ready()
+        self.run(_compiled(), flat, starts, first, stop)
+
+    def run(self, kernel, flat: np.ndarray, starts: np.ndarray, first: int, stop: int) -> None:
+        """`feed` with `kernel` (load_early's thread: the kernel it is loading)."""
+        if not self.names or stop <= first:
+            return
+        kernel(
+            flat,
+            np.ascontiguousarray(starts, dtype=np.int64),
+            first,
+            stop,
+            self.lens,
+            self.qlen,
+            self.ns,
+            *self.nodes,
+            *self.table,
+            self.counts,
+            self.arena,
+            self.arena if self.own else self.arena[:0].copy(),  # written to; `held` may not be
+            self.own,
+            *self.out,
+        )
+
+    def views(self) -> dict[str, tuple[np.ndarray, ...]]:
+        """Per view: (L, p, e, w) per request in units, -1 where a request is not in the
+        view (p and w: -1 where nothing is shared)."""
+        none = tuple(np.full(self.n, -1, np.int64) for _ in range(4))
+        out = {name: tuple(self.out[:, v]) for v, name in enumerate(self.names)}
+        if self.alias_replica and "any" in out:
+            out["replica"] = out["any"]
+        return {name: out.get(name, none) for name in VIEWS}
+
 
 def radix_views(meta: RequestMeta, flat: np.ndarray, starts: np.ndarray):
     """Per view of `engine` ("any", "replica", "conversation"): (L, p, e, w) per request
@@ -68,90 +160,164 @@ def radix_views(meta: RequestMeta, flat: np.ndarray, starts: np.ndarray):
     shared); None without numba. Request i's inserted sequence is
     flat[starts[i] : starts[i] + meta.insert_len[i]]; `flat` is int32 or int64."""
     _ready()
-    kernel = _compiled()
-    if kernel is None:  # pragma: no cover - numba is a dependency
+    if _compiled() is None:  # pragma: no cover - numba is a dependency
         return None
-    lens = meta.insert_len.astype(np.int64, copy=False)
-    qlen = np.minimum(meta.query_len, lens).astype(np.int64)
-    starts = starts.astype(np.int64, copy=False)
-    out = {}
-    for name, ns in (
-        ("any", meta.ns_any),
-        ("replica", meta.ns_replica),
-        ("conversation", meta.ns_conversation),
-    ):
-        if name == "replica" and np.array_equal(ns, meta.ns_any):
-            out[name] = out["any"]
-            continue
-        got = tuple(np.full(meta.n, -1, dtype=np.int64) for _ in range(4))
-        num_ns = int(ns.max()) + 1 if meta.n else 0
-        if num_ns > 0:
-            kernel(flat, starts, lens, qlen, ns.astype(np.int64), num_ns, *got)
-        out[name] = got
-    return out
+    match = RadixMatch(meta, flat.dtype, held=flat)
+    match.feed(flat, starts, 0, meta.n)
+    return match.views()
 
 
-def _walk_all(
-    flat, starts, lens, qlen, ns, num_ns, q_shared, q_parent, e_out, w_out
-):  # pragma: no cover
-    """Walk then insert every request of one view (see the module doc)."""
-    n = ns.shape[0]
-    max_nodes = num_ns + 2 * n + 1
-    lo = np.zeros(max_nodes, dtype=np.int64)  # an edge covers depths (lo, hi]
-    hi = np.zeros(max_nodes, dtype=np.int64)
-    seq = np.zeros(max_nodes, dtype=np.int64)  # the request whose units label it
-    creator = np.full(max_nodes, -1, dtype=np.int64)
-    cap = 1
-    while cap < 2 * max_nodes:
-        cap *= 2
-    t_node = np.full(cap, -1, dtype=np.int64)
-    t_unit = np.zeros(cap, dtype=np.int64)
-    t_child = np.zeros(cap, dtype=np.int64)
-    num_nodes = num_ns  # nodes 0..num_ns-1 are the roots, depth 0
-    for j in range(n):
-        if ns[j] < 0:
-            continue
-        start, length = starts[j], lens[j]
-        node, d, holder, q_holder = ns[j], 0, -1, -1
-        while d < length:
-            unit = np.int64(flat[start + d])
-            slot = _find(t_node, t_unit, node, unit, cap)
-            if t_node[slot] < 0:  # nothing earlier continues here: j's rest is a new leaf
-                num_nodes = _add(lo, hi, seq, creator, num_nodes, d, length, j)
-                _put(t_node, t_unit, t_child, slot, node, unit, num_nodes - 1)
-                break
-            child = t_child[slot]
-            base = starts[seq[child]]
-            m = d + 1
-            stop = min(hi[child], length)
-            while m < stop and flat[base + m] == flat[start + m]:
-                m += 1
-            holder = creator[child]
-            if d < qlen[j] <= m:
-                q_holder = holder
-            if m == hi[child]:
-                node, d = child, m
+def _feed(
+    flat,
+    starts,
+    first,
+    stop,
+    lens,
+    qlen,
+    ns,
+    lo,
+    hi,
+    base,
+    creator,
+    t_node,
+    t_unit,
+    t_child,
+    counts,
+    arena,
+    store,
+    own,
+    q_shared,
+    q_parent,
+    e_out,
+    w_out,
+):  # pragma: no cover - compiled
+    """Walk then insert requests [first, stop) into every view (see the module doc)."""
+    num_views = ns.shape[0]
+    cap = t_node.shape[1]
+    pend_node = np.full(num_views, -1, np.int64)  # where each view hangs the rest of j
+    pend_d = np.zeros(num_views, np.int64)
+    pend_slot = np.full(num_views, -1, np.int64)  # its free table slot, if found already
+    for j in range(first, stop):
+        start, length = starts[j - first], lens[j]
+        rest = length  # the shallowest depth a view hangs a new leaf at
+        for v in range(num_views):
+            pend_node[v] = -1
+            if ns[v, j] < 0:
                 continue
-            d = m
-            if m < length:  # j branches off inside the edge: split it at m
-                num_nodes = _add(lo, hi, seq, creator, num_nodes, lo[child], m, seq[child])
-                mid = num_nodes - 1
-                creator[mid] = creator[child]
-                t_child[slot] = mid
-                lo[child] = m
-                _link(t_node, t_unit, t_child, cap, mid, np.int64(flat[base + m]), child)
-                num_nodes = _add(lo, hi, seq, creator, num_nodes, m, length, j)
-                _link(t_node, t_unit, t_child, cap, mid, np.int64(flat[start + m]), num_nodes - 1)
+            d = _walk(
+                flat,
+                start,
+                length,
+                qlen[j],
+                ns[v, j],
+                v,
+                j,
+                lo,
+                hi,
+                base,
+                creator,
+                t_node,
+                t_unit,
+                t_child,
+                counts,
+                arena,
+                cap,
+                pend_node,
+                pend_d,
+                pend_slot,
+                q_shared,
+                q_parent,
+                e_out,
+                w_out,
+            )
+            if pend_node[v] >= 0:
+                rest = min(rest, d)
+        if rest == length:
+            continue
+        leaf_base = start
+        if own:  # the arena keeps j's units from the shallowest new leaf on
+            used = counts[num_views]
+            store[used : used + length - rest] = flat[start + rest : start + length]
+            leaf_base = used - rest
+            counts[num_views] = used + length - rest
+        for v in range(num_views):
+            node = pend_node[v]
+            if node < 0:
+                continue
+            d = pend_d[v]
+            leaf = counts[v]
+            counts[v] = leaf + 1
+            lo[v, leaf], hi[v, leaf], base[v, leaf], creator[v, leaf] = d, length, leaf_base, j
+            unit = np.int64(flat[start + d])
+            if pend_slot[v] >= 0:
+                _put(t_node[v], t_unit[v], t_child[v], pend_slot[v], node, unit, leaf)
+            else:
+                _link(t_node[v], t_unit[v], t_child[v], cap, node, unit, leaf)
+
+
+def _walk(
+    flat,
+    start,
+    length,
+    qlen,
+    root,
+    v,
+    j,
+    lo,
+    hi,
+    base,
+    creator,
+    t_node,
+    t_unit,
+    t_child,
+    counts,
+    arena,
+    cap,
+    pend_node,
+    pend_d,
+    pend_slot,
+    q_shared,
+    q_parent,
+    e_out,
+    w_out,
+):  # pragma: no cover - compiled
+    """Request j down view v's tree: its answers, a split where it branches inside an
+    edge, and where its new leaf goes (pend_*; none when all of it was there). -> depth."""
+    node, d, holder, q_holder = root, 0, -1, -1
+    while d < length:
+        unit = np.int64(flat[start + d])
+        slot = _find(t_node[v], t_unit[v], node, unit, cap)
+        if t_node[v, slot] < 0:  # nothing earlier continues here: j's rest is a new leaf
+            pend_node[v], pend_d[v], pend_slot[v] = node, d, slot
             break
-        shared = min(d, qlen[j])
-        e_out[j], q_shared[j] = d, shared
-        w_out[j] = holder if d > 0 else -1
-        q_parent[j] = (holder if shared == d else q_holder) if shared > 0 else -1
-
-
-def _add(lo, hi, seq, creator, num_nodes, a, b, owner):  # pragma: no cover - compiled
-    lo[num_nodes], hi[num_nodes], seq[num_nodes], creator[num_nodes] = a, b, owner, owner
-    return num_nodes + 1
+        child = t_child[v, slot]
+        b = base[v, child]
+        m = d + 1
+        end = min(hi[v, child], length)
+        while m < end and arena[b + m] == flat[start + m]:
+            m += 1
+        holder = creator[v, child]
+        if d < qlen <= m:
+            q_holder = holder
+        if m == hi[v, child]:
+            node, d = child, m
+            continue
+        d = m
+        if m < length:  # j branches off inside the edge: split it at m
+            mid = counts[v]
+            counts[v] = mid + 1
+            lo[v, mid], hi[v, mid], base[v, mid] = lo[v, child], m, b
+            creator[v, mid] = creator[v, child]
+            t_child[v, slot] = mid
+            lo[v, child] = m
+            _link(t_node[v], t_unit[v], t_child[v], cap, mid, np.int64(arena[b + m]), child)
+            pend_node[v], pend_d[v], pend_slot[v] = mid, m, -1
+        break
+    shared = min(d, qlen)
+    e_out[v, j], q_shared[v, j] = d, shared
+    w_out[v, j] = holder if d > 0 else -1
+    q_parent[v, j] = (holder if shared == d else q_holder) if shared > 0 else -1
+    return d
 
 
 def _find(t_node, t_unit, node, unit, cap):  # pragma: no cover - compiled
@@ -177,13 +343,13 @@ def _link(t_node, t_unit, t_child, cap, node, unit, child):  # pragma: no cover 
 def _compiled():
     """The compiled kernel, or None without numba (imported on first use, as in
     `traces.token_scan`)."""
-    global _add, _find, _link, _put
+    global _find, _link, _put, _walk
     try:
         from numba import njit
     except ImportError:  # pragma: no cover - numba is a dependency
         return None
-    _add = njit(cache=True, nogil=True)(_add)
+    _walk = njit(cache=True, nogil=True)(_walk)
     _find = njit(cache=True, nogil=True)(_find)
     _put = njit(cache=True, nogil=True)(_put)
     _link = njit(cache=True, nogil=True)(_link)
-    return njit(cache=True, nogil=True)(_walk_all)
+    return njit(cache=True, nogil=True)(_feed)

@@ -333,7 +333,9 @@ def test_the_geometry_is_fitted_before_the_trace_loads(tmp_path, monkeypatch):
     calls = []
     fit, load = replay_module.fit_policy, StoredRequests.driver_trace
     monkeypatch.setattr(replay_module, "fit_policy", lambda *a: calls.append("fit") or fit(*a))
-    monkeypatch.setattr(StoredRequests, "driver_trace", lambda *a: calls.append("load") or load(*a))
+    monkeypatch.setattr(
+        StoredRequests, "driver_trace", lambda *a, **k: calls.append("load") or load(*a, **k)
+    )
     outcome = run_replay(make_policy({"model": QWEN}), db_path=db)
     assert calls == ["fit", "load"]
     assert outcome.policy.block_size == 1024  # fitted to the 512-token blocks

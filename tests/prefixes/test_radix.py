@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.prefixes import engine
-from analyzer.prefixes.engine import MatchOptions, run_matcher
+from analyzer.prefixes.engine import MatchOptions, match_stream, run_matcher
 from analyzer.prefixes.memory import MemorySource, Request
 from analyzer.prefixes.source import PartitionSource
 
@@ -55,6 +55,29 @@ def test_sequences_anywhere_in_the_array_give_the_same_answers(requests, data):
     assert_same_arrays(got, match_memory(requests))
     # the vectorised matcher reads a gapped source too
     assert_same_arrays(run_matcher(_gapped(requests, gaps), xp=np, options=MatchOptions()), got)
+
+
+def _streamed(requests: list[Request], cuts: list[int], gap: int):
+    """The inserted sequences as chunks of requests split at `cuts`, each chunk its own
+    array (after `gap` junk units), as a stream hands them over and then drops them."""
+    held = MemorySource.from_requests(requests)
+    bounds = sorted({0, len(requests), *(c % (len(requests) + 1) for c in cuts)})
+    for first, stop in zip(bounds[:-1], bounds[1:], strict=False):
+        a, b = held.offsets[first], held.offsets[stop]
+        flat = np.concatenate([np.full(gap, 99, np.int64), held.flat[a:b]])
+        yield first, stop, flat, held.offsets[first:stop] - a + gap
+        flat[:] = -7  # gone: the trees must not read a chunk they were given before
+
+
+@SETTINGS
+@given(requests_(), st.lists(st.integers(0, 40), max_size=6), st.integers(0, 2))
+def test_streamed_chunks_give_the_held_answers(requests, cuts, gap):
+    """Fed chunk by chunk, each dropped after it is matched, the trees keep their own copy
+    of the units they need: the answers are the held ones, whatever the chunks."""
+    meta = MemorySource.from_requests(requests).meta
+    got = match_stream(meta, _streamed(requests, cuts, gap), np.dtype(np.int64))
+    assert_same_arrays(got, run_matcher(_held(requests), xp=np, options=ALWAYS))
+    assert_same_as_trie(requests, got)
 
 
 def test_long_shared_prefixes_split_where_requests_branch():

@@ -1,0 +1,139 @@
+"""The replay that streams token ids from the store through L1/L2 (pipeline.streamed) gives
+exactly the rows of the replay that holds them: in arrival order or not, whatever the
+batches, under a memory cap DuckDB runs out of or not."""
+
+from __future__ import annotations
+
+import random
+
+import duckdb
+import numpy as np
+import pytest
+
+from analyzer.errors import StoreError
+from analyzer.executors import LOCAL
+from analyzer.pipeline import replay as replay_module
+from analyzer.pipeline import streamed
+from analyzer.pipeline.replay import run_replay
+from analyzer.pipeline.streamed import StoredTrace, stored_trace
+from analyzer.pipeline.trace import LoadedTrace
+from analyzer.sim.policy import make_policy
+from analyzer.store.db import connect
+from analyzer.store.ingest import ingest
+from analyzer.traces.synth import generate
+from tests.conftest import write_jsonl
+
+FA = {"groups": ["full_attention"], "block_size": 16}
+SETTINGS = "SELECT current_setting('threads'), current_setting('memory_limit')"
+ROWS = "SELECT * EXCLUDE (run_id) FROM replay_requests WHERE run_id = ? ORDER BY arrival_seq"
+
+
+def _records(shuffle: bool) -> list[dict]:
+    """A mixed trace with outputs, conversations, two revisions and two replicas; shuffled,
+    its file order (the store's order) is not its arrival order."""
+    records = list(generate("mixed", seed=3, num_requests=120))
+    for k, r in enumerate(records):
+        r["replica"] = "ab"[k % 2]
+        if k % 3 == 0:
+            r["output_token_ids"] = [7, 8, k % 5]
+            r.pop("output_tokens", None)
+    if shuffle:
+        random.Random(5).shuffle(records)
+    return records
+
+
+@pytest.fixture
+def always_streams(monkeypatch):
+    """Stream whatever the trace's size, a few rows a batch; -> the chunks matched."""
+    monkeypatch.setattr(streamed, "COMPILED_MIN_UNITS", 0)
+    monkeypatch.setattr(streamed, "MAX_BATCH_ROWS", 7)
+    chunks = []
+    match = streamed.match_stream
+
+    def spy(meta, stream, dtype):
+        return match(meta, (chunks.append(c[:2]) or c for c in stream), dtype)
+
+    monkeypatch.setattr(streamed, "match_stream", spy)
+    return chunks
+
+
+def _both_ways(tmp_path, monkeypatch, records, policy=FA) -> tuple[list, list]:
+    db = tmp_path / "t.duckdb"
+    ingest([write_jsonl(tmp_path / "t.jsonl", records)], db_path=db)
+    streamed_run = run_replay(make_policy(policy), db_path=db).run_id
+    with monkeypatch.context() as m:
+        m.setattr(replay_module, "streams_tokens", lambda *a: False)
+        held_run = run_replay(make_policy(policy), db_path=db).run_id
+    con = duckdb.connect(str(db))
+    try:
+        return [con.execute(ROWS, [run]).fetchall() for run in (streamed_run, held_run)]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["in arrival order", "shuffled"])
+def test_streamed_rows_are_the_held_rows(tmp_path, monkeypatch, always_streams, shuffle):
+    got, want = _both_ways(tmp_path, monkeypatch, _records(shuffle))
+    assert len(got) == 120 and got == want
+    runs = always_streams  # streamed, in arrival order, a batch (or what it completes) at a time
+    assert [a for a, _ in runs] == [0] + [b for _, b in runs[:-1]] and runs[-1][1] == 120
+    assert len(runs) > (2 if shuffle else 120 // 7)
+    assert sum(r[7] for r in got) > 0  # something was shared (shared_any_tokens)
+
+
+def test_routing_by_replica_and_a_shared_cache_stream_too(tmp_path, monkeypatch, always_streams):
+    policy = {**FA, "routing": "round_robin", "replicas": 3, "cache_scope": "shared"}
+    got, want = _both_ways(tmp_path, monkeypatch, _records(True), policy)
+    assert got == want
+
+
+def test_a_cap_duckdb_runs_out_of_is_raised_until_none(tmp_path, monkeypatch, always_streams):
+    tried = []
+    match = StoredTrace._match
+
+    def spy(self, meta, cap):
+        tried.append(cap)
+        return match(self, meta, cap)
+
+    monkeypatch.setattr(StoredTrace, "_match", spy)
+    monkeypatch.setattr(streamed, "STREAM_MEMORY_CAPS", ("1KB", None))
+    monkeypatch.setattr(streamed, "MAX_BATCH_ROWS", 8192)
+    got, want = _both_ways(tmp_path, monkeypatch, _records(False))
+    assert tried == ["1KB", None] and got == want
+
+
+def test_the_connection_keeps_its_settings(tmp_path, always_streams):
+    db = tmp_path / "t.duckdb"
+    ingest([write_jsonl(tmp_path / "t.jsonl", _records(True))], db_path=db)
+    con = connect(db)
+    try:
+        before = con.execute(SETTINGS).fetchall()
+        trace = stored_trace(con)
+        assert isinstance(trace, StoredTrace)
+        ns = np.zeros(trace.n, dtype=np.int64)
+        trace.shared_units(ns, ns, LOCAL)
+        assert con.execute(SETTINGS).fetchall() == before
+    finally:
+        con.close()
+
+
+def test_lengths_that_disagree_with_the_lists_are_an_error(tmp_path, always_streams):
+    db = tmp_path / "t.duckdb"
+    ingest([write_jsonl(tmp_path / "t.jsonl", _records(False))], db_path=db)
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE requests SET output_tokens = 9 WHERE output_token_ids IS NOT NULL")
+    con.close()
+    with pytest.raises(StoreError, match="requests changed while they were being read"):
+        run_replay(make_policy(FA), db_path=db)
+
+
+def test_small_or_hash_id_traces_are_loaded(tmp_path):
+    """Below COMPILED_MIN_UNITS holding the ids costs less than numba; hash-id traces are
+    not replayed from shared prefixes by the driver."""
+    db = tmp_path / "t.duckdb"
+    ingest([write_jsonl(tmp_path / "t.jsonl", _records(False))], db_path=db)
+    con = connect(db)
+    try:
+        assert isinstance(stored_trace(con), LoadedTrace)
+    finally:
+        con.close()
