@@ -18,6 +18,7 @@ from analyzer.config.policy import Policy
 from analyzer.sim.common.hashing import HashInterner, request_hashes
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
+from analyzer.sim.vllm.dense import DenseReplay, dense_applies
 from analyzer.sim.vllm.fast import UnboundedReplay, failed, fast_path_applies
 from analyzer.sim.vllm.layout import CacheLayout, make_layout
 from analyzer.sim.vllm.managers import FullAttentionManager, ReqState
@@ -37,11 +38,18 @@ class VllmReplay:
         self.coord = Coordinator(self.layout)
         self._events = _decode_events(self.layout)
         self._evicted_keys = self._track_evicted()
+        # Same results, computed in closed form (fast.py) or by a compiled loop (dense.py);
+        # `fast=False` replays block by block here.
+        self._dense = None
         if fast and fast_path_applies(self.layout):
-            # Same results, computed in closed form (fast.py); `fast=False` forces blocks.
             self.replay_one = UnboundedReplay(self.layout, self.interner).replay_one
+        elif fast and dense_applies(self.layout):
+            self._dense = DenseReplay(self.layout, self.interner, NOT_SCHEDULABLE)
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
+        if self._dense is not None:
+            yield from self._dense.run(requests)
+            return
         for request in requests:
             yield self.replay_one(request)
 

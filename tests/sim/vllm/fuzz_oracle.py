@@ -83,7 +83,9 @@ def random_trace(rng: random.Random, block: int) -> list[dict]:
     return records
 
 
-def random_case(rng: random.Random) -> dict:
+def random_case(rng: random.Random, dense: bool = False) -> dict:
+    """A random policy and trace; `dense`: one full-attention group, a bounded pool, no
+    drafter (what sim/vllm/dense.py replays)."""
     block = rng.choice([2, 4, 8, 16, 32])
     groups = rng.choice(
         [
@@ -93,6 +95,8 @@ def random_case(rng: random.Random) -> dict:
             ["full_attention", "sliding_window", "mamba"],
         ]
     )
+    if dense:
+        groups = ["full_attention"]
     values = {"block_size": block, "groups": groups}
     args = [
         "--block-size",
@@ -115,14 +119,16 @@ def random_case(rng: random.Random) -> dict:
     if rng.random() < 0.3:
         values["max_num_batched_tokens"] = rng.choice([16, 24, 32, 48])
         args += ["--max-num-batched-tokens", str(values["max_num_batched_tokens"])]
-    values["num_blocks"] = rng.randint(4, 80) if rng.random() < 0.5 else None
+    values["num_blocks"] = rng.randint(4, 80) if dense or rng.random() < 0.5 else None
     args += ["--num-gpu-blocks", str(values["num_blocks"] or 20000)]
     counts = {}
-    if rng.random() < 0.3:
+    if not dense and rng.random() < 0.3:
         counts = {g: rng.choice([1, 1, 2]) for g in groups}
         for g, c in counts.items():
             args += [FLAGS[g], str(c)]
     values["spec_decode"] = rng.choice(["none", "none", "eagle_lookahead", "eagle_drop"])
+    if dense:
+        values["spec_decode"] = "none"
     args += {
         "none": [],
         "eagle_lookahead": ["--eagle"],
@@ -166,9 +172,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cases", type=int, default=100)
+    parser.add_argument(
+        "--dense", action="store_true", help="only full attention in a bounded pool (dense.py)"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    cases = [random_case(rng) for _ in range(args.cases)]
+    cases = [random_case(rng, args.dense) for _ in range(args.cases)]
     jobs = json.dumps([{"args": c["args"], "trace": c["trace"]} for c in cases])
     done = subprocess.run(
         [ORACLE_PYTHON, "-c", BATCH],
