@@ -335,7 +335,7 @@ def _read_into(con, path: Path, fmt: str, tally: _Tally, progress: Progress | No
         counter = CountingReader(raw)
         report = (lambda: progress(counter.num_bytes, total)) if progress else (lambda: None)
         stream = open_binary(path, counter)
-        units = write_units(prefetched(READERS[fmt](path, stream, report)))
+        units = prefetched(write_units(READERS[fmt](path, stream, report)))
         try:
             with closing(units):  # the reader's thread stops before the file closes
                 for batch in units:

@@ -1,12 +1,14 @@
-"""How ingest feeds DuckDB: a reader's batches parsed one ahead in a thread, and stored a
-write unit at a time.
+"""How ingest feeds DuckDB: a reader's batches merged into write units, the next unit
+parsed in a thread while this one is stored.
 
 - Write units: DuckDB's cost per insert (a commit, its WAL, checkpoints) made 1,350-row
   inserts of a 70 M-token trace 1.7x slower than 20,000-row ones; a unit holds at least
   WRITE_UNIT_ROWS records or WRITE_UNIT_UNITS token ids (about 4 bytes each).
 - Prefetch: parsing (the token scanner, Arrow's JSON reader) and DuckDB's insert both
-  release the GIL, so the next batch parses while this one is stored. One batch ahead at
-  most: memory stays flat.
+  release the GIL, so the next unit parses while this one is stored (`prefetched(
+  write_units(batches))`). A whole unit ahead, not a batch: a unit is several batches, and
+  one batch ahead let the parser run only while the first of them was stored (70 M tokens:
+  4.0 -> 3.2 s). One unit ahead at most: memory stays flat.
 """
 
 from __future__ import annotations
