@@ -92,15 +92,20 @@ LAYOUTS = {
 
 
 def make_trace(num_requests: int, seed: int) -> list[np.ndarray]:
-    """Prompts of ~2,000 tokens: one of 8 system prompts (1,000 tokens) + a unique user part."""
+    """Prompts of ~2,000 tokens: one of 8 system prompts (1,000 tokens) + a unique user part
+    (views of one array, as a replay holds the token ids it loads)."""
     rng = np.random.default_rng(seed)
     systems = [rng.integers(0, 32000, 1000, dtype=np.int32) for _ in range(8)]
     which = rng.integers(0, 8, num_requests)
     lengths = 1000 + rng.integers(-64, 65, num_requests)
-    return [
+    prompts = [
         np.concatenate([systems[w], rng.integers(0, 32000, n, dtype=np.int32)])
         for w, n in zip(which, lengths, strict=True)
     ]
+    # held as `hpa replay` holds a trace (pipeline.trace): views of one int32 array
+    flat = np.concatenate(prompts)
+    ends = np.cumsum([len(p) for p in prompts])
+    return [flat[e - len(p) : e] for p, e in zip(prompts, ends.tolist(), strict=True)]
 
 
 def run_ours(prompts: list[np.ndarray], values: dict) -> tuple[float, list]:

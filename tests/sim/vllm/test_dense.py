@@ -4,10 +4,15 @@ small enough to evict, refuse and stop mid-request; and which layouts it takes."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analyzer.sim.common.block_ids import CompiledBlockIds
+from analyzer.sim.common.hashing import HashInterner, request_hashes
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import VllmReplay
@@ -86,3 +91,79 @@ def test_cases(block, num_blocks, budget, prompts, outputs):
 )
 def test_the_layouts_it_replays(values, applies):
     assert dense_applies(make_layout(make_policy(values))) is applies
+
+
+def test_hash_id_requests_beside_token_ids():
+    """Hash-id requests are hashed as the replay hashes them, token-id ones by the compiled
+    interner, from one id counter: neither kind matches the other, each matches its own."""
+    hashed = [
+        SimRequest("h0", block_hash_ids=[1, 2, 3], trace_block_size=2, prompt_tokens=6),
+        SimRequest("t0", [1, 2, 3, 4, 5, 6]),
+        SimRequest("h1", block_hash_ids=[1, 2, 9], trace_block_size=2, prompt_tokens=5),
+        SimRequest("t1", [1, 2, 3, 4, 5, 6, 7], None, 3),
+        SimRequest("h2", block_hash_ids=[1, 2, 3, 4], trace_block_size=2, output_tokens=2),
+    ]
+    for num_blocks in (3, 6, 40):
+        policy = make_policy(
+            {"groups": ["full_attention"], "block_size": 2, "num_blocks": num_blocks}
+        )
+        got, want = _both(hashed, policy)
+        assert got == want
+
+
+@MANY
+@given(traces(max_requests=12, max_len=30), st.sampled_from([1, 2, 3, 4]))
+def test_compiled_block_ids_are_the_interners(requests, block):
+    """Two blocks get one id exactly when the interpreter's interner gives them one."""
+    interner, compiled = HashInterner(ahead=True), HashInterner(ahead=True)
+    ids = CompiledBlockIds(compiled, block)
+    want, tokens, starts, known, roots, at = [], [], [], [], [], 0
+    for r in requests:
+        seq = list(r.prompt_token_ids) + list(r.output_token_ids or [])
+        count = (len(seq) + r.num_output_tokens * (r.output_token_ids is None)) // block
+        want += request_hashes(interner, r, block, 0)[0].extend(count)[:count]
+        tokens += seq
+        starts.append(at)
+        known.append(len(seq) // block)
+        roots.append(compiled.root(r.namespace))
+        at += len(seq)
+    total = [
+        (r.num_prompt_tokens + r.num_output_tokens) // block for r in requests
+    ]  # the same counts, as the replay asks
+    got, _ = ids.ids(
+        np.asarray(tokens, np.int32),
+        np.asarray(starts),
+        np.asarray(known),
+        np.asarray(total),
+        np.asarray(roots),
+    )
+    assert len(got) == len(want)
+    pairs = {(a, b) for a, b in zip(got.tolist(), want, strict=True)}
+    assert len({a for a, _ in pairs}) == len({b for _, b in pairs}) == len(pairs)
+
+
+@MANY
+@given(traces(max_requests=12, max_len=30), dense_policies(), st.booleans())
+def test_views_of_one_held_array_read_in_place(requests, policy, adjacent):
+    """Prompts (and outputs) viewing one int32 array, as a loaded trace holds them, are
+    read where they are (outputs right after their prompts) or copied (elsewhere): the
+    results are the same."""
+    pieces, places = [], []
+    for r in requests:
+        out = [] if r.output_token_ids is None else list(r.output_token_ids)
+        places.append((sum(map(len, pieces)), len(r.prompt_token_ids), len(out)))
+        pieces += [list(r.prompt_token_ids), out if adjacent else [], [9]]
+    tail = sum(map(len, pieces))
+    flat = np.asarray([t for p in pieces for t in p] + [t for r in requests if not adjacent
+                      for t in (r.output_token_ids or [])], np.int32)  # fmt: skip
+    held, at_tail = [], tail
+    for r, (at, n, m) in zip(requests, places, strict=True):
+        if r.output_token_ids is None:
+            out = None
+        elif adjacent:
+            out = flat[at + n : at + n + m]
+        else:
+            out, at_tail = flat[at_tail : at_tail + m], at_tail + m
+        held.append(replace(r, prompt_token_ids=flat[at : at + n], output_token_ids=out))
+    got, want = _both(held, policy)
+    assert got == want and want == _both(requests, policy)[1]
