@@ -106,6 +106,9 @@ def stored_trace(con: duckdb.DuckDBPyConnection) -> StoredTrace | LoadedTrace:
     where that saves memory (token ids only, at least COMPILED_MIN_UNITS of them: below,
     loading numba costs more than holding them), else the LoadedTrace as `load_trace`."""
     require_tables(con, "requests")
+    [(prompt_tokens,)] = con.execute(load_sql("requests_prompt_tokens")).fetchall()
+    if prompt_tokens >= COMPILED_MIN_UNITS:
+        load_early(TOKEN_DTYPE)  # numba loads (0.5 s) while the scalars are read
     columns, lens, has = read_scalars(con)
     if not columns["request_id"]:
         raise StoreError("no requests in the database; run `hpa ingest FILE` first")
@@ -113,7 +116,6 @@ def stored_trace(con: duckdb.DuckDBPyConnection) -> StoredTrace | LoadedTrace:
     hashed = has["block_hash_ids"].any() or any(b is not None for b in columns["block_size"])
     if hashed or int(prompt_len.sum() + output_len.sum()) < COMPILED_MIN_UNITS:
         return load_trace(con)
-    load_early(TOKEN_DTYPE)  # the trees' kernel, while the rest is set up
     return StoredTrace(columns, con, prompt_len, output_len)
 
 
