@@ -168,29 +168,9 @@ def radix_views(meta: RequestMeta, flat: np.ndarray, starts: np.ndarray):
 
 
 def _feed(
-    flat,
-    starts,
-    first,
-    stop,
-    lens,
-    qlen,
-    ns,
-    lo,
-    hi,
-    base,
-    creator,
-    t_node,
-    t_unit,
-    t_child,
-    counts,
-    arena,
-    store,
-    own,
-    q_shared,
-    q_parent,
-    e_out,
-    w_out,
-):  # pragma: no cover - compiled
+    flat, starts, first, stop, lens, qlen, ns, lo, hi, base, creator, t_node, t_unit, t_child,
+    counts, arena, store, own, q_shared, q_parent, e_out, w_out,
+):  # pragma: no cover - compiled  # fmt: skip
     """Walk then insert requests [first, stop) into every view (see the module doc)."""
     num_views = ns.shape[0]
     cap = t_node.shape[1]
@@ -205,31 +185,10 @@ def _feed(
             if ns[v, j] < 0:
                 continue
             d = _walk(
-                flat,
-                start,
-                length,
-                qlen[j],
-                ns[v, j],
-                v,
-                j,
-                lo,
-                hi,
-                base,
-                creator,
-                t_node,
-                t_unit,
-                t_child,
-                counts,
-                arena,
-                cap,
-                pend_node,
-                pend_d,
-                pend_slot,
-                q_shared,
-                q_parent,
-                e_out,
-                w_out,
-            )
+                flat, start, length, qlen[j], ns[v, j], v, j, lo, hi, base, creator,
+                t_node, t_unit, t_child, counts, arena, cap, pend_node, pend_d, pend_slot,
+                q_shared, q_parent, e_out, w_out,
+            )  # fmt: skip
             if pend_node[v] >= 0:
                 rest = min(rest, d)
         if rest == length:
@@ -256,31 +215,9 @@ def _feed(
 
 
 def _walk(
-    flat,
-    start,
-    length,
-    qlen,
-    root,
-    v,
-    j,
-    lo,
-    hi,
-    base,
-    creator,
-    t_node,
-    t_unit,
-    t_child,
-    counts,
-    arena,
-    cap,
-    pend_node,
-    pend_d,
-    pend_slot,
-    q_shared,
-    q_parent,
-    e_out,
-    w_out,
-):  # pragma: no cover - compiled
+    flat, start, length, qlen, root, v, j, lo, hi, base, creator, t_node, t_unit, t_child,
+    counts, arena, cap, pend_node, pend_d, pend_slot, q_shared, q_parent, e_out, w_out,
+):  # pragma: no cover - compiled  # fmt: skip
     """Request j down view v's tree: its answers, a split where it branches inside an
     edge, and where its new leaf goes (pend_*; none when all of it was there). -> depth."""
     node, d, holder, q_holder = root, 0, -1, -1
