@@ -7,10 +7,13 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.pipeline.arrays import joined
+from analyzer.pipeline.token_stream import ExpectedLists, stream_match
+from analyzer.prefixes.engine import MatchArrays
 from analyzer.prefixes.radix import COMPILED_MIN_UNITS, load_early
 from analyzer.prefixes.source import Chunk, PartitionSource, RequestMeta
 from analyzer.store.db import (
     load_sql,
+    out_of_memory,
     query_arrow,
     require_tables,
     scan_settings,
@@ -22,10 +25,17 @@ from analyzer.store.tokens import STREAM_MEMORY_CAP, Placement, place_lists
 # `hpa match` holds every sequence in memory (and matches them with the compiled radix
 # tree) when they take at most this much: int32 token ids, int64 where hash ids are read.
 HOLD_BYTES = 1 << 30
+# DuckDB's buffer limit while `fetch` reads some requests' lists (48 MB ran out of memory
+# fetching the junction owners of 70 M tokens; 64 MB: +68 MiB, 0.32 s)
+FETCH_MEMORY_CAP = "64MB"
 
 
 class DuckDBSource:
-    """Reads the `requests` table of an open store. Creates the temp view it reads from."""
+    """Reads the `requests` table of an open store. Creates the temp view it reads from.
+
+    Chunks by range (`read`, the vectorised matcher's), sequences by id (`fetch`), all of
+    them held (`held`), or streamed once through the radix trees (`radix_stream`: what
+    `engine.run_matcher` does with this source on the CPU)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         require_tables(con, "requests")
@@ -41,13 +51,54 @@ class DuckDBSource:
         return Chunk(start, stop, flat, offsets)
 
     def fetch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        wanted = pa.table({"arrival_seq": pa.array(np.asarray(ids, dtype=np.int64))})
+        """The inserted sequences of requests `ids` (ascending; a run of nearby ones reads
+        the row groups around them only): under FETCH_MEMORY_CAP,
+        as their blocks are read once (cached, every list the rows share a block with would
+        stay: +220 MB fetching the junction owners of 70 M tokens); again without it if
+        DuckDB runs out of memory there."""
+        ids = np.asarray(ids, dtype=np.int64)
+        wanted = pa.table({"arrival_seq": pa.array(ids)})
+        bounds = {"lo": int(ids.min()), "hi": int(ids.max())} if ids.size else {"lo": 0, "hi": -1}
+        sql = load_sql("match_fetch_sequences")
         self.con.register("match_wanted", wanted)
         try:
-            table = query_arrow(self.con, load_sql("match_fetch_sequences"))
+            try:
+                with scan_settings(self.con, FETCH_MEMORY_CAP, threads=1):
+                    table = query_arrow(self.con, sql, bounds)
+            except (duckdb.OutOfMemoryException, OSError) as exc:
+                if not out_of_memory(exc):
+                    raise
+                table = query_arrow(self.con, sql, bounds)
         finally:
             self.con.unregister("match_wanted")
         return inserted_sequences(table)
+
+    def radix_stream(self) -> MatchArrays:
+        """Every view's answers, each inserted sequence streamed once from the store into
+        the radix trees (`pipeline.token_stream`): memory is their arena (the units no
+        earlier request had) and a batch, whatever the trace's size."""
+        meta = self.meta
+        hashed = self.hashed()
+        prompt = np.where(hashed, 0, meta.query_len)
+        lists = ExpectedLists(
+            prompt_len=prompt,
+            hash_len=np.where(hashed, meta.insert_len, 0),
+            output_len=np.where(hashed, 0, meta.insert_len - prompt),
+            hashed=hashed,
+            drop_last=0,
+            dtype=self.dtype(),
+        )
+        load_early(lists.dtype)
+        return stream_match(self.con, load_sql("match_load_tokens"), lists, meta)
+
+    def hashed(self) -> np.ndarray:
+        """Per request: whether it is block hash ids (its namespace says so)."""
+        meta = self.meta
+        return np.asarray([ns[0] for ns in meta.namespaces], dtype=bool)[meta.ns_any]
+
+    def dtype(self) -> np.dtype:
+        """The sequences' values: int32 token ids, int64 where any hash id is read."""
+        return np.dtype(np.int64 if self.hashed().any() else np.int32)
 
     def held(self, max_bytes: int | None = None) -> PartitionSource | None:
         """Every inserted sequence, read once into one array, where it takes at most
@@ -55,8 +106,7 @@ class DuckDBSource:
         reads chunks)."""
         meta = self.meta
         max_bytes = HOLD_BYTES if max_bytes is None else max_bytes
-        hashed = np.asarray([ns[0] for ns in meta.namespaces], dtype=bool)[meta.ns_any]
-        dtype = np.dtype(np.int64 if hashed.any() else np.int32)
+        hashed, dtype = self.hashed(), self.dtype()
         units = int(meta.insert_len.sum())
         if units * dtype.itemsize > max_bytes:
             return None

@@ -115,18 +115,25 @@ def run_matcher(source: SequenceSource, *, xp: Any, options: MatchOptions) -> Ma
 
 
 def _compiled_match(source: SequenceSource, *, xp: Any, options: MatchOptions):
-    """The radix tree's answers where it applies (see MatchOptions), else None."""
+    """The radix tree's answers where it applies (see MatchOptions), else None: over the
+    sequences where the source holds them all, else streamed by a source that can
+    (`radix_stream()`: it reads each sequence once, in arrival order, into the trees)."""
     meta = source.meta
-    if xp is not np or not getattr(source, "holds_all", False):
+    if xp is not np or int(meta.insert_len.sum()) < options.compiled_min_units:
         return None
-    if int(meta.insert_len.sum()) < options.compiled_min_units:
-        return None
-    views = radix_views(meta, source.flat, source.starts)
-    if views is None:  # pragma: no cover - numba is a dependency
+    stream = getattr(source, "radix_stream", None)
+    if getattr(source, "holds_all", False):
+        views = radix_views(meta, source.flat, source.starts)
+        if views is None:  # pragma: no cover - numba is a dependency
+            return None
+        arrays = _radix_arrays(views)
+    elif stream is not None:
+        arrays = stream()
+    else:
         return None
     if options.progress:
         options.progress(meta.n, meta.n)
-    return _radix_arrays(views)
+    return arrays
 
 
 def match_stream(

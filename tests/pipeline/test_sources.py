@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from analyzer.errors import StoreError
-from analyzer.pipeline import sources
+from analyzer.pipeline import token_stream
 from analyzer.pipeline.match import compute, match_prefixes
 from analyzer.pipeline.sources import DuckDBSource
 from analyzer.prefixes.engine import MatchOptions
@@ -64,11 +64,15 @@ def test_held_sequences_are_the_inserted_sequences(tmp_path):
     assert source.held(max_bytes=8 * 200) is None  # more than that: chunks
 
 
-@pytest.mark.parametrize("hold_bytes", [0, None])
+@pytest.mark.parametrize("batch_rows", [2, 8192])
 @pytest.mark.parametrize("compiled_min_units", [0, 1 << 40])
-def test_held_or_read_in_chunks_the_tables_are_the_same(
-    tmp_path, monkeypatch, hold_bytes, compiled_min_units
+def test_streamed_or_read_in_chunks_the_tables_are_the_same(
+    tmp_path, monkeypatch, batch_rows, compiled_min_units
 ):
+    """hpa match streams the sequences once through the radix trees (>= compiled_min_units;
+    hash ids and token ids, in batches of any size) or reads chunks for the vectorised
+    matcher: the same tables."""
+
     def tables(db):
         con = duckdb.connect(str(db))
         try:
@@ -80,10 +84,11 @@ def test_held_or_read_in_chunks_the_tables_are_the_same(
             con.close()
 
     want = store(tmp_path / "want.duckdb", REQUESTS)
-    monkeypatch.setattr(sources, "HOLD_BYTES", 0)
-    match_prefixes(want, backend="numpy", options=MatchOptions(chunk_requests=3))
+    match_prefixes(
+        want, backend="numpy", options=MatchOptions(chunk_requests=3, compiled_min_units=1 << 40)
+    )
     db = store(tmp_path / "t.duckdb", REQUESTS)
-    monkeypatch.setattr(sources, "HOLD_BYTES", 1 << 30 if hold_bytes is None else hold_bytes)
+    monkeypatch.setattr(token_stream, "MAX_BATCH_ROWS", batch_rows)
     options = MatchOptions(chunk_requests=3, compiled_min_units=compiled_min_units)
     match_prefixes(db, backend="numpy", options=options)
     assert tables(db) == tables(want)

@@ -13,7 +13,7 @@ import pytest
 from analyzer.errors import StoreError
 from analyzer.executors import LOCAL
 from analyzer.pipeline import replay as replay_module
-from analyzer.pipeline import streamed
+from analyzer.pipeline import streamed, token_stream
 from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.streamed import StoredTrace, stored_trace
 from analyzer.pipeline.trace import LoadedTrace
@@ -46,14 +46,14 @@ def _records(shuffle: bool) -> list[dict]:
 def always_streams(monkeypatch):
     """Stream whatever the trace's size, a few rows a batch; -> the chunks matched."""
     monkeypatch.setattr(streamed, "COMPILED_MIN_UNITS", 0)
-    monkeypatch.setattr(streamed, "MAX_BATCH_ROWS", 7)
+    monkeypatch.setattr(token_stream, "MAX_BATCH_ROWS", 7)
     chunks = []
-    match = streamed.match_stream
+    match = token_stream.match_stream
 
     def spy(meta, stream, dtype):
         return match(meta, (chunks.append(c[:2]) or c for c in stream), dtype)
 
-    monkeypatch.setattr(streamed, "match_stream", spy)
+    monkeypatch.setattr(token_stream, "match_stream", spy)
     return chunks
 
 
@@ -89,15 +89,15 @@ def test_routing_by_replica_and_a_shared_cache_stream_too(tmp_path, monkeypatch,
 
 def test_a_cap_duckdb_runs_out_of_is_raised_until_none(tmp_path, monkeypatch, always_streams):
     tried = []
-    match = StoredTrace._match
+    match = token_stream._match
 
-    def spy(self, meta, cap):
+    def spy(con, sql, lists, meta, cap):
         tried.append(cap)
-        return match(self, meta, cap)
+        return match(con, sql, lists, meta, cap)
 
-    monkeypatch.setattr(StoredTrace, "_match", spy)
-    monkeypatch.setattr(streamed, "STREAM_MEMORY_CAPS", ("1KB", None))
-    monkeypatch.setattr(streamed, "MAX_BATCH_ROWS", 8192)
+    monkeypatch.setattr(token_stream, "_match", spy)
+    monkeypatch.setattr(token_stream, "STREAM_MEMORY_CAPS", ("1KB", None))
+    monkeypatch.setattr(token_stream, "MAX_BATCH_ROWS", 8192)
     got, want = _both_ways(tmp_path, monkeypatch, _records(False))
     assert tried == ["1KB", None] and got == want
 
