@@ -20,9 +20,11 @@ from analyzer.errors import StoreError
 from analyzer.store.db import out_of_memory, scan_settings
 
 STREAM_ROWS = 8192
-STREAM_BYTES = 64 << 20  # rows a batch holds: fewer than STREAM_ROWS where rows are long
+STREAM_BYTES = 16 << 20  # rows a batch holds: fewer than STREAM_ROWS where rows are long
 # DuckDB's buffer limit while token ids are copied out into arrays (`place_lists`): each
-# block is read once, and cached it would only sit beside its copy.
+# block is read once, and cached it would only sit beside its copy. One thread reads under
+# it: each thread of a scan holds its own buffers, and two ran out of memory on WEKA's
+# long rows, so the read went uncapped (+1.6 GiB; one thread: +1.0 GiB, 1.8 s not 3.0 s).
 STREAM_MEMORY_CAP = "256MB"
 
 
@@ -79,7 +81,7 @@ def place_lists(
         _stream(con, sql, seqs, placements)
         return
     try:
-        with scan_settings(con, memory_cap):
+        with scan_settings(con, memory_cap, threads=1):
             _stream(con, sql, seqs, placements)
     except (duckdb.OutOfMemoryException, OSError) as exc:
         if not out_of_memory(exc):
