@@ -65,51 +65,44 @@ class DuckDBSource:
         """Every view's answers, each inserted sequence streamed once from the store into
         the radix trees (`pipeline.token_stream`): memory is their arena (the units no
         earlier request had) and a batch, whatever the trace's size."""
+        lists = self.lists()
+        load_early(lists.dtype)
+        return stream_match(self.con, load_sql("match_load_tokens"), lists, self.meta)
+
+    def lists(self) -> ExpectedLists:
+        """Each request's lists, as its inserted sequence is made of them: block hash ids
+        (a hash-id namespace), else prompt then output token ids; int64 values where any
+        hash id is read, else int32."""
         meta = self.meta
-        hashed = self.hashed()
+        hashed = np.asarray([ns[0] for ns in meta.namespaces], dtype=bool)[meta.ns_any]
         prompt = np.where(hashed, 0, meta.query_len)
-        lists = ExpectedLists(
+        return ExpectedLists(
             prompt_len=prompt,
             hash_len=np.where(hashed, meta.insert_len, 0),
             output_len=np.where(hashed, 0, meta.insert_len - prompt),
             hashed=hashed,
             drop_last=0,
-            dtype=self.dtype(),
+            dtype=np.dtype(np.int64 if hashed.any() else np.int32),
         )
-        load_early(lists.dtype)
-        return stream_match(self.con, load_sql("match_load_tokens"), lists, meta)
-
-    def hashed(self) -> np.ndarray:
-        """Per request: whether it is block hash ids (its namespace says so)."""
-        meta = self.meta
-        return np.asarray([ns[0] for ns in meta.namespaces], dtype=bool)[meta.ns_any]
-
-    def dtype(self) -> np.dtype:
-        """The sequences' values: int32 token ids, int64 where any hash id is read."""
-        return np.dtype(np.int64 if self.hashed().any() else np.int32)
 
     def held(self, max_bytes: int | None = None) -> PartitionSource | None:
         """Every inserted sequence, read once into one array, where it takes at most
         `max_bytes` (default HOLD_BYTES); None where it would take more (the matcher then
-        reads chunks)."""
-        meta = self.meta
+        streams them)."""
+        meta, lists = self.meta, self.lists()
         max_bytes = HOLD_BYTES if max_bytes is None else max_bytes
-        hashed, dtype = self.hashed(), self.dtype()
         units = int(meta.insert_len.sum())
-        if units * dtype.itemsize > max_bytes:
+        if units * lists.dtype.itemsize > max_bytes:
             return None
         if units >= COMPILED_MIN_UNITS:
-            load_early(dtype)  # the radix tree's kernel, while DuckDB reads
+            load_early(lists.dtype)  # the radix tree's kernel, while DuckDB reads
         offsets = np.zeros(meta.n + 1, dtype=np.int64)
         np.cumsum(meta.insert_len, out=offsets[1:])
-        flat, starts = np.empty(int(offsets[-1]), dtype=dtype), offsets[:-1]
-        prompt = np.where(hashed, 0, meta.query_len)
+        flat, starts = np.empty(int(offsets[-1]), dtype=lists.dtype), offsets[:-1]
         placements = {
-            "prompt_token_ids": Placement(flat, starts, prompt),
-            "output_token_ids": Placement(
-                flat, starts + prompt, np.where(hashed, 0, meta.insert_len - prompt)
-            ),
-            "block_hash_ids": Placement(flat, starts, np.where(hashed, meta.insert_len, 0)),
+            "prompt_token_ids": Placement(flat, starts, lists.prompt_len),
+            "output_token_ids": Placement(flat, starts + lists.prompt_len, lists.output_len),
+            "block_hash_ids": Placement(flat, starts, lists.hash_len),
         }
         sql = load_sql("match_load_tokens")
         place_lists(self.con, sql, np.arange(meta.n), placements, memory_cap=STREAM_MEMORY_CAP)

@@ -20,11 +20,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from analyzer.errors import StoreError
 from analyzer.pipeline.arrays import joined
 from analyzer.prefixes.engine import MatchArrays, match_stream
 from analyzer.prefixes.source import RequestMeta
 from analyzer.store.db import out_of_memory, scan_settings
+from analyzer.store.tokens import list_offsets, requests_changed
 from analyzer.store.write_units import prefetched
 
 # Rows a streamed batch holds: about this many bytes of ids (at the trace's mean row
@@ -123,7 +123,7 @@ def _arrival_runs(batches, insert_len: np.ndarray):
         ends = starts + insert_len[seq]
         for s, a, b in zip(seq.tolist(), starts.tolist(), ends.tolist(), strict=True):
             if s in early or not done <= s < len(insert_len):
-                raise _changed()
+                raise requests_changed()
             early[s] = flat[a:b].copy()
         first = done
         while done in early:
@@ -133,7 +133,7 @@ def _arrival_runs(batches, insert_len: np.ndarray):
             flat, offsets = joined(run, [None] * len(run), drop_last=0)
             yield first, done, flat, offsets[:-1]
     if early or done != len(insert_len):
-        raise _changed()
+        raise requests_changed()
 
 
 def _inserted(batch: pa.RecordBatch, lists: ExpectedLists):
@@ -141,13 +141,13 @@ def _inserted(batch: pa.RecordBatch, lists: ExpectedLists):
     the prompts' own values where every row is its prompt alone (no copy)."""
     seq = batch.column("arrival_seq").to_numpy(zero_copy_only=False)
     if len(seq) and (seq.min() < 0 or seq.max() >= len(lists.prompt_len)):
-        raise _changed()
+        raise requests_changed()
     cols = [batch.column(n) for n in ("prompt_token_ids", "block_hash_ids", "output_token_ids")]
-    offsets = [_offsets(c) for c in cols]
+    offsets = [list_offsets(c) for c in cols]
     wanted = (lists.prompt_len, lists.hash_len, lists.output_len)
     for (_, got), want in zip(offsets, wanted, strict=True):
         if not np.array_equal(got, want[seq]):
-            raise _changed()
+            raise requests_changed()
     (p_off, p_len), (h_off, _), (o_off, o_len) = offsets
     hashed = lists.hashed[seq]
     values = [c.values.to_numpy(zero_copy_only=False) for c in cols]
@@ -163,14 +163,3 @@ def _inserted(batch: pa.RecordBatch, lists: ExpectedLists):
             seconds.append(values[2][o_off[k] : o_off[k] + o_len[k]])
     flat, starts = joined(firsts, seconds, drop_last=lists.drop_last)
     return seq, flat.astype(lists.dtype, copy=False), starts[:-1]
-
-
-def _offsets(column: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
-    """A list column's offsets and lengths (0 where null)."""
-    offsets = column.offsets.to_numpy()
-    valid = column.is_valid().to_numpy(zero_copy_only=False)
-    return offsets, np.where(valid, np.diff(offsets), 0)
-
-
-def _changed() -> StoreError:
-    return StoreError("requests changed while they were being read; run the command again")

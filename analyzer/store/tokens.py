@@ -95,12 +95,12 @@ def _stream(con, sql: str, seqs: np.ndarray, placements: dict[str, Placement]) -
         seq = batch.column("arrival_seq").to_numpy(zero_copy_only=False)
         pos = np.searchsorted(seqs, seq)
         if pos.size and (pos.max() >= len(seqs) or not np.array_equal(seqs[pos], seq)):
-            raise _changed()
+            raise requests_changed()
         for name, placement in placements.items():
             _place(batch.column(name), pos, placement)
         seen += batch.num_rows
     if seen != len(seqs):
-        raise _changed()
+        raise requests_changed()
 
 
 def _batch_rows(placements: dict[str, Placement]) -> int:
@@ -115,10 +115,9 @@ def _batch_rows(placements: dict[str, Placement]) -> int:
 
 def _place(column: pa.ListArray, pos: np.ndarray, to: Placement) -> None:
     """Copy each row's list of `column` to its place (rows `pos` of `to`)."""
-    src = column.offsets.to_numpy()
-    lens = np.where(column.is_valid().to_numpy(zero_copy_only=False), np.diff(src), 0)
+    src, lens = list_offsets(column)
     if not np.array_equal(lens, to.lens[pos]):
-        raise _changed()
+        raise requests_changed()
     if not lens.sum():
         return
     # as stored, or wider: never narrowed (which would change a value silently)
@@ -135,5 +134,13 @@ def _place(column: pa.ListArray, pos: np.ndarray, to: Placement) -> None:
         to.flat[a:b] = values[s : s + b - a]  # a row at a time: each a copy at memory speed
 
 
-def _changed() -> StoreError:
+def list_offsets(column: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """A list column's offsets into its values, and each row's length (0 where null)."""
+    offsets = column.offsets.to_numpy()
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    return offsets, np.where(valid, np.diff(offsets), 0)
+
+
+def requests_changed() -> StoreError:
+    """What a reader raises when the lists it streams are not the rows it was told of."""
     return StoreError("requests changed while they were being read; run the command again")

@@ -33,6 +33,7 @@ import numpy as np
 from analyzer.sim.common.block_ids import CompiledBlockIds
 from analyzer.sim.common.hashing import HashInterner, request_hashes
 from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.vllm.fast import failed
 from analyzer.sim.vllm.layout import FULL, CacheLayout
 
 # Requests handed to the compiled loop at once: results come out in these steps, so the
@@ -143,9 +144,9 @@ class DenseReplay:
     def _result(self, sim: SimRequest, prompt: int, outputs: int, hit: int, fail: int, done: int):
         """The SimResult `replay.VllmReplay` builds, from the loop's answers."""
         if prompt < 1:
-            return _failed(sim.request_id, prompt, "empty prompt")
+            return failed(sim.request_id, prompt, "empty prompt")
         if fail == NOT_ADMITTED:
-            return _failed(sim.request_id, prompt, self.error)
+            return failed(sim.request_id, prompt, self.error)
         budget = self.layout.max_num_batched_tokens
         rest = prompt - hit
         if budget is None or rest <= budget:
@@ -239,10 +240,6 @@ def _merged(n: int, rows: list[int], ids: np.ndarray, offsets: np.ndarray, by_ha
     np.cumsum(lens, out=out[1:])
     flat = np.concatenate([np.asarray(p, np.int64) for p in parts]) if n else np.zeros(0, np.int64)
     return flat, out
-
-
-def _failed(request_id: str, prompt: int, error: str) -> SimResult:
-    return SimResult(request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), error)
 
 
 # -- the compiled loop (numba; every function below runs compiled) ------------------------------

@@ -1,6 +1,6 @@
 -- Everything the replay needs but the token ids, in arrival order, with the length of each
 -- token list (0 where null); replay_load_tokens.sql streams the lists themselves.
--- The placeholders in braces are list lengths (store.db.list_lengths): in the store, the counts
+-- The placeholders in braces are list lengths (store.db.with_list_lengths): in the store, the counts
 -- ingest keeps beside the lists, so no list is read; null tests run as filters, which read
 -- only validity (in a projection, `x IS NULL` and len(x) make DuckDB read and cache every
 -- list: +160 MB on 70 M tokens). The streaming read checks each length against its list.
