@@ -23,16 +23,14 @@ request, on random traces and pools small enough to evict. Units: tokens, blocks
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from functools import cache
 
 import numpy as np
 
-from analyzer.sim.common.block_ids import CompiledBlockIds
-from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.hashing import HashInterner
 from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.vllm.compiled_input import StepInput, collector_paused, grown
 from analyzer.sim.vllm.fast import failed
 from analyzer.sim.vllm.layout import FULL, CacheLayout
 
@@ -73,26 +71,28 @@ class DenseReplay:
         self.next[n - 1], self.prev[1] = n, n
         self.num_free = np.asarray([n - 1], np.int64)
         self.holder = np.full(1024, -1, np.int64)
-        self.block_ids = CompiledBlockIds(interner, layout.block_size)
+        self.input = StepInput(interner, layout.block_size)
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
         batch: list[SimRequest] = []
         for request in requests:
             batch.append(request)
             if len(batch) == STEP_REQUESTS:
-                yield from self._step(batch)
+                yield from self._paused_step(batch)
                 batch = []
         if batch:
-            yield from self._step(batch)
+            yield from self._paused_step(batch)
+
+    def _paused_step(self, requests: list[SimRequest]) -> list[SimResult]:
+        with collector_paused():
+            return self._step(requests)
 
     def _step(self, requests: list[SimRequest]) -> list[SimResult]:
         """Replay `requests` (in order) in one call of the compiled loop."""
         layout = self.layout
         n = len(requests)
-        prompt = np.fromiter((r.num_prompt_tokens for r in requests), np.int64, n)
-        outputs = np.fromiter((r.num_output_tokens for r in requests), np.int64, n)
-        flat, offsets = self._block_ids(requests, prompt, outputs)
-        self._grow(self.interner.next_id)
+        prompt, outputs, flat, offsets = self.input(requests)
+        self.holder = grown(self.holder, self.interner.next_id, -1)
         hit, fail, done = (np.zeros(n, np.int64) for _ in range(3))
         budget = layout.max_num_batched_tokens or 0
         kernel = _compiled()
@@ -102,44 +102,8 @@ class DenseReplay:
             hit, fail, done,
         )  # fmt: skip
         columns = (prompt.tolist(), outputs.tolist(), hit.tolist(), fail.tolist(), done.tolist())
-        with _collector_paused():
-            rows = zip(*columns, strict=True)
-            return [self._result(r, *row) for r, row in zip(requests, rows, strict=True)]
-
-    def _block_ids(self, requests: list[SimRequest], prompt: np.ndarray, outputs: np.ndarray):
-        """(ids, offsets): each request's block ids, prompt and outputs (none for an empty
-        prompt): token-id requests by the compiled interner, hash-id ones as the replay
-        hashes them (`hashing.request_hashes`), all from one id counter."""
-        B, interner = self.layout.block_size, self.interner
-        total = np.where(prompt >= 1, (prompt + outputs) // B, 0)
-        rows, seqs, roots, by_hash = [], [], [], {}
-        for i, r in enumerate(requests):
-            if prompt[i] < 1:
-                continue
-            if r.prompt_token_ids is None:
-                source, _ = request_hashes(interner, r, B, 0)
-                by_hash[i] = source.extend(int(total[i]))
-                continue
-            rows.append(i)
-            seqs.append((r.prompt_token_ids, r.output_token_ids))
-            roots.append(interner.root(r.namespace))
-        tokens, starts, lens = _laid_out(seqs)
-        ids, row_offsets = self.block_ids.ids(
-            tokens, starts, lens // B, total[rows], np.asarray(roots, np.int64)
-        )
-        if not by_hash:
-            offsets = np.zeros(len(requests) + 1, np.int64)
-            np.cumsum(total, out=offsets[1:])
-            return ids, offsets  # every row's ids in order (empty prompts: none)
-        return _merged(len(requests), rows, ids, row_offsets, by_hash)
-
-    def _grow(self, num_ids: int) -> None:
-        """`holder` indexed by every hash id the interner has given out."""
-        if num_ids > len(self.holder):
-            size = max(num_ids, 2 * len(self.holder))
-            self.holder = np.concatenate(
-                [self.holder, np.full(size - len(self.holder), -1, np.int64)]
-            )
+        rows = zip(*columns, strict=True)
+        return [self._result(r, *row) for r, row in zip(requests, rows, strict=True)]
 
     def _result(self, sim: SimRequest, prompt: int, outputs: int, hit: int, fail: int, done: int):
         """The SimResult `replay.VllmReplay` builds, from the loop's answers."""
@@ -163,83 +127,6 @@ class DenseReplay:
         elif outputs > 1:
             chunks += [1] * (outputs - 1)
         return SimResult(sim.request_id, prompt, hit, 0, 0, 0, hit, hit, 0, tuple(chunks), error)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while a step's results are built: they are acyclic
-    tuples, and a collection started by thousands of new objects walks every live one
-    (the first 10,000 results of a process took 80 ms instead of 15)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _laid_out(seqs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(tokens, starts, lens): each (prompt, output ids or None) as one int32 run of
-    `tokens`. Where every prompt is an int32 view of one array with its output ids right
-    after it (a held trace: `pipeline.trace` lays rows out so), that array itself; else
-    one concatenation."""
-    lens = np.fromiter(
-        (len(p) + (0 if o is None else len(o)) for p, o in seqs), np.int64, len(seqs)
-    )
-    base = _held_base(seqs)
-    if base is not None:
-        origin = base.__array_interface__["data"][0]
-        starts = np.fromiter(
-            (p.__array_interface__["data"][0] - origin for p, _ in seqs), np.int64, len(seqs)
-        )
-        starts //= 4
-        return base, starts, lens
-    pieces = []
-    for p, o in seqs:
-        pieces.append(np.asarray(p, np.int32))
-        if o is not None and len(o):
-            pieces.append(np.asarray(o, np.int32))
-    starts = np.zeros(len(seqs), np.int64)
-    np.cumsum(lens[:-1], out=starts[1:])
-    return (np.concatenate(pieces) if pieces else np.zeros(0, np.int32)), starts, lens
-
-
-def _held_base(seqs: list) -> np.ndarray | None:
-    """The one int32 array every prompt views, each output right after its prompt, or None."""
-    if not seqs or not isinstance(seqs[0][0], np.ndarray):
-        return None
-    base = seqs[0][0].base
-    if not isinstance(base, np.ndarray) or base.dtype != np.int32 or base.ndim != 1:
-        return None
-    if not base.flags.c_contiguous:
-        return None
-    for p, o in seqs:
-        if not isinstance(p, np.ndarray) or p.base is not base or p.dtype != np.int32:
-            return None
-        if o is not None and len(o):
-            end = p.__array_interface__["data"][0] + 4 * len(p)
-            if not isinstance(o, np.ndarray) or o.base is not base or o.dtype != np.int32:
-                return None
-            if o.__array_interface__["data"][0] != end or not o.flags.c_contiguous:
-                return None
-        if not p.flags.c_contiguous:
-            return None
-    return base
-
-
-def _merged(n: int, rows: list[int], ids: np.ndarray, offsets: np.ndarray, by_hash: dict):
-    """(ids, offsets) of n requests from the token rows' ids and the hash-id rows' lists."""
-    parts: list = [[] for _ in range(n)]
-    for k, i in enumerate(rows):
-        parts[i] = ids[offsets[k] : offsets[k + 1]]
-    for i, listed in by_hash.items():
-        parts[i] = np.asarray(listed, np.int64)
-    lens = np.fromiter((len(p) for p in parts), np.int64, n)
-    out = np.zeros(n + 1, np.int64)
-    np.cumsum(lens, out=out[1:])
-    flat = np.concatenate([np.asarray(p, np.int64) for p in parts]) if n else np.zeros(0, np.int64)
-    return flat, out
 
 
 # -- the compiled loop (numba; every function below runs compiled) ------------------------------

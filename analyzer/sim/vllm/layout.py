@@ -106,6 +106,27 @@ def make_layout(policy: Policy, num_groups: dict[str, int] | None = None) -> Cac
     )
 
 
+def decode_events(layout: CacheLayout) -> tuple[int, ...]:
+    """Positions mod B where a decode step can change anything (computed tokens before it).
+
+    Without a drafter, exactly: allocation (0), a block becoming full and hashed (B - 1),
+    releasing the previous Mamba state (1), the window dropping a block (W - 1). A drafter
+    adds its lookahead slots (-1), the lookahead hash (L - 1) and the re-cache after
+    sampling (L - 2); those are taken with their successors, to be safe.
+    """
+    B = layout.block_size
+    exact = {0, B - 1}
+    if layout.has_mamba:
+        exact.add(1)
+    if layout.sliding_window is not None:
+        exact.add((layout.sliding_window - 1) % B)
+    if not layout.speculative:
+        return tuple(sorted(exact))
+    look = layout.hash_lookahead
+    base = {*exact, -layout.alloc_lookahead, look - 1, look - 2}
+    return tuple(sorted({(r + d) % B for r in base for d in (0, 1)}))
+
+
 def _group_counts(policy: Policy, num_groups: dict[str, int] | None) -> dict[str, int]:
     counts = dict.fromkeys(policy.groups, 1)
     for name, count in (num_groups or {}).items():

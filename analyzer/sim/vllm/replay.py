@@ -20,7 +20,8 @@ from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
 from analyzer.sim.vllm.dense import DenseReplay, dense_applies
 from analyzer.sim.vllm.fast import UnboundedReplay, failed, fast_path_applies
-from analyzer.sim.vllm.layout import CacheLayout, make_layout
+from analyzer.sim.vllm.hybrid import HybridReplay, hybrid_applies
+from analyzer.sim.vllm.layout import CacheLayout, decode_events, make_layout
 from analyzer.sim.vllm.managers import FullAttentionManager, ReqState
 from analyzer.sim.vllm.scheduler import chunk_tokens
 
@@ -36,15 +37,17 @@ class VllmReplay:
         self.layout: CacheLayout = make_layout(policy, num_groups)
         self.interner = HashInterner(ahead=True)  # the replay compares ids, never orders them
         self.coord = Coordinator(self.layout)
-        self._events = _decode_events(self.layout)
+        self._events = decode_events(self.layout)
         self._evicted_keys = self._track_evicted()
-        # Same results, computed in closed form (fast.py) or by a compiled loop (dense.py);
-        # `fast=False` replays block by block here.
-        self._dense = None
+        # Same results, computed in closed form (fast.py) or by a compiled loop (dense.py,
+        # hybrid.py); `fast=False` replays block by block here.
+        self._dense: DenseReplay | HybridReplay | None = None
         if fast and fast_path_applies(self.layout):
             self.replay_one = UnboundedReplay(self.layout, self.interner).replay_one
         elif fast and dense_applies(self.layout):
             self._dense = DenseReplay(self.layout, self.interner, NOT_SCHEDULABLE)
+        elif fast and hybrid_applies(self.layout):
+            self._dense = HybridReplay(self.layout, self.interner, NOT_SCHEDULABLE)
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
         if self._dense is not None:
@@ -247,27 +250,6 @@ def _event_positions(first: int, end: int, events: tuple[int, ...], block: int):
                 return
             if c > first:
                 yield c
-
-
-def _decode_events(layout: CacheLayout) -> tuple[int, ...]:
-    """Positions mod B where a decode step can change anything (computed tokens before it).
-
-    Without a drafter, exactly: allocation (0), a block becoming full and hashed (B - 1),
-    releasing the previous Mamba state (1), the window dropping a block (W - 1). A drafter
-    adds its lookahead slots (-1), the lookahead hash (L - 1) and the re-cache after
-    sampling (L - 2); those are taken with their successors, to be safe.
-    """
-    B = layout.block_size
-    exact = {0, B - 1}
-    if layout.has_mamba:
-        exact.add(1)
-    if layout.sliding_window is not None:
-        exact.add((layout.sliding_window - 1) % B)
-    if not layout.speculative:
-        return tuple(sorted(exact))
-    look = layout.hash_lookahead
-    base = {*exact, -layout.alloc_lookahead, look - 1, look - 2}
-    return tuple(sorted({(r + d) % B for r in base for d in (0, 1)}))
 
 
 def replay(

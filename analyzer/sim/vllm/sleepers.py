@@ -1,6 +1,6 @@
 """Sleeping decoders of the concurrent replay (`concurrent.py`).
 
-A running request that decodes at positions where no cache group acts (`_decode_events`) is
+A running request that decodes at positions where no cache group acts (`layout.decode_events`) is
 not visited each step: it sleeps, and decodes one token in every step it is scheduled in.
 It is caught up (its fields advanced by the steps since it slept) when it is woken before the
 step at its next event position or its last token, when it is preempted, or when the budget

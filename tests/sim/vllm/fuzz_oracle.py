@@ -83,9 +83,10 @@ def random_trace(rng: random.Random, block: int) -> list[dict]:
     return records
 
 
-def random_case(rng: random.Random, dense: bool = False) -> dict:
+def random_case(rng: random.Random, dense: bool = False, hybrid: bool = False) -> dict:
     """A random policy and trace; `dense`: one full-attention group, a bounded pool, no
-    drafter (what sim/vllm/dense.py replays)."""
+    drafter (what sim/vllm/dense.py replays); `hybrid`: whole-block hashes and no drafter,
+    with a sparse group, a bounded pool or copies (what sim/vllm/hybrid.py replays)."""
     block = rng.choice([2, 4, 8, 16, 32])
     groups = rng.choice(
         [
@@ -109,7 +110,7 @@ def random_case(rng: random.Random, dense: bool = False) -> dict:
     retention = rng.choice([0, None, 2 * block, 3 * block] if len(groups) > 1 else [0, None])
     values["retention_interval"] = retention
     args += ["--retention-interval", "None" if retention is None else str(retention)]
-    if len(groups) > 1 and rng.random() < 0.4:
+    if len(groups) > 1 and not hybrid and rng.random() < 0.4:
         unit = rng.choice([u for u in (1, 2, block // 4, block // 2) if 1 <= u < block])
         values["prefix_match_unit"] = unit
         args += ["--prefix-match-unit", str(unit)]
@@ -119,15 +120,23 @@ def random_case(rng: random.Random, dense: bool = False) -> dict:
     if rng.random() < 0.3:
         values["max_num_batched_tokens"] = rng.choice([16, 24, 32, 48])
         args += ["--max-num-batched-tokens", str(values["max_num_batched_tokens"])]
-    values["num_blocks"] = rng.randint(4, 80) if dense or rng.random() < 0.5 else None
+    bounded = dense or rng.random() < 0.5
+    if hybrid and "sliding_window" not in groups:
+        bounded = True  # unbounded, no window: the closed form's (fast.py)
+    values["num_blocks"] = rng.randint(4, 80) if bounded else None
     args += ["--num-gpu-blocks", str(values["num_blocks"] or 20000)]
     counts = {}
-    if not dense and rng.random() < 0.3:
+    copies = not dense and rng.random() < 0.3
+    if hybrid and groups == ["full_attention"]:
+        copies = True  # one group alone is dense.py's
+    if copies:
         counts = {g: rng.choice([1, 1, 2]) for g in groups}
+        if groups == ["full_attention"]:
+            counts = {"full_attention": 2}
         for g, c in counts.items():
             args += [FLAGS[g], str(c)]
     values["spec_decode"] = rng.choice(["none", "none", "eagle_lookahead", "eagle_drop"])
-    if dense:
+    if dense or hybrid:
         values["spec_decode"] = "none"
     args += {
         "none": [],
@@ -175,9 +184,14 @@ def main() -> int:
     parser.add_argument(
         "--dense", action="store_true", help="only full attention in a bounded pool (dense.py)"
     )
+    parser.add_argument(
+        "--hybrid",
+        action="store_true",
+        help="whole-block hashes, no drafter, a sparse group or copies (hybrid.py)",
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    cases = [random_case(rng, args.dense) for _ in range(args.cases)]
+    cases = [random_case(rng, args.dense, args.hybrid) for _ in range(args.cases)]
     jobs = json.dumps([{"args": c["args"], "trace": c["trace"]} for c in cases])
     done = subprocess.run(
         [ORACLE_PYTHON, "-c", BATCH],

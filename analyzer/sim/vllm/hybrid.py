@@ -1,0 +1,216 @@
+"""The serial block-level replay of hybrid layouts as a compiled loop (hybrid_loop.py).
+
+What it takes: full attention with sliding-window and/or Mamba (align mode) groups, any
+number of each, a bounded pool or none, any retention interval and token budget, with
+whole-block hashes (match unit = block size) and no drafter. Where the closed form
+(fast.py) does not apply, that is what `hpa plan` and `hpa sweep` replay over and over to
+size a hybrid model's pool, and what a sliding-window model replays at all.
+
+It keeps vLLM 0.33's order of operations exactly as the Python managers do (coordinator.py,
+managers.py, mamba.py, sliding_window.py, block_pool.py), over arrays: each key's holders
+as a chain of blocks, the free queue as a linked list, the request in flight's tables one
+row per group. The diagnostics come along: the attention match, the junction, and the
+sparse-retention miss split into what eviction cost (a second lookup over the keys each
+sparse group ever cached) and what was never kept.
+
+`tests/sim/vllm/test_hybrid.py` checks it against the Python block-level replay
+(`VllmReplay(..., fast=False)`) request by request on random traces, layouts and pools;
+`python -m tests.sim.vllm.fuzz_oracle --hybrid` against vLLM itself. Units: tokens, blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from functools import cache
+
+import numpy as np
+
+from analyzer.sim.common.hashing import HashInterner
+from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.vllm import hybrid_loop as loop
+from analyzer.sim.vllm.compiled_input import StepInput, collector_paused
+from analyzer.sim.vllm.fast import failed
+from analyzer.sim.vllm.layout import FULL, MAMBA, SWA, CacheLayout, cdiv, decode_events
+
+# Requests handed to the compiled loop at once (results come out in these steps).
+STEP_REQUESTS = 4096
+_TYPES = {FULL: loop.FA, SWA: loop.SWA, MAMBA: loop.MAMBA}
+
+
+def hybrid_applies(layout: CacheLayout) -> bool:
+    """Whether this module replays `layout`: full attention first, whole-block hashes, no
+    drafter (lookahead hashes, draft slots, the legacy EAGLE drop)."""
+    return (
+        FULL in layout.group_types
+        and layout.hash_block_size == layout.block_size
+        and layout.hash_lookahead == 0
+        and layout.alloc_lookahead == 0
+        and not layout.eagle_drop
+    )
+
+
+class HybridReplay:
+    """One cache (one replica) of `layout`; its state is kept between `run` calls' steps."""
+
+    def __init__(self, layout: CacheLayout, interner: HashInterner, not_schedulable: str) -> None:
+        self.layout = layout
+        self.interner = interner
+        self.error = not_schedulable.format(layout.num_blocks)
+        self.input = StepInput(interner, layout.block_size)
+        self.cfg = _config(layout)
+        self.events = np.asarray(decode_events(layout), np.int64)
+        G = len(layout.group_types)
+        # loop.state: pool, st, keys, req, mgr, scratch (see hybrid_loop)
+        self.pool = _pool(layout.num_blocks)
+        self.st = np.asarray([(layout.num_blocks or 1) - 1, 1, 0], np.int64)
+        self.keys = _columns(np.zeros((2, 0), np.int64), 1024, _KEYS_FILL)
+        self.req = np.zeros((2, G, 0), np.int64)
+        self.mgr = np.zeros((G, 6), np.int64)
+        self.scratch = np.zeros(0, np.int64)
+        self._decodes: tuple[int, ...] = ()
+
+    def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
+        batch: list[SimRequest] = []
+        for request in requests:
+            batch.append(request)
+            if len(batch) == STEP_REQUESTS:
+                yield from self._paused_step(batch)
+                batch = []
+        if batch:
+            yield from self._paused_step(batch)
+
+    def _paused_step(self, requests: list[SimRequest]) -> list[SimResult]:
+        with collector_paused():
+            return self._step(requests)
+
+    def _step(self, requests: list[SimRequest]) -> list[SimResult]:
+        """Replay `requests` (in order) in one call of the compiled loop."""
+        prompt, outputs, ids, offsets = self.input(requests)
+        cstart = self._make_room(prompt, outputs)
+        chunks = np.zeros(int(cstart[-1]), np.int64)
+        out = np.zeros((len(requests), 7), np.int64)
+        state = (self.pool, self.st, self.keys, self.req, self.mgr, self.scratch)
+        _compiled()(
+            ids, offsets, prompt, outputs, self.cfg, self.events, state, cstart, chunks, out
+        )
+        return self._results(requests, prompt, outputs, out, chunks, cstart)
+
+    def _make_room(self, prompt: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+        """Grow every array this step can reach; the chunks' offsets per request."""
+        B, G = self.layout.block_size, len(self.layout.group_types)
+        blocks = np.where(prompt >= 1, -(-(prompt + np.maximum(outputs, 1)) // B) + 2, 0)
+        width = int(blocks.max(initial=0))
+        if width > self.req.shape[2]:
+            self.req = np.zeros((2, G, 2 * width), np.int64)
+            self.scratch = np.zeros(2 * width, np.int64)
+        self.keys = _columns(self.keys, self.interner.next_id * G, _KEYS_FILL)
+        if self.layout.num_blocks is None:  # fresh block ids: at most every slot's
+            self.pool = _columns(self.pool, int(self.st[1] + G * blocks.sum()) + 1, _POOL_FILL)
+        budget = self.layout.max_num_batched_tokens
+        room = -(-prompt // B) + 2 + (0 if budget is None else -(-prompt // budget))
+        cstart = np.zeros(len(prompt) + 1, np.int64)
+        np.cumsum(np.maximum(room, 0), out=cstart[1:])
+        return cstart
+
+    def _results(self, requests, prompt, outputs, out, chunks, cstart) -> list[SimResult]:
+        """The SimResults `replay.VllmReplay` builds, from the loop's answers."""
+        steps = np.maximum(outputs, 1) - 1
+        if len(steps) and steps.max() > len(self._decodes):
+            self._decodes = (1,) * int(steps.max())
+        decodes, error, made = self._decodes, self.error, chunks.tolist()
+        results = []
+        columns = (prompt.tolist(), steps.tolist(), out.tolist(), cstart[:-1].tolist())
+        for r, p, d, row, at in zip(requests, *columns, strict=True):
+            if p < 1:
+                results.append(failed(r.request_id, p, "empty prompt"))
+                continue
+            hit, longest, evicted, junction, fail, done, count = row
+            if fail == loop.NOT_ADMITTED:
+                results.append(failed(r.request_id, p, error))
+                continue
+            steps_made = decodes[:done] if fail == loop.DECODE else () if fail else decodes[:d]
+            miss = longest - hit
+            results.append(
+                SimResult(
+                    r.request_id,
+                    p,
+                    hit,
+                    miss,
+                    miss - evicted,
+                    evicted,
+                    longest,
+                    longest,
+                    junction,
+                    tuple(made[at : at + count]) + steps_made,
+                    None if fail == loop.OK else error,
+                )  # fmt: skip
+            )
+        return results
+
+
+def _config(layout: CacheLayout) -> np.ndarray:
+    """loop.cfg: the layout's sizes, then the group types (loop.C_*)."""
+    types, budget = layout.group_types, layout.max_num_batched_tokens
+    cfg = np.zeros(loop.C_TYPES + len(types), np.int64)
+    cfg[loop.C_TYPES :] = [_TYPES[t] for t in types]
+    cfg[loop.C_B] = B = layout.block_size
+    cfg[loop.C_G] = len(types)
+    cfg[loop.C_NFA], cfg[loop.C_NSWA] = types.count(FULL), types.count(SWA)
+    cfg[loop.C_CAP] = -1
+    if layout.sliding_window is not None:
+        cfg[loop.C_W] = layout.sliding_window
+        cfg[loop.C_NEED] = layout.swa_blocks_for_hit
+        if budget is not None:  # SlidingWindowManager.admission_cap
+            cfg[loop.C_CAP] = cdiv(layout.sliding_window - 1 + 2 * budget, B) + 1
+    retention = layout.retention_interval
+    cfg[loop.C_RETENTION] = -1 if retention is None else retention
+    cfg[loop.C_BUDGET] = budget or 0
+    cfg[loop.C_BOUNDED] = layout.num_blocks is not None
+    return cfg
+
+
+# a new column of loop.pool (loop.REF ... loop.PREV) and of loop.keys (HOLDER, EVER)
+_POOL_FILL = np.asarray([0, -1, -1, 0, 0], np.int64)
+_KEYS_FILL = np.asarray([-1, 0], np.int64)
+
+
+def _pool(num_blocks: int | None) -> np.ndarray:
+    """loop.pool: blocks 1 .. n - 1 free, in order, column n the free queue's sentinel;
+    unbounded: room for fresh ids, no queue."""
+    if num_blocks is None:
+        return _columns(np.zeros((5, 0), np.int64), 1024, _POOL_FILL)
+    n = num_blocks
+    pool = np.zeros((5, n + 1), np.int64)
+    pool[loop.KEY] = pool[loop.AFTER] = -1
+    pool[loop.NEXT] = np.append(np.arange(1, n + 1), 1)
+    pool[loop.PREV] = np.append(np.arange(-1, n - 1), n - 1)
+    pool[loop.NEXT, n - 1], pool[loop.PREV, 1] = n, n
+    return pool
+
+
+def _columns(array: np.ndarray, size: int, fill: np.ndarray) -> np.ndarray:
+    """`array` with at least `size` columns (new ones `fill`), at least doubled if grown."""
+    if size <= array.shape[1]:
+        return array
+    more = np.empty((array.shape[0], max(size, 2 * array.shape[1]) - array.shape[1]), np.int64)
+    more[:] = fill[:, None]
+    return np.concatenate([array, more], axis=1)
+
+
+@cache
+def _compiled():
+    """The compiled loop (numba, imported on first use like the other kernels)."""
+    from numba import njit
+
+    jit = njit(cache=True, nogil=True)
+    for name in _KERNELS:
+        setattr(loop, name, jit(getattr(loop, name)))
+    return loop.replay
+
+
+_KERNELS = (
+    "one", "next_event", "chunk", "held", "fill_hit", "leading_run", "window_hit",
+    "state_hit", "lookup", "step", "skipped_tokens", "needed", "evictable", "add_hit",
+    "allocate", "remove_skipped", "kept", "cache", "unmap", "new_block", "free_list", "free",
+    "unlink", "link", "replay",
+)  # fmt: skip
