@@ -22,27 +22,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from functools import cache
+from types import FunctionType
 
 import numpy as np
 
 from analyzer.sim.common.hashing import HashInterner
 from analyzer.sim.records import SimRequest, SimResult
-from analyzer.sim.vllm import hybrid_loop as loop
+from analyzer.sim.vllm import hybrid_loop, pool_loop
+from analyzer.sim.vllm import loop_fields as f
 from analyzer.sim.vllm.compiled_input import StepInput, collector_paused
 from analyzer.sim.vllm.fast import failed
 from analyzer.sim.vllm.layout import FULL, MAMBA, SWA, CacheLayout, cdiv, decode_events
 
 # Requests handed to the compiled loop at once (results come out in these steps).
 STEP_REQUESTS = 4096
-_TYPES = {FULL: loop.FA, SWA: loop.SWA, MAMBA: loop.MAMBA}
+_TYPES = {FULL: f.FA, SWA: f.SWA, MAMBA: f.MAMBA}
 
 
 def hybrid_applies(layout: CacheLayout) -> bool:
-    """Whether this module replays `layout`: full attention first, whole-block hashes, no
-    drafter (lookahead hashes, draft slots, the legacy EAGLE drop)."""
+    """Whether this module replays `layout`: full attention first, no drafter (lookahead
+    hashes, draft slots, the legacy EAGLE drop)."""
     return (
         FULL in layout.group_types
-        and layout.hash_block_size == layout.block_size
         and layout.hash_lookahead == 0
         and layout.alloc_lookahead == 0
         and not layout.eagle_drop
@@ -56,17 +57,18 @@ class HybridReplay:
         self.layout = layout
         self.interner = interner
         self.error = not_schedulable.format(layout.num_blocks)
-        self.input = StepInput(interner, layout.block_size)
+        self.input = StepInput(interner, layout.hash_block_size)
         self.cfg = _config(layout)
         self.events = np.asarray(decode_events(layout), np.int64)
         G = len(layout.group_types)
-        # loop.state: pool, st, keys, req, mgr, scratch (see hybrid_loop)
+        # the loop's state (loop_fields.py)
         self.pool = _pool(layout.num_blocks)
-        self.st = np.asarray([(layout.num_blocks or 1) - 1, 1, 0], np.int64)
-        self.keys = _columns(np.zeros((2, 0), np.int64), 1024, _KEYS_FILL)
+        self.st = np.asarray([(layout.num_blocks or 1) - 1, 1, 0, -1, 0], np.int64)
+        self.keys = _columns(np.zeros((3, 0), np.int64), 1024, _KEYS_FILL)
         self.req = np.zeros((2, G, 0), np.int64)
-        self.mgr = np.zeros((G, 6), np.int64)
+        self.mgr = np.zeros((G, 10), np.int64)
         self.scratch = np.zeros(0, np.int64)
+        self.nodes = _columns(np.zeros((4, 0), np.int64), 1024, _NODES_FILL)
         self._decodes: tuple[int, ...] = ()
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
@@ -88,8 +90,8 @@ class HybridReplay:
         prompt, outputs, ids, offsets = self.input(requests)
         cstart = self._make_room(prompt, outputs)
         chunks = np.zeros(int(cstart[-1]), np.int64)
-        out = np.zeros((len(requests), 7), np.int64)
-        state = (self.pool, self.st, self.keys, self.req, self.mgr, self.scratch)
+        out = np.zeros((len(requests), 8), np.int64)
+        state = (self.pool, self.st, self.keys, self.req, self.mgr, self.scratch, self.nodes)
         _compiled()(
             ids, offsets, prompt, outputs, self.cfg, self.events, state, cstart, chunks, out
         )
@@ -104,8 +106,11 @@ class HybridReplay:
             self.req = np.zeros((2, G, 2 * width), np.int64)
             self.scratch = np.zeros(2 * width, np.int64)
         self.keys = _columns(self.keys, self.interner.next_id * G, _KEYS_FILL)
-        if self.layout.num_blocks is None:  # fresh block ids: at most every slot's
-            self.pool = _columns(self.pool, int(self.st[1] + G * blocks.sum()) + 1, _POOL_FILL)
+        # blocks (and entries: each block's key, prompt tails) a step can add
+        most = int(G * (blocks.sum() + 4 * len(blocks)))
+        if self.layout.num_blocks is None:  # fresh block ids
+            self.pool = _columns(self.pool, int(self.st[f.S_FRESH]) + most + 1, _POOL_FILL)
+        self.nodes = _columns(self.nodes, int(self.st[f.S_NODE_FRESH]) + most + 1, _NODES_FILL)
         budget = self.layout.max_num_batched_tokens
         room = -(-prompt // B) + 2 + (0 if budget is None else -(-prompt // budget))
         cstart = np.zeros(len(prompt) + 1, np.int64)
@@ -118,17 +123,18 @@ class HybridReplay:
         if len(steps) and steps.max() > len(self._decodes):
             self._decodes = (1,) * int(steps.max())
         decodes, error, made = self._decodes, self.error, chunks.tolist()
+        track = bool(self.cfg[f.C_TRACK_EVICTED])
         results = []
         columns = (prompt.tolist(), steps.tolist(), out.tolist(), cstart[:-1].tolist())
         for r, p, d, row, at in zip(requests, *columns, strict=True):
             if p < 1:
                 results.append(failed(r.request_id, p, "empty prompt"))
                 continue
-            hit, longest, evicted, junction, fail, done, count = row
-            if fail == loop.NOT_ADMITTED:
+            hit, longest, evicted, junction, fail, done, count, ever = row
+            if fail == f.NOT_ADMITTED:
                 results.append(failed(r.request_id, p, error))
                 continue
-            steps_made = decodes[:done] if fail == loop.DECODE else () if fail else decodes[:d]
+            steps_made = decodes[:done] if fail == f.DECODE else () if fail else decodes[:d]
             miss = longest - hit
             results.append(
                 SimResult(
@@ -142,49 +148,56 @@ class HybridReplay:
                     longest,
                     junction,
                     tuple(made[at : at + count]) + steps_made,
-                    None if fail == loop.OK else error,
+                    None if fail == f.OK else error,
+                    cached_ever_tokens=ever if track else None,
                 )  # fmt: skip
             )
         return results
 
 
 def _config(layout: CacheLayout) -> np.ndarray:
-    """loop.cfg: the layout's sizes, then the group types (loop.C_*)."""
+    """The loop's cfg: the layout's sizes, then the group types (loop_fields.C_*)."""
     types, budget = layout.group_types, layout.max_num_batched_tokens
-    cfg = np.zeros(loop.C_TYPES + len(types), np.int64)
-    cfg[loop.C_TYPES :] = [_TYPES[t] for t in types]
-    cfg[loop.C_B] = B = layout.block_size
-    cfg[loop.C_G] = len(types)
-    cfg[loop.C_NFA], cfg[loop.C_NSWA] = types.count(FULL), types.count(SWA)
-    cfg[loop.C_CAP] = -1
+    cfg = np.zeros(f.C_TYPES + len(types), np.int64)
+    cfg[f.C_TYPES :] = [_TYPES[t] for t in types]
+    cfg[f.C_B] = B = layout.block_size
+    cfg[f.C_H] = layout.hash_block_size
+    cfg[f.C_G] = len(types)
+    cfg[f.C_NFA], cfg[f.C_NSWA] = types.count(FULL), types.count(SWA)
+    cfg[f.C_CAP] = -1
     if layout.sliding_window is not None:
-        cfg[loop.C_W] = layout.sliding_window
-        cfg[loop.C_NEED] = layout.swa_blocks_for_hit
+        cfg[f.C_W] = layout.sliding_window
+        cfg[f.C_NEED] = layout.swa_blocks_for_hit
         if budget is not None:  # SlidingWindowManager.admission_cap
-            cfg[loop.C_CAP] = cdiv(layout.sliding_window - 1 + 2 * budget, B) + 1
+            cfg[f.C_CAP] = cdiv(layout.sliding_window - 1 + 2 * budget, B) + 1
     retention = layout.retention_interval
-    cfg[loop.C_RETENTION] = -1 if retention is None else retention
-    cfg[loop.C_BUDGET] = budget or 0
-    cfg[loop.C_BOUNDED] = layout.num_blocks is not None
+    cfg[f.C_RETENTION] = -1 if retention is None else retention
+    cfg[f.C_BUDGET] = budget or 0
+    cfg[f.C_BOUNDED] = layout.num_blocks is not None
+    cfg[f.C_FINE] = layout.fine
+    # replay.VllmReplay._track_evicted (no drafter here)
+    cfg[f.C_TRACK_EVICTED] = layout.num_blocks is not None and layout.fine
     return cfg
 
 
-# a new column of loop.pool (loop.REF ... loop.PREV) and of loop.keys (HOLDER, EVER)
-_POOL_FILL = np.asarray([0, -1, -1, 0, 0], np.int64)
-_KEYS_FILL = np.asarray([-1, 0], np.int64)
+# a new column of the pool (f.REF ... f.PREV), of the keys (HOLDER, EVER, EVICTED) and of
+# the entries (N_KEY ... N_SIB)
+_POOL_FILL = np.asarray([0, -1, 0, 0, 0], np.int64)
+_KEYS_FILL = np.asarray([-1, 0, 0], np.int64)
+_NODES_FILL = np.asarray([-1, 0, -1, -1], np.int64)
 
 
 def _pool(num_blocks: int | None) -> np.ndarray:
-    """loop.pool: blocks 1 .. n - 1 free, in order, column n the free queue's sentinel;
+    """The pool: blocks 1 .. n - 1 free, in order, column n the free queue's sentinel;
     unbounded: room for fresh ids, no queue."""
     if num_blocks is None:
         return _columns(np.zeros((5, 0), np.int64), 1024, _POOL_FILL)
     n = num_blocks
     pool = np.zeros((5, n + 1), np.int64)
-    pool[loop.KEY] = pool[loop.AFTER] = -1
-    pool[loop.NEXT] = np.append(np.arange(1, n + 1), 1)
-    pool[loop.PREV] = np.append(np.arange(-1, n - 1), n - 1)
-    pool[loop.NEXT, n - 1], pool[loop.PREV, 1] = n, n
+    pool[f.FIRST] = -1
+    pool[f.NEXT] = np.append(np.arange(1, n + 1), 1)
+    pool[f.PREV] = np.append(np.arange(-1, n - 1), n - 1)
+    pool[f.NEXT, n - 1], pool[f.PREV, 1] = n, n
     return pool
 
 
@@ -199,18 +212,13 @@ def _columns(array: np.ndarray, size: int, fill: np.ndarray) -> np.ndarray:
 
 @cache
 def _compiled():
-    """The compiled loop (numba, imported on first use like the other kernels)."""
+    """The compiled loop (numba, imported on first use like the other kernels): every
+    function of both loop modules, compiled before the first call resolves them."""
     from numba import njit
 
     jit = njit(cache=True, nogil=True)
-    for name in _KERNELS:
-        setattr(loop, name, jit(getattr(loop, name)))
-    return loop.replay
-
-
-_KERNELS = (
-    "one", "next_event", "chunk", "held", "fill_hit", "leading_run", "window_hit",
-    "state_hit", "lookup", "step", "skipped_tokens", "needed", "evictable", "add_hit",
-    "allocate", "remove_skipped", "kept", "cache", "unmap", "new_block", "free_list", "free",
-    "unlink", "link", "replay",
-)  # fmt: skip
+    for module in (pool_loop, hybrid_loop):
+        for name, value in vars(module).items():
+            if isinstance(value, FunctionType) and value.__module__ == module.__name__:
+                setattr(module, name, jit(value))
+    return hybrid_loop.replay

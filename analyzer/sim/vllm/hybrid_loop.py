@@ -1,34 +1,62 @@
-"""The compiled loop of hybrid.py: coordinator.py, the managers and block_pool.py for
-whole-block hashes and no drafter, over arrays. Every function here runs compiled (numba);
-names and the order of operations follow the Python modules, which document them.
+"""The compiled loop of hybrid.py: coordinator.py and the managers over arrays (their
+fields and rows: loop_fields.py; the pool: pool_loop.py). Every function here runs compiled
+(numba); names and the order of operations follow the Python modules, which document them.
 
-`cfg[C_*]` is the layout (block size, groups, window, retention with -1 for None, ...), the
-group types from `C_TYPES` on, in vLLM's order (FA, then SWA, then MAMBA). The rest is
-`state` = (pool, st, keys, req, mgr, scratch), int64 arrays (block 0 is vLLM's null block,
-NULL = 0 in a table):
-
-    pool[ROW, b]    per block: ref count, key (hash id * G + g; -1 none), `after` (the next
-                    block holding the same key), the free queue's links (column n is its
-                    sentinel); an unbounded pool hands out fresh ids and keeps no queue
-    st[S_*]         free blocks, the next fresh block (unbounded), sparse keys removed
-    keys[HOLDER, k] key k's oldest holder (-1 none); keys[EVER, k]: a sparse key ever cached
-    req[TABLE, g]   the block table of the request in flight, per group; req[HIT, g] the
-                    lookup's hit blocks; mgr[g, M_*] the group manager's fields
+Hashes come one per match unit H (`s` = B // H per block); a block's key is the hash of its
+last unit. With sub-block hits on (`C_FINE`), prompt tails and Mamba states also get
+entries at unit boundaries, and a hit ending inside a block is copied before it is written.
 """
 
 from __future__ import annotations
 
-FA, SWA, MAMBA = 0, 1, 2
-C_B, C_G, C_W, C_NEED, C_RETENTION, C_BUDGET, C_CAP, C_BOUNDED, C_NFA, C_NSWA = range(10)
-C_TYPES = 10
-REF, KEY, AFTER, NEXT, PREV = range(5)
-S_FREE, S_FRESH, S_REMOVED = range(3)
-HOLDER, EVER = range(2)
-TABLE, HIT = range(2)
-M_USED, M_CACHED, M_ACTIVE, M_LAST, M_RETIRED, M_ALLOCATED = range(6)
-# out[i, O_*]; O_FAIL is one of OK, NOT_ADMITTED, PREFILL, DECODE (as in dense.py)
-O_HIT, O_LONGEST, O_EVICTED, O_JUNCTION, O_FAIL, O_DONE, O_CHUNKS = range(7)
-OK, NOT_ADMITTED, PREFILL, DECODE = 0, 1, 2, 3
+from analyzer.sim.vllm import pool_loop as pl
+from analyzer.sim.vllm.loop_fields import (
+    C_B,
+    C_BOUNDED,
+    C_BUDGET,
+    C_CAP,
+    C_FINE,
+    C_G,
+    C_H,
+    C_NEED,
+    C_NFA,
+    C_NSWA,
+    C_RETENTION,
+    C_TRACK_EVICTED,
+    C_TYPES,
+    C_W,
+    DECODE,
+    EVER,
+    EVICTED,
+    FA,
+    HIT,
+    HOLDER,
+    M_ACTIVE,
+    M_ALLOCATED,
+    M_CACHED,
+    M_COPY,
+    M_COPY_SOURCE,
+    M_LAST,
+    M_PARTIAL_SLOT,
+    M_PARTIAL_SOURCE,
+    M_RETIRED,
+    M_USED,
+    MAMBA,
+    NOT_ADMITTED,
+    O_CACHED_EVER,
+    O_CHUNKS,
+    O_DONE,
+    O_EVICTED,
+    O_FAIL,
+    O_HIT,
+    O_JUNCTION,
+    O_LONGEST,
+    PREFILL,
+    REF,
+    SWA,
+    TABLE,
+    TOKENS,
+)  # fmt: skip
 
 
 def replay(
@@ -44,15 +72,16 @@ def replay(
 def one(hashes, P, num_outputs, cfg, events, state, chunks, out):  # pragma: no cover
     """One request, lookup to free (replay.VllmReplay.replay_one)."""
     st, mgr = state[1], state[4]
-    longest = leading_run(hashes, P, cfg, state)
+    longest = attention_hit(hashes, P, cfg, state)
     hit = lookup(hashes, P, longest, cfg, state, False)
-    evicted = 0
-    if longest > hit and st[S_REMOVED] > 0:
-        evicted = lookup(hashes, P, longest, cfg, state, True) - hit
+    if cfg[C_TRACK_EVICTED]:
+        out[O_CACHED_EVER] = cached_ever(hashes, P, longest, cfg, state)
+    if longest > hit and st[pl.S_REMOVED] > 0:
+        out[O_EVICTED] = lookup(hashes, P, longest, cfg, state, True) - hit
     junction = longest if longest > hit else 0
-    out[O_HIT], out[O_LONGEST], out[O_EVICTED], out[O_JUNCTION] = hit, longest, evicted, junction
+    out[O_HIT], out[O_LONGEST], out[O_JUNCTION] = hit, longest, junction
     mgr[:] = 0
-    mgr[:, M_LAST] = -1
+    mgr[:, M_LAST] = mgr[:, M_PARTIAL_SLOT] = -1
     n = chunk(P, hit, P - hit, cfg, junction)
     if n == 0 or not step(hashes, P, P, 0, n, hit, junction, cfg, state):
         out[O_FAIL] = NOT_ADMITTED
@@ -104,6 +133,9 @@ def chunk(P, start, wanted, cfg, junction):  # pragma: no cover - compiled
         stop = checkpoint
     if start % B and start < (start // B + 1) * B < stop:
         stop = (start // B + 1) * B
+    tail = max((P - 1) // cfg[C_H] * cfg[C_H], 0)  # the prompt's last unit boundary
+    if cfg[C_FINE] and checkpoint < tail < P and start < tail < stop:
+        stop = tail
     if start < junction < end:
         at = start + (junction - start) // B * B
         if start < at < stop:
@@ -114,66 +146,103 @@ def chunk(P, start, wanted, cfg, junction):  # pragma: no cover - compiled
 # -- lookup (coordinator.Coordinator.lookup and the managers' longest_hit) ----------------------
 
 
-def held(h, g0, g1, cfg, keys, use_ever):  # pragma: no cover - compiled
-    """Whether hash id h is cached in every group g0 .. g1 - 1 (ever cached: `use_ever`)."""
-    G = cfg[C_G]
+def held(h, g0, g1, cfg, state, probe):  # pragma: no cover - compiled
+    """Whether hash id h is cached in every group g0 .. g1 - 1; `probe` EVER: ever cached,
+    EVICTED: cached or evicted (first group only)."""
+    keys, G = state[2], cfg[C_G]
     for g in range(g0, g1):
-        if use_ever:
-            if keys[EVER, h * G + g] == 0:
-                return False
-        elif keys[HOLDER, h * G + g] < 0:
+        k = h * G + g
+        if keys[HOLDER, k] < 0 and (probe == HOLDER or keys[probe, k] == 0):
             return False
     return True
 
 
-def fill_hit(hashes, first, last, g0, g1, cfg, state):  # pragma: no cover - compiled
-    """req[HIT, g, :last]: NULL before `first`, the oldest holders from `first` on."""
-    keys, req, G = state[2], state[3], cfg[C_G]
+def hit_row(h, slot, g0, g1, cfg, state):  # pragma: no cover - compiled
+    """req[HIT, g, slot] = the oldest block holding h, for groups g0 .. g1 - 1."""
     for g in range(g0, g1):
-        for j in range(last):
-            req[HIT, g, j] = 0 if j < first else keys[HOLDER, hashes[j] * G + g]
+        state[3][HIT, g, slot] = pl.holder(h * cfg[C_G] + g, state[2], state[6])
 
 
-def leading_run(hashes, P, cfg, state):  # pragma: no cover - compiled
-    """Full attention's match (tokens): the leading run of prompt blocks every full-attention
-    group holds, capped at P - 1; their blocks in req[HIT]."""
-    B, nfa = cfg[C_B], cfg[C_NFA]
-    count = min((P - 1) // B, hashes.shape[0])
-    run = 0
-    while run < count and held(hashes[run], 0, nfa, cfg, state[2], False):
+def hit_rows(hashes, first, last, g0, g1, cfg, state):  # pragma: no cover - compiled
+    """req[HIT, g, :last]: NULL before `first`, then the blocks' oldest holders."""
+    s = cfg[C_B] // cfg[C_H]
+    for j in range(last):
+        if j < first:
+            state[3][HIT, g0:g1, j] = 0
+        else:
+            hit_row(hashes[(j + 1) * s - 1], j, g0, g1, cfg, state)
+
+
+def full_hit(hashes, skip, limit, available, cfg, state, probe):  # pragma: no cover - compiled
+    """FullAttentionManager.longest_hit over hashes[skip:] (`available` of them), up to
+    `limit` tokens: the leading run of blocks, then (sub-block hits) the first missing
+    block's unit boundaries, highest first. Rows only for the live lookup (HOLDER)."""
+    B, H = cfg[C_B], cfg[C_H]
+    s, g1 = B // H, cfg[C_NFA] if probe != EVICTED else 1
+    count, run = min(limit // B, available // s), 0
+    while run < count and held(hashes[skip + (run + 1) * s - 1], 0, g1, cfg, state, probe):
         run += 1
-    fill_hit(hashes, 0, run, 0, nfa, cfg, state)
+    if probe == HOLDER:
+        hit_rows(hashes, 0, run, 0, g1, cfg, state)
+    if not cfg[C_FINE]:
+        return run * B
+    first = run * s
+    for f in range(min(first + s - 1, limit // H, available) - 1, first - 1, -1):
+        if held(hashes[skip + f], 0, g1, cfg, state, probe):
+            if probe == HOLDER:
+                hit_row(hashes[skip + f], run, 0, g1, cfg, state)
+            return (f + 1) * H
     return run * B
 
 
-def window_hit(hashes, cur, cfg, state, use_ever):  # pragma: no cover - compiled
+def attention_hit(hashes, P, cfg, state):  # pragma: no cover - compiled
+    """Full attention's match (tokens), capped at P - 1; its blocks in req[HIT]."""
+    return full_hit(hashes, 0, P - 1, P // cfg[C_H], cfg, state, HOLDER)
+
+
+def cached_ever(hashes, P, resident, cfg, state):  # pragma: no cover - compiled
+    """replay.VllmReplay._cached_ever: the attention match had nothing been evicted."""
+    B, H = cfg[C_B], cfg[C_H]
+    whole = resident // B
+    skip = whole * (B // H)
+    limit = min(P - 1, P // H * H) - whole * B
+    hit = full_hit(hashes, skip, limit, P // H - skip, cfg, state, EVICTED)
+    return max(hit + whole * B, resident)
+
+
+def window_hit(hashes, cur, cfg, state, probe):  # pragma: no cover - compiled
     """SlidingWindowManager.longest_hit: the right-most run of `need` blocks ending <= cur,
     else the run from block 0."""
-    B, g0 = cfg[C_B], cfg[C_NFA]
+    B, g0, s = cfg[C_B], cfg[C_NFA], cfg[C_B] // cfg[C_H]
     g1 = g0 + cfg[C_NSWA]
     run = 0
     for i in range(cur // B - 1, -1, -1):
-        if not held(hashes[i], g0, g1, cfg, state[2], use_ever):
+        if not held(hashes[(i + 1) * s - 1], g0, g1, cfg, state, probe):
             run = 0
             continue
         run += 1
         if run >= cfg[C_NEED]:
-            if not use_ever:
-                fill_hit(hashes, i, i + run, g0, g1, cfg, state)
+            if probe == HOLDER:
+                hit_rows(hashes, i, i + run, g0, g1, cfg, state)
             return (i + run) * B
-    if not use_ever:
-        fill_hit(hashes, 0, run, g0, g1, cfg, state)
+    if probe == HOLDER:
+        hit_rows(hashes, 0, run, g0, g1, cfg, state)
     return run * B
 
 
-def state_hit(hashes, cur, cfg, state, use_ever):  # pragma: no cover - compiled
-    """MambaManager.longest_hit: the highest state at or below cur."""
-    B, g0 = cfg[C_B], cfg[C_NFA] + cfg[C_NSWA]
-    for i in range(min(cur // B, hashes.shape[0]) - 1, -1, -1):
-        if held(hashes[i], g0, cfg[C_G], cfg, state[2], use_ever):
-            if not use_ever:
-                fill_hit(hashes, i, i + 1, g0, cfg[C_G], cfg, state)
-            return (i + 1) * B
+def state_hit(hashes, cur, cfg, state, probe):  # pragma: no cover - compiled
+    """MambaManager.longest_hit: the highest state at or below cur, at a block boundary
+    (at any unit boundary with sub-block hits); rows before it NULL."""
+    B, H, g0, G = cfg[C_B], cfg[C_H], cfg[C_NFA] + cfg[C_NSWA], cfg[C_G]
+    s = B // H
+    step = 1 if cfg[C_FINE] else s
+    top = cur // H if cfg[C_FINE] else cur // B * s
+    for f in range(top - 1, -1, -step):
+        if held(hashes[f], g0, G, cfg, state, probe):
+            if probe == HOLDER:
+                state[3][HIT, g0:G, : f // s] = 0
+                hit_row(hashes[f], f // s, g0, G, cfg, state)
+            return (f + 1) * H
     return 0
 
 
@@ -181,13 +250,14 @@ def lookup(hashes, P, attention, cfg, state, use_ever):  # pragma: no cover - co
     """The hit: full attention's match, shrunk by the sparse types to a fixed point (one
     pass with exactly two types). `use_ever`: as if no sparse key had been evicted."""
     nswa, nm = cfg[C_NSWA], cfg[C_G] - cfg[C_NFA] - cfg[C_NSWA]
+    probe = EVER if use_ever else HOLDER
     hit = P - 1
     while True:
         cur = min(hit, attention)
         if nswa:
-            cur = window_hit(hashes, cur, cfg, state, use_ever)
+            cur = window_hit(hashes, cur, cfg, state, probe)
         if nm:
-            cur = state_hit(hashes, cur, cfg, state, use_ever)
+            cur = state_hit(hashes, cur, cfg, state, probe)
         shrunk = cur < hit
         hit = cur
         if not shrunk or (nswa > 0) + (nm > 0) == 1:
@@ -204,30 +274,40 @@ def step(hashes, P, num_tokens, computed, n, hit, junction, cfg, state):  # prag
     admission = computed == 0
     computed += hit
     main = computed + n
-    G, st = cfg[C_G], state[1]
-    hit_blocks = hit // cfg[C_B] if admission else 0
+    G, st, mgr = cfg[C_G], state[1], state[4]
+    hit_len = -(-hit // cfg[C_B]) if admission else 0  # hit blocks per group
     if cfg[C_BOUNDED] and admission:
         need = 0
         for g in range(G):
-            need += needed(g, num_tokens, computed, hit_blocks, num_tokens, True, cfg, state)
-        if need > st[S_FREE]:
+            need += needed(g, num_tokens, computed, hit_len, hit, num_tokens, True, cfg, state)
+        if need > st[pl.S_FREE]:
             return False
     for g in range(G):
         remove_skipped(g, computed, cfg, state)
     if cfg[C_BOUNDED]:
         need = 0
         for g in range(G):
-            need += needed(g, main, computed, hit_blocks, main, False, cfg, state)
-        if need > st[S_FREE]:
+            need += needed(g, main, computed, hit_len, hit, main, False, cfg, state)
+        if need > st[pl.S_FREE]:
             return False
     if hit:
         for g in range(G):
             add_hit(g, hit, cfg, state)
     for g in range(G):
         allocate(g, main, cfg, state)
-    tokens = min(main, num_tokens) // cfg[C_B] * cfg[C_B]
+    tokens = min(main, num_tokens)
+    if not cfg[C_FINE]:
+        tokens = tokens // cfg[C_B] * cfg[C_B]
     for g in range(G):
         cache(g, hashes, tokens, P, junction, cfg, state)
+    # the copies have run: their sources and copies are released, group by group
+    scratch, count = state[5], 0
+    for g in range(G):
+        if mgr[g, M_COPY]:
+            scratch[count], scratch[count + 1] = mgr[g, M_COPY_SOURCE], mgr[g, M_COPY]
+            mgr[g, M_COPY_SOURCE] = mgr[g, M_COPY] = 0
+            count += 2
+    pl.free_list(scratch, count, cfg, state)
     return True
 
 
@@ -240,22 +320,28 @@ def skipped_tokens(g, computed, cfg):  # pragma: no cover - compiled
     return 0
 
 
-def needed(g, slots, computed, hit_blocks, main, admission, cfg, state):  # pragma: no cover
+def needed(g, slots, computed, hit_len, hit, main, admission, cfg, state):  # pragma: no cover
     """Pool blocks group g takes this step, hit blocks leaving the free queue included
-    (Manager.blocks_needed, MambaManager.blocks_needed)."""
+    (Manager.blocks_needed, MambaManager.blocks_needed); +1 for a copy-on-write."""
     pool, req, mgr = state[0], state[3], state[4]
     B, used = cfg[C_B], mgr[g, M_USED]
+    partial = hit_len > 0 and hit % B != 0
     if cfg[C_TYPES + g] == MAMBA:
-        new = -(-main // B) - hit_blocks - used
-        return min(new, 1) + evictable(req[HIT, g, :hit_blocks], pool)
+        new = -(-main // B) - hit_len - used
+        partial = partial or mgr[g, M_PARTIAL_SLOT] >= 0
+        if partial:
+            new = max(new, 0) + 1
+        if new > 0:
+            new = min(new, 1 + partial)
+        return new + evictable(req[HIT, g, :hit_len], pool)
     required = -(-slots // B)
     if admission and cfg[C_TYPES + g] == SWA and cfg[C_CAP] >= 0:
         required = min(required, cfg[C_CAP])
     if mgr[g, M_ACTIVE]:
         return max(required - used, 0)
     skipped = skipped_tokens(g, computed, cfg) // B
-    new = max(required - max(skipped, hit_blocks + used), 0)
-    return new + evictable(req[HIT, g, max(0, skipped - used) : hit_blocks], pool)
+    new = max(required - max(skipped, hit_len + used), 0)
+    return new + partial + evictable(req[HIT, g, max(0, skipped - used) : hit_len], pool)
 
 
 def evictable(blocks, pool):  # pragma: no cover - compiled
@@ -268,29 +354,30 @@ def evictable(blocks, pool):  # pragma: no cover - compiled
 
 
 def add_hit(g, hit, cfg, state):  # pragma: no cover - compiled
-    """Adopt the lookup's blocks: pin them, NULL before the group's window."""
-    pool, st, req, mgr = state[0], state[1], state[3], state[4]
-    skipped = skipped_tokens(g, hit, cfg) // cfg[C_B]
-    count = hit // cfg[C_B]
+    """Adopt the lookup's blocks: pin them, NULL before the group's window; a hit inside a
+    block is copied at allocation (Manager.add_hit)."""
+    req, mgr, B = state[3], state[4], cfg[C_B]
+    skipped = skipped_tokens(g, hit, cfg) // B
+    count = -(-hit // B)
     for j in range(count):
         b = 0 if j < skipped else req[HIT, g, j]
         req[TABLE, g, j] = b
-        if b != 0 and cfg[C_BOUNDED]:
-            if pool[REF, b] == 0:
-                unlink(b, pool, st)
-            pool[REF, b] += 1
+        pl.touch(b, cfg, state)
     mgr[g, M_USED] = mgr[g, M_CACHED] = count
     mgr[g, M_ACTIVE] = 1
+    if hit % B:
+        mgr[g, M_PARTIAL_SLOT], mgr[g, M_PARTIAL_SOURCE] = hit // B, req[HIT, g, count - 1]
+        mgr[g, M_CACHED] = hit // B
 
 
 def allocate(g, main, cfg, state):  # pragma: no cover - compiled
-    """Grow group g's table to cover `main` tokens; a Mamba group allocates only its
-    running state, NULL before it (MambaManager.allocate)."""
-    req, mgr = state[3], state[4]
-    used = mgr[g, M_USED]
+    """Grow group g's table to cover `main` tokens, copying a partial hit first; a Mamba
+    group allocates only its running state, NULL before it (MambaManager.allocate)."""
+    pool, req, mgr = state[0], state[3], state[4]
+    used, partial = mgr[g, M_USED], mgr[g, M_PARTIAL_SLOT]
     required = -(-main // cfg[C_B])
     if cfg[C_TYPES + g] == MAMBA:
-        if required <= used:
+        if required <= used and partial < 0:
             mgr[g, M_ALLOCATED] = 1
             return
         if used > 0:
@@ -298,11 +385,24 @@ def allocate(g, main, cfg, state):  # pragma: no cover - compiled
         while used < required - 1:
             req[TABLE, g, used] = 0
             used += 1
-        mgr[g, M_ALLOCATED] = 1
+    if partial >= 0:
+        source, copy = mgr[g, M_PARTIAL_SOURCE], pl.new_block(cfg, state)
+        if cfg[C_TYPES + g] == MAMBA and mgr[g, M_ALLOCATED]:
+            pl.move_hashes(source, copy, cfg, state)  # our own prompt-tail state moves
+            held = source
+        else:
+            req[TABLE, g, partial] = copy
+            held = copy
+        if cfg[C_BOUNDED]:
+            pool[REF, held] += 1  # until the copy has run (the step's end)
+        mgr[g, M_COPY_SOURCE], mgr[g, M_COPY] = source, copy
+        mgr[g, M_PARTIAL_SLOT] = -1
     while used < required:
-        req[TABLE, g, used] = new_block(cfg, state)
+        req[TABLE, g, used] = pl.new_block(cfg, state)
         used += 1
     mgr[g, M_USED] = used
+    if cfg[C_TYPES + g] == MAMBA:
+        mgr[g, M_ALLOCATED] = 1
 
 
 def remove_skipped(g, computed, cfg, state):  # pragma: no cover - compiled
@@ -316,7 +416,7 @@ def remove_skipped(g, computed, cfg, state):  # pragma: no cover - compiled
                 break
             scratch[count], req[TABLE, g, i] = req[TABLE, g, i], 0
             count += 1
-        free_list(scratch, count, cfg, state)
+        pl.free_list(scratch, count, cfg, state)
     if kind != MAMBA:
         return
     last = min((computed - 1) // B, used)
@@ -325,15 +425,27 @@ def remove_skipped(g, computed, cfg, state):  # pragma: no cover - compiled
             if req[TABLE, g, i] != 0:
                 scratch[count], req[TABLE, g, i] = req[TABLE, g, i], 0
                 count += 1
-        free_list(scratch, count, cfg, state)
+        pl.free_list(scratch, count, cfg, state)
         mgr[g, M_RETIRED] = last
     slot = mgr[g, M_LAST]
     if 0 <= slot < -(-computed // B) - 1 and req[TABLE, g, slot] != 0:
         scratch[0], req[TABLE, g, slot] = req[TABLE, g, slot], 0
-        free_list(scratch, 1, cfg, state)
+        pl.free_list(scratch, 1, cfg, state)
 
 
-# -- caching ----------------------------------------------------------------------------------
+def free(cfg, state):  # pragma: no cover - compiled
+    """The request finished: each group releases its table, tail first (Coordinator.free)."""
+    req, mgr, scratch = state[3], state[4], state[5]
+    for g in range(cfg[C_G]):
+        count = 0
+        for i in range(mgr[g, M_USED] - 1, -1, -1):
+            scratch[count] = req[TABLE, g, i]
+            count += 1
+        pl.free_list(scratch, count, cfg, state)
+        mgr[g, M_USED] = 0
+
+
+# -- caching (Manager.cache, the prompt tails, cache_partial) -----------------------------------
 
 
 def kept(g, i, P, junction, cfg):  # pragma: no cover - compiled
@@ -357,107 +469,63 @@ def kept(g, i, P, junction, cfg):  # pragma: no cover - compiled
 
 
 def cache(g, hashes, tokens, P, junction, cfg, state):  # pragma: no cover - compiled
-    """Key group g's blocks that `tokens` filled since the last call (Manager.cache)."""
-    pool, keys, req, mgr = state[0], state[2], state[3], state[4]
-    full = min(tokens // cfg[C_B], hashes.shape[0])
+    """Key group g's blocks that `tokens` filled since the last call, then its prompt tail."""
+    pool, keys, req, mgr, nodes = state[0], state[2], state[3], state[4], state[6]
+    B, G, s = cfg[C_B], cfg[C_G], cfg[C_B] // cfg[C_H]
+    full = min(tokens // B, hashes.shape[0] // s)
     start = mgr[g, M_CACHED]
-    if start >= full:
-        return
     for i in range(start, full):
         b = req[TABLE, g, i]
         if b == 0 or not kept(g, i, P, junction, cfg):
             continue
-        if pool[KEY, b] >= 0:
-            unmap(b, cfg, state)
-        key = hashes[i] * cfg[C_G] + g
-        pool[KEY, b], pool[AFTER, b] = key, -1
-        first = keys[HOLDER, key]
-        if first < 0:
-            keys[HOLDER, key] = b
-        else:
-            while pool[AFTER, first] >= 0:
-                first = pool[AFTER, first]
-            pool[AFTER, first] = b
+        if pl.primary(b, pool, nodes) >= 0:
+            pl.remove_hashes(b, cfg, state)  # a partial entry promoted to the full block
+        key = hashes[(i + 1) * s - 1] * G + g
+        pl.insert(key, b, (i + 1) * B, state)
         if cfg[C_TYPES + g] != FA:
             keys[EVER, key] = 1
-    mgr[g, M_CACHED] = full
-    mgr[g, M_ACTIVE] = 1
+    if start < full:
+        mgr[g, M_CACHED] = full
+        mgr[g, M_ACTIVE] = 1
+    if cfg[C_TYPES + g] == MAMBA:
+        state_tail(g, hashes, tokens, P, cfg, state)
+    elif cfg[C_TYPES + g] == FA and s > 1:
+        boundary = (P - 1) // cfg[C_H] * cfg[C_H]  # FullAttentionManager._cache_prompt_tail
+        slot = boundary // B
+        if 0 < boundary <= tokens and boundary % B and slot < mgr[g, M_USED]:
+            cache_partial(g, hashes, req[TABLE, g, slot], boundary, cfg, state)
 
 
-def unmap(b, cfg, state):  # pragma: no cover - compiled
-    """Drop block b from its key's holders (an eviction, or a re-key)."""
-    pool, st, keys = state[0], state[1], state[2]
-    key = pool[KEY, b]
-    first = keys[HOLDER, key]
-    if first == b:
-        keys[HOLDER, key] = pool[AFTER, b]
-    else:
-        while pool[AFTER, first] != b:
-            first = pool[AFTER, first]
-        pool[AFTER, first] = pool[AFTER, b]
-    pool[KEY, b], pool[AFTER, b] = -1, -1
-    if cfg[C_TYPES + key % cfg[C_G]] != FA:
-        st[S_REMOVED] += 1
-
-
-# -- the pool ---------------------------------------------------------------------------------
-
-
-def new_block(cfg, state):  # pragma: no cover - compiled
-    """The free queue's head, its keys evicted (unbounded: a fresh id)."""
-    pool, st = state[0], state[1]
-    if not cfg[C_BOUNDED]:
-        st[S_FRESH] += 1
-        return st[S_FRESH] - 1
-    b = pool[NEXT, pool.shape[1] - 1]
-    unlink(b, pool, st)
-    if pool[KEY, b] >= 0:
-        unmap(b, cfg, state)
-    pool[REF, b] = 1
-    return b
-
-
-def free_list(blocks, count, cfg, state):  # pragma: no cover - compiled
-    """BlockPool.free_blocks of blocks[:count], in eviction order: hashed ones to the
-    queue's tail in that order, the others to its head (the first ends up first)."""
-    if not cfg[C_BOUNDED]:
+def state_tail(g, hashes, tokens, P, cfg, state):  # pragma: no cover - compiled
+    """MambaManager._cache_prompt_tail: key the running state where a chunk ends at the
+    prompt's last unit boundary inside a block; the next step copies it."""
+    pool, req, mgr, nodes = state[0], state[3], state[4], state[6]
+    B, H = cfg[C_B], cfg[C_H]
+    if tokens <= 0 or tokens % H or tokens != max((P - 1) // H * H, 0):
         return
-    pool, st = state[0], state[1]
-    sentinel = pool.shape[1] - 1
-    heads = 0
-    for j in range(count):
-        b = blocks[j]
-        pool[REF, b] -= 1
-        if pool[REF, b] == 0:
-            if pool[KEY, b] >= 0:
-                link(b, pool[PREV, sentinel], pool, st)
-            else:  # kept in order in the slots already read
-                blocks[heads] = b
-                heads += 1
-    for k in range(heads - 1, -1, -1):
-        link(blocks[k], sentinel, pool, st)
+    slot = -(-tokens // B) - 1
+    if slot >= mgr[g, M_USED]:
+        return
+    source = req[TABLE, g, slot]
+    if source == 0 or (pl.primary(source, pool, nodes) >= 0 and pool[TOKENS, source] == tokens):
+        return
+    if cache_partial(g, hashes, source, tokens, cfg, state) >= 0 and tokens % B:
+        mgr[g, M_PARTIAL_SLOT], mgr[g, M_PARTIAL_SOURCE] = slot, source
+        mgr[g, M_CACHED] = slot
 
 
-def free(cfg, state):  # pragma: no cover - compiled
-    """The request finished: each group releases its table, tail first (Coordinator.free)."""
-    req, mgr, scratch = state[3], state[4], state[5]
-    for g in range(cfg[C_G]):
-        count = 0
-        for i in range(mgr[g, M_USED] - 1, -1, -1):
-            if req[TABLE, g, i] != 0:
-                scratch[count] = req[TABLE, g, i]
-                count += 1
-        free_list(scratch, count, cfg, state)
-        mgr[g, M_USED] = 0
-
-
-def unlink(b, pool, st):  # pragma: no cover - compiled
-    pool[NEXT, pool[PREV, b]], pool[PREV, pool[NEXT, b]] = pool[NEXT, b], pool[PREV, b]
-    st[S_FREE] -= 1
-
-
-def link(b, before, pool, st):  # pragma: no cover - compiled
-    """Put b in the free queue right after `before` (the sentinel: at the head)."""
-    after = pool[NEXT, before]
-    pool[NEXT, before], pool[PREV, b], pool[NEXT, b], pool[PREV, after] = b, before, after, b
-    st[S_FREE] += 1
+def cache_partial(g, hashes, b, tokens, cfg, state):  # pragma: no cover - compiled
+    """Key block b at the unit boundary `tokens` (Manager.cache_partial); the key, -1 for
+    NULL."""
+    pool, keys, nodes = state[0], state[2], state[6]
+    if b == 0:
+        return -1
+    key = hashes[tokens // cfg[C_H] - 1] * cfg[C_G] + g
+    first = pl.primary(b, pool, nodes)
+    if first != key and not pl.holds(key, b, pool, nodes) and first != -1:
+        if pool[TOKENS, b] < tokens:
+            pl.remove_hashes(b, cfg, state)
+    pl.insert(key, b, tokens, state)
+    if cfg[C_TYPES + g] != FA:
+        keys[EVER, key] = 1
+    return key

@@ -85,8 +85,8 @@ def random_trace(rng: random.Random, block: int) -> list[dict]:
 
 def random_case(rng: random.Random, dense: bool = False, hybrid: bool = False) -> dict:
     """A random policy and trace; `dense`: one full-attention group, a bounded pool, no
-    drafter (what sim/vllm/dense.py replays); `hybrid`: whole-block hashes and no drafter,
-    with a sparse group, a bounded pool or copies (what sim/vllm/hybrid.py replays)."""
+    drafter (what sim/vllm/dense.py replays); `hybrid`: no drafter, and a sparse group, a
+    bounded pool or copies (what sim/vllm/hybrid.py replays)."""
     block = rng.choice([2, 4, 8, 16, 32])
     groups = rng.choice(
         [
@@ -110,7 +110,7 @@ def random_case(rng: random.Random, dense: bool = False, hybrid: bool = False) -
     retention = rng.choice([0, None, 2 * block, 3 * block] if len(groups) > 1 else [0, None])
     values["retention_interval"] = retention
     args += ["--retention-interval", "None" if retention is None else str(retention)]
-    if len(groups) > 1 and not hybrid and rng.random() < 0.4:
+    if len(groups) > 1 and rng.random() < 0.4:
         unit = rng.choice([u for u in (1, 2, block // 4, block // 2) if 1 <= u < block])
         values["prefix_match_unit"] = unit
         args += ["--prefix-match-unit", str(unit)]
@@ -121,8 +121,8 @@ def random_case(rng: random.Random, dense: bool = False, hybrid: bool = False) -
         values["max_num_batched_tokens"] = rng.choice([16, 24, 32, 48])
         args += ["--max-num-batched-tokens", str(values["max_num_batched_tokens"])]
     bounded = dense or rng.random() < 0.5
-    if hybrid and "sliding_window" not in groups:
-        bounded = True  # unbounded, no window: the closed form's (fast.py)
+    if hybrid and "sliding_window" not in groups and "prefix_match_unit" not in values:
+        bounded = True  # unbounded, whole blocks, no window: the closed form's (fast.py)
     values["num_blocks"] = rng.randint(4, 80) if bounded else None
     args += ["--num-gpu-blocks", str(values["num_blocks"] or 20000)]
     counts = {}
@@ -187,7 +187,7 @@ def main() -> int:
     parser.add_argument(
         "--hybrid",
         action="store_true",
-        help="whole-block hashes, no drafter, a sparse group or copies (hybrid.py)",
+        help="no drafter; a sparse group, a bounded pool or copies (hybrid.py)",
     )
     args = parser.parse_args()
     rng = random.Random(args.seed)

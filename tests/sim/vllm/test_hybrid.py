@@ -27,8 +27,12 @@ LAYOUTS = [[FA, MAMBA], [FA, SWA], [FA, SWA, MAMBA], [FA]]
 def hybrid_policies(draw):
     """(policy, group counts) the compiled loop replays (FA alone only as copies)."""
     groups = draw(st.sampled_from(LAYOUTS))
-    block = draw(st.sampled_from([1, 2, 3, 4, 8]))
+    block = draw(st.sampled_from([1, 2, 3, 4, 6, 8]))
     values = {"groups": groups, "block_size": block}
+    units = [u for u in (1, 2, 3, 4) if u < block and block % u == 0]
+    if groups != [FA] and units and draw(st.booleans()):
+        # sub-block hits with Mamba and no window; finer hashes only otherwise
+        values["prefix_match_unit"] = draw(st.sampled_from(units))
     retention = [0, None, block, 2 * block, 3 * block]
     values["retention_interval"] = draw(st.sampled_from(retention if groups != [FA] else [0, None]))
     if SWA in groups:
@@ -121,8 +125,8 @@ def test_cases(values, prompts, outputs):
         ({"groups": [FA, MAMBA], "block_size": 16, "num_blocks": 100}, None, True),
         ({"groups": [FA, SWA], "block_size": 16, "sliding_window": 8}, None, True),
         ({"groups": [FA], "block_size": 16, "num_blocks": 100}, {FA: 2}, True),
-        # sub-block hits, drafters: the Python managers
-        ({"groups": [FA, MAMBA], "block_size": 16, "prefix_match_unit": 4}, None, False),
+        ({"groups": [FA, MAMBA], "block_size": 16, "prefix_match_unit": 4}, None, True),
+        # drafters: the Python managers
         ({"groups": [FA, MAMBA], "block_size": 16, "spec_decode": "eagle_lookahead"}, None, False),
         ({"groups": [FA, MAMBA], "block_size": 16, "spec_decode": "eagle_drop"}, None, False),
     ],
