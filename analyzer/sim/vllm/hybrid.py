@@ -64,11 +64,11 @@ class HybridReplay:
         # the loop's state (loop_fields.py)
         self.pool = _pool(layout.num_blocks)
         self.st = np.asarray([(layout.num_blocks or 1) - 1, 1, 0, -1, 0], np.int64)
-        self.keys = _columns(np.zeros((3, 0), np.int64), 1024, _KEYS_FILL)
+        self.keys = _columns(np.zeros((4, 0), np.int64), 1024, _KEYS_FILL)
         self.req = np.zeros((2, G, 0), np.int64)
         self.mgr = np.zeros((G, 10), np.int64)
         self.scratch = np.zeros(0, np.int64)
-        self.nodes = _columns(np.zeros((4, 0), np.int64), 1024, _NODES_FILL)
+        self.nodes = _columns(np.zeros((5, 0), np.int64), 1024, _NODES_FILL)
         self._decodes: tuple[int, ...] = ()
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
@@ -180,11 +180,11 @@ def _config(layout: CacheLayout) -> np.ndarray:
     return cfg
 
 
-# a new column of the pool (f.REF ... f.PREV), of the keys (HOLDER, EVER, EVICTED) and of
-# the entries (N_KEY ... N_SIB)
+# a new column of the pool (f.REF ... f.PREV), of the keys (HOLDER ... TAIL) and of the
+# entries (N_KEY ... N_BEFORE)
 _POOL_FILL = np.asarray([0, -1, 0, 0, 0], np.int64)
-_KEYS_FILL = np.asarray([-1, 0, 0], np.int64)
-_NODES_FILL = np.asarray([-1, 0, -1, -1], np.int64)
+_KEYS_FILL = np.asarray([-1, 0, 0, -1], np.int64)
+_NODES_FILL = np.asarray([-1, 0, -1, -1, -1], np.int64)
 
 
 def _pool(num_blocks: int | None) -> np.ndarray:
@@ -216,7 +216,9 @@ def _compiled():
     function of both loop modules, compiled before the first call resolves them."""
     from numba import njit
 
-    jit = njit(cache=True, nogil=True)
+    # No reference counting: the loop allocates nothing, and the counts numba keeps on the
+    # arrays it passes between these functions (atomic, per call) took half its time.
+    jit = njit(cache=True, nogil=True, _nrt=False)
     for module in (pool_loop, hybrid_loop):
         for name, value in vars(module).items():
             if isinstance(value, FunctionType) and value.__module__ == module.__name__:

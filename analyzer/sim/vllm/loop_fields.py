@@ -12,8 +12,9 @@ vLLM's null block (NULL = 0 in a table); -1 means none.
                         pool hands out fresh ids and keeps no queue)
     st[S_*]             free blocks, next fresh block, sparse keys removed, free entries,
                         next fresh entry
-    keys[HOLDER, k]     key k's first entry (k = hash id * G + group); keys[EVER, k]: a sparse
-                        key ever cached; keys[EVICTED, k]: k was evicted (when tracked)
+    keys[HOLDER, k]     key k's first entry (k = hash id * G + group), keys[TAIL, k] its last;
+                        keys[EVER, k]: a sparse key ever cached; keys[EVICTED, k]: k was
+                        evicted (when tracked)
     req[TABLE, g]       the block table of the request in flight, per group; req[HIT, g] the
                         lookup's hit blocks
     mgr[g, M_*]         group g's manager fields for that request (managers.py, mamba.py)
@@ -32,12 +33,12 @@ FA, SWA, MAMBA = 0, 1, 2
 C_TYPES = 16
 REF, FIRST, TOKENS, NEXT, PREV = range(5)
 S_FREE, S_FRESH, S_REMOVED, S_NODES, S_NODE_FRESH = range(5)
-HOLDER, EVER, EVICTED = range(3)
+HOLDER, EVER, EVICTED, TAIL = range(4)
 TABLE, HIT = range(2)
 # partial hit: (slot, source block); copy: this step's copy-on-write (source, copy)
 M_USED, M_CACHED, M_ACTIVE, M_LAST, M_RETIRED, M_ALLOCATED = range(6)
 M_PARTIAL_SLOT, M_PARTIAL_SOURCE, M_COPY_SOURCE, M_COPY = range(6, 10)
-N_KEY, N_BLOCK, N_AFTER, N_SIB = range(4)
+N_KEY, N_BLOCK, N_AFTER, N_SIB, N_BEFORE = range(5)
 # out[i, O_*]: a request's answers; O_FAIL is one of OK, NOT_ADMITTED, PREFILL, DECODE
 (
     O_HIT, O_LONGEST, O_EVICTED, O_JUNCTION, O_FAIL, O_DONE, O_CHUNKS, O_CACHED_EVER,

@@ -4,8 +4,9 @@
 Each (block, key) pair is an entry: a block may carry several keys (its primary first, then
 sub-block entries of prompt tails) and a key may be carried by several blocks (vLLM does
 not de-duplicate; a lookup takes the oldest). An entry is in two lists: its key's holders
-(`N_AFTER`, oldest first) and its block's keys (`N_SIB`); a free entry's `N_SIB` is the next
-free one.
+(`N_AFTER` and `N_BEFORE`, oldest first: a key a thousand blocks hold, when a prefix is
+recomputed behind a missing Mamba state, takes one step to add or drop a holder) and its
+block's keys (`N_SIB`); a free entry's `N_SIB` is the next free one.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from analyzer.sim.vllm.loop_fields import (
     FIRST,
     HOLDER,
     N_AFTER,
+    N_BEFORE,
     N_BLOCK,
     N_KEY,
     N_SIB,
@@ -31,6 +33,7 @@ from analyzer.sim.vllm.loop_fields import (
     S_NODE_FRESH,
     S_NODES,
     S_REMOVED,
+    TAIL,
     TOKENS,
 )  # fmt: skip
 
@@ -80,13 +83,13 @@ def insert(key, b, tokens, state):  # pragma: no cover - compiled
     else:
         nodes[N_SIB, last] = e
     nodes[N_KEY, e], nodes[N_BLOCK, e], nodes[N_AFTER, e], nodes[N_SIB, e] = key, b, -1, -1
-    at = keys[HOLDER, key]
-    if at < 0:
+    last = keys[TAIL, key]  # the newest holder: e comes after it
+    nodes[N_BEFORE, e] = last
+    if last < 0:
         keys[HOLDER, key] = e
     else:
-        while nodes[N_AFTER, at] >= 0:
-            at = nodes[N_AFTER, at]
-        nodes[N_AFTER, at] = e
+        nodes[N_AFTER, last] = e
+    keys[TAIL, key] = e
 
 
 def remove_hashes(b, cfg, state):  # pragma: no cover - compiled
@@ -97,13 +100,15 @@ def remove_hashes(b, cfg, state):  # pragma: no cover - compiled
         return False
     while e >= 0:
         key = nodes[N_KEY, e]
-        at = keys[HOLDER, key]
-        if at == e:
-            keys[HOLDER, key] = nodes[N_AFTER, e]
+        before, after = nodes[N_BEFORE, e], nodes[N_AFTER, e]
+        if before < 0:
+            keys[HOLDER, key] = after
         else:
-            while nodes[N_AFTER, at] != e:
-                at = nodes[N_AFTER, at]
-            nodes[N_AFTER, at] = nodes[N_AFTER, e]
+            nodes[N_AFTER, before] = after
+        if after < 0:
+            keys[TAIL, key] = before
+        else:
+            nodes[N_BEFORE, after] = before
         if cfg[C_TYPES + key % cfg[C_G]] != FA:
             st[S_REMOVED] += 1
         sib = nodes[N_SIB, e]
@@ -124,7 +129,12 @@ def move_hashes(src, dst, cfg, state):  # pragma: no cover - compiled
         scratch[count] = nodes[N_KEY, e]
         count += 1
         e = nodes[N_SIB, e]
-    scratch[1:count].sort()
+    for j in range(2, count):  # the others ascending (a few: an insertion sort)
+        key, k = scratch[j], j
+        while k > 1 and scratch[k - 1] > key:
+            scratch[k] = scratch[k - 1]
+            k -= 1
+        scratch[k] = key
     removed = st[S_REMOVED]
     remove_hashes(src, cfg, state)
     st[S_REMOVED] = removed
