@@ -25,11 +25,14 @@ ARENA_UNITS = 1 << 26
 
 
 class CompiledBlockIds:
-    """Block ids of `block`-token blocks, drawn from `interner`'s counter."""
+    """Block ids of `block`-token blocks, drawn from `interner`'s counter; with `lookahead`
+    L, a block's key also holds the L tokens after it (EAGLE: `hashing.BlockHashes`'
+    `look`), and a run keeps its last block's L tokens too."""
 
-    def __init__(self, interner: HashInterner, block: int) -> None:
+    def __init__(self, interner: HashInterner, block: int, lookahead: int = 0) -> None:
         self.interner = interner
         self.block = block
+        self.lookahead = lookahead
         # the first block of each run: per slot (one row, one cache line) its parent id
         # (-1: empty), mix and id
         self.table = np.full((1 << 12, 3), -1, np.int64)
@@ -42,7 +45,8 @@ class CompiledBlockIds:
         self.state = np.zeros(4, np.int64)
         # one odd 64-bit weight per position of a block: the mix is a weighted sum, whose
         # products do not wait on each other (a chained mix took 1 us a 544-token block)
-        weights = np.random.default_rng(0x5EED).integers(0, 1 << 62, block, dtype=np.int64)
+        width = block + lookahead  # the tokens a key holds
+        weights = np.random.default_rng(0x5EED).integers(0, 1 << 62, width, dtype=np.int64)
         self.weights = (weights.astype(np.uint64) << np.uint64(1)) | np.uint64(1)
 
     def ids(
@@ -51,7 +55,8 @@ class CompiledBlockIds:
     ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """(ids, offsets): request r's first total[r] block ids are ids[offsets[r] :
         offsets[r + 1]]; its blocks k < known[r] hold tokens[starts[r] + k * B :][: B]
-        (int32), the rest are fresh; roots[r] is its namespace's root id."""
+        (int32; their lookahead tokens follow), the rest are fresh; roots[r] is its
+        namespace's root id."""
         offsets = np.zeros(len(total) + 1, np.int64)
         np.cumsum(total, out=offsets[1:])
         out = np.empty(int(offsets[-1]), np.int64)
@@ -61,8 +66,8 @@ class CompiledBlockIds:
         done = 0
         while done < len(total):  # the loop stops where a table or the arena is full
             done = kernel(
-                tokens, starts, known, offsets, roots, self.weights, done, self.table,
-                self.runs, self.arena, self.state, out,
+                tokens, starts, known, offsets, roots, self.block, self.weights, done,
+                self.table, self.runs, self.arena, self.state, out,
             )  # fmt: skip
             if done < len(total):
                 self._grow(int(known[done]), rehash)
@@ -79,8 +84,9 @@ class CompiledBlockIds:
             self.table = table
         if runs + 1 > len(self.runs):
             self.runs = np.concatenate([self.runs, np.zeros_like(self.runs)])
-        if used + blocks * self.block > len(self.arena):
-            arena = np.empty(max(used + blocks * self.block, 2 * len(self.arena)), np.int32)
+        need = used + blocks * self.block + self.lookahead
+        if need > len(self.arena):
+            arena = np.empty(max(need, 2 * len(self.arena)), np.int32)
             arena[:used] = self.arena[:used]
             self.arena = arena
 
@@ -89,7 +95,7 @@ class CompiledBlockIds:
 
 
 def _ids(
-    tokens, starts, known, offsets, roots, weights, first, table, runs, arena, state, out
+    tokens, starts, known, offsets, roots, B, weights, first, table, runs, arena, state, out
 ):  # pragma: no cover - compiled  # fmt: skip
     """Requests from `first` on; -> the first one not done (a table or the arena is full).
 
@@ -97,28 +103,29 @@ def _ids(
     the run's next block holds its tokens; else the table names the run that (parent,
     tokens) starts; else its blocks to the request's last known one start a new run."""
     next_id, num_keys, num_runs, used = state[0], state[1], state[2], state[3]
-    B = weights.shape[0]
+    width = weights.shape[0]  # a key's tokens: B, + the lookahead
     r = first
     while r < known.shape[0]:
         n = known[r]
         if 2 * (num_keys + 1) > table.shape[0] or num_runs + 1 > runs.shape[0]:
             break
-        if used + n * B > arena.shape[0]:
+        if used + n * B + width - B > arena.shape[0]:
             break
         parent, base, row = roots[r], starts[r], offsets[r]
         k = 0
         while k < n:
             at = base + k * B
-            child = _in_run(parent, tokens, at, B, runs, num_runs, arena)
+            child = _in_run(parent, tokens, at, B, width, runs, num_runs, arena)
             mix = -1
             if child < 0:
                 mix = _mix(parent, tokens, at, weights)
-                child = _lookup(parent, mix, tokens, at, B, table, runs, num_runs, arena)
+                child = _lookup(parent, mix, tokens, at, width, table, runs, num_runs, arena)
             if child < 0:  # nobody had this prefix: blocks k..n-1 start a run
                 _insert(parent, mix, next_id, table)
                 runs[num_runs, 0], runs[num_runs, 1], runs[num_runs, 2] = next_id, used, n - k
-                arena[used : used + (n - k) * B] = tokens[at : base + n * B]
-                num_keys, num_runs, used = num_keys + 1, num_runs + 1, used + (n - k) * B
+                size = (n - k) * B + width - B  # the last block's lookahead too
+                arena[used : used + size] = tokens[at : at + size]
+                num_keys, num_runs, used = num_keys + 1, num_runs + 1, used + size
                 for j in range(k, n):
                     out[row + j] = next_id + j - k
                 next_id += n - k
@@ -149,31 +156,31 @@ def _run_of(block_id, runs, num_runs):  # pragma: no cover - compiled
     return lo - 1
 
 
-def _same(tokens, at, arena, held, B):  # pragma: no cover - compiled
-    for j in range(B):
+def _same(tokens, at, arena, held, width):  # pragma: no cover - compiled
+    for j in range(width):
         if arena[held + j] != tokens[at + j]:
             return False
     return True
 
 
-def _in_run(parent, tokens, at, B, runs, num_runs, arena):  # pragma: no cover - compiled
+def _in_run(parent, tokens, at, B, width, runs, num_runs, arena):  # pragma: no cover
     """parent + 1 if it continues parent's run with these tokens, else -1."""
     run = _run_of(parent, runs, num_runs)
     if run < 0 or parent + 1 >= runs[run, 0] + runs[run, 2]:
         return -1
     held = runs[run, 1] + (parent + 1 - runs[run, 0]) * B
-    return parent + 1 if _same(tokens, at, arena, held, B) else -1
+    return parent + 1 if _same(tokens, at, arena, held, width) else -1
 
 
-def _lookup(parent, mix, tokens, at, B, table, runs, num_runs, arena):  # pragma: no cover
-    """The id of the run (parent, these tokens) starts, or -1."""
+def _lookup(parent, mix, tokens, at, width, table, runs, num_runs, arena):  # pragma: no cover
+    """The id of the run (parent, these `width` tokens) starts, or -1."""
     mask = table.shape[0] - 1
     slot = mix & mask
     while table[slot, 0] >= 0:
         if table[slot, 0] == parent and table[slot, 1] == mix:
             child = table[slot, 2]
             held = runs[_run_of(child, runs, num_runs), 1]
-            if _same(tokens, at, arena, held, B):
+            if _same(tokens, at, arena, held, width):
                 return child
         slot = (slot + 1) & mask
     return -1

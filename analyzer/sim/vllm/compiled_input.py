@@ -23,44 +23,52 @@ from analyzer.sim.records import SimRequest
 
 class StepInput:
     """Per step: `prompt`, `outputs` (tokens, per request) and the block ids, request r's
-    being `ids[offsets[r] : offsets[r + 1]]`."""
+    being `ids[offsets[r] : offsets[r + 1]]`; with a lookahead (EAGLE) a block's id also
+    covers the tokens after it, and `plain` holds the ids without (else it is `ids`)."""
 
-    def __init__(self, interner: HashInterner, block: int) -> None:
+    def __init__(self, interner: HashInterner, block: int, lookahead: int = 0) -> None:
         self.interner = interner
         self.block = block
-        self.block_ids = CompiledBlockIds(interner, block)
+        self.lookahead = lookahead
+        self.block_ids = CompiledBlockIds(interner, block, lookahead)
+        self.plain_ids = CompiledBlockIds(interner, block) if lookahead else None
 
     def __call__(self, requests: list[SimRequest]) -> tuple[np.ndarray, ...]:
-        """(prompt, outputs, ids, offsets) of `requests`."""
+        """(prompt, outputs, ids, plain, offsets) of `requests`."""
         n = len(requests)
         prompt = np.fromiter((r.num_prompt_tokens for r in requests), np.int64, n)
         outputs = np.fromiter((r.num_output_tokens for r in requests), np.int64, n)
-        ids, offsets = self._ids(requests, prompt, outputs)
-        return prompt, outputs, ids, offsets
-
-    def _ids(self, requests: list[SimRequest], prompt: np.ndarray, outputs: np.ndarray):
-        B, interner = self.block, self.interner
+        B, look, interner = self.block, self.lookahead, self.interner
         total = np.where(prompt >= 1, (prompt + outputs) // B, 0)
-        rows, seqs, roots, by_hash = [], [], [], {}
+        rows, seqs, roots, by_hash, plain_by_hash = [], [], [], {}, {}
         for i, r in enumerate(requests):
             if prompt[i] < 1:
                 continue
             if r.prompt_token_ids is None:
-                source, _ = request_hashes(interner, r, B, 0)
+                source, plain = request_hashes(interner, r, B, look)
                 by_hash[i] = source.extend(int(total[i]))
+                if plain is not None:
+                    plain_by_hash[i] = plain.extend(int(total[i]))
                 continue
             rows.append(i)
             seqs.append((r.prompt_token_ids, r.output_token_ids))
             roots.append(interner.root(r.namespace))
         tokens, starts, lens = _laid_out(seqs)
+        roots = np.asarray(roots, np.int64)
         ids, row_offsets = self.block_ids.ids(
-            tokens, starts, lens // B, total[rows], np.asarray(roots, np.int64)
+            tokens, starts, (lens - look) // B, total[rows], roots
         )
+        plain = ids
+        if look:
+            plain, _ = self.plain_ids.ids(tokens, starts, lens // B, total[rows], roots)
         if not by_hash:
-            offsets = np.zeros(len(requests) + 1, np.int64)
+            offsets = np.zeros(n + 1, np.int64)
             np.cumsum(total, out=offsets[1:])
-            return ids, offsets  # every row's ids in order (empty prompts: none)
-        return _merged(len(requests), rows, ids, row_offsets, by_hash)
+            return prompt, outputs, ids, plain, offsets  # every row's in order (empty: none)
+        ids, offsets = _merged(n, rows, ids, row_offsets, by_hash)
+        if look:
+            plain, _ = _merged(n, rows, plain, row_offsets, plain_by_hash)
+        return prompt, outputs, ids, ids if not look else plain, offsets
 
 
 def grown(array: np.ndarray, size: int, fill: int) -> np.ndarray:

@@ -91,7 +91,7 @@ class DenseReplay:
         """Replay `requests` (in order) in one call of the compiled loop."""
         layout = self.layout
         n = len(requests)
-        prompt, outputs, flat, offsets = self.input(requests)
+        prompt, outputs, flat, _, offsets = self.input(requests)
         self.holder = grown(self.holder, self.interner.next_id, -1)
         hit, fail, done = (np.zeros(n, np.int64) for _ in range(3))
         budget = layout.max_num_batched_tokens or 0

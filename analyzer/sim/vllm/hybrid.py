@@ -40,14 +40,9 @@ _TYPES = {FULL: f.FA, SWA: f.SWA, MAMBA: f.MAMBA}
 
 
 def hybrid_applies(layout: CacheLayout) -> bool:
-    """Whether this module replays `layout`: full attention first, no drafter (lookahead
-    hashes, draft slots, the legacy EAGLE drop)."""
-    return (
-        FULL in layout.group_types
-        and layout.hash_lookahead == 0
-        and layout.alloc_lookahead == 0
-        and not layout.eagle_drop
-    )
+    """Whether this module replays `layout`: full attention first, any drafter but the
+    legacy EAGLE drop."""
+    return FULL in layout.group_types and not layout.eagle_drop
 
 
 class HybridReplay:
@@ -57,18 +52,18 @@ class HybridReplay:
         self.layout = layout
         self.interner = interner
         self.error = not_schedulable.format(layout.num_blocks)
-        self.input = StepInput(interner, layout.hash_block_size)
+        self.input = StepInput(interner, layout.hash_block_size, layout.hash_lookahead)
         self.cfg = _config(layout)
         self.events = np.asarray(decode_events(layout), np.int64)
         G = len(layout.group_types)
         # the loop's state (loop_fields.py)
         self.pool = _pool(layout.num_blocks)
         self.st = np.asarray([(layout.num_blocks or 1) - 1, 1, 0, -1, 0], np.int64)
-        self.keys = _columns(np.zeros((4, 0), np.int64), 1024, _KEYS_FILL)
+        self.keys = _columns(np.zeros((5, 0), np.int64), 1024, _KEYS_FILL)
         self.req = np.zeros((2, G, 0), np.int64)
         self.mgr = np.zeros((G, 10), np.int64)
         self.scratch = np.zeros(0, np.int64)
-        self.nodes = _columns(np.zeros((5, 0), np.int64), 1024, _NODES_FILL)
+        self.nodes = _columns(np.zeros((6, 0), np.int64), 1024, _NODES_FILL)
         self._decodes: tuple[int, ...] = ()
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
@@ -87,20 +82,22 @@ class HybridReplay:
 
     def _step(self, requests: list[SimRequest]) -> list[SimResult]:
         """Replay `requests` (in order) in one call of the compiled loop."""
-        prompt, outputs, ids, offsets = self.input(requests)
+        prompt, outputs, ids, plain, offsets = self.input(requests)
         cstart = self._make_room(prompt, outputs)
         chunks = np.zeros(int(cstart[-1]), np.int64)
-        out = np.zeros((len(requests), 8), np.int64)
+        out = np.zeros((len(requests), 9), np.int64)
         state = (self.pool, self.st, self.keys, self.req, self.mgr, self.scratch, self.nodes)
-        _compiled()(
-            ids, offsets, prompt, outputs, self.cfg, self.events, state, cstart, chunks, out
+        kernel = _compiled()
+        kernel(
+            ids, plain, offsets, prompt, outputs, self.cfg, self.events, state, cstart, chunks, out
         )
         return self._results(requests, prompt, outputs, out, chunks, cstart)
 
     def _make_room(self, prompt: np.ndarray, outputs: np.ndarray) -> np.ndarray:
         """Grow every array this step can reach; the chunks' offsets per request."""
         B, G = self.layout.block_size, len(self.layout.group_types)
-        blocks = np.where(prompt >= 1, -(-(prompt + np.maximum(outputs, 1)) // B) + 2, 0)
+        # a table's most slots: prompt and outputs, a draft slot, a speculative state block
+        blocks = np.where(prompt >= 1, -(-(prompt + np.maximum(outputs, 1)) // B) + 3, 0)
         width = int(blocks.max(initial=0))
         if width > self.req.shape[2]:
             self.req = np.zeros((2, G, 2 * width), np.int64)
@@ -130,7 +127,7 @@ class HybridReplay:
             if p < 1:
                 results.append(failed(r.request_id, p, "empty prompt"))
                 continue
-            hit, longest, evicted, junction, fail, done, count, ever = row
+            hit, longest, evicted, junction, fail, done, count, ever, attention = row
             if fail == f.NOT_ADMITTED:
                 results.append(failed(r.request_id, p, error))
                 continue
@@ -144,7 +141,7 @@ class HybridReplay:
                     miss,
                     miss - evicted,
                     evicted,
-                    longest,
+                    attention,
                     longest,
                     junction,
                     tuple(made[at : at + count]) + steps_made,
@@ -175,16 +172,21 @@ def _config(layout: CacheLayout) -> np.ndarray:
     cfg[f.C_BUDGET] = budget or 0
     cfg[f.C_BOUNDED] = layout.num_blocks is not None
     cfg[f.C_FINE] = layout.fine
-    # replay.VllmReplay._track_evicted (no drafter here)
+    # replay.VllmReplay._track_evicted
     cfg[f.C_TRACK_EVICTED] = layout.num_blocks is not None and layout.fine
+    if layout.hash_lookahead:
+        cfg[f.C_TRACK_EVICTED] = 0
+    cfg[f.C_LOOKAHEAD] = layout.hash_lookahead
+    cfg[f.C_DRAFT_SLOTS] = layout.alloc_lookahead
+    cfg[f.C_SPEC_BLOCKS] = layout.mamba_spec_blocks
     return cfg
 
 
-# a new column of the pool (f.REF ... f.PREV), of the keys (HOLDER ... TAIL) and of the
-# entries (N_KEY ... N_BEFORE)
+# a new column of the pool (f.REF ... f.PREV), of the keys (HOLDER ... SHADOWS) and of
+# the entries (N_KEY ... N_SHADOW)
 _POOL_FILL = np.asarray([0, -1, 0, 0, 0], np.int64)
-_KEYS_FILL = np.asarray([-1, 0, 0, -1], np.int64)
-_NODES_FILL = np.asarray([-1, 0, -1, -1, -1], np.int64)
+_KEYS_FILL = np.asarray([-1, 0, 0, -1, 0], np.int64)
+_NODES_FILL = np.asarray([-1, 0, -1, -1, -1, -1], np.int64)
 
 
 def _pool(num_blocks: int | None) -> np.ndarray:

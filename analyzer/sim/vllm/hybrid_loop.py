@@ -15,13 +15,16 @@ from analyzer.sim.vllm.loop_fields import (
     C_BOUNDED,
     C_BUDGET,
     C_CAP,
+    C_DRAFT_SLOTS,
     C_FINE,
     C_G,
     C_H,
+    C_LOOKAHEAD,
     C_NEED,
     C_NFA,
     C_NSWA,
     C_RETENTION,
+    C_SPEC_BLOCKS,
     C_TRACK_EVICTED,
     C_TYPES,
     C_W,
@@ -43,6 +46,7 @@ from analyzer.sim.vllm.loop_fields import (
     M_USED,
     MAMBA,
     NOT_ADMITTED,
+    O_ATTENTION,
     O_CACHED_EVER,
     O_CHUNKS,
     O_DONE,
@@ -53,6 +57,7 @@ from analyzer.sim.vllm.loop_fields import (
     O_LONGEST,
     PREFILL,
     REF,
+    SHADOWS,
     SWA,
     TABLE,
     TOKENS,
@@ -60,20 +65,32 @@ from analyzer.sim.vllm.loop_fields import (
 
 
 def replay(
-    ids, offsets, prompt, outputs, cfg, events, state, cstart, chunks, out
+    ids, plain_ids, offsets, prompt, outputs, cfg, events, state, cstart, chunks, out
 ):  # pragma: no cover  # noqa: E501
-    """Every request in order; request i's prefill chunks go to chunks[cstart[i]:]."""
+    """Every request in order; request i's prefill chunks go to chunks[cstart[i]:].
+    `plain_ids`: without lookahead (`ids` itself when there is none)."""
     for i in range(prompt.shape[0]):
         if prompt[i] >= 1:
-            hashes = ids[offsets[i] : offsets[i + 1]]
-            one(hashes, prompt[i], outputs[i], cfg, events, state, chunks[cstart[i] :], out[i])
+            hashes, plain = ids[offsets[i] : offsets[i + 1]], plain_ids[offsets[i] : offsets[i + 1]]
+            one(
+                hashes,
+                plain,
+                prompt[i],
+                outputs[i],
+                cfg,
+                events,
+                state,
+                chunks[cstart[i] :],
+                out[i],
+            )
 
 
-def one(hashes, P, num_outputs, cfg, events, state, chunks, out):  # pragma: no cover
+def one(hashes, plain, P, num_outputs, cfg, events, state, chunks, out):  # pragma: no cover
     """One request, lookup to free (replay.VllmReplay.replay_one)."""
     st, mgr = state[1], state[4]
     longest = attention_hit(hashes, P, cfg, state)
     hit = lookup(hashes, P, longest, cfg, state, False)
+    out[O_ATTENTION] = attention_match(plain, P, cfg, state) if cfg[C_LOOKAHEAD] else longest
     if cfg[C_TRACK_EVICTED]:
         out[O_CACHED_EVER] = cached_ever(hashes, P, longest, cfg, state)
     if longest > hit and st[pl.S_REMOVED] > 0:
@@ -82,28 +99,41 @@ def one(hashes, P, num_outputs, cfg, events, state, chunks, out):  # pragma: no 
     out[O_HIT], out[O_LONGEST], out[O_JUNCTION] = hit, longest, junction
     mgr[:] = 0
     mgr[:, M_LAST] = mgr[:, M_PARTIAL_SLOT] = -1
-    n = chunk(P, hit, P - hit, cfg, junction)
-    if n == 0 or not step(hashes, P, P, 0, n, hit, junction, cfg, state):
+    # a drafter pads a one-token step with a draft slot (replay.VllmReplay._admit)
+    pad = cfg[C_DRAFT_SLOTS] > 0 and P - hit == 1 and hit > 0
+    n = chunk(P, hit, 2 if pad else P - hit, cfg, junction)
+    if pad and n != 2:
+        n, pad = 1, False
+    if n == 0 or not step(hashes, plain, P, P, 0, n, hit, junction, cfg, state):
         out[O_FAIL] = NOT_ADMITTED
         free(cfg, state)
         return
-    chunks[0], done, computed = n, 1, hit + n
+    chunks[0], done, computed = n, 1, hit + n - pad
     while computed < P:
         n = chunk(P, computed, P - computed, cfg, junction)
-        if n == 0 or not step(hashes, P, P, computed, n, 0, junction, cfg, state):
+        if n == 0 or not step(hashes, plain, P, P, computed, n, 0, junction, cfg, state):
             out[O_FAIL], out[O_CHUNKS] = PREFILL, done
             free(cfg, state)
             return
         chunks[done], done, computed = n, done + 1, computed + n
     out[O_CHUNKS] = done
+    sampled(hashes, plain, P, computed, junction, cfg, state)
     # decode, at the positions where a step can change anything (replay._event_positions)
     c, end = P, P + max(num_outputs, 1) - 1
     while c < end:
-        if not step(hashes, P, c + 1, c, 1, 0, junction, cfg, state):
+        if not step(hashes, plain, P, c + 1, c, 1, 0, junction, cfg, state):
             out[O_FAIL], out[O_DONE] = DECODE, c - P
             break
+        sampled(hashes, plain, P, c + 1, junction, cfg, state)
         c = next_event(c, cfg[C_B], events)
     free(cfg, state)
+
+
+def sampled(hashes, plain, P, computed, junction, cfg, state):  # pragma: no cover - compiled
+    """A step sampled a token; with a drafter vLLM caches the computed blocks once more
+    (replay.VllmReplay._sampled)."""
+    if cfg[C_DRAFT_SLOTS]:
+        cache_all(hashes, plain, P, computed, computed + 1, junction, cfg, state)
 
 
 def next_event(c, B, events):  # pragma: no cover - compiled
@@ -128,12 +158,12 @@ def chunk(P, start, wanted, cfg, junction):  # pragma: no cover - compiled
         if aligned > start or budget == 0 or B <= budget:
             end = aligned
     stop = end
-    checkpoint = max((P - 1) // B * B, 0)  # mamba.checkpoint_position
+    checkpoint = max((P - max(1, cfg[C_LOOKAHEAD])) // B * B, 0)  # mamba.checkpoint_position
     if start < checkpoint < stop:
         stop = checkpoint
     if start % B and start < (start // B + 1) * B < stop:
         stop = (start // B + 1) * B
-    tail = max((P - 1) // cfg[C_H] * cfg[C_H], 0)  # the prompt's last unit boundary
+    tail = max((P - max(1, cfg[C_LOOKAHEAD])) // cfg[C_H] * cfg[C_H], 0)  # its last unit
     if cfg[C_FINE] and checkpoint < tail < P and start < tail < stop:
         stop = tail
     if start < junction < end:
@@ -148,11 +178,14 @@ def chunk(P, start, wanted, cfg, junction):  # pragma: no cover - compiled
 
 def held(h, g0, g1, cfg, state, probe):  # pragma: no cover - compiled
     """Whether hash id h is cached in every group g0 .. g1 - 1; `probe` EVER: ever cached,
-    EVICTED: cached or evicted (first group only)."""
+    EVICTED: cached or evicted, SHADOWS: some entry's plain key."""
     keys, G = state[2], cfg[C_G]
     for g in range(g0, g1):
         k = h * G + g
-        if keys[HOLDER, k] < 0 and (probe == HOLDER or keys[probe, k] == 0):
+        if probe == SHADOWS:
+            if keys[SHADOWS, k] == 0:
+                return False
+        elif keys[HOLDER, k] < 0 and (probe == HOLDER or keys[probe, k] == 0):
             return False
     return True
 
@@ -197,7 +230,16 @@ def full_hit(hashes, skip, limit, available, cfg, state, probe):  # pragma: no c
 
 def attention_hit(hashes, P, cfg, state):  # pragma: no cover - compiled
     """Full attention's match (tokens), capped at P - 1; its blocks in req[HIT]."""
-    return full_hit(hashes, 0, P - 1, P // cfg[C_H], cfg, state, HOLDER)
+    return full_hit(hashes, 0, P - 1, (P - cfg[C_LOOKAHEAD]) // cfg[C_H], cfg, state, HOLDER)
+
+
+def attention_match(plain, P, cfg, state):  # pragma: no cover - compiled
+    """replay.VllmReplay._attention_match: full attention's match with plain hashes (the
+    entries' shadows), probed one unit past the cap, then capped and aligned."""
+    H, align = cfg[C_H], cfg[C_H] if cfg[C_FINE] else cfg[C_B]
+    limit = min(P - 1 + align, P // H * H)
+    hit = min(full_hit(plain, 0, limit, P // H, cfg, state, SHADOWS), P - 1)
+    return hit - hit % align
 
 
 def cached_ever(hashes, P, resident, cfg, state):  # pragma: no cover - compiled
@@ -267,13 +309,14 @@ def lookup(hashes, P, attention, cfg, state, use_ever):  # pragma: no cover - co
 # -- one scheduled step (coordinator.Coordinator.step) ------------------------------------------
 
 
-def step(hashes, P, num_tokens, computed, n, hit, junction, cfg, state):  # pragma: no cover
-    """vLLM `allocate_slots` for n tokens after `computed`; at admission (`computed` 0) the
-    hit is adopted and the whole prompt must fit first. False = it does not fit (only
-    releases happened)."""
+def step(hashes, plain, P, num_tokens, computed, n, hit, junction, cfg, state):  # pragma: no cover
+    """vLLM `allocate_slots` for n tokens after `computed` (+ draft slots); at admission
+    (`computed` 0) the hit is adopted and the whole prompt must fit first. False = it does
+    not fit (only releases happened). `num_tokens`: the sequence's length."""
     admission = computed == 0
     computed += hit
     main = computed + n
+    slots = main + cfg[C_DRAFT_SLOTS]
     G, st, mgr = cfg[C_G], state[1], state[4]
     hit_len = -(-hit // cfg[C_B]) if admission else 0  # hit blocks per group
     if cfg[C_BOUNDED] and admission:
@@ -287,19 +330,15 @@ def step(hashes, P, num_tokens, computed, n, hit, junction, cfg, state):  # prag
     if cfg[C_BOUNDED]:
         need = 0
         for g in range(G):
-            need += needed(g, main, computed, hit_len, hit, main, False, cfg, state)
+            need += needed(g, slots, computed, hit_len, hit, main, False, cfg, state)
         if need > st[pl.S_FREE]:
             return False
     if hit:
         for g in range(G):
             add_hit(g, hit, cfg, state)
     for g in range(G):
-        allocate(g, main, cfg, state)
-    tokens = min(main, num_tokens)
-    if not cfg[C_FINE]:
-        tokens = tokens // cfg[C_B] * cfg[C_B]
-    for g in range(G):
-        cache(g, hashes, tokens, P, junction, cfg, state)
+        allocate(g, slots, main, cfg, state)
+    cache_all(hashes, plain, P, min(main, num_tokens), num_tokens, junction, cfg, state)
     # the copies have run: their sources and copies are released, group by group
     scratch, count = state[5], 0
     for g in range(G):
@@ -309,6 +348,16 @@ def step(hashes, P, num_tokens, computed, n, hit, junction, cfg, state):  # prag
             count += 2
     pl.free_list(scratch, count, cfg, state)
     return True
+
+
+def cache_all(hashes, plain, P, tokens, num_tokens, junction, cfg, state):  # pragma: no cover
+    """Coordinator.cache: every group keys what `tokens` filled (whole blocks unless
+    sub-block hits are on); `num_tokens` is the sequence's length (hashes exist up to it,
+    less the lookahead)."""
+    if not cfg[C_FINE]:
+        tokens = tokens // cfg[C_B] * cfg[C_B]
+    for g in range(cfg[C_G]):
+        cache(g, hashes, plain, tokens, num_tokens, P, junction, cfg, state)
 
 
 def skipped_tokens(g, computed, cfg):  # pragma: no cover - compiled
@@ -326,13 +375,14 @@ def needed(g, slots, computed, hit_len, hit, main, admission, cfg, state):  # pr
     pool, req, mgr = state[0], state[3], state[4]
     B, used = cfg[C_B], mgr[g, M_USED]
     partial = hit_len > 0 and hit % B != 0
-    if cfg[C_TYPES + g] == MAMBA:
-        new = -(-main // B) - hit_len - used
+    if cfg[C_TYPES + g] == MAMBA:  # draft slots take no state; speculative blocks do
+        spec = cfg[C_SPEC_BLOCKS]
+        new = -(-main // B) + spec - hit_len - used
         partial = partial or mgr[g, M_PARTIAL_SLOT] >= 0
         if partial:
             new = max(new, 0) + 1
         if new > 0:
-            new = min(new, 1 + partial)
+            new = min(new, 1 + partial + (0 if mgr[g, M_ALLOCATED] else spec))
         return new + evictable(req[HIT, g, :hit_len], pool)
     required = -(-slots // B)
     if admission and cfg[C_TYPES + g] == SWA and cfg[C_CAP] >= 0:
@@ -370,20 +420,31 @@ def add_hit(g, hit, cfg, state):  # pragma: no cover - compiled
         mgr[g, M_CACHED] = hit // B
 
 
-def allocate(g, main, cfg, state):  # pragma: no cover - compiled
-    """Grow group g's table to cover `main` tokens, copying a partial hit first; a Mamba
-    group allocates only its running state, NULL before it (MambaManager.allocate)."""
+def allocate(g, slots, main, cfg, state):  # pragma: no cover - compiled
+    """Grow group g's table to cover `slots` tokens, copying a partial hit first; a Mamba
+    group allocates only its running state (+ speculative blocks, moved up to the new
+    tail) for `main` tokens, NULL before it (MambaManager.allocate)."""
     pool, req, mgr = state[0], state[3], state[4]
     used, partial = mgr[g, M_USED], mgr[g, M_PARTIAL_SLOT]
-    required = -(-main // cfg[C_B])
+    required = -(-slots // cfg[C_B])
     if cfg[C_TYPES + g] == MAMBA:
+        spec, prev = cfg[C_SPEC_BLOCKS], used
+        required = -(-main // cfg[C_B]) + spec
         if required <= used and partial < 0:
             mgr[g, M_ALLOCATED] = 1
             return
-        if used > 0:
-            mgr[g, M_LAST] = used - 1
-        while used < required - 1:
+        if mgr[g, M_ALLOCATED]:
+            mgr[g, M_LAST] = prev - 1 - spec
+        elif prev > 0:
+            mgr[g, M_LAST] = prev - 1
+        skipped = required - spec - 1
+        while used < skipped:
             req[TABLE, g, used] = 0
+            used += 1
+        for slot in range(prev - spec, prev):  # the speculative blocks move up
+            if not mgr[g, M_ALLOCATED] or slot >= skipped:
+                break
+            req[TABLE, g, used], req[TABLE, g, slot] = req[TABLE, g, slot], 0
             used += 1
     if partial >= 0:
         source, copy = mgr[g, M_PARTIAL_SOURCE], pl.new_block(cfg, state)
@@ -468,11 +529,15 @@ def kept(g, i, P, junction, cfg):  # pragma: no cover - compiled
     return junction > 0 and junction // B - need <= i < junction // B
 
 
-def cache(g, hashes, tokens, P, junction, cfg, state):  # pragma: no cover - compiled
-    """Key group g's blocks that `tokens` filled since the last call, then its prompt tail."""
+def cache(g, hashes, plain, tokens, num_tokens, P, junction, cfg, state):  # pragma: no cover
+    """Key group g's blocks that `tokens` filled since the last call (whose hashes exist:
+    their lookahead tokens too), then its prompt tail. Full attention's entries carry their
+    plain keys when there is a lookahead."""
     pool, keys, req, mgr, nodes = state[0], state[2], state[3], state[4], state[6]
-    B, G, s = cfg[C_B], cfg[C_G], cfg[C_B] // cfg[C_H]
-    full = min(tokens // B, hashes.shape[0] // s)
+    B, G, H, s = cfg[C_B], cfg[C_G], cfg[C_H], cfg[C_B] // cfg[C_H]
+    shadows = cfg[C_LOOKAHEAD] > 0 and cfg[C_TYPES + g] == FA
+    available = min((num_tokens - cfg[C_LOOKAHEAD]) // H, hashes.shape[0])
+    full = min(tokens, available * H) // B
     start = mgr[g, M_CACHED]
     for i in range(start, full):
         b = req[TABLE, g, i]
@@ -481,7 +546,8 @@ def cache(g, hashes, tokens, P, junction, cfg, state):  # pragma: no cover - com
         if pl.primary(b, pool, nodes) >= 0:
             pl.remove_hashes(b, cfg, state)  # a partial entry promoted to the full block
         key = hashes[(i + 1) * s - 1] * G + g
-        pl.insert(key, b, (i + 1) * B, state)
+        shadow = plain[(i + 1) * s - 1] * G + g if shadows else -1
+        pl.insert(key, b, (i + 1) * B, shadow, state)
         if cfg[C_TYPES + g] != FA:
             keys[EVER, key] = 1
     if start < full:
@@ -489,11 +555,12 @@ def cache(g, hashes, tokens, P, junction, cfg, state):  # pragma: no cover - com
         mgr[g, M_ACTIVE] = 1
     if cfg[C_TYPES + g] == MAMBA:
         state_tail(g, hashes, tokens, P, cfg, state)
-    elif cfg[C_TYPES + g] == FA and s > 1:
-        boundary = (P - 1) // cfg[C_H] * cfg[C_H]  # FullAttentionManager._cache_prompt_tail
+    elif cfg[C_TYPES + g] == FA and s > 1:  # FullAttentionManager._cache_prompt_tail
+        boundary = min((P - 1) // H, available) * H
         slot = boundary // B
         if 0 < boundary <= tokens and boundary % B and slot < mgr[g, M_USED]:
-            cache_partial(g, hashes, req[TABLE, g, slot], boundary, cfg, state)
+            shadow = plain[boundary // H - 1] * G + g if shadows else -1
+            cache_partial(g, hashes, req[TABLE, g, slot], boundary, shadow, cfg, state)
 
 
 def state_tail(g, hashes, tokens, P, cfg, state):  # pragma: no cover - compiled
@@ -501,7 +568,8 @@ def state_tail(g, hashes, tokens, P, cfg, state):  # pragma: no cover - compiled
     prompt's last unit boundary inside a block; the next step copies it."""
     pool, req, mgr, nodes = state[0], state[3], state[4], state[6]
     B, H = cfg[C_B], cfg[C_H]
-    if tokens <= 0 or tokens % H or tokens != max((P - 1) // H * H, 0):
+    checkpoint = max((P - max(1, cfg[C_LOOKAHEAD])) // H * H, 0)  # mamba.checkpoint_position
+    if tokens <= 0 or tokens % H or tokens != checkpoint:
         return
     slot = -(-tokens // B) - 1
     if slot >= mgr[g, M_USED]:
@@ -509,14 +577,14 @@ def state_tail(g, hashes, tokens, P, cfg, state):  # pragma: no cover - compiled
     source = req[TABLE, g, slot]
     if source == 0 or (pl.primary(source, pool, nodes) >= 0 and pool[TOKENS, source] == tokens):
         return
-    if cache_partial(g, hashes, source, tokens, cfg, state) >= 0 and tokens % B:
+    if cache_partial(g, hashes, source, tokens, -1, cfg, state) >= 0 and tokens % B:
         mgr[g, M_PARTIAL_SLOT], mgr[g, M_PARTIAL_SOURCE] = slot, source
         mgr[g, M_CACHED] = slot
 
 
-def cache_partial(g, hashes, b, tokens, cfg, state):  # pragma: no cover - compiled
-    """Key block b at the unit boundary `tokens` (Manager.cache_partial); the key, -1 for
-    NULL."""
+def cache_partial(g, hashes, b, tokens, shadow, cfg, state):  # pragma: no cover - compiled
+    """Key block b at the unit boundary `tokens` (Manager.cache_partial), with its plain
+    `shadow` key (-1 none); the key, -1 for NULL."""
     pool, keys, nodes = state[0], state[2], state[6]
     if b == 0:
         return -1
@@ -525,7 +593,7 @@ def cache_partial(g, hashes, b, tokens, cfg, state):  # pragma: no cover - compi
     if first != key and not pl.holds(key, b, pool, nodes) and first != -1:
         if pool[TOKENS, b] < tokens:
             pl.remove_hashes(b, cfg, state)
-    pl.insert(key, b, tokens, state)
+    pl.insert(key, b, tokens, shadow, state)
     if cfg[C_TYPES + g] != FA:
         keys[EVER, key] = 1
     return key

@@ -14,13 +14,15 @@ vLLM's null block (NULL = 0 in a table); -1 means none.
                         next fresh entry
     keys[HOLDER, k]     key k's first entry (k = hash id * G + group), keys[TAIL, k] its last;
                         keys[EVER, k]: a sparse key ever cached; keys[EVICTED, k]: k was
-                        evicted (when tracked)
+                        evicted (when tracked); keys[SHADOWS, k]: entries whose plain key
+                        (no lookahead: EAGLE's diagnostics) is k
     req[TABLE, g]       the block table of the request in flight, per group; req[HIT, g] the
                         lookup's hit blocks
     mgr[g, M_*]         group g's manager fields for that request (managers.py, mamba.py)
     scratch             room for a list of blocks or keys
     nodes[N_*, e]       entry e, a (block, key) pair: a block may carry several keys (its
-                        primary, sub-block entries) and a key several blocks (oldest first)
+                        primary, sub-block entries) and a key several blocks (oldest first);
+                        N_SHADOW its plain key (-1 none)
 """
 
 from __future__ import annotations
@@ -28,19 +30,20 @@ from __future__ import annotations
 FA, SWA, MAMBA = 0, 1, 2
 (
     C_B, C_G, C_W, C_NEED, C_RETENTION, C_BUDGET, C_CAP, C_BOUNDED, C_NFA, C_NSWA, C_H,
-    C_FINE, C_TRACK_EVICTED,
-) = range(13)  # fmt: skip
+    C_FINE, C_TRACK_EVICTED, C_LOOKAHEAD, C_DRAFT_SLOTS, C_SPEC_BLOCKS,
+) = range(16)  # fmt: skip
 C_TYPES = 16
 REF, FIRST, TOKENS, NEXT, PREV = range(5)
 S_FREE, S_FRESH, S_REMOVED, S_NODES, S_NODE_FRESH = range(5)
-HOLDER, EVER, EVICTED, TAIL = range(4)
+HOLDER, EVER, EVICTED, TAIL, SHADOWS = range(5)
 TABLE, HIT = range(2)
 # partial hit: (slot, source block); copy: this step's copy-on-write (source, copy)
 M_USED, M_CACHED, M_ACTIVE, M_LAST, M_RETIRED, M_ALLOCATED = range(6)
 M_PARTIAL_SLOT, M_PARTIAL_SOURCE, M_COPY_SOURCE, M_COPY = range(6, 10)
-N_KEY, N_BLOCK, N_AFTER, N_SIB, N_BEFORE = range(5)
+N_KEY, N_BLOCK, N_AFTER, N_SIB, N_BEFORE, N_SHADOW = range(6)
 # out[i, O_*]: a request's answers; O_FAIL is one of OK, NOT_ADMITTED, PREFILL, DECODE
 (
     O_HIT, O_LONGEST, O_EVICTED, O_JUNCTION, O_FAIL, O_DONE, O_CHUNKS, O_CACHED_EVER,
-) = range(8)  # fmt: skip
+    O_ATTENTION,
+) = range(9)  # fmt: skip
 OK, NOT_ADMITTED, PREFILL, DECODE = 0, 1, 2, 3

@@ -24,6 +24,7 @@ from analyzer.sim.vllm.loop_fields import (
     N_BEFORE,
     N_BLOCK,
     N_KEY,
+    N_SHADOW,
     N_SIB,
     NEXT,
     PREV,
@@ -33,6 +34,7 @@ from analyzer.sim.vllm.loop_fields import (
     S_NODE_FRESH,
     S_NODES,
     S_REMOVED,
+    SHADOWS,
     TAIL,
     TOKENS,
 )  # fmt: skip
@@ -59,8 +61,9 @@ def holds(key, b, pool, nodes):  # pragma: no cover - compiled
     return False
 
 
-def insert(key, b, tokens, state):  # pragma: no cover - compiled
-    """Register `key` on block b (BlockPool.insert): its primary if it has none."""
+def insert(key, b, tokens, shadow, state):  # pragma: no cover - compiled
+    """Register `key` on block b (BlockPool.insert): its primary if it has none; with its
+    plain `shadow` key (-1 none)."""
     pool, st, keys, nodes = state[0], state[1], state[2], state[6]
     last = pool[FIRST, b]
     if last >= 0:
@@ -83,6 +86,9 @@ def insert(key, b, tokens, state):  # pragma: no cover - compiled
     else:
         nodes[N_SIB, last] = e
     nodes[N_KEY, e], nodes[N_BLOCK, e], nodes[N_AFTER, e], nodes[N_SIB, e] = key, b, -1, -1
+    nodes[N_SHADOW, e] = shadow
+    if shadow >= 0:
+        keys[SHADOWS, shadow] += 1
     last = keys[TAIL, key]  # the newest holder: e comes after it
     nodes[N_BEFORE, e] = last
     if last < 0:
@@ -111,6 +117,8 @@ def remove_hashes(b, cfg, state):  # pragma: no cover - compiled
             nodes[N_BEFORE, after] = before
         if cfg[C_TYPES + key % cfg[C_G]] != FA:
             st[S_REMOVED] += 1
+        if nodes[N_SHADOW, e] >= 0:
+            keys[SHADOWS, nodes[N_SHADOW, e]] -= 1
         sib = nodes[N_SIB, e]
         nodes[N_SIB, e] = st[S_NODES]
         st[S_NODES] = e
@@ -139,7 +147,7 @@ def move_hashes(src, dst, cfg, state):  # pragma: no cover - compiled
     remove_hashes(src, cfg, state)
     st[S_REMOVED] = removed
     for j in range(count):
-        insert(scratch[j], dst, tokens, state)
+        insert(scratch[j], dst, tokens, -1, state)
 
 
 def new_block(cfg, state):  # pragma: no cover - compiled

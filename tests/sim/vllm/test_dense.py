@@ -112,19 +112,20 @@ def test_hash_id_requests_beside_token_ids():
 
 
 @MANY
-@given(traces(max_requests=12, max_len=30), st.sampled_from([1, 2, 3, 4]))
-def test_compiled_block_ids_are_the_interners(requests, block):
-    """Two blocks get one id exactly when the interpreter's interner gives them one."""
+@given(traces(max_requests=12, max_len=30), st.sampled_from([1, 2, 3, 4]), st.integers(0, 2))
+def test_compiled_block_ids_are_the_interners(requests, block, lookahead):
+    """Two blocks get one id exactly when the interpreter's interner gives them one (a
+    block with its `lookahead` tokens, as EAGLE hashes them)."""
     interner, compiled = HashInterner(ahead=True), HashInterner(ahead=True)
-    ids = CompiledBlockIds(compiled, block)
+    ids = CompiledBlockIds(compiled, block, lookahead)
     want, tokens, starts, known, roots, at = [], [], [], [], [], 0
     for r in requests:
         seq = list(r.prompt_token_ids) + list(r.output_token_ids or [])
         count = (len(seq) + r.num_output_tokens * (r.output_token_ids is None)) // block
-        want += request_hashes(interner, r, block, 0)[0].extend(count)[:count]
+        want += request_hashes(interner, r, block, lookahead)[0].extend(count)[:count]
         tokens += seq
         starts.append(at)
-        known.append(len(seq) // block)
+        known.append(max(len(seq) - lookahead, 0) // block)
         roots.append(compiled.root(r.namespace))
         at += len(seq)
     total = [
