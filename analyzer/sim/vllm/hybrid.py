@@ -22,13 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from functools import cache
+from hashlib import sha256
+from pathlib import Path
 from types import FunctionType
 
 import numpy as np
 
 from analyzer.sim.common.hashing import HashInterner
 from analyzer.sim.records import SimRequest, SimResult
-from analyzer.sim.vllm import hybrid_loop, pool_loop
+from analyzer.sim.vllm import hybrid_loop, lookup_loop, loop_fields, pool_loop
 from analyzer.sim.vllm import loop_fields as f
 from analyzer.sim.vllm.compiled_input import StepInput, collector_paused
 from analyzer.sim.vllm.fast import failed
@@ -212,17 +214,52 @@ def _columns(array: np.ndarray, size: int, fill: np.ndarray) -> np.ndarray:
     return np.concatenate([array, more], axis=1)
 
 
+# the loop's modules: a function's compiled code holds the functions it calls and the
+# constants it reads from the others
+_LOOP = (loop_fields, pool_loop, lookup_loop, hybrid_loop)
+
+
 @cache
 def _compiled():
     """The compiled loop (numba, imported on first use like the other kernels): every
-    function of both loop modules, compiled before the first call resolves them."""
+    function of the loop's modules, compiled before the first call resolves them."""
     from numba import njit
 
     # No reference counting: the loop allocates nothing, and the counts numba keeps on the
     # arrays it passes between these functions (atomic, per call) took half its time.
     jit = njit(cache=True, nogil=True, _nrt=False)
-    for module in (pool_loop, hybrid_loop):
+    dispatchers = []
+    for module in _LOOP:
         for name, value in vars(module).items():
             if isinstance(value, FunctionType) and value.__module__ == module.__name__:
-                setattr(module, name, jit(value))
+                dispatchers.append(jit(value))
+                setattr(module, name, dispatchers[-1])
+    caches = [d._cache for d in dispatchers]  # numba's FunctionCache of each
+    fresh_caches(caches, _sources_digest(), "hybrid_loop.sources")
     return hybrid_loop.replay
+
+
+def _sources_digest() -> str:
+    return sha256(b"".join(Path(m.__file__).read_bytes() for m in _LOOP)).hexdigest()
+
+
+def fresh_caches(caches: list, digest: str, stamp_name: str) -> None:
+    """Flush numba's cached code of these functions unless it was compiled from the sources
+    `digest` names. numba checks a function's own file only, and these call each other
+    across files: an edit of one module alone would leave the others' cached callers
+    running its old code. The digest is kept beside the cache (`stamp_name`); a cache
+    folder that cannot be written keeps nothing to flush."""
+    folder = Path(caches[0].cache_path)
+    stamp = folder / stamp_name
+    try:
+        if stamp.read_text() == digest:
+            return
+    except OSError:
+        pass
+    try:
+        for function_cache in caches:
+            function_cache.flush()
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(digest)
+    except OSError:
+        pass

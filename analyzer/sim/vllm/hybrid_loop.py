@@ -9,6 +9,7 @@ entries at unit boundaries, and a hit ending inside a block is copied before it 
 
 from __future__ import annotations
 
+from analyzer.sim.vllm import lookup_loop as lk
 from analyzer.sim.vllm import pool_loop as pl
 from analyzer.sim.vllm.loop_fields import (
     C_B,
@@ -30,10 +31,8 @@ from analyzer.sim.vllm.loop_fields import (
     C_W,
     DECODE,
     EVER,
-    EVICTED,
     FA,
     HIT,
-    HOLDER,
     M_ACTIVE,
     M_ALLOCATED,
     M_CACHED,
@@ -57,7 +56,6 @@ from analyzer.sim.vllm.loop_fields import (
     O_LONGEST,
     PREFILL,
     REF,
-    SHADOWS,
     SWA,
     TABLE,
     TOKENS,
@@ -88,13 +86,13 @@ def replay(
 def one(hashes, plain, P, num_outputs, cfg, events, state, chunks, out):  # pragma: no cover
     """One request, lookup to free (replay.VllmReplay.replay_one)."""
     st, mgr = state[1], state[4]
-    longest = attention_hit(hashes, P, cfg, state)
-    hit = lookup(hashes, P, longest, cfg, state, False)
-    out[O_ATTENTION] = attention_match(plain, P, cfg, state) if cfg[C_LOOKAHEAD] else longest
+    longest = lk.attention_hit(hashes, P, cfg, state)
+    hit = lk.lookup(hashes, P, longest, cfg, state, False)
+    out[O_ATTENTION] = lk.attention_match(plain, P, cfg, state) if cfg[C_LOOKAHEAD] else longest
     if cfg[C_TRACK_EVICTED]:
-        out[O_CACHED_EVER] = cached_ever(hashes, P, longest, cfg, state)
+        out[O_CACHED_EVER] = lk.cached_ever(hashes, P, longest, cfg, state)
     if longest > hit and st[pl.S_REMOVED] > 0:
-        out[O_EVICTED] = lookup(hashes, P, longest, cfg, state, True) - hit
+        out[O_EVICTED] = lk.lookup(hashes, P, longest, cfg, state, True) - hit
     junction = longest if longest > hit else 0
     out[O_HIT], out[O_LONGEST], out[O_JUNCTION] = hit, longest, junction
     mgr[:] = 0
@@ -171,139 +169,6 @@ def chunk(P, start, wanted, cfg, junction):  # pragma: no cover - compiled
         if start < at < stop:
             stop = at
     return max(stop - start, 0)
-
-
-# -- lookup (coordinator.Coordinator.lookup and the managers' longest_hit) ----------------------
-
-
-def held(h, g0, g1, cfg, state, probe):  # pragma: no cover - compiled
-    """Whether hash id h is cached in every group g0 .. g1 - 1; `probe` EVER: ever cached,
-    EVICTED: cached or evicted, SHADOWS: some entry's plain key."""
-    keys, G = state[2], cfg[C_G]
-    for g in range(g0, g1):
-        k = h * G + g
-        if probe == SHADOWS:
-            if keys[SHADOWS, k] == 0:
-                return False
-        elif keys[HOLDER, k] < 0 and (probe == HOLDER or keys[probe, k] == 0):
-            return False
-    return True
-
-
-def hit_row(h, slot, g0, g1, cfg, state):  # pragma: no cover - compiled
-    """req[HIT, g, slot] = the oldest block holding h, for groups g0 .. g1 - 1."""
-    for g in range(g0, g1):
-        state[3][HIT, g, slot] = pl.holder(h * cfg[C_G] + g, state[2], state[6])
-
-
-def hit_rows(hashes, first, last, g0, g1, cfg, state):  # pragma: no cover - compiled
-    """req[HIT, g, :last]: NULL before `first`, then the blocks' oldest holders."""
-    s = cfg[C_B] // cfg[C_H]
-    for j in range(last):
-        if j < first:
-            state[3][HIT, g0:g1, j] = 0
-        else:
-            hit_row(hashes[(j + 1) * s - 1], j, g0, g1, cfg, state)
-
-
-def full_hit(hashes, skip, limit, available, cfg, state, probe):  # pragma: no cover - compiled
-    """FullAttentionManager.longest_hit over hashes[skip:] (`available` of them), up to
-    `limit` tokens: the leading run of blocks, then (sub-block hits) the first missing
-    block's unit boundaries, highest first. Rows only for the live lookup (HOLDER)."""
-    B, H = cfg[C_B], cfg[C_H]
-    s, g1 = B // H, cfg[C_NFA] if probe != EVICTED else 1
-    count, run = min(limit // B, available // s), 0
-    while run < count and held(hashes[skip + (run + 1) * s - 1], 0, g1, cfg, state, probe):
-        run += 1
-    if probe == HOLDER:
-        hit_rows(hashes, 0, run, 0, g1, cfg, state)
-    if not cfg[C_FINE]:
-        return run * B
-    first = run * s
-    for f in range(min(first + s - 1, limit // H, available) - 1, first - 1, -1):
-        if held(hashes[skip + f], 0, g1, cfg, state, probe):
-            if probe == HOLDER:
-                hit_row(hashes[skip + f], run, 0, g1, cfg, state)
-            return (f + 1) * H
-    return run * B
-
-
-def attention_hit(hashes, P, cfg, state):  # pragma: no cover - compiled
-    """Full attention's match (tokens), capped at P - 1; its blocks in req[HIT]."""
-    return full_hit(hashes, 0, P - 1, (P - cfg[C_LOOKAHEAD]) // cfg[C_H], cfg, state, HOLDER)
-
-
-def attention_match(plain, P, cfg, state):  # pragma: no cover - compiled
-    """replay.VllmReplay._attention_match: full attention's match with plain hashes (the
-    entries' shadows), probed one unit past the cap, then capped and aligned."""
-    H, align = cfg[C_H], cfg[C_H] if cfg[C_FINE] else cfg[C_B]
-    limit = min(P - 1 + align, P // H * H)
-    hit = min(full_hit(plain, 0, limit, P // H, cfg, state, SHADOWS), P - 1)
-    return hit - hit % align
-
-
-def cached_ever(hashes, P, resident, cfg, state):  # pragma: no cover - compiled
-    """replay.VllmReplay._cached_ever: the attention match had nothing been evicted."""
-    B, H = cfg[C_B], cfg[C_H]
-    whole = resident // B
-    skip = whole * (B // H)
-    limit = min(P - 1, P // H * H) - whole * B
-    hit = full_hit(hashes, skip, limit, P // H - skip, cfg, state, EVICTED)
-    return max(hit + whole * B, resident)
-
-
-def window_hit(hashes, cur, cfg, state, probe):  # pragma: no cover - compiled
-    """SlidingWindowManager.longest_hit: the right-most run of `need` blocks ending <= cur,
-    else the run from block 0."""
-    B, g0, s = cfg[C_B], cfg[C_NFA], cfg[C_B] // cfg[C_H]
-    g1 = g0 + cfg[C_NSWA]
-    run = 0
-    for i in range(cur // B - 1, -1, -1):
-        if not held(hashes[(i + 1) * s - 1], g0, g1, cfg, state, probe):
-            run = 0
-            continue
-        run += 1
-        if run >= cfg[C_NEED]:
-            if probe == HOLDER:
-                hit_rows(hashes, i, i + run, g0, g1, cfg, state)
-            return (i + run) * B
-    if probe == HOLDER:
-        hit_rows(hashes, 0, run, g0, g1, cfg, state)
-    return run * B
-
-
-def state_hit(hashes, cur, cfg, state, probe):  # pragma: no cover - compiled
-    """MambaManager.longest_hit: the highest state at or below cur, at a block boundary
-    (at any unit boundary with sub-block hits); rows before it NULL."""
-    B, H, g0, G = cfg[C_B], cfg[C_H], cfg[C_NFA] + cfg[C_NSWA], cfg[C_G]
-    s = B // H
-    step = 1 if cfg[C_FINE] else s
-    top = cur // H if cfg[C_FINE] else cur // B * s
-    for f in range(top - 1, -1, -step):
-        if held(hashes[f], g0, G, cfg, state, probe):
-            if probe == HOLDER:
-                state[3][HIT, g0:G, : f // s] = 0
-                hit_row(hashes[f], f // s, g0, G, cfg, state)
-            return (f + 1) * H
-    return 0
-
-
-def lookup(hashes, P, attention, cfg, state, use_ever):  # pragma: no cover - compiled
-    """The hit: full attention's match, shrunk by the sparse types to a fixed point (one
-    pass with exactly two types). `use_ever`: as if no sparse key had been evicted."""
-    nswa, nm = cfg[C_NSWA], cfg[C_G] - cfg[C_NFA] - cfg[C_NSWA]
-    probe = EVER if use_ever else HOLDER
-    hit = P - 1
-    while True:
-        cur = min(hit, attention)
-        if nswa:
-            cur = window_hit(hashes, cur, cfg, state, probe)
-        if nm:
-            cur = state_hit(hashes, cur, cfg, state, probe)
-        shrunk = cur < hit
-        hit = cur
-        if not shrunk or (nswa > 0) + (nm > 0) == 1:
-            return hit
 
 
 # -- one scheduled step (coordinator.Coordinator.step) ------------------------------------------

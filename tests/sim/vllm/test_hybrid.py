@@ -14,7 +14,7 @@ from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import VllmReplay
 from analyzer.sim.vllm import hybrid as hybrid_module
-from analyzer.sim.vllm.hybrid import HybridReplay, hybrid_applies
+from analyzer.sim.vllm.hybrid import HybridReplay, fresh_caches, hybrid_applies
 from analyzer.sim.vllm.layout import make_layout
 from tests.sim.strategies import traces
 
@@ -151,3 +151,22 @@ def test_hash_id_requests_beside_token_ids():
             values = {"groups": [FA, MAMBA], "block_size": 2, "num_blocks": num_blocks}
             got, want = _both(hashed, make_policy(values | {"spec_decode": spec}), None)
             assert got == want
+
+
+def test_cached_code_is_flushed_when_any_loop_module_changes(tmp_path):
+    """numba checks a function's own file only; the loop's functions call each other across
+    its modules, so a digest of them all decides whether the cached code still holds."""
+
+    class FunctionCache:  # what `fresh_caches` uses of numba's
+        cache_path = str(tmp_path / "cache")
+
+        def __init__(self) -> None:
+            self.flushed = 0
+
+        def flush(self) -> None:
+            self.flushed += 1
+
+    caches = [FunctionCache(), FunctionCache()]
+    for digest, flushed in [("a", 1), ("a", 1), ("b", 2), ("b", 2)]:
+        fresh_caches(caches, digest, "loop.sources")
+        assert [c.flushed for c in caches] == [flushed, flushed]
