@@ -25,14 +25,11 @@ ARENA_UNITS = 1 << 26
 
 
 class CompiledBlockIds:
-    """Block ids of `block`-token blocks, drawn from `interner`'s counter; with `lookahead`
-    L, a block's key also holds the L tokens after it (EAGLE: `hashing.BlockHashes`'
-    `look`), and a run keeps its last block's L tokens too."""
+    """Block ids of `block`-token blocks, drawn from `interner`'s counter."""
 
-    def __init__(self, interner: HashInterner, block: int, lookahead: int = 0) -> None:
+    def __init__(self, interner: HashInterner, block: int) -> None:
         self.interner = interner
         self.block = block
-        self.lookahead = lookahead
         # the first block of each run: per slot (one row, one cache line) its parent id
         # (-1: empty), mix and id
         self.table = np.full((1 << 12, 3), -1, np.int64)
@@ -45,8 +42,7 @@ class CompiledBlockIds:
         self.state = np.zeros(4, np.int64)
         # one odd 64-bit weight per position of a block: the mix is a weighted sum, whose
         # products do not wait on each other (a chained mix took 1 us a 544-token block)
-        width = block + lookahead  # the tokens a key holds
-        weights = np.random.default_rng(0x5EED).integers(0, 1 << 62, width, dtype=np.int64)
+        weights = np.random.default_rng(0x5EED).integers(0, 1 << 62, block, dtype=np.int64)
         self.weights = (weights.astype(np.uint64) << np.uint64(1)) | np.uint64(1)
 
     def ids(
@@ -55,8 +51,7 @@ class CompiledBlockIds:
     ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """(ids, offsets): request r's first total[r] block ids are ids[offsets[r] :
         offsets[r + 1]]; its blocks k < known[r] hold tokens[starts[r] + k * B :][: B]
-        (int32; their lookahead tokens follow), the rest are fresh; roots[r] is its
-        namespace's root id."""
+        (int32), the rest are fresh; roots[r] is its namespace's root id."""
         offsets = np.zeros(len(total) + 1, np.int64)
         np.cumsum(total, out=offsets[1:])
         out = np.empty(int(offsets[-1]), np.int64)
@@ -66,8 +61,8 @@ class CompiledBlockIds:
         done = 0
         while done < len(total):  # the loop stops where a table or the arena is full
             done = kernel(
-                tokens, starts, known, offsets, roots, self.block, self.weights, done,
-                self.table, self.runs, self.arena, self.state, out,
+                tokens, starts, known, offsets, roots, self.weights, done, self.table,
+                self.runs, self.arena, self.state, out,
             )  # fmt: skip
             if done < len(total):
                 self._grow(int(known[done]), rehash)
@@ -84,9 +79,8 @@ class CompiledBlockIds:
             self.table = table
         if runs + 1 > len(self.runs):
             self.runs = np.concatenate([self.runs, np.zeros_like(self.runs)])
-        need = used + blocks * self.block + self.lookahead
-        if need > len(self.arena):
-            arena = np.empty(max(need, 2 * len(self.arena)), np.int32)
+        if used + blocks * self.block > len(self.arena):
+            arena = np.empty(max(used + blocks * self.block, 2 * len(self.arena)), np.int32)
             arena[:used] = self.arena[:used]
             self.arena = arena
 
@@ -95,7 +89,7 @@ class CompiledBlockIds:
 
 
 def _ids(
-    tokens, starts, known, offsets, roots, B, weights, first, table, runs, arena, state, out
+    tokens, starts, known, offsets, roots, weights, first, table, runs, arena, state, out
 ):  # pragma: no cover - compiled  # fmt: skip
     """Requests from `first` on; -> the first one not done (a table or the arena is full).
 
@@ -103,29 +97,28 @@ def _ids(
     the run's next block holds its tokens; else the table names the run that (parent,
     tokens) starts; else its blocks to the request's last known one start a new run."""
     next_id, num_keys, num_runs, used = state[0], state[1], state[2], state[3]
-    width = weights.shape[0]  # a key's tokens: B, + the lookahead
+    B = weights.shape[0]
     r = first
     while r < known.shape[0]:
         n = known[r]
         if 2 * (num_keys + 1) > table.shape[0] or num_runs + 1 > runs.shape[0]:
             break
-        if used + n * B + width - B > arena.shape[0]:
+        if used + n * B > arena.shape[0]:
             break
         parent, base, row = roots[r], starts[r], offsets[r]
         k = 0
         while k < n:
             at = base + k * B
-            child = _in_run(parent, tokens, at, B, width, runs, num_runs, arena)
+            child = _in_run(parent, tokens, at, B, runs, num_runs, arena)
             mix = -1
             if child < 0:
                 mix = _mix(parent, tokens, at, weights)
-                child = _lookup(parent, mix, tokens, at, width, table, runs, num_runs, arena)
+                child = _lookup(parent, mix, tokens, at, B, table, runs, num_runs, arena)
             if child < 0:  # nobody had this prefix: blocks k..n-1 start a run
                 _insert(parent, mix, next_id, table)
                 runs[num_runs, 0], runs[num_runs, 1], runs[num_runs, 2] = next_id, used, n - k
-                size = (n - k) * B + width - B  # the last block's lookahead too
-                arena[used : used + size] = tokens[at : at + size]
-                num_keys, num_runs, used = num_keys + 1, num_runs + 1, used + size
+                arena[used : used + (n - k) * B] = tokens[at : base + n * B]
+                num_keys, num_runs, used = num_keys + 1, num_runs + 1, used + (n - k) * B
                 for j in range(k, n):
                     out[row + j] = next_id + j - k
                 next_id += n - k
@@ -156,31 +149,31 @@ def _run_of(block_id, runs, num_runs):  # pragma: no cover - compiled
     return lo - 1
 
 
-def _same(tokens, at, arena, held, width):  # pragma: no cover - compiled
-    for j in range(width):
+def _same(tokens, at, arena, held, B):  # pragma: no cover - compiled
+    for j in range(B):
         if arena[held + j] != tokens[at + j]:
             return False
     return True
 
 
-def _in_run(parent, tokens, at, B, width, runs, num_runs, arena):  # pragma: no cover
+def _in_run(parent, tokens, at, B, runs, num_runs, arena):  # pragma: no cover - compiled
     """parent + 1 if it continues parent's run with these tokens, else -1."""
     run = _run_of(parent, runs, num_runs)
     if run < 0 or parent + 1 >= runs[run, 0] + runs[run, 2]:
         return -1
     held = runs[run, 1] + (parent + 1 - runs[run, 0]) * B
-    return parent + 1 if _same(tokens, at, arena, held, width) else -1
+    return parent + 1 if _same(tokens, at, arena, held, B) else -1
 
 
-def _lookup(parent, mix, tokens, at, width, table, runs, num_runs, arena):  # pragma: no cover
-    """The id of the run (parent, these `width` tokens) starts, or -1."""
+def _lookup(parent, mix, tokens, at, B, table, runs, num_runs, arena):  # pragma: no cover
+    """The id of the run (parent, these tokens) starts, or -1."""
     mask = table.shape[0] - 1
     slot = mix & mask
     while table[slot, 0] >= 0:
         if table[slot, 0] == parent and table[slot, 1] == mix:
             child = table[slot, 2]
             held = runs[_run_of(child, runs, num_runs), 1]
-            if _same(tokens, at, arena, held, width):
+            if _same(tokens, at, arena, held, B):
                 return child
         slot = (slot + 1) & mask
     return -1
@@ -223,3 +216,102 @@ def _compiled():
     small = np.full((2, 3), -1, np.int64)
     rehash(small, small.copy())  # loaded now, not at the first table that fills
     return jit(_ids), rehash
+
+
+class LookaheadIds:
+    """Block ids whose key also holds the `lookahead` tokens after the block (EAGLE:
+    `hashing.BlockHashes`' `look`), from the plain ids: two blocks with their lookahead
+    are equal exactly when their prefixes are (equal plain ids) and the tokens after them
+    are, so an id is interned per (plain id, next tokens), one probe a block instead of
+    another pass over every token. Drawn from `interner`'s counter like the plain ones."""
+
+    def __init__(self, interner: HashInterner, block: int, lookahead: int) -> None:
+        self.interner = interner
+        self.block = block
+        self.lookahead = lookahead
+        # per slot: the plain id (-1: empty), the lookahead tokens, the id
+        self.table = np.full((1 << 12, lookahead + 2), -1, np.int64)
+        self.used = 0
+
+    def ids(
+        self, plain: np.ndarray, offsets: np.ndarray, tokens: np.ndarray, starts: np.ndarray,
+        known: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """Request r's ids, at `offsets` as its plain ids in `plain`: its blocks k <
+        known[r] (those whose lookahead tokens exist) by their plain id and
+        tokens[starts[r] + (k + 1) * B :][: lookahead]; the rest fresh."""
+        blocks = int((known * (known > 0)).sum())
+        if 2 * (self.used + blocks) > len(self.table):
+            size = len(self.table)
+            while 2 * (self.used + blocks) > size:
+                size *= 2
+            table = np.full((size, self.lookahead + 2), -1, np.int64)
+            _compiled_lookahead()[1](self.table, table)
+            self.table = table
+        out = np.empty(len(plain), np.int64)
+        state = np.asarray([self.interner.next_id, self.used], np.int64)
+        _compiled_lookahead()[0](
+            plain, offsets, tokens, starts.astype(np.int64), known.astype(np.int64),
+            self.block, self.table, state, out,
+        )  # fmt: skip
+        self.interner.next_id, self.used = int(state[0]), int(state[1])
+        return out
+
+
+def _lookahead_ids(plain, offsets, tokens, starts, known, B, table, state, out):  # pragma: no cover  # noqa: E501
+    """LookaheadIds.ids over every request (the table has room for every known block)."""
+    next_id, used = state[0], state[1]
+    L = table.shape[1] - 2
+    for r in range(offsets.shape[0] - 1):
+        row = offsets[r]
+        for k in range(offsets[r + 1] - row):
+            if k >= known[r]:  # tokens nobody else can produce
+                out[row + k], next_id = next_id, next_id + 1
+                continue
+            at = starts[r] + (k + 1) * B
+            found = _probe(plain[row + k], tokens, at, L, table)
+            if table[found, 0] < 0:
+                table[found, 0], table[found, L + 1] = plain[row + k], next_id
+                for j in range(L):
+                    table[found, 1 + j] = tokens[at + j]
+                next_id, used = next_id + 1, used + 1
+            out[row + k] = table[found, L + 1]
+    state[0], state[1] = next_id, used
+
+
+def _probe(parent, tokens, at, L, table):  # pragma: no cover - compiled
+    """The slot holding (parent, tokens[at : at + L]), or the empty one where it goes."""
+    mask = table.shape[0] - 1
+    h = np.uint64(parent) * np.uint64(0x9E3779B97F4A7C15)
+    for j in range(L):
+        h = (h ^ np.uint64(np.uint32(tokens[at + j]))) * np.uint64(0xBF58476D1CE4E5B9)
+    slot = np.int64((h ^ (h >> np.uint64(29))) >> np.uint64(1)) & mask
+    while table[slot, 0] >= 0:
+        same = table[slot, 0] == parent
+        for j in range(L):
+            same = same and table[slot, 1 + j] == tokens[at + j]
+        if same:
+            return slot
+        slot = (slot + 1) & mask
+    return slot
+
+
+def _rehash_lookahead(old, new):  # pragma: no cover - compiled
+    """Every entry of `old` into the (larger, empty) `new`, probed by its key."""
+    L = old.shape[1] - 2
+    key = np.empty(max(L, 1), np.int32)
+    for s in range(old.shape[0]):
+        if old[s, 0] >= 0:
+            for j in range(L):
+                key[j] = old[s, 1 + j]
+            new[_probe(old[s, 0], key, 0, L, new)] = old[s]
+
+
+@cache
+def _compiled_lookahead():
+    global _probe
+    from numba import njit
+
+    jit = njit(cache=True, nogil=True)
+    _probe = jit(_probe)
+    return jit(_lookahead_ids), jit(_rehash_lookahead)

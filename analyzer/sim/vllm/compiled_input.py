@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from analyzer.sim.common.block_ids import CompiledBlockIds
+from analyzer.sim.common.block_ids import CompiledBlockIds, LookaheadIds
 from analyzer.sim.common.hashing import HashInterner, request_hashes
 from analyzer.sim.records import SimRequest
 
@@ -30,8 +30,8 @@ class StepInput:
         self.interner = interner
         self.block = block
         self.lookahead = lookahead
-        self.block_ids = CompiledBlockIds(interner, block, lookahead)
-        self.plain_ids = CompiledBlockIds(interner, block) if lookahead else None
+        self.block_ids = CompiledBlockIds(interner, block)
+        self.lookahead_ids = LookaheadIds(interner, block, lookahead) if lookahead else None
 
     def __call__(self, requests: list[SimRequest]) -> tuple[np.ndarray, ...]:
         """(prompt, outputs, ids, plain, offsets) of `requests`."""
@@ -55,12 +55,11 @@ class StepInput:
             roots.append(interner.root(r.namespace))
         tokens, starts, lens = _laid_out(seqs)
         roots = np.asarray(roots, np.int64)
-        ids, row_offsets = self.block_ids.ids(
-            tokens, starts, (lens - look) // B, total[rows], roots
-        )
-        plain = ids
+        plain, row_offsets = self.block_ids.ids(tokens, starts, lens // B, total[rows], roots)
+        ids = plain
         if look:
-            plain, _ = self.plain_ids.ids(tokens, starts, lens // B, total[rows], roots)
+            known = (lens - look) // B
+            ids = self.lookahead_ids.ids(plain, row_offsets, tokens, starts, known)
         if not by_hash:
             offsets = np.zeros(n + 1, np.int64)
             np.cumsum(total, out=offsets[1:])

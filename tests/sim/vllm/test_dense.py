@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.sim.common.block_ids import CompiledBlockIds
+from analyzer.sim.common.block_ids import CompiledBlockIds, LookaheadIds
 from analyzer.sim.common.hashing import HashInterner, request_hashes
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
@@ -117,7 +117,7 @@ def test_compiled_block_ids_are_the_interners(requests, block, lookahead):
     """Two blocks get one id exactly when the interpreter's interner gives them one (a
     block with its `lookahead` tokens, as EAGLE hashes them)."""
     interner, compiled = HashInterner(ahead=True), HashInterner(ahead=True)
-    ids = CompiledBlockIds(compiled, block, lookahead)
+    ids = CompiledBlockIds(compiled, block)
     want, tokens, starts, known, roots, at = [], [], [], [], [], 0
     for r in requests:
         seq = list(r.prompt_token_ids) + list(r.output_token_ids or [])
@@ -125,19 +125,18 @@ def test_compiled_block_ids_are_the_interners(requests, block, lookahead):
         want += request_hashes(interner, r, block, lookahead)[0].extend(count)[:count]
         tokens += seq
         starts.append(at)
-        known.append(max(len(seq) - lookahead, 0) // block)
+        known.append(len(seq) // block)
         roots.append(compiled.root(r.namespace))
         at += len(seq)
     total = [
         (r.num_prompt_tokens + r.num_output_tokens) // block for r in requests
     ]  # the same counts, as the replay asks
-    got, _ = ids.ids(
-        np.asarray(tokens, np.int32),
-        np.asarray(starts),
-        np.asarray(known),
-        np.asarray(total),
-        np.asarray(roots),
-    )
+    tokens, starts = np.asarray(tokens, np.int32), np.asarray(starts)
+    got, offsets = ids.ids(tokens, starts, np.asarray(known), np.asarray(total), np.asarray(roots))
+    if lookahead:  # from the plain ids, as the replay does
+        lens = [len(r.prompt_token_ids) + len(r.output_token_ids or []) for r in requests]
+        known = np.maximum(np.asarray(lens) - lookahead, 0) // block
+        got = LookaheadIds(compiled, block, lookahead).ids(got, offsets, tokens, starts, known)
     assert len(got) == len(want)
     pairs = {(a, b) for a, b in zip(got.tolist(), want, strict=True)}
     assert len({a for a, _ in pairs}) == len({b for _, b in pairs}) == len(pairs)
