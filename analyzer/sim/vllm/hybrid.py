@@ -209,9 +209,10 @@ def _columns(array: np.ndarray, size: int, fill: np.ndarray) -> np.ndarray:
     """`array` with at least `size` columns (new ones `fill`), at least doubled if grown."""
     if size <= array.shape[1]:
         return array
-    more = np.empty((array.shape[0], max(size, 2 * array.shape[1]) - array.shape[1]), np.int64)
-    more[:] = fill[:, None]
-    return np.concatenate([array, more], axis=1)
+    grown = np.empty((array.shape[0], max(size, 2 * array.shape[1])), np.int64)
+    grown[:, : array.shape[1]] = array
+    grown[:, array.shape[1] :] = fill[:, None]  # each page written once
+    return grown
 
 
 # the loop's modules: a function's compiled code holds the functions it calls and the

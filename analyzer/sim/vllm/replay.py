@@ -41,17 +41,17 @@ class VllmReplay:
         self._evicted_keys = self._track_evicted()
         # Same results, computed in closed form (fast.py) or by a compiled loop (dense.py,
         # hybrid.py); `fast=False` replays block by block here.
-        self._dense: DenseReplay | HybridReplay | None = None
+        self._loop: DenseReplay | HybridReplay | None = None
         if fast and fast_path_applies(self.layout):
             self.replay_one = UnboundedReplay(self.layout, self.interner).replay_one
         elif fast and dense_applies(self.layout):
-            self._dense = DenseReplay(self.layout, self.interner, NOT_SCHEDULABLE)
+            self._loop = DenseReplay(self.layout, self.interner, NOT_SCHEDULABLE)
         elif fast and hybrid_applies(self.layout):
-            self._dense = HybridReplay(self.layout, self.interner, NOT_SCHEDULABLE)
+            self._loop = HybridReplay(self.layout, self.interner, NOT_SCHEDULABLE)
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        if self._dense is not None:
-            yield from self._dense.run(requests)
+        if self._loop is not None:
+            yield from self._loop.run(requests)
             return
         for request in requests:
             yield self.replay_one(request)

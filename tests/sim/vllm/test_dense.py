@@ -39,7 +39,7 @@ def dense_policies(draw):
 
 def _both(requests: list[SimRequest], policy) -> tuple[list, list]:
     compiled = VllmReplay(policy)
-    assert compiled._dense is not None
+    assert compiled._loop is not None
     return list(compiled.run(requests)), list(VllmReplay(policy, fast=False).run(requests))
 
 

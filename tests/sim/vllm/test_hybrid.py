@@ -52,7 +52,7 @@ def hybrid_policies(draw):
 
 def _both(requests: list[SimRequest], policy, counts) -> tuple[list, list]:
     compiled = VllmReplay(policy, num_groups=counts)
-    assert isinstance(compiled._dense, HybridReplay)
+    assert isinstance(compiled._loop, HybridReplay)
     python = VllmReplay(policy, num_groups=counts, fast=False)
     return list(compiled.run(requests)), list(python.run(requests))
 
