@@ -20,6 +20,7 @@ from functools import cache
 import numpy as np
 
 from analyzer.sim.common.hashing import HashInterner
+from analyzer.sim.common.pages import plain_empty
 
 ARENA_UNITS = 1 << 26
 
@@ -37,7 +38,7 @@ class CompiledBlockIds:
         self.runs = np.zeros((1 << 10, 3), np.int64)
         # 256 MiB of address space, written (resident) only as far as runs fill it: growing
         # it copies what it holds into pages touched for the first time
-        self.arena = np.empty(ARENA_UNITS, np.int32)
+        self.arena = plain_empty(ARENA_UNITS, np.int32)
         # next id, keys in the table, runs, arena units used
         self.state = np.zeros(4, np.int64)
         # one odd 64-bit weight per position of a block: the mix is a weighted sum, whose
@@ -80,7 +81,7 @@ class CompiledBlockIds:
         if runs + 1 > len(self.runs):
             self.runs = np.concatenate([self.runs, np.zeros_like(self.runs)])
         if used + blocks * self.block > len(self.arena):
-            arena = np.empty(max(used + blocks * self.block, 2 * len(self.arena)), np.int32)
+            arena = plain_empty(max(used + blocks * self.block, 2 * len(self.arena)), np.int32)
             arena[:used] = self.arena[:used]
             self.arena = arena
 

@@ -29,6 +29,7 @@ from types import FunctionType
 import numpy as np
 
 from analyzer.sim.common.hashing import HashInterner
+from analyzer.sim.common.pages import plain_empty
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm import hybrid_loop, lookup_loop, loop_fields, pool_loop
 from analyzer.sim.vllm import loop_fields as f
@@ -61,7 +62,8 @@ class HybridReplay:
         # the loop's state (loop_fields.py)
         self.pool = _pool(layout.num_blocks)
         self.st = np.asarray([(layout.num_blocks or 1) - 1, 1, 0, -1, 0], np.int64)
-        self.keys = _columns(np.zeros((5, 0), np.int64), 1024, _KEYS_FILL)
+        # int32: per hash id and group, the widest array (entry numbers, flags, counts)
+        self.keys = _columns(np.zeros((5, 0), np.int32), 1024, _KEYS_FILL)
         self.req = np.zeros((2, G, 0), np.int64)
         self.mgr = np.zeros((G, 10), np.int64)
         self.scratch = np.zeros(0, np.int64)
@@ -187,7 +189,7 @@ def _config(layout: CacheLayout) -> np.ndarray:
 # a new column of the pool (f.REF ... f.PREV), of the keys (HOLDER ... SHADOWS) and of
 # the entries (N_KEY ... N_SHADOW)
 _POOL_FILL = np.asarray([0, -1, 0, 0, 0], np.int64)
-_KEYS_FILL = np.asarray([-1, 0, 0, -1, 0], np.int64)
+_KEYS_FILL = np.asarray([-1, 0, 0, -1, 0], np.int32)
 _NODES_FILL = np.asarray([-1, 0, -1, -1, -1, -1], np.int64)
 
 
@@ -209,7 +211,7 @@ def _columns(array: np.ndarray, size: int, fill: np.ndarray) -> np.ndarray:
     """`array` with at least `size` columns (new ones `fill`), at least doubled if grown."""
     if size <= array.shape[1]:
         return array
-    grown = np.empty((array.shape[0], max(size, 2 * array.shape[1])), np.int64)
+    grown = plain_empty((array.shape[0], max(size, 2 * array.shape[1])), array.dtype)
     grown[:, : array.shape[1]] = array
     grown[:, array.shape[1] :] = fill[:, None]  # each page written once
     return grown

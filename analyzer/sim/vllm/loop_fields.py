@@ -1,6 +1,7 @@
-"""The arrays the compiled hybrid replay keeps (hybrid.py builds them, hybrid_loop.py and
-pool_loop.py work on them): what each row and field index means. All int64; block 0 is
-vLLM's null block (NULL = 0 in a table); -1 means none.
+"""The arrays the compiled hybrid replay keeps (hybrid.py builds them, hybrid_loop.py,
+lookup_loop.py and pool_loop.py work on them): what each row and field index means. All
+int64 but `keys`, the largest (a column per hash id and group), int32. Block 0 is vLLM's
+null block (NULL = 0 in a table); -1 means none.
 
     cfg[C_*]            the layout: block size, hash block size (match unit), groups, window,
                         retention (-1: None), token budget (0: none), ...; the group types
