@@ -315,4 +315,7 @@ def _compiled_lookahead():
 
     jit = njit(cache=True, nogil=True)
     _probe = jit(_probe)
-    return jit(_lookahead_ids), jit(_rehash_lookahead)
+    rehash = jit(_rehash_lookahead)
+    small = np.full((2, 3), -1, np.int64)
+    rehash(small, small.copy())  # loaded now, not at the first table that fills
+    return jit(_lookahead_ids), rehash
