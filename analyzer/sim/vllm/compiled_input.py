@@ -11,14 +11,14 @@ prompt), the blocks past its known tokens fresh. Units: tokens, blocks.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
 
 from analyzer.sim.common.block_ids import CompiledBlockIds, LookaheadIds
 from analyzer.sim.common.hashing import HashInterner, request_hashes
-from analyzer.sim.records import SimRequest
+from analyzer.sim.records import SimRequest, SimResult
 
 
 class StepInput:
@@ -68,6 +68,26 @@ class StepInput:
         if look:
             plain, _ = _merged(n, rows, plain, row_offsets, plain_by_hash)
         return prompt, outputs, ids, ids if not look else plain, offsets
+
+
+def in_steps(
+    requests: Iterable[SimRequest], step: Callable[[list[SimRequest]], list[SimResult]], size: int
+) -> Iterator[SimResult]:
+    """`step`'s results over `requests` handed to it `size` at a time (results come out in
+    these steps, so the caller sees progress; the answers never depend on it), Python's
+    cycle collector paused in each."""
+    batch: list[SimRequest] = []
+    for request in requests:
+        batch.append(request)
+        if len(batch) == size:
+            with collector_paused():
+                results = step(batch)
+            yield from results
+            batch = []
+    if batch:
+        with collector_paused():
+            results = step(batch)
+        yield from results
 
 
 def grown(array: np.ndarray, size: int, fill: int) -> np.ndarray:

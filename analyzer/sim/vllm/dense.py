@@ -30,7 +30,7 @@ import numpy as np
 
 from analyzer.sim.common.hashing import HashInterner
 from analyzer.sim.records import SimRequest, SimResult
-from analyzer.sim.vllm.compiled_input import StepInput, collector_paused, grown
+from analyzer.sim.vllm.compiled_input import StepInput, grown, in_steps
 from analyzer.sim.vllm.fast import failed
 from analyzer.sim.vllm.layout import FULL, CacheLayout
 
@@ -74,18 +74,7 @@ class DenseReplay:
         self.input = StepInput(interner, layout.block_size)
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        batch: list[SimRequest] = []
-        for request in requests:
-            batch.append(request)
-            if len(batch) == STEP_REQUESTS:
-                yield from self._paused_step(batch)
-                batch = []
-        if batch:
-            yield from self._paused_step(batch)
-
-    def _paused_step(self, requests: list[SimRequest]) -> list[SimResult]:
-        with collector_paused():
-            return self._step(requests)
+        return in_steps(requests, self._step, STEP_REQUESTS)
 
     def _step(self, requests: list[SimRequest]) -> list[SimResult]:
         """Replay `requests` (in order) in one call of the compiled loop."""

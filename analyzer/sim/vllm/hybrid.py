@@ -31,9 +31,9 @@ import numpy as np
 from analyzer.sim.common.hashing import HashInterner
 from analyzer.sim.common.pages import plain_empty
 from analyzer.sim.records import SimRequest, SimResult
-from analyzer.sim.vllm import hybrid_loop, lookup_loop, loop_fields, pool_loop
+from analyzer.sim.vllm import hybrid_loop, lookup_loop, pool_loop
 from analyzer.sim.vllm import loop_fields as f
-from analyzer.sim.vllm.compiled_input import StepInput, collector_paused
+from analyzer.sim.vllm.compiled_input import StepInput, in_steps
 from analyzer.sim.vllm.fast import failed
 from analyzer.sim.vllm.layout import FULL, MAMBA, SWA, CacheLayout, cdiv, decode_events
 
@@ -71,18 +71,7 @@ class HybridReplay:
         self._decodes: tuple[int, ...] = ()
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        batch: list[SimRequest] = []
-        for request in requests:
-            batch.append(request)
-            if len(batch) == STEP_REQUESTS:
-                yield from self._paused_step(batch)
-                batch = []
-        if batch:
-            yield from self._paused_step(batch)
-
-    def _paused_step(self, requests: list[SimRequest]) -> list[SimResult]:
-        with collector_paused():
-            return self._step(requests)
+        return in_steps(requests, self._step, STEP_REQUESTS)
 
     def _step(self, requests: list[SimRequest]) -> list[SimResult]:
         """Replay `requests` (in order) in one call of the compiled loop."""
@@ -219,7 +208,7 @@ def _columns(array: np.ndarray, size: int, fill: np.ndarray) -> np.ndarray:
 
 # the loop's modules: a function's compiled code holds the functions it calls and the
 # constants it reads from the others
-_LOOP = (loop_fields, pool_loop, lookup_loop, hybrid_loop)
+_LOOP = (f, pool_loop, lookup_loop, hybrid_loop)
 
 
 @cache
