@@ -1,17 +1,18 @@
-"""The serial block-level replay of hybrid layouts as a compiled loop (hybrid_loop.py).
+"""The serial block-level replay of vLLM's cache as a compiled loop (hybrid_loop.py).
 
-What it takes: full attention with sliding-window and/or Mamba (align mode) groups, any
-number of each, a bounded pool or none, any retention interval and token budget, with
-whole-block hashes (match unit = block size) and no drafter. Where the closed form
-(fast.py) does not apply, that is what `hpa plan` and `hpa sweep` replay over and over to
-size a hybrid model's pool, and what a sliding-window model replays at all.
+What it takes: any layout with full attention (dense.py keeps the plainest one, fast.py
+the closed form): sliding-window and Mamba (align mode) groups, any number of each, a
+bounded pool or none, any retention interval and token budget, sub-block match units,
+EAGLE lookahead or the legacy drop. That is what `hpa plan` and `hpa sweep` replay over and
+over to size a hybrid model's pool, and what most hybrid layouts replay at all.
 
 It keeps vLLM 0.33's order of operations exactly as the Python managers do (coordinator.py,
-managers.py, mamba.py, sliding_window.py, block_pool.py), over arrays: each key's holders
-as a chain of blocks, the free queue as a linked list, the request in flight's tables one
-row per group. The diagnostics come along: the attention match, the junction, and the
-sparse-retention miss split into what eviction cost (a second lookup over the keys each
-sparse group ever cached) and what was never kept.
+managers.py, mamba.py, sliding_window.py, block_pool.py), over arrays (loop_fields.py):
+each key's holders and each block's keys as lists of entries, the free queue as a linked
+list, the request in flight's tables one row per group. The diagnostics come along: the
+attention match, the junction, the sparse-retention miss split into what eviction cost (a
+second lookup over the keys each sparse group ever cached) and what was never kept, and
+`cached_ever_tokens`.
 
 `tests/sim/vllm/test_hybrid.py` checks it against the Python block-level replay
 (`VllmReplay(..., fast=False)`) request by request on random traces, layouts and pools;
@@ -43,9 +44,9 @@ _TYPES = {FULL: f.FA, SWA: f.SWA, MAMBA: f.MAMBA}
 
 
 def hybrid_applies(layout: CacheLayout) -> bool:
-    """Whether this module replays `layout`: full attention first, any drafter but the
-    legacy EAGLE drop."""
-    return FULL in layout.group_types and not layout.eagle_drop
+    """Whether this module replays `layout`: any with full attention (its lookup is
+    attention first)."""
+    return FULL in layout.group_types
 
 
 class HybridReplay:
@@ -167,8 +168,9 @@ def _config(layout: CacheLayout) -> np.ndarray:
     cfg[f.C_FINE] = layout.fine
     # replay.VllmReplay._track_evicted
     cfg[f.C_TRACK_EVICTED] = layout.num_blocks is not None and layout.fine
-    if layout.hash_lookahead:
+    if layout.hash_lookahead or layout.eagle_drop:
         cfg[f.C_TRACK_EVICTED] = 0
+    cfg[f.C_DROP] = layout.eagle_drop
     cfg[f.C_LOOKAHEAD] = layout.hash_lookahead
     cfg[f.C_DRAFT_SLOTS] = layout.alloc_lookahead
     cfg[f.C_SPEC_BLOCKS] = layout.mamba_spec_blocks

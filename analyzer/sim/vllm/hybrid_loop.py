@@ -17,6 +17,7 @@ from analyzer.sim.vllm.loop_fields import (
     C_BUDGET,
     C_CAP,
     C_DRAFT_SLOTS,
+    C_DROP,
     C_FINE,
     C_G,
     C_H,
@@ -33,6 +34,7 @@ from analyzer.sim.vllm.loop_fields import (
     EVER,
     FA,
     HIT,
+    HOLDER,
     M_ACTIVE,
     M_ALLOCATED,
     M_CACHED,
@@ -56,6 +58,7 @@ from analyzer.sim.vllm.loop_fields import (
     O_LONGEST,
     PREFILL,
     REF,
+    SHADOWS,
     SWA,
     TABLE,
     TOKENS,
@@ -88,7 +91,11 @@ def one(hashes, plain, P, num_outputs, cfg, events, state, chunks, out):  # prag
     st, mgr = state[1], state[4]
     longest = lk.attention_hit(hashes, P, cfg, state)
     hit = lk.lookup(hashes, P, longest, cfg, state, False)
-    out[O_ATTENTION] = lk.attention_match(plain, P, cfg, state) if cfg[C_LOOKAHEAD] else longest
+    out[O_ATTENTION] = longest
+    if cfg[C_LOOKAHEAD]:
+        out[O_ATTENTION] = lk.attention_match(plain, P, cfg, state, SHADOWS)
+    elif cfg[C_DROP]:
+        out[O_ATTENTION] = lk.attention_match(hashes, P, cfg, state, HOLDER)
     if cfg[C_TRACK_EVICTED]:
         out[O_CACHED_EVER] = lk.cached_ever(hashes, P, longest, cfg, state)
     if longest > hit and st[pl.S_REMOVED] > 0:
@@ -143,6 +150,14 @@ def next_event(c, B, events):  # pragma: no cover - compiled
     return base + B + events[0]
 
 
+def checkpoint(n, unit, cfg):  # pragma: no cover - compiled
+    """mamba.checkpoint_position: the last `unit` boundary of n tokens a later request can
+    resume from (the last token and the lookahead left out; the EAGLE drop: one unit less)."""
+    if cfg[C_DROP]:
+        return max(n // unit * unit - unit, 0)
+    return max((n - max(1, cfg[C_LOOKAHEAD])) // unit * unit, 0)
+
+
 def chunk(P, start, wanted, cfg, junction):  # pragma: no cover - compiled
     """Tokens the next prefill step schedules from `start` (scheduler.chunk_tokens; the
     sequence is the prompt while it prefills)."""
@@ -156,13 +171,13 @@ def chunk(P, start, wanted, cfg, junction):  # pragma: no cover - compiled
         if aligned > start or budget == 0 or B <= budget:
             end = aligned
     stop = end
-    checkpoint = max((P - max(1, cfg[C_LOOKAHEAD])) // B * B, 0)  # mamba.checkpoint_position
-    if start < checkpoint < stop:
-        stop = checkpoint
+    last = checkpoint(P, B, cfg)
+    if start < last < stop:
+        stop = last
     if start % B and start < (start // B + 1) * B < stop:
         stop = (start // B + 1) * B
-    tail = max((P - max(1, cfg[C_LOOKAHEAD])) // cfg[C_H] * cfg[C_H], 0)  # its last unit
-    if cfg[C_FINE] and checkpoint < tail < P and start < tail < stop:
+    tail = checkpoint(P, cfg[C_H], cfg)  # the prompt's last unit boundary
+    if cfg[C_FINE] and last < tail < P and start < tail < stop:
         stop = tail
     if start < junction < end:
         at = start + (junction - start) // B * B
@@ -219,10 +234,11 @@ def cache_all(hashes, plain, P, tokens, num_tokens, junction, cfg, state):  # pr
     """Coordinator.cache: every group keys what `tokens` filled (whole blocks unless
     sub-block hits are on); `num_tokens` is the sequence's length (hashes exist up to it,
     less the lookahead)."""
-    if not cfg[C_FINE]:
-        tokens = tokens // cfg[C_B] * cfg[C_B]
+    floored = tokens if cfg[C_FINE] else tokens // cfg[C_B] * cfg[C_B]
     for g in range(cfg[C_G]):
-        cache(g, hashes, plain, tokens, num_tokens, P, junction, cfg, state)
+        # the EAGLE drop's full attention is offered every token (its tail may be inside)
+        drop = cfg[C_DROP] and cfg[C_TYPES + g] == FA and floored > 0
+        cache(g, hashes, plain, tokens if drop else floored, num_tokens, P, junction, cfg, state)
 
 
 def skipped_tokens(g, computed, cfg):  # pragma: no cover - compiled
@@ -382,16 +398,19 @@ def kept(g, i, P, junction, cfg):  # pragma: no cover - compiled
     if kind == FA or retention < 0:
         return True
     per = retention // B
-    if kind == MAMBA:
-        if retention and (per <= 1 or (i + 1) % per == 0):
+    if kind == MAMBA and retention and (per <= 1 or (i + 1) % per == 0):
+        return True
+    need = cfg[C_NEED] if kind == SWA else 1  # slots ending at a boundary, kept
+    if kind == SWA and retention and (need >= per or i % per >= per - need):
+        return True
+    # coordinator.replay_boundaries: P - 1, or under the EAGLE drop one block below both a
+    # resend's landing point and a longer sibling's
+    first = max((P - 1) // B * B - B, 0) if cfg[C_DROP] else P - 1
+    second = max(P // B * B - B, 0) if cfg[C_DROP] else P - 1
+    for boundary in (first, second, junction):
+        if boundary > 0 and boundary // B - need <= i < boundary // B:
             return True
-        return i == (P - 1) // B - 1 or (junction > 0 and i == junction // B - 1)
-    need = cfg[C_NEED]
-    if retention and (need >= per or i % per >= per - need):
-        return True
-    if (P - 1) // B - need <= i < (P - 1) // B:
-        return True
-    return junction > 0 and junction // B - need <= i < junction // B
+    return False
 
 
 def cache(g, hashes, plain, tokens, num_tokens, P, junction, cfg, state):  # pragma: no cover
@@ -421,7 +440,7 @@ def cache(g, hashes, plain, tokens, num_tokens, P, junction, cfg, state):  # pra
     if cfg[C_TYPES + g] == MAMBA:
         state_tail(g, hashes, tokens, P, cfg, state)
     elif cfg[C_TYPES + g] == FA and s > 1:  # FullAttentionManager._cache_prompt_tail
-        boundary = min((P - 1) // H, available) * H
+        boundary = min((P - 1 + cfg[C_DROP]) // H, available) * H  # the drop: up to P
         slot = boundary // B
         if 0 < boundary <= tokens and boundary % B and slot < mgr[g, M_USED]:
             shadow = plain[boundary // H - 1] * G + g if shadows else -1
@@ -433,8 +452,7 @@ def state_tail(g, hashes, tokens, P, cfg, state):  # pragma: no cover - compiled
     prompt's last unit boundary inside a block; the next step copies it."""
     pool, req, mgr, nodes = state[0], state[3], state[4], state[6]
     B, H = cfg[C_B], cfg[C_H]
-    checkpoint = max((P - max(1, cfg[C_LOOKAHEAD])) // H * H, 0)  # mamba.checkpoint_position
-    if tokens <= 0 or tokens % H or tokens != checkpoint:
+    if tokens <= 0 or tokens % H or tokens != checkpoint(P, H, cfg):
         return
     slot = -(-tokens // B) - 1
     if slot >= mgr[g, M_USED]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from analyzer.sim.vllm import pool_loop as pl
 from analyzer.sim.vllm.loop_fields import (
     C_B,
+    C_DROP,
     C_FINE,
     C_G,
     C_H,
@@ -54,39 +55,50 @@ def hit_rows(hashes, first, last, g0, g1, cfg, state):  # pragma: no cover - com
             hit_row(hashes[(j + 1) * s - 1], j, g0, g1, cfg, state)
 
 
-def full_hit(hashes, skip, limit, available, cfg, state, probe):  # pragma: no cover - compiled
+def full_hit(hashes, skip, limit, available, cfg, state, probe, rows):  # pragma: no cover
     """FullAttentionManager.longest_hit over hashes[skip:] (`available` of them), up to
     `limit` tokens: the leading run of blocks, then (sub-block hits) the first missing
-    block's unit boundaries, highest first. Rows only for the live lookup (HOLDER)."""
+    block's unit boundaries, highest first; their blocks in req[HIT] if `rows`."""
     B, H = cfg[C_B], cfg[C_H]
     s, g1 = B // H, cfg[C_NFA] if probe != EVICTED else 1
     count, run = min(limit // B, available // s), 0
     while run < count and held(hashes[skip + (run + 1) * s - 1], 0, g1, cfg, state, probe):
         run += 1
-    if probe == HOLDER:
+    if rows:
         hit_rows(hashes, 0, run, 0, g1, cfg, state)
     if not cfg[C_FINE]:
         return run * B
     first = run * s
     for f in range(min(first + s - 1, limit // H, available) - 1, first - 1, -1):
         if held(hashes[skip + f], 0, g1, cfg, state, probe):
-            if probe == HOLDER:
+            if rows:
                 hit_row(hashes[skip + f], run, 0, g1, cfg, state)
             return (f + 1) * H
     return run * B
 
 
 def attention_hit(hashes, P, cfg, state):  # pragma: no cover - compiled
-    """Full attention's match (tokens), capped at P - 1; its blocks in req[HIT]."""
-    return full_hit(hashes, 0, P - 1, (P - cfg[C_LOOKAHEAD]) // cfg[C_H], cfg, state, HOLDER)
+    """Full attention's match (tokens), capped at P - 1, its blocks in req[HIT]
+    (Coordinator._attention_hit). The legacy EAGLE drop matches one unit more (hybrid) and
+    gives one back."""
+    B, H = cfg[C_B], cfg[C_H]
+    align, available = H if cfg[C_FINE] else B, (P - cfg[C_LOOKAHEAD]) // H
+    limit = P - 1
+    if cfg[C_DROP] and cfg[C_G] > 1:
+        limit = min(P - 1 + align, available * H)
+    hit = full_hit(hashes, 0, limit, available, cfg, state, HOLDER, True)
+    if cfg[C_DROP] and hit > 0:
+        hit -= min(align, B)
+    return hit - hit % align
 
 
-def attention_match(plain, P, cfg, state):  # pragma: no cover - compiled
-    """replay.VllmReplay._attention_match: full attention's match with plain hashes (the
-    entries' shadows), probed one unit past the cap, then capped and aligned."""
+def attention_match(seq, P, cfg, state, probe):  # pragma: no cover - compiled
+    """replay.VllmReplay._attention_match: full attention's match without the drafter's
+    effect (plain hashes, probed by the entries' SHADOWS; or, under the EAGLE drop, the
+    hashes themselves), one unit past the cap, then capped and aligned."""
     H, align = cfg[C_H], cfg[C_H] if cfg[C_FINE] else cfg[C_B]
     limit = min(P - 1 + align, P // H * H)
-    hit = min(full_hit(plain, 0, limit, P // H, cfg, state, SHADOWS), P - 1)
+    hit = min(full_hit(seq, 0, limit, P // H, cfg, state, probe, False), P - 1)
     return hit - hit % align
 
 
@@ -96,7 +108,7 @@ def cached_ever(hashes, P, resident, cfg, state):  # pragma: no cover - compiled
     whole = resident // B
     skip = whole * (B // H)
     limit = min(P - 1, P // H * H) - whole * B
-    hit = full_hit(hashes, skip, limit, P // H - skip, cfg, state, EVICTED)
+    hit = full_hit(hashes, skip, limit, P // H - skip, cfg, state, EVICTED, False)
     return max(hit + whole * B, resident)
 
 

@@ -43,7 +43,7 @@ def hybrid_policies(draw):
     bounded = SWA not in groups or draw(st.booleans())
     if bounded:
         values["num_blocks"] = draw(st.integers(2, 60))
-    values["spec_decode"] = draw(st.sampled_from(["none", "none", "eagle_lookahead"]))
+    values["spec_decode"] = draw(st.sampled_from(["none", "none", "eagle_lookahead", "eagle_drop"]))
     counts = {g: draw(st.integers(1, 2)) for g in groups}
     if groups == [FA]:
         counts[FA] = 2  # one group alone is dense.py's
@@ -127,9 +127,8 @@ def test_cases(values, prompts, outputs):
         ({"groups": [FA, SWA], "block_size": 16, "sliding_window": 8}, None, True),
         ({"groups": [FA], "block_size": 16, "num_blocks": 100}, {FA: 2}, True),
         ({"groups": [FA, MAMBA], "block_size": 16, "prefix_match_unit": 4}, None, True),
-        # the legacy EAGLE drop: the Python managers
         ({"groups": [FA, MAMBA], "block_size": 16, "spec_decode": "eagle_lookahead"}, None, True),
-        ({"groups": [FA, MAMBA], "block_size": 16, "spec_decode": "eagle_drop"}, None, False),
+        ({"groups": [FA, MAMBA], "block_size": 16, "spec_decode": "eagle_drop"}, None, True),
     ],
 )
 def test_the_layouts_it_replays(values, counts, applies):
@@ -147,7 +146,7 @@ def test_hash_id_requests_beside_token_ids():
         SimRequest("h2", block_hash_ids=[1, 2, 3, 4], trace_block_size=2, output_tokens=2),
     ]
     for num_blocks in (4, 8, 40):
-        for spec in ("none", "eagle_lookahead"):
+        for spec in ("none", "eagle_lookahead", "eagle_drop"):
             values = {"groups": [FA, MAMBA], "block_size": 2, "num_blocks": num_blocks}
             got, want = _both(hashed, make_policy(values | {"spec_decode": spec}), None)
             assert got == want
