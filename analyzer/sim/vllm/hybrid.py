@@ -171,6 +171,7 @@ def _config(layout: CacheLayout) -> np.ndarray:
     if layout.hash_lookahead or layout.eagle_drop:
         cfg[f.C_TRACK_EVICTED] = 0
     cfg[f.C_DROP] = layout.eagle_drop
+    cfg[f.C_HYBRID] = layout.hybrid  # several groups, even if unbounded copies collapsed
     cfg[f.C_LOOKAHEAD] = layout.hash_lookahead
     cfg[f.C_DRAFT_SLOTS] = layout.alloc_lookahead
     cfg[f.C_SPEC_BLOCKS] = layout.mamba_spec_blocks

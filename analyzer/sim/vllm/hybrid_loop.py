@@ -21,6 +21,7 @@ from analyzer.sim.vllm.loop_fields import (
     C_FINE,
     C_G,
     C_H,
+    C_HYBRID,
     C_LOOKAHEAD,
     C_NEED,
     C_NFA,
@@ -234,7 +235,8 @@ def cache_all(hashes, plain, P, tokens, num_tokens, junction, cfg, state):  # pr
     """Coordinator.cache: every group keys what `tokens` filled (whole blocks unless
     sub-block hits are on); `num_tokens` is the sequence's length (hashes exist up to it,
     less the lookahead)."""
-    floored = tokens if cfg[C_FINE] else tokens // cfg[C_B] * cfg[C_B]
+    whole = cfg[C_HYBRID] and not cfg[C_FINE]  # a single group is offered every token
+    floored = tokens // cfg[C_B] * cfg[C_B] if whole else tokens
     for g in range(cfg[C_G]):
         # the EAGLE drop's full attention is offered every token (its tail may be inside)
         drop = cfg[C_DROP] and cfg[C_TYPES + g] == FA and floored > 0

@@ -13,6 +13,7 @@ from analyzer.sim.vllm.loop_fields import (
     C_FINE,
     C_G,
     C_H,
+    C_HYBRID,
     C_LOOKAHEAD,
     C_NEED,
     C_NFA,
@@ -84,7 +85,7 @@ def attention_hit(hashes, P, cfg, state):  # pragma: no cover - compiled
     B, H = cfg[C_B], cfg[C_H]
     align, available = H if cfg[C_FINE] else B, (P - cfg[C_LOOKAHEAD]) // H
     limit = P - 1
-    if cfg[C_DROP] and cfg[C_G] > 1:
+    if cfg[C_DROP] and cfg[C_HYBRID]:  # vLLM's hybrid coordinator: copies count, unbounded
         limit = min(P - 1 + align, available * H)
     hit = full_hit(hashes, 0, limit, available, cfg, state, HOLDER, True)
     if cfg[C_DROP] and hit > 0:

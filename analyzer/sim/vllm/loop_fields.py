@@ -31,8 +31,8 @@ from __future__ import annotations
 FA, SWA, MAMBA = 0, 1, 2
 (
     C_B, C_G, C_W, C_NEED, C_RETENTION, C_BUDGET, C_CAP, C_BOUNDED, C_NFA, C_NSWA, C_H,
-    C_FINE, C_TRACK_EVICTED, C_LOOKAHEAD, C_DRAFT_SLOTS, C_SPEC_BLOCKS, C_DROP,
-) = range(17)  # fmt: skip
+    C_FINE, C_TRACK_EVICTED, C_LOOKAHEAD, C_DRAFT_SLOTS, C_SPEC_BLOCKS, C_DROP, C_HYBRID,
+) = range(18)  # fmt: skip
 C_TYPES = 20
 REF, FIRST, TOKENS, NEXT, PREV = range(5)
 S_FREE, S_FRESH, S_REMOVED, S_NODES, S_NODE_FRESH = range(5)

@@ -39,14 +39,16 @@ def hybrid_policies(draw):
         values["sliding_window"] = draw(st.integers(2, 3 * block + 2))
     if draw(st.booleans()):
         values["max_num_batched_tokens"] = draw(st.integers(1, 24))
-    # unbounded without a window: the closed form's (fast.py)
-    bounded = SWA not in groups or draw(st.booleans())
-    if bounded:
+    values["spec_decode"] = spec = draw(
+        st.sampled_from(["none", "none", "eagle_lookahead", "eagle_drop"])
+    )
+    # unbounded without a window, a sub-block unit or a drafter: the closed form's (fast.py)
+    closed = SWA not in groups and "prefix_match_unit" not in values and spec == "none"
+    if closed or draw(st.booleans()):
         values["num_blocks"] = draw(st.integers(2, 60))
-    values["spec_decode"] = draw(st.sampled_from(["none", "none", "eagle_lookahead", "eagle_drop"]))
     counts = {g: draw(st.integers(1, 2)) for g in groups}
-    if groups == [FA]:
-        counts[FA] = 2  # one group alone is dense.py's
+    if groups == [FA] and spec == "none":
+        counts[FA] = 2  # one group alone in a bounded pool is dense.py's
     return make_policy(values), counts
 
 
