@@ -5,7 +5,8 @@ Where the kernel then finds no free huge page and compacts memory to make one be
 first touch returns (`/sys/kernel/mm/transparent_hugepage/defrag` = madvise, a common
 default), a replay's first pass over a fresh array stalled: 10,000 requests' block ids took
 0.13-0.16 s instead of 0.05 s, in two runs of three. An anonymous mapping of our own, which
-no one advises, is mapped a 4 KiB page at a time and never waits on compaction.
+no one advises, is mapped a 4 KiB page at a time and never waits on compaction. It is
+private (copied on write in a forked worker), like numpy's own memory.
 """
 
 from __future__ import annotations
@@ -20,4 +21,7 @@ def plain_empty(shape: int | tuple[int, ...], dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     count = int(np.prod(shape))
     nbytes = max(count * dtype.itemsize, 1)
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype, count).reshape(shape)
+    # private: Python's default is a shared mapping, which a forked worker would write into
+    # together with its parent
+    private = mmap.MAP_PRIVATE | getattr(mmap, "MAP_ANONYMOUS", getattr(mmap, "MAP_ANON", 0))
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=private), dtype, count).reshape(shape)
