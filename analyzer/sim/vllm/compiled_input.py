@@ -65,9 +65,8 @@ class StepInput:
             np.cumsum(total, out=offsets[1:])
             return prompt, outputs, ids, plain, offsets  # every row's in order (empty: none)
         ids, offsets = _merged(n, rows, ids, row_offsets, by_hash)
-        if look:
-            plain, _ = _merged(n, rows, plain, row_offsets, plain_by_hash)
-        return prompt, outputs, ids, ids if not look else plain, offsets
+        plain = _merged(n, rows, plain, row_offsets, plain_by_hash)[0] if look else ids
+        return prompt, outputs, ids, plain, offsets
 
 
 def in_steps(
