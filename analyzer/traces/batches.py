@@ -146,8 +146,16 @@ def _prompt_tokens(t: pa.Table) -> pa.ChunkedArray:
     )
 
 
+# Id lists a reader may hand over already in their stored width (the token scanner's int32
+# ids): kept as they are rather than widened to the input type and narrowed back.
+_STORED_TYPES = {
+    name: ROW_SCHEMA.field(name).type for name in ("prompt_token_ids", "output_token_ids")
+}
+
+
 def _complete(table: pa.Table) -> pa.Table | None:
-    """The batch with every fast-path column present and typed; None if it has others."""
+    """The batch with every fast-path column present and typed (token-id lists in their
+    input or their stored type); None if it has others."""
     if set(table.column_names) - set(FAST_INPUT_SCHEMA.names):
         return None  # unknown fields go to `extra`, which the exact path builds
     arrays = []
@@ -156,7 +164,7 @@ def _complete(table: pa.Table) -> pa.Table | None:
             arrays.append(pa.nulls(table.num_rows, f.type))
             continue
         column = table.column(f.name)
-        if column.type != f.type:
+        if column.type != f.type and column.type != _STORED_TYPES.get(f.name):
             if not _same_kind(column.type, f.type):
                 return None  # e.g. a number where text belongs: the exact path rejects it
             try:
@@ -164,7 +172,7 @@ def _complete(table: pa.Table) -> pa.Table | None:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
         arrays.append(column)
-    return pa.Table.from_arrays(arrays, schema=FAST_INPUT_SCHEMA)
+    return pa.Table.from_arrays(arrays, names=FAST_INPUT_SCHEMA.names)
 
 
 def _same_kind(found: pa.DataType, wanted: pa.DataType) -> bool:

@@ -44,6 +44,7 @@ from analyzer.traces.jsonlines import (
     repeated_key_error,
 )
 from analyzer.traces.records import RecordError, first_bad_utf8
+from analyzer.traces.threads import default_workers, ordered_map
 from analyzer.traces.token_scan import strip_token_arrays
 
 BATCH_BYTES = 8 << 20
@@ -152,9 +153,14 @@ def _log_flavour(path: Path) -> str | None:
 
 
 def read_jsonl(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> Iterator[Batch]:
-    """Batches of a JSON Lines stream; lines are numbered from 1, blank lines skipped."""
-    for body, first_line in line_bodies(path, stream, progress, BATCH_BYTES):
-        yield _jsonl_batch(body, first_line)
+    """Batches of a JSON Lines stream; lines are numbered from 1, blank lines skipped.
+    Batches are parsed side by side (`threads.ordered_map`) and come in order."""
+    bodies = line_bodies(path, stream, progress, BATCH_BYTES)
+    yield from ordered_map(_parsed, bodies, workers=default_workers())
+
+
+def _parsed(piece: tuple[bytes, int]) -> Batch:
+    return _jsonl_batch(*piece)
 
 
 def _jsonl_batch(body: bytes, first_line: int) -> Batch:

@@ -17,20 +17,29 @@ to this module), so callers use it on large batches only.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 import pyarrow as pa
 
+from analyzer.pages import plain_empty
+
 TOKEN_KEYS = ("prompt_token_ids", "output_token_ids", "block_hash_ids")
-INT64_MAX = 2**63 - 1  # wider integers go to the parsers (which send them to the exact path)
+NUM_ID_KEYS = 2  # the first keys hold token ids (stored as int32), the last hash ids (int64)
+_TYPES = (pa.int32(), pa.int32(), pa.int64())
+# Wider integers go to the parsers, which send them to the exact path (a token id past
+# int32 is out of range there; a hash id past int64 is read exactly, then rejected).
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
 class Stripped:
     """A batch with its token arrays read out: `body` holds `[]` where each array was, and
-    `columns[key]` is one list<int64> value per line (null where the line has no array)."""
+    `columns[key]` is one list value per line (null where the line has no array): int32
+    for token ids, int64 for hash ids."""
 
     body: bytes
     columns: dict[str, pa.ListArray]
@@ -43,24 +52,31 @@ def strip_token_arrays(body: bytes, num_lines: int) -> Stripped | None:
     if scan is None or not body:
         return None
     buf = np.frombuffer(body, dtype=np.uint8)
-    out = np.empty(buf.size, dtype=np.uint8)
-    # One row of values per key, each in line order; pages never written cost no memory.
-    values = np.empty((len(TOKEN_KEYS), buf.size // 2 + 1), dtype=np.int64)
+    # Scratch on plain pages: a fresh process's first touches of huge pages waited on memory
+    # compaction (70 M tokens: the kernel's 0.9-1.0 s became 1.2-1.5 s; see analyzer.pages).
+    out = plain_empty(buf.size, np.uint8)
+    # Token ids straight into the stored width (int32: the cast from int64 cost a copy and
+    # a range check of every id); hash ids in int64. One row per key, in line order; pages
+    # never written cost no memory, and each column keeps its row (no copy).
+    most = buf.size // 2 + 1
+    ids = plain_empty((NUM_ID_KEYS, most), np.int32)
+    hashes = plain_empty(most, np.int64)
     num_values = np.zeros(len(TOKEN_KEYS), dtype=np.int64)
     count = np.full((len(TOKEN_KEYS), num_lines), -1, dtype=np.int64)  # -1: no array
-    size = scan(buf, _KEYS, _KEY_STARTS, out, values, num_values, count)
+    size = scan(buf, _KEYS, _KEY_STARTS, out, ids, hashes, num_values, count)
     if size < 0:
         return None
     columns = {}
     for k, key in enumerate(TOKEN_KEYS):
         present = count[k] >= 0
         if not present.any():
-            columns[key] = pa.nulls(num_lines, pa.list_(pa.int64()))
+            columns[key] = pa.nulls(num_lines, pa.list_(_TYPES[k]))
             continue
         offsets = np.zeros(num_lines + 1, dtype=np.int32)
         np.cumsum(np.maximum(count[k], 0), out=offsets[1:])
+        values = ids[k] if k < NUM_ID_KEYS else hashes
         columns[key] = pa.ListArray.from_arrays(
-            pa.array(offsets), pa.array(values[k, : num_values[k]]), mask=pa.array(~present)
+            pa.array(offsets), pa.array(values[: num_values[k]]), mask=pa.array(~present)
         )
     return Stripped(out[:size].tobytes(), columns)
 
@@ -69,7 +85,7 @@ _KEYS = np.frombuffer(b"".join(k.encode() for k in TOKEN_KEYS), dtype=np.uint8)
 _KEY_STARTS = np.cumsum([0, *(len(k) for k in TOKEN_KEYS)]).astype(np.int64)
 
 
-def _kernel(buf, keys, key_starts, out, values, num_values, count):  # pragma: no cover
+def _kernel(buf, keys, key_starts, out, ids, hashes, num_values, count):  # pragma: no cover
     """Bytes written to `out`, or -1: abort (see the module doc). Compiled. Bytes between
     token arrays are copied a run at a time (`mark`: where the pending run starts)."""
     n, o, line, mark = buf.size, 0, 0, 0
@@ -129,7 +145,10 @@ def _kernel(buf, keys, key_starts, out, values, num_values, count):  # pragma: n
         if line >= count.shape[1] or count[k, line] >= 0:
             return -1  # more lines than counted, or a key given twice
         start = num_values[k]
-        after, end = _int_array(buf, i + 1, values[k], start)
+        if k < ids.shape[0]:
+            after, end = _int_array(buf, i + 1, ids[k], start, INT32_MAX)
+        else:
+            after, end = _int_array(buf, i + 1, hashes, start, INT64_MAX)
         if after < 0:
             return -1
         num_values[k] = end
@@ -159,9 +178,10 @@ def _which_key(buf, a, b, keys, key_starts):  # pragma: no cover - compiled
     return -1
 
 
-def _int_array(buf, i, values, nv):  # pragma: no cover - compiled
+def _int_array(buf, i, values, nv, limit):  # pragma: no cover - compiled
     """Parse integers and commas up to the closing bracket, from just after '['; returns
-    (index after ']', values written) or (-1, nv) when it is not a plain integer array.
+    (index after ']', values written) or (-1, nv) when it is not a plain integer array of
+    magnitudes up to `limit` (the width of `values`).
     The buffer ends in a newline (the kernel checks), which stops every loop here: no
     index is compared with the buffer's size."""
     i = _blanks(buf, i)
@@ -190,6 +210,8 @@ def _int_array(buf, i, values, nv):  # pragma: no cover - compiled
             digits += 1
             i += 1
             c = buf[i]
+        if value > limit:
+            return -1, nv  # past the column's width
         values[nv] = -value if negative else value
         nv += 1
         if c == 44:  # the usual case: a comma right after the number
@@ -214,10 +236,19 @@ def _blanks(buf, i):  # pragma: no cover - compiled
     return i
 
 
-@cache
+_COMPILING = threading.Lock()
+
+
 def _compiled():
     """The compiled kernel, or None without numba. Imported on first use: importing numba
-    costs about half a second, which small ingests (and every other command) never pay."""
+    costs about half a second, which small ingests (and every other command) never pay.
+    Parsing threads ask at once: one compiles (or loads), the others wait for it."""
+    with _COMPILING:
+        return _compile()
+
+
+@cache
+def _compile():
     global _blanks, _int_array, _which_key
     try:
         from numba import njit

@@ -20,8 +20,8 @@ from functools import cache
 
 import numpy as np
 
+from analyzer.pages import plain_empty
 from analyzer.sim.common.hashing import HashInterner
-from analyzer.sim.common.pages import plain_empty
 
 ARENA_UNITS = 1 << 26
 # Arenas of finished CompiledBlockIds, their pages mapped already: a process that replays

@@ -25,11 +25,14 @@ CREATE TABLE IF NOT EXISTS requests (
     arrival_seq BIGINT,
     timestamp_s DOUBLE,
     prompt_tokens INTEGER NOT NULL,
-    prompt_token_ids INTEGER[],
+    -- Token ids are stored as they are, 4 bytes each: DuckDB's compression of them
+    -- (bit-packing, ~2.3 bytes a token) took a quarter of an ingest's CPU and slowed
+    -- every read of the lists (docs/commands.md, `hpa ingest`).
+    prompt_token_ids INTEGER[] USING COMPRESSION uncompressed,
     block_hash_ids BIGINT[],
     block_size INTEGER,
     output_tokens INTEGER,
-    output_token_ids INTEGER[],
+    output_token_ids INTEGER[] USING COMPRESSION uncompressed,
     model_revision VARCHAR,
     prompt_family VARCHAR,
     prompt_family_source VARCHAR,
