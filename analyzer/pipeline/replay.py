@@ -222,7 +222,8 @@ def _from_shared(
     if closed is None:
         return None
     # the namespace is in L2 already: it matched within each cache namespace
-    results = closed([trace.sim_request(i, None) for i in range(trace.n)], shared_replica)
+    prompt_tokens = np.asarray(trace.columns["prompt_tokens"], dtype=np.int64)
+    results = closed(trace.columns["request_id"], prompt_tokens, shared_replica)
     if progress is not None:
         progress(trace.n, trace.n)
     return results

@@ -74,9 +74,9 @@ def replay_from_shared(
     policy: Policy, *, num_groups: dict[str, int] | None = None
 ) -> Callable[..., ResultColumns] | None:
     """Where the policy's serial results follow from shared prefixes alone, a function
-    `(requests, shared_tokens) -> columns` giving `replay`'s results (as
-    `records.result_columns` lays them out, but for `chunks`) for token-id
-    requests (SimRequest, arrival order) of one or many caches at once, from
+    `(request_ids, prompt_tokens, shared_tokens) -> columns` giving `replay`'s results (as
+    `records.result_columns` lays them out, but for `chunks`) for token-id requests
+    (arrival order; their ids and prompt lengths) of one or many caches at once, from
     `shared_tokens`: each prompt's longest prefix shared with the tokens the earlier
     requests of its cache and namespace computed (prompt + outputs but the last). Else None.
     """

@@ -20,6 +20,8 @@ hashes each group holds, and those follow from the chunk ends alone:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from analyzer.sim.common.hashing import HashInterner, request_hashes
@@ -172,26 +174,31 @@ def shared_form_applies(layout: CacheLayout) -> bool:
 
 
 def attention_columns(
-    layout: CacheLayout, requests: list[SimRequest], shared_tokens: np.ndarray
+    layout: CacheLayout,
+    request_ids: Sequence[str],
+    prompt_tokens: np.ndarray,
+    shared_tokens: np.ndarray,
 ) -> ResultColumns:
     """Per request, what `UnboundedReplay` gives under a layout `shared_form_applies` to,
     as columns (`records.result_columns`; every field but `chunks`, which no table keeps:
-    `attention_results` adds them), from `shared_tokens` (per request, in tokens): the
-    longest prefix of its prompt shared with the tokens an earlier request of its cache (and
-    namespace) computed (prompt + outputs but the last). Token-id requests only.
+    `attention_results` adds them), from the requests' ids, their prompt lengths and
+    `shared_tokens` (per request, in tokens): the longest prefix of its prompt shared with
+    the tokens an earlier request of its cache (and namespace) computed (prompt + outputs
+    but the last). Token-id requests only; no SimRequest is needed (50,000 of them cost a
+    replay 0.18 s).
 
     Why it is the same: without eviction a block, once computed, stays cached, and a block's
     hash chains every token before it; so the leading blocks found cached are the whole
     blocks of that shared prefix, capped (as vLLM does) below the prompt's last token.
     """
-    B, n = layout.block_size, len(requests)
-    prompt = np.fromiter((r.num_prompt_tokens for r in requests), dtype=np.int64, count=n)
+    B, n = layout.block_size, len(request_ids)
+    prompt = np.asarray(prompt_tokens, dtype=np.int64)
     shared = np.minimum(np.asarray(shared_tokens, dtype=np.int64), prompt)
     hit = np.minimum(shared // B, np.maximum(prompt - 1, 0) // B) * B
     columns: ResultColumns = {name: [None] * n for name in SimResult._fields if name != "chunks"}
     columns.update({name: hit.copy() for name in _HIT})
     columns.update({name: np.zeros(n, dtype=np.int64) for name in _NOTHING})
-    columns["request_id"] = [r.request_id for r in requests]
+    columns["request_id"] = list(request_ids)
     columns["prompt_tokens"] = prompt
     columns["error"] = ["empty prompt" if p < 1 else None for p in prompt.tolist()]
     return columns
@@ -214,7 +221,9 @@ def attention_results(
     layout: CacheLayout, requests: list[SimRequest], shared_tokens: np.ndarray
 ) -> list[SimResult]:
     """`attention_columns` as SimResults, with the steps each request is scheduled in."""
-    columns = attention_columns(layout, requests, shared_tokens)
+    ids = [r.request_id for r in requests]
+    prompt = np.fromiter((r.num_prompt_tokens for r in requests), np.int64, len(requests))
+    columns = attention_columns(layout, ids, prompt, shared_tokens)
     decode = [max(r.num_output_tokens - 1, 0) for r in requests]
     one_chunk = layout.max_num_batched_tokens is None  # no budget: the prompt's rest at once
     decodes = (1,) * max(decode, default=0)  # sliced per request: one tuple, no loop

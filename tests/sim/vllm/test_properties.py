@@ -143,7 +143,9 @@ def test_full_attention_results_from_shared_prefixes_are_the_replay(requests, bl
     want = list(replay(requests, policy))
     layout = make_layout(policy, None)
     assert attention_results(layout, requests, _shared(requests)) == want  # chunks included
-    got = replay_from_shared(policy)(requests, _shared(requests))
+    ids = [r.request_id for r in requests]
+    prompt = [r.num_prompt_tokens for r in requests]
+    got = replay_from_shared(policy)(ids, prompt, _shared(requests))
     columns = result_columns(want)
     del columns["chunks"]  # the steps: no table keeps them
     assert {k: list(v) for k, v in got.items()} == columns
