@@ -161,6 +161,27 @@ def test_arrival_order_ties_and_missing_timestamps(tmp_path, db):
     assert [r[0] for r in order] == ["c", "e", "a", "b", "d"]
 
 
+def test_token_ids_are_stored_unpacked_and_hash_ids_as_duckdb_chooses(tmp_path, db):
+    records = [
+        {
+            "request_id": f"r{i}",
+            "prompt_token_ids": list(range(i, i + 300)),
+            "output_token_ids": [i, 7 * i],
+        }
+        for i in range(100)
+    ] + [{"request_id": "h", "block_hash_ids": list(range(300)), "block_size": 16}]
+    ingest([write_jsonl(tmp_path / "t.jsonl", records)], db_path=db)
+    sql = (
+        "SELECT column_name, list(DISTINCT compression ORDER BY compression) "
+        "FROM pragma_storage_info('requests') WHERE segment_type IN ('INTEGER', 'BIGINT') "
+        "AND column_name LIKE '%_ids' GROUP BY ALL ORDER BY 1"
+    )
+    found = dict(rows(db, sql))
+    assert found["prompt_token_ids"] == ["Uncompressed"]
+    assert found["output_token_ids"] == ["Uncompressed"]
+    assert found["block_hash_ids"] != ["Uncompressed"]  # small ids: bit-packed as before
+
+
 def test_reingest_identical_file_adds_nothing(tmp_path, db):
     path = write_jsonl(tmp_path / "t.jsonl", [{"request_id": "a", "prompt_token_ids": [1]}])
     ingest([path], db_path=db)
