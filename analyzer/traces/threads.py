@@ -1,9 +1,10 @@
 """Parsing batches side by side: a reader's pieces mapped in worker threads, in order.
 
 The JSON Lines reader's work is in code that releases the GIL (the token scanner, Arrow's
-JSON reader, NumPy over whole batches), so two threads parse two batches at once. On 2
-cores that matters where nothing else is busy: while the first write unit is parsed (the
-store has nothing to insert yet) and while DuckDB waits between inserts.
+JSON reader, NumPy over whole batches), so worker threads (`default_workers`: one a core, up
+to four) parse batches at once. On 2 cores that matters where nothing else is busy: while
+the first write unit is parsed (the store has nothing to insert yet) and while DuckDB waits
+between inserts.
 """
 
 from __future__ import annotations
