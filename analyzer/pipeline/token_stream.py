@@ -24,7 +24,13 @@ from analyzer.pipeline.arrays import joined
 from analyzer.prefixes.engine import MatchArrays, match_stream
 from analyzer.prefixes.source import RequestMeta
 from analyzer.store.db import out_of_memory, scan_settings
-from analyzer.store.tokens import list_offsets, requests_changed
+from analyzer.store.tokens import (
+    column_values,
+    positions,
+    requests_changed,
+    row_values,
+    storage_order,
+)
 from analyzer.store.write_units import prefetched
 
 # Rows a streamed batch holds: about this many bytes of ids (at the trace's mean row
@@ -35,6 +41,11 @@ MAX_BATCH_ROWS = 8192
 # does not run out of memory under is taken (the last, none, always is). One thread reads:
 # each thread of a scan holds its own buffers. 70 M tokens stream under 48 MB (not 32).
 STREAM_MEMORY_CAPS = ("48MB", "256MB", None)
+COLUMNS = ("prompt_token_ids", "block_hash_ids", "output_token_ids")
+# The column of most values streams unnested; the others are read whole first where they
+# hold at most 1/HELD_FRACTION as many values (at 4-8 bytes a value, well inside the
+# replay's bytes a token), else every column streams as Arrow lists, a batch of rows at once.
+HELD_FRACTION = 8
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,11 @@ class ExpectedLists:
     def insert_len(self) -> np.ndarray:
         tokens = self.prompt_len + np.maximum(self.output_len - self.drop_last, 0)
         return np.where(self.hashed, self.hash_len, tokens)
+
+    def by_column(self) -> dict[str, np.ndarray]:
+        """Each list column's lengths (COLUMNS), by name."""
+        wanted = (self.prompt_len, self.hash_len, self.output_len)
+        return dict(zip(COLUMNS, wanted, strict=True))
 
     def batch_rows(self) -> int:
         """Rows per batch: about BATCH_BYTES of ids at the mean row length."""
@@ -97,15 +113,23 @@ def inserted_chunks(
     arrival order, as `match_stream` takes them.
 
     Raises:
-        StoreError: a streamed list is not as long as expected, or rows are missing or
-            repeated (the requests changed while they were read).
+        StoreError: a streamed list column is not as long as expected, or rows are missing
+            or repeated (the requests changed while they were read).
     """
     with scan_settings(con, memory_cap, threads=1 if memory_cap else None):
-        reader = con.sql(sql).to_arrow_reader(lists.batch_rows())
+        order = storage_order(con, sql)
+        positions(np.arange(len(lists.insert_len)), order)
+        lens = {name: want[order] for name, want in lists.by_column().items()}
+        primary = max(COLUMNS, key=lambda name: int(lens[name].sum()))
+        others = sum(int(lens[name].sum()) for name in COLUMNS if name != primary)
+        if others * HELD_FRACTION > int(lens[primary].sum()):
+            batches = _listed(con, sql, lists)
+        else:
+            batches = _unnested(con, sql, lists, order, lens, primary)
         try:
-            yield from _arrival_runs((_inserted(b, lists) for b in reader), lists.insert_len)
+            yield from _arrival_runs(batches, lists.insert_len)
         finally:
-            reader.close()  # DuckDB's result: the settings are then restored
+            batches.close()  # DuckDB's result first: then the settings are restored
 
 
 def _arrival_runs(batches, insert_len: np.ndarray):
@@ -136,30 +160,110 @@ def _arrival_runs(batches, insert_len: np.ndarray):
         raise requests_changed()
 
 
-def _inserted(batch: pa.RecordBatch, lists: ExpectedLists):
-    """(seqs, flat, starts) of the batch's inserted sequences, its rows in batch order;
-    the prompts' own values where every row is its prompt alone (no copy)."""
-    seq = batch.column("arrival_seq").to_numpy(zero_copy_only=False)
-    if len(seq) and (seq.min() < 0 or seq.max() >= len(lists.prompt_len)):
-        raise requests_changed()
-    cols = [batch.column(n) for n in ("prompt_token_ids", "block_hash_ids", "output_token_ids")]
-    offsets = [list_offsets(c) for c in cols]
-    wanted = (lists.prompt_len, lists.hash_len, lists.output_len)
-    for (_, got), want in zip(offsets, wanted, strict=True):
-        if not np.array_equal(got, want[seq]):
-            raise requests_changed()
-    (p_off, p_len), (h_off, _), (o_off, o_len) = offsets
+def _unnested(con, sql: str, lists: ExpectedLists, order, lens: dict, primary: str):
+    """(seqs, flat, starts) batches in storage order: `primary` (the column of most values)
+    streamed unnested, the other columns' values read whole first, as `lists.dtype` (one
+    query streams at a time on a connection)."""
+    held = {}
+    for name in COLUMNS:
+        if name != primary:
+            offsets = np.zeros(len(order) + 1, dtype=np.int64)
+            np.cumsum(lens[name], out=offsets[1:])
+            values = column_values(con, sql, name, lens[name]) if offsets[-1] else np.zeros(0)
+            held[name] = (values.astype(lists.dtype, copy=False), offsets)
+    itemsize = 8 if primary == "block_hash_ids" else 4
+    runs = row_values(
+        con,
+        sql,
+        primary,
+        lens[primary],
+        batch_values=max(1, BATCH_BYTES // itemsize),
+        max_rows=MAX_BATCH_ROWS,
+    )
+    for first, stop, values in runs:
+        local = np.zeros(stop - first + 1, dtype=np.int64)
+        np.cumsum(lens[primary][first:stop], out=local[1:])
+        columns = {name: (v, o[first : stop + 1]) for name, (v, o) in held.items()}
+        columns[primary] = (values, local)
+        yield _joined(order[first:stop], columns, lists)
+
+
+def _listed(con, sql: str, lists: ExpectedLists):
+    """(seqs, flat, starts) batches in storage order, from batches of rows with their lists
+    (Arrow lists: slower than unnested values, but nothing is held beyond a batch)."""
+    reader = con.sql(sql).to_arrow_reader(lists.batch_rows())
+    try:
+        for batch in reader:
+            seq = batch.column("arrival_seq").to_numpy(zero_copy_only=False)
+            if len(seq) and (seq.min() < 0 or seq.max() >= len(lists.prompt_len)):
+                raise requests_changed()
+            columns = {}
+            for name, want in lists.by_column().items():
+                offsets, got = _list_offsets(batch.column(name))
+                if not np.array_equal(got, want[seq]):
+                    raise requests_changed()
+                values = batch.column(name).values.to_numpy(zero_copy_only=False)
+                columns[name] = (values, offsets)
+            yield _joined(seq, columns, lists)
+    finally:
+        reader.close()  # DuckDB's result: the settings are then restored
+
+
+def _joined(seq: np.ndarray, columns: dict, lists: ExpectedLists):
+    """(seqs, flat, starts) of rows `seq`'s inserted sequences; `columns`: name -> (values,
+    offsets): row k's list is values[offsets[k] : offsets[k + 1]] (absent: no values). The
+    prompts' (or hash ids') own values where every row is them alone (no copy)."""
     hashed = lists.hashed[seq]
-    values = [c.values.to_numpy(zero_copy_only=False) for c in cols]
-    if not hashed.any() and not (o_len > lists.drop_last).any():
-        return seq, values[0].astype(lists.dtype, copy=False), p_off[:-1].astype(np.int64)
+    kept = np.maximum(lists.output_len[seq] - lists.drop_last, 0)  # output values inserted
+    if hashed.all():  # hash ids alone: a hash-id request's outputs are a count
+        values, offsets = columns["block_hash_ids"]
+        return seq, values.astype(lists.dtype, copy=False), offsets[:-1]
+    if not hashed.any():
+        values, offsets = columns["prompt_token_ids"]
+        if not kept.any():
+            return seq, values.astype(lists.dtype, copy=False), offsets[:-1]
+        flat, starts = _with_outputs(values, offsets, *columns["output_token_ids"], kept)
+        return seq, flat.astype(lists.dtype, copy=False), starts
+
+    def row(name: str, k: int) -> np.ndarray:
+        values, offsets = columns[name]
+        return values[offsets[k] : offsets[k + 1]]
+
     firsts, seconds = [], []
-    for k in range(len(seq)):
-        if hashed[k]:
-            firsts.append(values[1][h_off[k] : h_off[k + 1]])
+    for k, is_hashed in enumerate(hashed.tolist()):
+        if is_hashed:
+            firsts.append(row("block_hash_ids", k))
             seconds.append(None)
         else:
-            firsts.append(values[0][p_off[k] : p_off[k] + p_len[k]])
-            seconds.append(values[2][o_off[k] : o_off[k] + o_len[k]])
+            firsts.append(row("prompt_token_ids", k))
+            seconds.append(row("output_token_ids", k))
     flat, starts = joined(firsts, seconds, drop_last=lists.drop_last)
     return seq, flat.astype(lists.dtype, copy=False), starts[:-1]
+
+
+def _with_outputs(prompts, p_off, outputs, o_off, kept: np.ndarray):
+    """(flat, starts): each row's prompt then the first `kept[k]` values of its output. The
+    prompts between two rows with outputs are one run in both arrays: one copy a run."""
+    p_len = np.diff(p_off)
+    ends = np.cumsum(p_len + kept)
+    flat = np.empty(int(ends[-1]), dtype=np.result_type(prompts, outputs))
+    starts = ends - p_len - kept
+    first = 0
+    p_off, o_off, starts_list = p_off.tolist(), o_off.tolist(), starts.tolist()
+    for k in np.flatnonzero(kept).tolist():
+        a, b = p_off[first], p_off[k + 1]
+        flat[starts_list[first] : starts_list[first] + b - a] = prompts[a:b]
+        at, o = starts_list[k] + b - p_off[k], o_off[k]
+        flat[at : at + int(kept[k])] = outputs[o : o + int(kept[k])]
+        first = k + 1
+    if first < len(kept):
+        a, b = p_off[first], p_off[-1]
+        flat[starts_list[first] : starts_list[first] + b - a] = prompts[a:b]
+    return flat, starts
+
+
+def _list_offsets(column: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """A list column's offsets into its values, and each row's length (0 where null)."""
+    offsets = column.offsets.to_numpy()
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    return offsets, np.where(valid, np.diff(offsets), 0)

@@ -127,6 +127,11 @@ class RadixMatch:
         """`feed` with `kernel` (load_early's thread: the kernel it is loading)."""
         if not self.names or stop <= first:
             return
+        # read-only, always: numba compiles (or loads) one kernel per array type, and a
+        # read-only array (DuckDB's Arrow batches) is another type than a writable one
+        # (0.2 s the first time either comes)
+        flat = flat.view()
+        flat.flags.writeable = False
         kernel(
             flat,
             np.ascontiguousarray(starts, dtype=np.int64),

@@ -64,14 +64,15 @@ def test_held_sequences_are_the_inserted_sequences(tmp_path):
     assert source.held(max_bytes=8 * 200) is None  # more than that: chunks
 
 
-@pytest.mark.parametrize("batch_rows", [2, 8192])
+@pytest.mark.parametrize("batch_rows, batch_bytes", [(2, 20), (8192, 8 << 20)])
+@pytest.mark.parametrize("held_fraction", [1, 10**9], ids=["unnested", "listed"])
 @pytest.mark.parametrize("compiled_min_units", [0, 1 << 40])
 def test_streamed_or_read_in_chunks_the_tables_are_the_same(
-    tmp_path, monkeypatch, batch_rows, compiled_min_units
+    tmp_path, monkeypatch, batch_rows, batch_bytes, held_fraction, compiled_min_units
 ):
     """hpa match streams the sequences once through the radix trees (>= compiled_min_units;
-    hash ids and token ids, in batches of any size) or reads chunks for the vectorised
-    matcher: the same tables."""
+    hash ids and token ids, unnested or as lists, in batches of any size) or reads chunks
+    for the vectorised matcher: the same tables."""
 
     def tables(db):
         con = duckdb.connect(str(db))
@@ -89,6 +90,8 @@ def test_streamed_or_read_in_chunks_the_tables_are_the_same(
     )
     db = store(tmp_path / "t.duckdb", REQUESTS)
     monkeypatch.setattr(token_stream, "MAX_BATCH_ROWS", batch_rows)
+    monkeypatch.setattr(token_stream, "BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(token_stream, "HELD_FRACTION", held_fraction)
     options = MatchOptions(chunk_requests=3, compiled_min_units=compiled_min_units)
     match_prefixes(db, backend="numpy", options=options)
     assert tables(db) == tables(want)

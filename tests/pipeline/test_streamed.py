@@ -44,9 +44,11 @@ def _records(shuffle: bool) -> list[dict]:
 
 @pytest.fixture
 def always_streams(monkeypatch):
-    """Stream whatever the trace's size, a few rows a batch; -> the chunks matched."""
+    """Stream whatever the trace's size, a few rows (or 250 token ids) a batch; -> the
+    chunks matched."""
     monkeypatch.setattr(streamed, "COMPILED_MIN_UNITS", 0)
     monkeypatch.setattr(token_stream, "MAX_BATCH_ROWS", 7)
+    monkeypatch.setattr(token_stream, "BATCH_BYTES", 1000)
     chunks = []
     match = token_stream.match_stream
 
@@ -71,8 +73,12 @@ def _both_ways(tmp_path, monkeypatch, records, policy=FA) -> tuple[list, list]:
         con.close()
 
 
+@pytest.mark.parametrize("held_fraction", [8, 10**9], ids=["unnested", "listed"])
 @pytest.mark.parametrize("shuffle", [False, True], ids=["in arrival order", "shuffled"])
-def test_streamed_rows_are_the_held_rows(tmp_path, monkeypatch, always_streams, shuffle):
+def test_streamed_rows_are_the_held_rows(
+    tmp_path, monkeypatch, always_streams, shuffle, held_fraction
+):
+    monkeypatch.setattr(token_stream, "HELD_FRACTION", held_fraction)
     got, want = _both_ways(tmp_path, monkeypatch, _records(shuffle))
     assert len(got) == 120 and got == want
     runs = always_streams  # streamed, in arrival order, a batch (or what it completes) at a time

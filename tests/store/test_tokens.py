@@ -1,8 +1,11 @@
-"""store.tokens: lists streamed in storage order land at their rows' arrival order."""
+"""store.tokens: lists streamed unnested in storage order, cut back into rows, land at
+their rows' arrival order."""
 
 import duckdb
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analyzer.errors import StoreError
 from analyzer.store import tokens
@@ -30,10 +33,10 @@ def _expected(rows):
     return [by_seq[s] or [] for s in sorted(by_seq)]
 
 
-@pytest.mark.parametrize("batch_rows", [1, 2, 8192])
+@pytest.mark.parametrize("batch_bytes", [4, 8, 12, 1 << 20])
 @pytest.mark.parametrize("rows", [ROWS, sorted(ROWS)], ids=["shuffled", "in order"])
-def test_rows_land_in_arrival_order(monkeypatch, batch_rows, rows):
-    monkeypatch.setattr(tokens, "STREAM_ROWS", batch_rows)
+def test_rows_land_in_arrival_order(monkeypatch, batch_bytes, rows):
+    monkeypatch.setattr(tokens, "STREAM_BYTES", batch_bytes)
     con = _table(rows)
     want = _expected(rows)
     lens = {"ids": np.asarray([len(v) for v in want], dtype=np.int64)}
@@ -64,23 +67,48 @@ def test_rows_that_changed_are_a_store_error(seqs, lens):
         flat_lists(con, SQL, np.asarray(seqs), {"ids": np.asarray(lens)}, {"ids": np.int32})
 
 
-def test_long_rows_stream_in_fewer_rows_a_batch(monkeypatch):
-    monkeypatch.setattr(tokens, "STREAM_BYTES", 16)  # bytes: 2 rows of 2 int32 a batch
-    flat = np.empty(10, dtype=np.int32)
-    lens = np.full(5, 2, dtype=np.int64)
-    placements = {"ids": tokens.Placement(flat, np.arange(0, 10, 2), lens)}
-    assert tokens._batch_rows(placements) == 2
-    monkeypatch.setattr(tokens, "STREAM_BYTES", 1)
-    assert tokens._batch_rows(placements) == 1
-    monkeypatch.setattr(tokens, "STREAM_BYTES", 1 << 30)
-    assert tokens._batch_rows(placements) == tokens.STREAM_ROWS
-    con = _table(sorted(ROWS))
-    monkeypatch.setattr(tokens, "STREAM_BYTES", 8)
-    want = _expected(ROWS)
-    got, offsets = flat_lists(
-        con, SQL, np.arange(5), {"ids": np.asarray([len(v) for v in want])}, {"ids": np.int32}
-    )["ids"]
-    assert [got[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)] == want
+@settings(max_examples=60, deadline=None)
+@given(
+    lens=st.lists(st.integers(0, 6), max_size=12),
+    batch_values=st.integers(1, 9),
+    max_rows=st.none() | st.integers(1, 4),
+)
+def test_row_values_cut_the_stream_back_into_rows(lens, batch_values, max_rows):
+    rows = [[100 * k + j for j in range(n)] if n or k % 2 else None for k, n in enumerate(lens)]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (arrival_seq BIGINT, ids INTEGER[])")
+    if rows:
+        con.executemany("INSERT INTO t VALUES (?, ?)", list(enumerate(rows)))
+    runs = list(
+        tokens.row_values(
+            con,
+            SQL,
+            "ids",
+            np.asarray(lens, np.int64),
+            batch_values=batch_values,
+            max_rows=max_rows,
+        )
+    )
+    bounds = [a for a, _, _ in runs] + [b for _, b, _ in runs[-1:]]
+    assert bounds == ([0] + [b for _, b, _ in runs] if runs else [])
+    assert (runs[-1][1] if runs else 0) == len(lens)
+    for first, stop, values in runs:
+        assert values.dtype == np.int32
+        assert values.tolist() == [v for r in rows[first:stop] for v in r or []]
+        assert max_rows is None or stop - first <= max_rows
+
+
+@pytest.mark.parametrize("lens", [[3, 0, 0, 2, 0], [3, 0, 0, 2, 2], [3, 0, 0, 2]])
+def test_a_column_longer_or_shorter_than_its_lengths_is_a_store_error(lens):
+    con = _table(sorted(ROWS))  # 6 values: 3, 0, 0, 2, 1
+    with pytest.raises(StoreError, match="requests changed while they were being read"):
+        list(tokens.row_values(con, SQL, "ids", np.asarray(lens), batch_values=2))
+
+
+def test_a_semicolon_and_comments_in_the_sql_are_kept_out_of_the_subquery():
+    con = _table(ROWS)
+    sql = "-- the rows\nSELECT arrival_seq, ids -- and their ids\nFROM t;\n"
+    assert tokens.storage_order(con, sql).tolist() == [3, 0, 2, 1, 4]
 
 
 def test_a_cap_too_small_for_the_rows_streams_them_again_uncapped(monkeypatch):

@@ -1,0 +1,59 @@
+"""pipeline.token_stream: a batch's inserted sequences, however its columns arrive, are the
+plain joins of `pipeline.arrays.joined` (prompt then output but the last `drop_last`, or
+hash ids alone)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analyzer.pipeline.arrays import joined
+from analyzer.pipeline.token_stream import COLUMNS, ExpectedLists, _joined
+
+ROW = st.tuples(
+    st.integers(0, 5),  # prompt tokens
+    st.integers(0, 3),  # hash ids
+    st.integers(0, 4),  # output tokens
+    st.booleans(),  # hashed
+)
+
+
+def _columns(rows, lens: dict) -> dict:
+    """name -> (values, offsets) of `rows`' lists, with values before and after them (as a
+    run cut out of a longer stream)."""
+    out = {}
+    for c, name in enumerate(COLUMNS):
+        pieces = [np.full(3, -1, np.int64)]
+        pieces += [
+            np.arange(n, dtype=np.int64) + 1000 * k + 100 * c for k, n in enumerate(lens[name])
+        ]
+        offsets = 3 + np.concatenate([[0], np.cumsum(lens[name])])
+        out[name] = (np.concatenate([*pieces, np.full(2, -1, np.int64)]), offsets)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(ROW, min_size=1, max_size=8), drop_last=st.integers(0, 1))
+def test_a_batch_is_its_rows_joined(rows, drop_last):
+    prompt, hashes, output, hashed = (np.asarray(v) for v in zip(*rows, strict=True))
+    hashes = np.where(hashed, hashes, 0)
+    lists = ExpectedLists(prompt, hashes, output, hashed, drop_last, np.dtype(np.int64))
+    lens = lists.by_column()
+    columns = _columns(rows, lens)
+    seq = np.arange(len(rows))
+    got_seq, flat, starts = _joined(seq, columns, lists)
+
+    def row(name, k):
+        values, offsets = columns[name]
+        return values[offsets[k] : offsets[k + 1]]
+
+    firsts = [row("block_hash_ids" if h else "prompt_token_ids", k) for k, h in enumerate(hashed)]
+    seconds = [None if h else row("output_token_ids", k) for k, h in enumerate(hashed)]
+    want, want_offsets = joined(firsts, seconds, drop_last=drop_last)
+    assert got_seq.tolist() == seq.tolist()
+    assert flat.dtype == np.int64
+    ends = starts + lists.insert_len
+    assert [flat[a:b].tolist() for a, b in zip(starts, ends, strict=True)] == [
+        want[a:b].tolist() for a, b in zip(want_offsets[:-1], want_offsets[1:], strict=True)
+    ]
