@@ -12,11 +12,13 @@ newline in a string, or a string the scan cannot close gives None: the caller pa
 batch as before, and that path rejects what is wrong with its line and reason. Without
 numba it always gives None (numba is a dependency; an environment without it still
 ingests, only slower). The kernel compiles on first use (a few seconds, then cached next
-to this module), so callers use it on large batches only.
+to this module), so callers use it on large batches only; an ingest that will scan loads it
+in a thread as it starts (`load_early`).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -237,6 +239,34 @@ def _blanks(buf, i):  # pragma: no cover - compiled
 
 
 _COMPILING = threading.Lock()
+_loading: list[threading.Thread] = []  # the thread load_early started, until joined
+_WARM_BODY = b'{"prompt_token_ids": [1], "output_token_ids": [2], "block_hash_ids": [3]}\n'
+
+
+def load_early() -> None:
+    """Load the kernel in a thread now: a large ingest's first batch then does not wait the
+    half second numba takes (importing it, then its first call) while the store opens and
+    the file's first batch is read. At most once a process."""
+    if _loading or _compile.cache_info().currsize:
+        return
+    _loading.append(threading.Thread(target=_warm, name="hpa-numba"))
+    _loading[0].start()
+
+
+def _warm() -> None:
+    try:
+        strip_token_arrays(_WARM_BODY, 1)
+    except Exception:  # noqa: BLE001 - a batch's own call meets it again, and reports it
+        pass
+
+
+def _ready() -> None:
+    """Wait for load_early's thread: no process forks while it holds the import lock."""
+    while _loading:
+        _loading.pop().join()
+
+
+os.register_at_fork(before=_ready)
 
 
 def _compiled():

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.traces import readers
+from analyzer.traces import readers, token_scan
 from analyzer.traces.token_scan import strip_token_arrays
 
 
@@ -127,3 +127,15 @@ def test_random_records_in_any_spelling_read_the_same(rows):
     if body:
         assert strip_token_arrays(body, len(lines)) is not None  # the scan did read them
         _assert_same(body)
+
+
+def test_load_early_loads_the_kernel_once_for_the_batches_after_it():
+    token_scan.load_early()
+    token_scan.load_early()  # at most one thread a process
+    token_scan._ready()
+    body = b'{"prompt_token_ids": [5, 6]}\n' * 3
+    assert (
+        token_scan.strip_token_arrays(body, 3).columns["prompt_token_ids"].to_pylist()
+        == [[5, 6]] * 3
+    )
+    assert len(token_scan._compiled().signatures) == 1  # the warm call's types are the batches'
