@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.pipeline.arrays import joined
+from analyzer.pipeline.trace import TOKEN_DTYPES
 from analyzer.prefixes.engine import MatchArrays, match_stream
 from analyzer.prefixes.source import RequestMeta
 from analyzer.store.db import out_of_memory, scan_settings
@@ -174,13 +175,12 @@ def _unnested(con, sql: str, lists: ExpectedLists, order, lens: dict, primary: s
             np.cumsum(lens[name], out=offsets[1:])
             values = column_values(con, sql, name, lens[name]) if offsets[-1] else np.zeros(0)
             held[name] = (values.astype(lists.dtype, copy=False), offsets)
-    itemsize = 8 if primary == "block_hash_ids" else 4
     runs = row_values(
         con,
         sql,
         primary,
         lens[primary],
-        batch_values=max(1, BATCH_BYTES // itemsize),
+        batch_values=max(1, BATCH_BYTES // TOKEN_DTYPES[primary].itemsize),
         max_rows=MAX_BATCH_ROWS,
     )
     for first, stop, values in runs:

@@ -19,27 +19,26 @@ rest: chunks read from the store by `hpa match`, archives, the GPU.
 
 from __future__ import annotations
 
-import os
-import threading
 from functools import cache
 
 import numpy as np
 
 from analyzer.prefixes.source import RequestMeta
+from analyzer.warmup import Warmup
 
 # Below this many units the vectorised matcher takes less time than importing numba (half a
 # second; the kernel compiles once, then loads from its cache), so small traces skip it.
 COMPILED_MIN_UNITS = 1 << 20
 
 
-_loading: list[threading.Thread] = []  # the thread load_early started, until joined
+_loading = Warmup("hpa-numba")  # load_early's thread, until waited for
 
 
 def load_early(dtype: np.dtype) -> None:
     """Import numba and load (or compile) the kernel for `dtype` sequences in a thread, so
     a caller that will match at least COMPILED_MIN_UNITS units reads them meanwhile: the
     half second numba takes is then spent while DuckDB reads (its scans release the GIL)."""
-    if _loading or _compiled.cache_info().currsize:
+    if _compiled.cache_info().currsize:
         return
 
     def load() -> None:
@@ -48,18 +47,13 @@ def load_early(dtype: np.dtype) -> None:
             meta = RequestMeta(ones, ones, ones, ones, ones, ones * 0, ones)
             RadixMatch(meta, np.dtype(dtype)).run(_compiled(), np.zeros(1, dtype), ones * 0, 0, 1)
 
-    _loading.append(threading.Thread(target=load, name="hpa-numba"))
-    _loading[0].start()
+    _loading.start(load)
 
 
 def _ready() -> None:
-    """Wait for load_early's thread, if one runs: _compiled is not called twice at once,
-    and no process forks while it holds the import lock (a forked worker would deadlock)."""
-    while _loading:
-        _loading.pop().join()
+    """Wait for load_early's thread, if one runs: _compiled is not called twice at once."""
+    _loading.wait()
 
-
-os.register_at_fork(before=_ready)
 
 VIEWS = ("any", "replica", "conversation")
 

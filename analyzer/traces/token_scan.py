@@ -18,7 +18,6 @@ in a thread as it starts (`load_early`).
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -27,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.pages import plain_empty
+from analyzer.warmup import Warmup
 
 TOKEN_KEYS = ("prompt_token_ids", "output_token_ids", "block_hash_ids")
 NUM_ID_KEYS = 2  # the first keys hold token ids (stored as int32), the last hash ids (int64)
@@ -239,7 +239,7 @@ def _blanks(buf, i):  # pragma: no cover - compiled
 
 
 _COMPILING = threading.Lock()
-_loading: list[threading.Thread] = []  # the thread load_early started, until joined
+_loading = Warmup("hpa-numba")  # load_early's thread, until waited for
 _WARM_BODY = b'{"prompt_token_ids": [1], "output_token_ids": [2], "block_hash_ids": [3]}\n'
 
 
@@ -247,10 +247,8 @@ def load_early() -> None:
     """Load the kernel in a thread now: a large ingest's first batch then does not wait the
     half second numba takes (importing it, then its first call) while the store opens and
     the file's first batch is read. At most once a process."""
-    if _loading or _compile.cache_info().currsize:
-        return
-    _loading.append(threading.Thread(target=_warm, name="hpa-numba"))
-    _loading[0].start()
+    if not _compile.cache_info().currsize:
+        _loading.start(_warm)
 
 
 def _warm() -> None:
@@ -258,15 +256,6 @@ def _warm() -> None:
         strip_token_arrays(_WARM_BODY, 1)
     except Exception:  # noqa: BLE001 - a batch's own call meets it again, and reports it
         pass
-
-
-def _ready() -> None:
-    """Wait for load_early's thread: no process forks while it holds the import lock."""
-    while _loading:
-        _loading.pop().join()
-
-
-os.register_at_fork(before=_ready)
 
 
 def _compiled():

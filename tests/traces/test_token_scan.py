@@ -132,7 +132,7 @@ def test_random_records_in_any_spelling_read_the_same(rows):
 def test_load_early_loads_the_kernel_once_for_the_batches_after_it():
     token_scan.load_early()
     token_scan.load_early()  # at most one thread a process
-    token_scan._ready()
+    token_scan._loading.wait()
     body = b'{"prompt_token_ids": [5, 6]}\n' * 3
     assert (
         token_scan.strip_token_arrays(body, 3).columns["prompt_token_ids"].to_pylist()
