@@ -1,10 +1,11 @@
 """`hpa match`: match every request, find the junctions, write the `prefix_matches` and
 `junctions` tables (optionally derived prompt families), export.
 
-In this process (`--executor local`) the matcher holds every request's tokens in memory
-when they take at most 1 GiB (`sources.HOLD_BYTES`), else streams them once out of the
-store (`pipeline.token_stream`), and matches them with the compiled radix tree on the CPU;
-on the GPU it reads them chunk by chunk; with another executor it runs sharded by each
+In this process (`--executor local`) the matcher streams every request's tokens once out
+of the store (`pipeline.token_stream`) through the compiled radix tree on the CPU, then
+reads the junction owners' again to name the junctions; where the rows are stored far out
+of arrival order it holds them all instead (`DuckDBSource.holds_better`); on the GPU it
+reads them chunk by chunk; with another executor it runs sharded by each
 request's first K tokens (`analyzer.prefixes.shallow`, run by `analyzer.pipeline.sharded`),
 with identical tables. The figures are defined in
 `analyzer.prefixes.result`.
@@ -151,12 +152,13 @@ def match_prefixes(
         sequences = DuckDBSource(con)
         meta = sequences.meta
         if spec.is_local:
-            # on the CPU: held when they fit (junction owners are then read from memory),
-            # else streamed once through the radix trees (>= 1 M units; fewer, and on the
-            # GPU: the vectorised matcher, chunks as read)
-            held = sequences.held() if xp is np else None
+            # on the CPU: streamed once through the radix trees (>= 1 M units; fewer, and
+            # on the GPU: the vectorised matcher, chunks as read), or held where rows are
+            # stored far out of arrival order (a stream would keep them early)
+            held = sequences.held() if xp is np and sequences.holds_better() else None
             result = compute(held or sequences, xp=xp, options=options)
-            relations = _relations(meta, result, node_rows(held or sequences, result))
+            owners = held or sequences.held(np.unique(result.junctions.owner))
+            relations = _relations(meta, result, node_rows(owners, result))
             name = backend_name(xp)
         else:
             con, result = _sharded(con, source, meta, spec, options)

@@ -7,7 +7,12 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.pipeline.arrays import joined
-from analyzer.pipeline.token_stream import ExpectedLists, stream_match
+from analyzer.pipeline.token_stream import (
+    STREAM_MEMORY_CAPS,
+    ExpectedLists,
+    early_units,
+    stream_match,
+)
 from analyzer.prefixes.engine import MatchArrays
 from analyzer.prefixes.radix import COMPILED_MIN_UNITS, load_early
 from analyzer.prefixes.source import Chunk, PartitionSource, RequestMeta
@@ -19,11 +24,16 @@ from analyzer.store.db import (
     with_list_lengths,
 )
 from analyzer.store.sequences import check_requests
-from analyzer.store.tokens import STREAM_MEMORY_CAP, Placement, place_lists
+from analyzer.store.tokens import Placement, place_lists, storage_order
 
-# `hpa match` holds every sequence in memory (and matches them with the compiled radix
-# tree) when they take at most this much: int32 token ids, int64 where hash ids are read.
+# `hpa match` may hold every sequence in memory (`DuckDBSource.holds_better`) when they take
+# at most this much: int32 token ids, int64 where hash ids are read.
 HOLD_BYTES = 1 << 30
+EARLY_FRACTION = 4
+# DuckDB's buffer limits to read lists under (`held`), tried in turn, as the token stream's:
+# DuckDB keeps what it read cached up to the limit (without one, every block of 70 M
+# tokens: +280 MiB beside the few junction owners copied out).
+HELD_MEMORY_CAPS = tuple(cap for cap in STREAM_MEMORY_CAPS if cap)
 
 
 class DuckDBSource:
@@ -85,28 +95,46 @@ class DuckDBSource:
             dtype=np.dtype(np.int64 if hashed.any() else np.int32),
         )
 
-    def held(self, max_bytes: int | None = None) -> PartitionSource | None:
-        """Every inserted sequence, read once into one array, where it takes at most
-        `max_bytes` (default HOLD_BYTES); None where it would take more (the matcher then
-        streams them)."""
+    def holds_better(self) -> bool:
+        """Whether `hpa match` should hold every sequence (`held()`) rather than stream
+        them: where they fit in HOLD_BYTES and streaming them in arrival order would keep
+        more than 1/EARLY_FRACTION of them early (rows stored far out of arrival order:
+        the WEKA trace's 710 files, interleaved in time, kept 1.7 GiB early for 0.7 GiB of
+        hash ids). Held, they take their array and DuckDB's capped buffer; streamed, the
+        trees' arena (the units no earlier request had) and what comes early."""
+        lists = self.lists()
+        units = lists.insert_len
+        if int(units.sum()) * lists.dtype.itemsize > HOLD_BYTES:
+            return False
+        order = storage_order(self.con, load_sql("match_load_tokens"))
+        return early_units(order, units) * EARLY_FRACTION > int(units.sum())
+
+    def held(self, ids: np.ndarray | None = None) -> PartitionSource:
+        """A source holding the inserted sequences of requests `ids` (ascending, unique;
+        every request by default) and no other, read in one scan of every list under
+        HELD_MEMORY_CAPS (an IN filter would not read fewer blocks, and its join need not
+        keep storage order): the other rows are read past."""
         meta, lists = self.meta, self.lists()
-        max_bytes = HOLD_BYTES if max_bytes is None else max_bytes
-        units = int(meta.insert_len.sum())
-        if units * lists.dtype.itemsize > max_bytes:
-            return None
-        if units >= COMPILED_MIN_UNITS:
+        rows = np.arange(meta.n) if ids is None else np.asarray(ids, dtype=np.int64)
+        if len(rows) == meta.n and int(meta.insert_len.sum()) >= COMPILED_MIN_UNITS:
             load_early(lists.dtype)  # the radix tree's kernel, while DuckDB reads
-        offsets = np.zeros(meta.n + 1, dtype=np.int64)
-        np.cumsum(meta.insert_len, out=offsets[1:])
-        flat, starts = np.empty(int(offsets[-1]), dtype=lists.dtype), offsets[:-1]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(meta.insert_len[rows], out=offsets[1:])
+        flat = np.empty(int(offsets[-1]), dtype=lists.dtype)
+        starts = np.full(meta.n, -1, dtype=np.int64)
+        starts[rows] = offsets[:-1]
+        prompt = np.where(starts >= 0, lists.prompt_len, 0)  # read past: starts stay < 0
         placements = {
             "prompt_token_ids": Placement(flat, starts, lists.prompt_len),
-            "output_token_ids": Placement(flat, starts + lists.prompt_len, lists.output_len),
+            "output_token_ids": Placement(flat, starts + prompt, lists.output_len),
             "block_hash_ids": Placement(flat, starts, lists.hash_len),
         }
         sql = load_sql("match_load_tokens")
-        place_lists(self.con, sql, np.arange(meta.n), placements, memory_cap=STREAM_MEMORY_CAP)
-        return PartitionSource(meta, flat, offsets)
+        place_lists(self.con, sql, np.arange(meta.n), placements, memory_caps=HELD_MEMORY_CAPS)
+        if ids is None:
+            return PartitionSource(meta, flat, offsets)
+        starts[starts < 0] = 0  # never read: the source serves `ids` only
+        return PartitionSource.gapped(meta, flat, starts)
 
 
 def inserted_sequences(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:

@@ -164,6 +164,23 @@ def _arrival_runs(batches, insert_len: np.ndarray):
         raise requests_changed()
 
 
+def early_units(order: np.ndarray, units: np.ndarray) -> int:
+    """The most units `_arrival_runs` keeps at once for rows that came before their turn:
+    rows streamed in storage `order` (their arrival_seqs, a permutation of 0..n-1), row
+    `seq` holding `units[seq]` units. 0 where they are stored in arrival order."""
+    n = len(order)
+    if n == 0:
+        return 0
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    # arrival rows 0..m-1 have all streamed once the stream is past the last of them
+    last = np.maximum.accumulate(pos)
+    done = np.searchsorted(last, np.arange(n), side="right")  # rows out, after each row in
+    streamed = np.cumsum(units[order])
+    out = np.concatenate([[0], np.cumsum(units)])[done]
+    return int((streamed - out).max())
+
+
 def _unnested(con, sql: str, lists: ExpectedLists, order, lens: dict, primary: str):
     """(seqs, flat, starts) batches in storage order: `primary` (the column of most values)
     streamed unnested, the other columns' values read whole first, as `lists.dtype` (one

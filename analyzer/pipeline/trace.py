@@ -259,7 +259,7 @@ def _read_token_rows(con, columns: dict, seqs: np.ndarray, lens: dict, has_outpu
             "prompt_token_ids": Placement(flat, starts, prompt),
             "output_token_ids": Placement(flat, starts + prompt, output),
         },
-        memory_cap=STREAM_MEMORY_CAP,
+        memory_caps=(STREAM_MEMORY_CAP,),
     )
     bounds = zip(starts.tolist(), (starts + prompt).tolist(), row_starts[1:].tolist(), strict=True)
     prompts, outputs = [], []
@@ -279,7 +279,7 @@ def _read_hash_rows(con, columns: dict, seqs: np.ndarray, lens: np.ndarray) -> L
     flat = np.empty(int(starts[-1]), dtype=TOKEN_DTYPES["block_hash_ids"])
     placement = Placement(flat, starts[:-1], lens)
     sql = load_sql("replay_load_tokens")
-    place_lists(con, sql, seqs, {"block_hash_ids": placement}, memory_cap=STREAM_MEMORY_CAP)
+    place_lists(con, sql, seqs, {"block_hash_ids": placement}, memory_caps=(STREAM_MEMORY_CAP,))
     prompts = [flat[a:b] for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True)]
     return LoadedTrace(columns, prompts, [None] * len(seqs), held=(flat, starts[:-1], lens))
 

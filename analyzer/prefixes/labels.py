@@ -37,7 +37,7 @@ def namespace_seed(namespace: tuple) -> int:
 
 
 # Units of owner sequences fetched and hashed at once (a batch holds at least one owner).
-ID_BATCH_UNITS = 1 << 21
+ID_BATCH_UNITS = 1 << 20
 
 
 def junction_ids(

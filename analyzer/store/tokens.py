@@ -33,7 +33,8 @@ STREAM_MEMORY_CAP = "256MB"
 @dataclass(frozen=True)
 class Placement:
     """Where one list column's rows go: row k's values (arrival order) to
-    flat[starts[k] : starts[k] + lens[k]]; `lens[k]` is 0 where the list is null."""
+    flat[starts[k] : starts[k] + lens[k]]; `lens[k]` is 0 where the list is null. A row
+    whose start is negative is read past, not placed (a few rows wanted of a scan)."""
 
     flat: np.ndarray
     starts: np.ndarray
@@ -65,30 +66,30 @@ def place_lists(
     seqs: np.ndarray,
     placements: dict[str, Placement],
     *,
-    memory_cap: str | None = None,
+    memory_caps: tuple[str, ...] = (),
 ) -> None:
     """Stream each list column named in `placements`, one after another, and copy its
     rows to their places.
 
     `sql` selects `arrival_seq` and those list columns, in any order; `seqs` holds each
     row's arrival_seq, ascending and unique (row k of every Placement is `seqs[k]`).
-    `memory_cap` (DuckDB's units, '256MB'): stream under that buffer limit
-    (`store.db.scan_settings`), and again without it if DuckDB runs out of memory there.
+    `memory_caps` (DuckDB's units, '256MB'): stream under each buffer limit in turn
+    (`store.db.scan_settings`, one thread) until DuckDB does not run out of memory under
+    one, then without a limit. DuckDB keeps the blocks it read cached, up to the limit.
 
     Raises:
         StoreError: the rows streamed are not the rows `seqs` and the placements describe
             (the requests changed between the reads).
     """
-    if memory_cap is None:
-        _stream(con, sql, seqs, placements)
-        return
-    try:
-        with scan_settings(con, memory_cap, threads=1):
-            _stream(con, sql, seqs, placements)
-    except (duckdb.OutOfMemoryException, OSError) as exc:
-        if not out_of_memory(exc):
-            raise
-        _stream(con, sql, seqs, placements)  # rows too long for the cap: as DuckDB likes
+    for cap in memory_caps:
+        try:
+            with scan_settings(con, cap, threads=1):
+                _stream(con, sql, seqs, placements)
+            return
+        except (duckdb.OutOfMemoryException, OSError) as exc:
+            if not out_of_memory(exc):
+                raise
+    _stream(con, sql, seqs, placements)  # rows too long for every cap: as DuckDB likes
 
 
 def _stream(con, sql: str, seqs: np.ndarray, placements: dict[str, Placement]) -> None:
@@ -103,19 +104,22 @@ def _stream(con, sql: str, seqs: np.ndarray, placements: dict[str, Placement]) -
 
 
 def _place(values: np.ndarray, pos: np.ndarray, lens: np.ndarray, to: Placement) -> None:
-    """Copy rows `pos` of `to` (their values one after another in `values`) to their place."""
+    """Copy rows `pos` of `to` (their values one after another in `values`) to their place,
+    but those whose start is negative (read past)."""
     if not len(values):
         return
     # as stored, or wider: never narrowed (which would change a value silently)
     values = values.astype(to.flat.dtype, casting="safe", copy=False)
     starts = to.starts[pos]
     ends = starts + lens
-    if bool(np.all(starts[1:] == ends[:-1])):  # one run, as stored and as placed: one copy
+    kept = starts >= 0
+    if bool(kept.all() and np.all(starts[1:] == ends[:-1])):  # one run, as stored and placed
         to.flat[starts[0] : ends[-1]] = values
         return
     src = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(lens, out=src[1:])
-    for a, b, s in zip(starts.tolist(), ends.tolist(), src[:-1].tolist(), strict=True):
+    firsts, lasts, froms = starts[kept].tolist(), ends[kept].tolist(), src[:-1][kept].tolist()
+    for a, b, s in zip(firsts, lasts, froms, strict=True):
         to.flat[a:b] = values[s : s + b - a]  # a row at a time: each a copy at memory speed
 
 

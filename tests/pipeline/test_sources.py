@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from analyzer.errors import StoreError
-from analyzer.pipeline import token_stream
+from analyzer.pipeline import sources, token_stream
 from analyzer.pipeline.match import compute, match_prefixes
 from analyzer.pipeline.sources import DuckDBSource
 from analyzer.prefixes.engine import MatchOptions
@@ -50,18 +50,15 @@ def test_arrival_seq_must_be_dense(tmp_path):
         match_prefixes(db, backend="numpy")
 
 
-def test_held_sequences_are_the_inserted_sequences(tmp_path):
+@pytest.mark.parametrize("ids", [[], [0], [1, 4, 25], list(range(26))])
+def test_held_sequences_are_the_inserted_sequences_of_those_requests(tmp_path, ids):
     db = store(tmp_path / "t.duckdb", REQUESTS)
     source = DuckDBSource(duckdb.connect(str(db)))
-    held = source.held()
-    assert held.flat.dtype == np.int64  # a hash id does not fit int32
-    got = [
-        held.flat[a:b].tolist() for a, b in zip(held.offsets[:-1], held.offsets[1:], strict=True)
-    ]
-    assert got == [list(r.inserted) for r in REQUESTS]
-    tokens = DuckDBSource(duckdb.connect(str(store(tmp_path / "u.duckdb", REQUESTS[:-1]))))
-    assert tokens.held().flat.dtype == np.int32
-    assert source.held(max_bytes=8 * 200) is None  # more than that: chunks
+    held = source.held(np.asarray(ids, dtype=np.int64))
+    flat, offsets = held.fetch(np.asarray(ids, dtype=np.int64))
+    got = [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    assert got == [list(REQUESTS[i].inserted) for i in ids]
+    assert held.flat.size == sum(len(REQUESTS[i].inserted) for i in ids)  # no other request
 
 
 @pytest.mark.parametrize("batch_rows, batch_bytes", [(2, 20), (8192, 8 << 20)])
@@ -95,3 +92,34 @@ def test_streamed_or_read_in_chunks_the_tables_are_the_same(
     options = MatchOptions(chunk_requests=3, compiled_min_units=compiled_min_units)
     match_prefixes(db, backend="numpy", options=options)
     assert tables(db) == tables(want)
+
+
+def _tables(db) -> list:
+    con = duckdb.connect(str(db))
+    try:
+        return [
+            con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+            for t in ("prefix_matches", "junctions")
+        ]
+    finally:
+        con.close()
+
+
+def test_rows_stored_far_out_of_arrival_order_are_held_not_streamed(tmp_path, monkeypatch):
+    """A stream in arrival order would keep such rows early: `hpa match` holds them all
+    instead (where they fit), with the same tables as the stream's."""
+    db = store(tmp_path / "t.duckdb", REQUESTS)
+    con = duckdb.connect(str(db))
+    assert not DuckDBSource(con).holds_better()  # stored in arrival order: streamed
+    con.execute(f"UPDATE requests SET arrival_seq = {len(REQUESTS) - 1} - arrival_seq")
+    assert DuckDBSource(con).holds_better()
+    con.close()
+    always = MatchOptions(compiled_min_units=0)
+    match_prefixes(db, backend="numpy", options=always)
+    held = _tables(db)
+    monkeypatch.setattr(DuckDBSource, "holds_better", lambda self: False)
+    match_prefixes(db, backend="numpy", options=always)
+    assert _tables(db) == held
+    monkeypatch.undo()
+    monkeypatch.setattr(sources, "HOLD_BYTES", 8 * 100)  # too many to hold: streamed
+    assert not DuckDBSource(duckdb.connect(str(db))).holds_better()

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.pipeline.arrays import joined
-from analyzer.pipeline.token_stream import COLUMNS, ExpectedLists, _joined
+from analyzer.pipeline.token_stream import COLUMNS, ExpectedLists, _joined, early_units
 
 ROW = st.tuples(
     st.integers(0, 5),  # prompt tokens
@@ -57,3 +57,23 @@ def test_a_batch_is_its_rows_joined(rows, drop_last):
     assert [flat[a:b].tolist() for a, b in zip(starts, ends, strict=True)] == [
         want[a:b].tolist() for a, b in zip(want_offsets[:-1], want_offsets[1:], strict=True)
     ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.permutations(range(9)), st.lists(st.integers(0, 5), min_size=9, max_size=9))
+def test_early_units_are_what_the_stream_keeps_before_their_turn(order, units):
+    """Against the stream played row by row: a row is kept until every earlier one came."""
+    order, units = np.asarray(order), np.asarray(units)
+    kept, done, most = {}, 0, 0
+    for seq in order.tolist():
+        kept[seq] = units[seq]
+        while done in kept:
+            del kept[done]
+            done += 1
+        most = max(most, sum(kept.values()))
+    assert early_units(order, units) == most
+    assert early_units(np.arange(9), units) == 0  # stored in arrival order: none early
+
+
+def test_no_rows_none_early():
+    assert early_units(np.zeros(0, np.int64), np.zeros(0, np.int64)) == 0

@@ -52,6 +52,21 @@ def test_a_subset_of_arrival_seqs():
     assert flat.tolist() == [1, 2, 2, 2, 3, 3] and offsets.tolist() == [0, 1, 4, 6]
 
 
+@pytest.mark.parametrize("batch_bytes", [4, 8, 1 << 20])
+@pytest.mark.parametrize("wanted", [[], [0], [0, 4], [1, 2, 3], [0, 1, 2, 3, 4]])
+def test_rows_with_a_negative_start_are_read_past(monkeypatch, batch_bytes, wanted):
+    """A few rows of a scan placed (held junction owners): the others stream by unplaced."""
+    monkeypatch.setattr(tokens, "STREAM_BYTES", batch_bytes)
+    want = _expected(ROWS)
+    lens = np.asarray([len(v) for v in want], dtype=np.int64)
+    starts = np.full(5, -1, dtype=np.int64)
+    starts[wanted] = np.concatenate([[0], np.cumsum(lens[wanted])[:-1]]) if wanted else []
+    flat = np.full(int(lens[wanted].sum()), -7, dtype=np.int32)
+    placements = {"ids": tokens.Placement(flat, starts, lens)}
+    tokens.place_lists(_table(ROWS), SQL, np.arange(5), placements)
+    assert flat.tolist() == [v for k in wanted for v in want[k]]
+
+
 @pytest.mark.parametrize(
     "seqs, lens",
     [
@@ -111,27 +126,32 @@ def test_a_semicolon_and_comments_in_the_sql_are_kept_out_of_the_subquery():
     assert tokens.storage_order(con, sql).tolist() == [3, 0, 2, 1, 4]
 
 
-def test_a_cap_too_small_for_the_rows_streams_them_again_uncapped(monkeypatch):
+@pytest.mark.parametrize(
+    "failures, want_limits",
+    [(0, ["61.0 MiB"]), (1, ["61.0 MiB", "122.0 MiB"]), (2, ["61.0 MiB", "122.0 MiB", None])],
+)
+def test_each_cap_is_tried_in_turn_then_none(monkeypatch, failures, want_limits):
+    """DuckDB running out of memory under a cap: the next cap, then none at all."""
     con = _table(ROWS)
     limit = "SELECT current_setting('memory_limit')"
-    uncapped, limits = con.execute(limit).fetchall(), []
+    uncapped, limits = con.execute(limit).fetchall()[0][0], []
     stream = tokens._stream
 
-    def once_out_of_memory(con, sql, seqs, placements):  # DuckDB needing more than the cap
-        limits.append(con.execute(limit).fetchall())
-        if len(limits) == 1:
+    def out_of_memory_at_first(con, sql, seqs, placements):  # DuckDB needing more than a cap
+        limits.append(con.execute(limit).fetchall()[0][0])
+        if len(limits) <= failures:
             raise duckdb.OutOfMemoryException("Out of Memory Error: failed to allocate")
         stream(con, sql, seqs, placements)
 
-    monkeypatch.setattr(tokens, "_stream", once_out_of_memory)
+    monkeypatch.setattr(tokens, "_stream", out_of_memory_at_first)
     want = _expected(ROWS)
     lens = np.asarray([len(v) for v in want], dtype=np.int64)
     flat = np.empty(int(lens.sum()), dtype=np.int32)
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-    tokens.place_lists(
-        con, SQL, np.arange(5), {"ids": tokens.Placement(flat, starts, lens)}, memory_cap="64MB"
-    )
-    assert limits == [[("61.0 MiB",)], uncapped]
+    placements = {"ids": tokens.Placement(flat, starts, lens)}
+    tokens.place_lists(con, SQL, np.arange(5), placements, memory_caps=("64MB", "128MB"))
+    assert limits == [uncapped if w is None else w for w in want_limits]
+    assert con.execute(limit).fetchall()[0][0] == uncapped  # the connection as it was
     assert [flat[a : a + n].tolist() for a, n in zip(starts, lens, strict=True)] == want
 
 
@@ -141,4 +161,4 @@ def test_other_errors_under_the_cap_are_not_retried(monkeypatch):
 
     monkeypatch.setattr(tokens, "_stream", broken)
     with pytest.raises(OSError, match="disk on fire"):
-        tokens.place_lists(_table(ROWS), SQL, np.arange(5), {}, memory_cap="64MB")
+        tokens.place_lists(_table(ROWS), SQL, np.arange(5), {}, memory_caps=("64MB",))
