@@ -129,8 +129,9 @@ class DuckDBSource:
             "output_token_ids": Placement(flat, starts + prompt, lists.output_len),
             "block_hash_ids": Placement(flat, starts, lists.hash_len),
         }
-        sql = load_sql("match_load_tokens")
-        place_lists(self.con, sql, np.arange(meta.n), placements, memory_caps=HELD_MEMORY_CAPS)
+        if len(flat):  # no junction owners: nothing to read
+            sql = load_sql("match_load_tokens")
+            place_lists(self.con, sql, np.arange(meta.n), placements, memory_caps=HELD_MEMORY_CAPS)
         if ids is None:
             return PartitionSource(meta, flat, offsets)
         starts[starts < 0] = 0  # never read: the source serves `ids` only
