@@ -149,10 +149,15 @@ def trace_file(num_requests: int, seed: int) -> Path:
 # Contenders, each in a fresh process
 # --------------------------------------------------------------------------------------------
 
-# hpa: load the trace (untimed), replay it (timed), then the per-request rows (untimed).
+# hpa: load the trace (untimed), replay it (timed), then the per-request rows (untimed). The
+# process is set up as the `hpa` command's (`analyzer.cli`: OpenBLAS on one thread, the
+# cyclic collector every 50,000 allocations) and holds token ids as `hpa replay` loads them
+# (int32, `pipeline.trace.TOKEN_DTYPES`): int64 arrays made each request's hashing convert
+# its ids first (0.02 s of a 0.45 s replay).
 _HPA_CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
+import analyzer.cli  # noqa: F401  (the process as the `hpa` command sets it up)
 import numpy as np
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
@@ -161,8 +166,8 @@ requests = []
 with open(sys.argv[2]) as f:
     for line in f:
         r = json.loads(line)
-        requests.append(SimRequest(r["request_id"], np.asarray(r["prompt_token_ids"]),
-                                   np.asarray(r.get("output_token_ids") or [0]),
+        requests.append(SimRequest(r["request_id"], np.asarray(r["prompt_token_ids"], np.int32),
+                                   np.asarray(r.get("output_token_ids") or [0], np.int32),
                                    timestamp_s=r["timestamp"]))
 policy = make_policy(json.loads(sys.argv[3]))
 start = time.perf_counter()
