@@ -30,6 +30,10 @@ from analyzer.store.tokens import Placement, place_lists, storage_order
 # at most this much: int32 token ids, int64 where hash ids are read.
 HOLD_BYTES = 1 << 30
 EARLY_FRACTION = 4
+# ... and always when they take at most this much: a stream then reads the junction owners'
+# lists in a second scan, which cost more than holding them (9.4 M token ids: 1.71 s against
+# 1.54 s; 50 M: the same time, half the memory streamed; 70 M: 0.89x the time streamed).
+HOLD_SMALL_BYTES = 64 << 20
 # DuckDB's buffer limits to read lists under (`held`), tried in turn, as the token stream's:
 # DuckDB keeps what it read cached up to the limit (without one, every block of 70 M
 # tokens: +280 MiB beside the few junction owners copied out).
@@ -97,15 +101,19 @@ class DuckDBSource:
 
     def holds_better(self) -> bool:
         """Whether `hpa match` should hold every sequence (`held()`) rather than stream
-        them: where they fit in HOLD_BYTES and streaming them in arrival order would keep
-        more than 1/EARLY_FRACTION of them early (rows stored far out of arrival order:
-        the WEKA trace's 710 files, interleaved in time, kept 1.7 GiB early for 0.7 GiB of
-        hash ids). Held, they take their array and DuckDB's capped buffer; streamed, the
-        trees' arena (the units no earlier request had) and what comes early."""
+        them: where they take at most HOLD_SMALL_BYTES, or fit in HOLD_BYTES and a stream
+        in arrival order would keep more than 1/EARLY_FRACTION of them early (rows stored
+        far out of arrival order: the WEKA trace's 710 files, interleaved in time, kept
+        1.7 GiB early for 0.7 GiB of hash ids). Held, they take their array and DuckDB's
+        capped buffer; streamed, the trees' arena (the units no earlier request had) and
+        what comes early."""
         lists = self.lists()
         units = lists.insert_len
-        if int(units.sum()) * lists.dtype.itemsize > HOLD_BYTES:
+        size = int(units.sum()) * lists.dtype.itemsize
+        if size > HOLD_BYTES:
             return False
+        if size <= HOLD_SMALL_BYTES:
+            return True
         order = storage_order(self.con, load_sql("match_load_tokens"))
         return early_units(order, units) * EARLY_FRACTION > int(units.sum())
 

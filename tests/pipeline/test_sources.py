@@ -75,12 +75,15 @@ def _tables(db) -> list:
 @pytest.mark.parametrize("batch_rows, batch_bytes", [(2, 20), (8192, 8 << 20)])
 @pytest.mark.parametrize("held_fraction", [1, 10**9], ids=["unnested", "listed"])
 @pytest.mark.parametrize("compiled_min_units", [0, 1 << 40])
-def test_streamed_or_read_in_chunks_the_tables_are_the_same(
-    tmp_path, monkeypatch, batch_rows, batch_bytes, held_fraction, compiled_min_units
-):
+@pytest.mark.parametrize("hold_small_bytes", [0, 1 << 30], ids=["streamed", "held"])
+def test_streamed_held_or_read_in_chunks_the_tables_are_the_same(
+    tmp_path, monkeypatch, batch_rows, batch_bytes, held_fraction, compiled_min_units,
+    hold_small_bytes,
+):  # fmt: skip
     """hpa match streams the sequences once through the radix trees (>= compiled_min_units;
-    hash ids and token ids, unnested or as lists, in batches of any size) or reads chunks
-    for the vectorised matcher: the same tables."""
+    hash ids and token ids, unnested or as lists, in batches of any size), holds them all
+    (a small trace), or reads chunks for the vectorised matcher: the same tables."""
+    monkeypatch.setattr(sources, "HOLD_SMALL_BYTES", hold_small_bytes)
 
     want = store(tmp_path / "want.duckdb", REQUESTS)
     match_prefixes(
@@ -100,9 +103,14 @@ def test_rows_stored_far_out_of_arrival_order_are_held_not_streamed(tmp_path, mo
     instead (where they fit), with the same tables as the stream's."""
     db = store(tmp_path / "t.duckdb", REQUESTS)
     con = duckdb.connect(str(db))
+    assert DuckDBSource(con).holds_better()  # small: held whatever its order
+    monkeypatch.setattr(sources, "HOLD_SMALL_BYTES", 0)
     assert not DuckDBSource(con).holds_better()  # stored in arrival order: streamed
     con.execute(f"UPDATE requests SET arrival_seq = {len(REQUESTS) - 1} - arrival_seq")
     assert DuckDBSource(con).holds_better()
+    with monkeypatch.context() as patched:
+        patched.setattr(sources, "HOLD_BYTES", 8 * 100)  # too many to hold: streamed
+        assert not DuckDBSource(con).holds_better()
     con.close()
     always = MatchOptions(compiled_min_units=0)
     match_prefixes(db, backend="numpy", options=always)
@@ -110,6 +118,3 @@ def test_rows_stored_far_out_of_arrival_order_are_held_not_streamed(tmp_path, mo
     monkeypatch.setattr(DuckDBSource, "holds_better", lambda self: False)
     match_prefixes(db, backend="numpy", options=always)
     assert _tables(db) == held
-    monkeypatch.undo()
-    monkeypatch.setattr(sources, "HOLD_BYTES", 8 * 100)  # too many to hold: streamed
-    assert not DuckDBSource(duckdb.connect(str(db))).holds_better()
