@@ -8,9 +8,11 @@ import pyarrow as pa
 
 from analyzer.pipeline.arrays import joined
 from analyzer.pipeline.token_stream import (
+    EARLY_FRACTION,
     STREAM_MEMORY_CAPS,
     ExpectedLists,
     early_units,
+    source_parts,
     stream_match,
 )
 from analyzer.prefixes.engine import MatchArrays
@@ -29,7 +31,6 @@ from analyzer.store.tokens import Placement, place_lists, storage_order
 # `hpa match` may hold every sequence in memory (`DuckDBSource.holds_better`) when they take
 # at most this much: int32 token ids, int64 where hash ids are read.
 HOLD_BYTES = 1 << 30
-EARLY_FRACTION = 4
 # ... and always when they take at most this much: a stream then reads the junction owners'
 # lists in a second scan, which cost more than holding them (9.4 M token ids: 1.71 s against
 # 1.54 s; 50 M: the same time, half the memory streamed; 70 M: 0.89x the time streamed).
@@ -102,11 +103,12 @@ class DuckDBSource:
     def holds_better(self) -> bool:
         """Whether `hpa match` should hold every sequence (`held()`) rather than stream
         them: where they take at most HOLD_SMALL_BYTES, or fit in HOLD_BYTES and a stream
-        in arrival order would keep more than 1/EARLY_FRACTION of them early (rows stored
-        far out of arrival order: the WEKA trace's 710 files, interleaved in time, kept
-        1.7 GiB early for 0.7 GiB of hash ids). Held, they take their array and DuckDB's
-        capped buffer; streamed, the trees' arena (the units no earlier request had) and
-        what comes early."""
+        in arrival order would keep more than 1/EARLY_FRACTION of them early, unless it is
+        merged from one stream a source (`token_stream.source_parts`): rows stored far out
+        of arrival order (the WEKA trace's 710 files, interleaved in time, kept 1.7 GiB
+        early for 0.7 GiB of hash ids). Held, they take their array and DuckDB's capped
+        buffer; streamed, the trees' arena (the units no earlier request had) and what
+        comes early."""
         lists = self.lists()
         units = lists.insert_len
         size = int(units.sum()) * lists.dtype.itemsize
@@ -114,7 +116,10 @@ class DuckDBSource:
             return False
         if size <= HOLD_SMALL_BYTES:
             return True
-        order = storage_order(self.con, load_sql("match_load_tokens"))
+        sql = load_sql("match_load_tokens")
+        order = storage_order(self.con, sql)
+        if source_parts(self.con, sql, order, units) is not None:
+            return False  # streamed from one stream a source, merged: nothing comes early
         return early_units(order, units) * EARLY_FRACTION > int(units.sum())
 
     def held(self, ids: np.ndarray | None = None) -> PartitionSource:

@@ -10,8 +10,11 @@ streams as DuckDB's unnest of it (`store.tokens.row_values`: twice as fast as Ar
 the others' values read whole before it where they are few (HELD_FRACTION); else rows come
 with their lists. Storage order is arrival order for a trace ingested from one time-sorted
 file; a row that comes early waits (copied) until the rows before it came, so a trace
-stored out of order costs what it is out of order by, at most the ids once. Each column is
-checked against the lengths the caller expects (unnested: in total; as lists: row by row).
+stored out of order costs what it is out of order by, at most the ids once. Where that
+would be much (`source_parts`: files each in time order, interleaved, as a log per server),
+each file streams on its own cursor and `run_merge` merges them in arrival order: what waits
+is then a batch a file. Each column is checked against the lengths the caller expects
+(unnested: in total; as lists: row by row).
 """
 
 from __future__ import annotations
@@ -24,16 +27,18 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.pipeline.arrays import joined
+from analyzer.pipeline.run_merge import merged
 from analyzer.pipeline.trace import TOKEN_DTYPES
 from analyzer.prefixes.engine import MatchArrays, match_stream
 from analyzer.prefixes.source import RequestMeta
-from analyzer.store.db import out_of_memory, scan_settings
+from analyzer.store.db import cursor, load_sql, out_of_memory, scan_settings
 from analyzer.store.tokens import (
     column_values,
     positions,
     requests_changed,
     row_values,
     storage_order,
+    subquery,
 )
 from analyzer.store.write_units import prefetched
 
@@ -50,6 +55,10 @@ COLUMNS = ("prompt_token_ids", "block_hash_ids", "output_token_ids")
 # hold at most 1/HELD_FRACTION as many values (at 4-8 bytes a value, well inside the
 # replay's bytes a token), else every column streams as Arrow lists, a batch of rows at once.
 HELD_FRACTION = 8
+# A stream that would keep over 1/EARLY_FRACTION of the ids early is merged from one stream
+# a source instead (`source_parts`), where there are at most MAX_MERGED_SOURCES.
+EARLY_FRACTION = 4
+MAX_MERGED_SOURCES = 16
 
 
 @dataclass(frozen=True)
@@ -129,11 +138,62 @@ def inserted_chunks(
         if others * HELD_FRACTION > int(lens[primary].sum()):
             batches = _listed(con, sql, lists)
         else:
+            parts = source_parts(con, sql, order, lists.insert_len)
+            if parts:
+                yield from _merged_sources(con, sql, lists, order, lens, primary, parts, memory_cap)
+                return
             batches = _unnested(con, sql, lists, order, lens, primary)
         try:
             yield from _arrival_runs(batches, lists.insert_len)
         finally:
             batches.close()  # DuckDB's result first: then the settings are restored
+
+
+def source_parts(con, sql: str, order: np.ndarray, units: np.ndarray) -> list | None:
+    """[(source_id, storage positions)] where the rows are better merged from one stream a
+    source (`run_merge`): they would come early in one stream (over 1/EARLY_FRACTION of the
+    units at the peak), each source's rows are in arrival order, there are at most
+    MAX_MERGED_SOURCES, and `requests` is the store's table (a cursor sees it). Else None."""
+    if early_units(order, units) * EARLY_FRACTION <= int(units.sum()):
+        return None
+    [(is_view,)] = con.execute(load_sql("requests_is_view")).fetchall()
+    if is_view:
+        return None
+    query = load_sql("tokens_sources").format(rows=subquery(sql))  # storage order
+    source = con.execute(query).fetchnumpy()["source_id"]
+    ids = np.unique(source)
+    if len(source) != len(order) or not 2 <= len(ids) <= MAX_MERGED_SOURCES:
+        return None
+    parts = [(int(k), np.flatnonzero(source == k)) for k in ids.tolist()]
+    if any(np.any(np.diff(order[at]) <= 0) for _, at in parts):
+        return None  # a source out of arrival order within itself
+    return parts
+
+
+def _merged_sources(con, sql, lists, order, lens: dict, primary: str, parts, memory_cap):
+    """`inserted_chunks`'s runs, merged from one stream a source, each on its own cursor,
+    in batches of 1/k of a single stream's (k sources), under `_times` its buffer cap."""
+    cursors = [cursor(con) for _ in parts]
+    streams = [
+        _unnested(
+            reader,
+            load_sql("tokens_of_source").format(rows=subquery(sql), source_id=int(source)),
+            lists,
+            order[at],
+            {name: value[at] for name, value in lens.items()},
+            primary,
+            share=len(parts),
+        )
+        for reader, (source, at) in zip(cursors, parts, strict=True)
+    ]
+    try:
+        with scan_settings(con, _times(memory_cap, len(parts)), threads=1 if memory_cap else None):
+            yield from merged(streams, lists.insert_len)
+    finally:
+        for stream in streams:
+            stream.close()
+        for reader in cursors:
+            reader.close()
 
 
 def _arrival_runs(batches, insert_len: np.ndarray):
@@ -181,10 +241,17 @@ def early_units(order: np.ndarray, units: np.ndarray) -> int:
     return int((streamed - out).max())
 
 
-def _unnested(con, sql: str, lists: ExpectedLists, order, lens: dict, primary: str):
+def _times(cap: str | None, k: int) -> str | None:
+    """The buffer limit for k streams side by side: `cap` ('48MB') max(2, k // 2) times
+    over (4 streams of 70 M tokens ran out of memory under 48 MB and not under 96 MB; the
+    limit is also what DuckDB keeps cached). None (no limit) stays None."""
+    return None if cap is None else f"{int(cap.removesuffix('MB')) * max(2, k // 2)}MB"
+
+
+def _unnested(con, sql, lists: ExpectedLists, order, lens: dict, primary: str, share: int = 1):
     """(seqs, flat, starts) batches in storage order: `primary` (the column of most values)
     streamed unnested, the other columns' values read whole first, as `lists.dtype` (one
-    query streams at a time on a connection)."""
+    query streams at a time on a connection). Batches of 1/`share` of BATCH_BYTES."""
     held = {}
     for name in COLUMNS:
         if name != primary:
@@ -197,7 +264,7 @@ def _unnested(con, sql: str, lists: ExpectedLists, order, lens: dict, primary: s
         sql,
         primary,
         lens[primary],
-        batch_values=max(1, BATCH_BYTES // TOKEN_DTYPES[primary].itemsize),
+        batch_values=max(1, BATCH_BYTES // share // TOKEN_DTYPES[primary].itemsize),
         max_rows=MAX_BATCH_ROWS,
     )
     for first, stop, values in runs:

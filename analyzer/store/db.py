@@ -118,6 +118,19 @@ def _attach(path: Path, settings: dict) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A second connection to `con`'s database that reads the same default database (the
+    attached store), for a query that streams beside one of `con`'s."""
+    [(name,)] = con.execute(load_sql("current_database")).fetchall()
+    other = con.cursor()
+    try:
+        other.execute(load_sql("use_database").format(name=name.replace('"', '""')))
+    except BaseException:
+        other.close()
+        raise
+    return other
+
+
 def _not_writable(exc: duckdb.Error) -> bool:
     text = str(exc)
     return "Read-only file system" in text or "Permission denied" in text

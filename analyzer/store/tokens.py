@@ -125,7 +125,7 @@ def _place(values: np.ndarray, pos: np.ndarray, lens: np.ndarray, to: Placement)
 
 def storage_order(con: duckdb.DuckDBPyConnection, sql: str) -> np.ndarray:
     """The arrival_seq of each row of `sql`, in the order DuckDB streams them (int64)."""
-    query = load_sql("tokens_storage_order").format(rows=_subquery(sql))
+    query = load_sql("tokens_storage_order").format(rows=subquery(sql))
     return con.execute(query).fetchnumpy()["arrival_seq"].astype(np.int64, copy=False)
 
 
@@ -169,7 +169,7 @@ def row_values(
     """
     ends = np.cumsum(lens, dtype=np.int64)
     total = int(ends[-1]) if len(ends) else 0
-    query = load_sql("tokens_unnest").format(column=column, rows=_subquery(sql))
+    query = load_sql("tokens_unnest").format(column=column, rows=subquery(sql))
     reader = con.sql(query).to_arrow_reader(batch_values)
     try:
         row = received = 0  # rows yielded; values received
@@ -222,7 +222,7 @@ def column_values(
     return np.concatenate(runs) if len(runs) > 1 else runs[0] if runs else np.zeros(0, np.int64)
 
 
-def _subquery(sql: str) -> str:
+def subquery(sql: str) -> str:
     """`sql` (one SELECT, maybe with a `;` and comments) as a subquery's body."""
     return "\n" + sql.strip().rstrip(";") + "\n"
 

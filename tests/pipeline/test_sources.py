@@ -12,6 +12,8 @@ from analyzer.pipeline.match import compute, match_prefixes
 from analyzer.pipeline.sources import DuckDBSource
 from analyzer.prefixes.engine import MatchOptions
 from analyzer.prefixes.memory import Request
+from analyzer.store.ingest import ingest
+from tests.conftest import write_jsonl
 from tests.prefixes.helpers import assert_same_as_trie, store
 
 REQUESTS = [
@@ -118,3 +120,33 @@ def test_rows_stored_far_out_of_arrival_order_are_held_not_streamed(tmp_path, mo
     monkeypatch.setattr(DuckDBSource, "holds_better", lambda self: False)
     match_prefixes(db, backend="numpy", options=always)
     assert _tables(db) == held
+
+
+def test_files_that_interleave_in_time_are_streamed_merged_not_held(tmp_path, monkeypatch):
+    """One stream a file, merged in arrival order: nothing comes early, so nothing is held;
+    the tables are the held matcher's."""
+    monkeypatch.setattr(sources, "HOLD_SMALL_BYTES", 0)
+    monkeypatch.setattr(token_stream, "BATCH_BYTES", 8 << 20)
+    monkeypatch.setattr(token_stream, "HELD_FRACTION", 1)  # outputs held, prompts unnested
+    records = [
+        {
+            "request_id": f"r{k}",
+            "timestamp": float(k),
+            "prompt_token_ids": [1, 2, 3, k % 4, 5, k % 3, 6],
+            "output_token_ids": [k % 2, 7],
+        }
+        for k in range(40)
+    ]
+    db = tmp_path / "t.duckdb"
+    ingest([write_jsonl(tmp_path / f"p{j}.jsonl", records[j::3]) for j in range(3)], db_path=db)
+    assert not DuckDBSource(duckdb.connect(str(db))).holds_better()
+    merges = []
+    merged = token_stream.merged
+    monkeypatch.setattr(token_stream, "merged", lambda *a: merges.append(1) or merged(*a))
+    always = MatchOptions(compiled_min_units=0)
+    match_prefixes(db, backend="numpy", options=always)
+    streamed = _tables(db)
+    assert merges
+    monkeypatch.setattr(DuckDBSource, "holds_better", lambda self: True)
+    match_prefixes(db, backend="numpy", options=always)
+    assert _tables(db) == streamed

@@ -87,6 +87,38 @@ def test_streamed_rows_are_the_held_rows(
     assert sum(r[7] for r in got) > 0  # something was shared (shared_any_tokens)
 
 
+@pytest.mark.parametrize("num_files", [2, 3])
+@pytest.mark.parametrize("batch_bytes", [1000, 8 << 20], ids=["small batches", "one batch"])
+def test_files_that_interleave_in_time_stream_merged(
+    tmp_path, monkeypatch, always_streams, num_files, batch_bytes
+):
+    """Each file in time order, the files interleaved (a log per server): one stream a
+    file, merged in arrival order (`run_merge`), the same rows as held."""
+    monkeypatch.setattr(token_stream, "BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(token_stream, "MAX_BATCH_ROWS", 8192 if batch_bytes > 1000 else 7)
+    merges = []
+    merged = token_stream.merged
+    monkeypatch.setattr(token_stream, "merged", lambda *a: merges.append(1) or merged(*a))
+    records = _records(False)
+    paths = [
+        write_jsonl(tmp_path / f"part{j}.jsonl", records[j::num_files]) for j in range(num_files)
+    ]
+    db = tmp_path / "t.duckdb"
+    ingest(paths, db_path=db)
+    streamed_run = run_replay(make_policy(FA), db_path=db).run_id
+    with monkeypatch.context() as m:
+        m.setattr(replay_module, "streams_tokens", lambda *a: False)
+        held_run = run_replay(make_policy(FA), db_path=db).run_id
+    con = duckdb.connect(str(db))
+    try:
+        got, want = (con.execute(ROWS, [run]).fetchall() for run in (streamed_run, held_run))
+    finally:
+        con.close()
+    assert merges and len(got) == 120 and got == want
+    runs = always_streams
+    assert [a for a, _ in runs] == [0] + [b for _, b in runs[:-1]] and runs[-1][1] == 120
+
+
 def test_routing_by_replica_and_a_shared_cache_stream_too(tmp_path, monkeypatch, always_streams):
     policy = {**FA, "routing": "round_robin", "replicas": 3, "cache_scope": "shared"}
     got, want = _both_ways(tmp_path, monkeypatch, _records(True), policy)
