@@ -59,9 +59,12 @@ def always_streams(monkeypatch):
     return chunks
 
 
-def _both_ways(tmp_path, monkeypatch, records, policy=FA) -> tuple[list, list]:
+def _both_ways(tmp_path, monkeypatch, records, policy=FA, num_files=1) -> tuple[list, list]:
+    """Rows of the streamed and the held replay of `records`, ingested from `num_files`
+    files (record k in file k % num_files: each file in its records' order)."""
     db = tmp_path / "t.duckdb"
-    ingest([write_jsonl(tmp_path / "t.jsonl", records)], db_path=db)
+    files = [tmp_path / f"t{j}.jsonl" for j in range(num_files)]
+    ingest([write_jsonl(f, records[j::num_files]) for j, f in enumerate(files)], db_path=db)
     streamed_run = run_replay(make_policy(policy), db_path=db).run_id
     with monkeypatch.context() as m:
         m.setattr(replay_module, "streams_tokens", lambda *a: False)
@@ -99,21 +102,7 @@ def test_files_that_interleave_in_time_stream_merged(
     merges = []
     merged = token_stream.merged
     monkeypatch.setattr(token_stream, "merged", lambda *a: merges.append(1) or merged(*a))
-    records = _records(False)
-    paths = [
-        write_jsonl(tmp_path / f"part{j}.jsonl", records[j::num_files]) for j in range(num_files)
-    ]
-    db = tmp_path / "t.duckdb"
-    ingest(paths, db_path=db)
-    streamed_run = run_replay(make_policy(FA), db_path=db).run_id
-    with monkeypatch.context() as m:
-        m.setattr(replay_module, "streams_tokens", lambda *a: False)
-        held_run = run_replay(make_policy(FA), db_path=db).run_id
-    con = duckdb.connect(str(db))
-    try:
-        got, want = (con.execute(ROWS, [run]).fetchall() for run in (streamed_run, held_run))
-    finally:
-        con.close()
+    got, want = _both_ways(tmp_path, monkeypatch, _records(False), num_files=num_files)
     assert merges and len(got) == 120 and got == want
     runs = always_streams
     assert [a for a, _ in runs] == [0] + [b for _, b in runs[:-1]] and runs[-1][1] == 120
