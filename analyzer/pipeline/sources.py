@@ -8,10 +8,9 @@ import pyarrow as pa
 
 from analyzer.pipeline.arrays import joined
 from analyzer.pipeline.token_stream import (
-    EARLY_FRACTION,
     STREAM_MEMORY_CAPS,
     ExpectedLists,
-    early_units,
+    keeps_early,
     source_parts,
     stream_match,
 )
@@ -102,13 +101,13 @@ class DuckDBSource:
 
     def holds_better(self) -> bool:
         """Whether `hpa match` should hold every sequence (`held()`) rather than stream
-        them: where they take at most HOLD_SMALL_BYTES, or fit in HOLD_BYTES and a stream
-        in arrival order would keep more than 1/EARLY_FRACTION of them early, unless it is
-        merged from one stream a source (`token_stream.source_parts`): rows stored far out
-        of arrival order (the WEKA trace's 710 files, interleaved in time, kept 1.7 GiB
-        early for 0.7 GiB of hash ids). Held, they take their array and DuckDB's capped
-        buffer; streamed, the trees' arena (the units no earlier request had) and what
-        comes early."""
+        them: where they take at most HOLD_SMALL_BYTES, or fit in HOLD_BYTES and a stream in
+        arrival order would keep many of them early (`token_stream.keeps_early`: rows stored
+        far out of arrival order, as the WEKA trace's 710 files, interleaved in time, which
+        kept 1.7 GiB early for 0.7 GiB of hash ids) and cannot be merged from one stream a
+        source (`token_stream.source_parts`). Held, they take their array and DuckDB's
+        capped buffer; streamed, the trees' arena (the units no earlier request had) and
+        what comes early."""
         lists = self.lists()
         units = lists.insert_len
         size = int(units.sum()) * lists.dtype.itemsize
@@ -118,9 +117,7 @@ class DuckDBSource:
             return True
         sql = load_sql("match_load_tokens")
         order = storage_order(self.con, sql)
-        if source_parts(self.con, sql, order, units) is not None:
-            return False  # streamed from one stream a source, merged: nothing comes early
-        return early_units(order, units) * EARLY_FRACTION > int(units.sum())
+        return keeps_early(order, units) and source_parts(self.con, sql, order) is None
 
     def held(self, ids: np.ndarray | None = None) -> PartitionSource:
         """A source holding the inserted sequences of requests `ids` (ascending, unique;

@@ -138,7 +138,7 @@ def inserted_chunks(
         if others * HELD_FRACTION > int(lens[primary].sum()):
             batches = _listed(con, sql, lists)
         else:
-            parts = source_parts(con, sql, order, lists.insert_len)
+            parts = source_parts(con, sql, order) if keeps_early(order, lists.insert_len) else None
             if parts:
                 yield from _merged_sources(con, sql, lists, order, lens, primary, parts, memory_cap)
                 return
@@ -149,13 +149,17 @@ def inserted_chunks(
             batches.close()  # DuckDB's result first: then the settings are restored
 
 
-def source_parts(con, sql: str, order: np.ndarray, units: np.ndarray) -> list | None:
-    """[(source_id, storage positions)] where the rows are better merged from one stream a
-    source (`run_merge`): they would come early in one stream (over 1/EARLY_FRACTION of the
-    units at the peak), each source's rows are in arrival order, there are at most
-    MAX_MERGED_SOURCES, and `requests` is the store's table (a cursor sees it). Else None."""
-    if early_units(order, units) * EARLY_FRACTION <= int(units.sum()):
-        return None
+def keeps_early(order: np.ndarray, units: np.ndarray) -> bool:
+    """Whether one stream of rows in storage `order` would keep over 1/EARLY_FRACTION of
+    the `units` early at its peak (`early_units`)."""
+    return early_units(order, units) * EARLY_FRACTION > int(units.sum())
+
+
+def source_parts(con, sql: str, order: np.ndarray) -> list | None:
+    """[(source_id, storage positions)] where the rows of `sql` (storage `order`) can be
+    merged from one stream a source (`run_merge`): each source's rows are in arrival order,
+    there are 2..MAX_MERGED_SOURCES sources, and `requests` is the store's table (a cursor
+    sees it). Else None. Worth it where one stream `keeps_early`."""
     [(is_view,)] = con.execute(load_sql("requests_is_view")).fetchall()
     if is_view:
         return None
