@@ -120,14 +120,9 @@ def _laid_out(seqs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lens = np.fromiter(
         (len(p) + (0 if o is None else len(o)) for p, o in seqs), np.int64, len(seqs)
     )
-    base = _held_base(seqs)
-    if base is not None:
-        origin = base.__array_interface__["data"][0]
-        starts = np.fromiter(
-            (p.__array_interface__["data"][0] - origin for p, _ in seqs), np.int64, len(seqs)
-        )
-        starts //= 4
-        return base, starts, lens
+    held = _held_starts(seqs)
+    if held is not None:
+        return held[0], held[1], lens
     pieces = []
     for p, o in seqs:
         pieces.append(np.asarray(p, np.int32))
@@ -138,27 +133,40 @@ def _laid_out(seqs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return (np.concatenate(pieces) if pieces else np.zeros(0, np.int32)), starts, lens
 
 
-def _held_base(seqs: list) -> np.ndarray | None:
-    """The one int32 array every prompt views, each output right after its prompt, or None."""
+def _held_starts(seqs: list) -> tuple[np.ndarray, np.ndarray] | None:
+    """(base, starts): the one int32 array every prompt views, each output right after its
+    prompt, and where each prompt starts in it (tokens); None when they are not laid out so.
+
+    One pass over the rows: a view's address is read once (`ctypes.data`: half the time of
+    `__array_interface__`, which builds a dict a call; 10,000 rows took 25 ms so)."""
     if not seqs or not isinstance(seqs[0][0], np.ndarray):
         return None
     base = seqs[0][0].base
-    if not isinstance(base, np.ndarray) or base.dtype != np.int32 or base.ndim != 1:
+    if not isinstance(base, np.ndarray) or base.dtype != _INT32 or base.ndim != 1:
         return None
     if not base.flags.c_contiguous:
         return None
+    addresses = []
     for p, o in seqs:
-        if not isinstance(p, np.ndarray) or p.base is not base or p.dtype != np.int32:
+        if type(p) is not np.ndarray or p.base is not base or p.dtype != _INT32:
             return None
+        if p.strides != _INT32_STRIDES and len(p) > 1:
+            return None
+        at = p.ctypes.data
+        addresses.append(at)
         if o is not None and len(o):
-            end = p.__array_interface__["data"][0] + 4 * len(p)
-            if not isinstance(o, np.ndarray) or o.base is not base or o.dtype != np.int32:
+            if type(o) is not np.ndarray or o.base is not base or o.dtype != _INT32:
                 return None
-            if o.__array_interface__["data"][0] != end or not o.flags.c_contiguous:
+            if o.ctypes.data != at + 4 * len(p) or (o.strides != _INT32_STRIDES and len(o) > 1):
                 return None
-        if not p.flags.c_contiguous:
-            return None
-    return base
+    starts = np.fromiter(addresses, np.int64, len(addresses))
+    starts -= base.ctypes.data
+    starts //= 4
+    return base, starts
+
+
+_INT32 = np.dtype(np.int32)
+_INT32_STRIDES = (4,)
 
 
 def _merged(n: int, rows: list[int], ids: np.ndarray, offsets: np.ndarray, by_hash: dict):

@@ -17,6 +17,7 @@ from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import VllmReplay
 from analyzer.sim.vllm import dense as dense_module
+from analyzer.sim.vllm.compiled_input import _laid_out
 from analyzer.sim.vllm.dense import dense_applies
 from analyzer.sim.vllm.layout import make_layout
 from tests.sim.strategies import traces
@@ -167,3 +168,34 @@ def test_views_of_one_held_array_read_in_place(requests, policy, adjacent):
         held.append(replace(r, prompt_token_ids=flat[at : at + n], output_token_ids=out))
     got, want = _both(held, policy)
     assert got == want and want == _both(requests, policy)[1]
+
+
+_FLAT = np.arange(20, dtype=np.int32)
+_LAYOUTS = {
+    # name: ((prompt, outputs) per row, where each prompt starts in _FLAT or None: copied)
+    "prompts in order": ([(_FLAT[0:3], None), (_FLAT[3:8], None)], [0, 3]),
+    "outputs right after": ([(_FLAT[2:4], _FLAT[4:6]), (_FLAT[9:10], _FLAT[10:13])], [2, 9]),
+    "rows out of order": ([(_FLAT[10:12], None), (_FLAT[0:4], None)], [10, 0]),
+    "one-token views": ([(_FLAT[5:6], _FLAT[6:7]), (_FLAT[0:1], None)], [5, 0]),
+    "output elsewhere": ([(_FLAT[0:3], _FLAT[5:7])], None),
+    "reversed view": ([(_FLAT[6:2:-1], None)], None),
+    "strided view": ([(_FLAT[0:8:2], None)], None),
+    "another array": ([(_FLAT[0:3], None), (_FLAT.copy()[3:5], None)], None),
+    "int64 prompt": ([(np.arange(4)[0:2], None)], None),
+    "lists": ([([1, 2, 3], [4])], None),
+}
+
+
+@pytest.mark.parametrize("name", list(_LAYOUTS))
+def test_laid_out_reads_held_views_in_place(name):
+    """Prompts viewing one int32 array, each output right after its prompt, are read where
+    they are (starts in that array); any other layout is copied into one run per row."""
+    seqs, starts = _LAYOUTS[name]
+    tokens, got_starts, lens = _laid_out(seqs)
+    if starts is None:
+        assert tokens.base is not _FLAT
+        assert got_starts.tolist() == np.cumsum([0, *lens.tolist()])[:-1].tolist()
+    else:
+        assert tokens is _FLAT and got_starts.tolist() == starts
+    for (p, o), at, n in zip(seqs, got_starts.tolist(), lens.tolist(), strict=True):
+        assert tokens[at : at + n].tolist() == list(p) + list([] if o is None else o)
