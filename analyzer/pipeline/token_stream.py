@@ -59,6 +59,10 @@ HELD_FRACTION = 8
 # a source instead (`source_parts`), where there are at most MAX_MERGED_SOURCES.
 EARLY_FRACTION = 4
 MAX_MERGED_SOURCES = 16
+# DuckDB's rows a vector (STANDARD_VECTOR_SIZE), and what a merged stream gets beyond its
+# vector under `merged_cap`.
+VECTOR_ROWS = 2048
+MERGE_SPARE_MB = 2
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,7 @@ def source_parts(con, sql: str, order: np.ndarray) -> list | None:
 
 def _merged_sources(con, sql, lists, order, lens: dict, primary: str, parts, memory_cap):
     """`inserted_chunks`'s runs, merged from one stream a source, each on its own cursor,
-    in batches of 1/k of a single stream's (k sources), under `_times` its buffer cap."""
+    in batches of 1/k of a single stream's (k sources), under `merged_cap`."""
     cursors = [cursor(con) for _ in parts]
     streams = [
         _unnested(
@@ -191,7 +195,9 @@ def _merged_sources(con, sql, lists, order, lens: dict, primary: str, parts, mem
         for reader, (source, at) in zip(cursors, parts, strict=True)
     ]
     try:
-        with scan_settings(con, _times(memory_cap, len(parts)), threads=1 if memory_cap else None):
+        vector = vector_bytes(lens[primary], TOKEN_DTYPES[primary].itemsize)
+        cap = merged_cap(memory_cap, len(parts), vector)
+        with scan_settings(con, cap, threads=1 if memory_cap else None):
             yield from merged(streams, lists.insert_len)
     finally:
         for stream in streams:
@@ -245,11 +251,26 @@ def early_units(order: np.ndarray, units: np.ndarray) -> int:
     return int((streamed - out).max())
 
 
-def _times(cap: str | None, k: int) -> str | None:
-    """The buffer limit for k streams side by side: `cap` ('48MB') max(2, k // 2) times
-    over (4 streams of 70 M tokens ran out of memory under 48 MB and not under 96 MB; the
-    limit is also what DuckDB keeps cached). None (no limit) stays None."""
-    return None if cap is None else f"{int(cap.removesuffix('MB')) * max(2, k // 2)}MB"
+def merged_cap(cap: str | None, k: int, vector: int) -> str | None:
+    """The buffer limit for k streams side by side: each open scan of a list column holds
+    its current vector of rows' lists (`vector` bytes at most), so k of them and
+    MERGE_SPARE_MB a stream and 8 MB, or `cap` ('48MB') where that is more. Measured on 70 M
+    tokens (11.3 MB vectors): 4 streams ran out of memory under 48 MB and not 52 (this
+    gives 62); 16 under 180 MB and not 198 (this gives 222). The limit is also about what
+    DuckDB keeps cached, since each block is read once: more would only cost memory. None
+    (no limit) stays None."""
+    if cap is None:
+        return None
+    need_mb = -(-k * vector // (1 << 20)) + k * MERGE_SPARE_MB + 8
+    return f"{max(int(cap.removesuffix('MB')), need_mb)}MB"
+
+
+def vector_bytes(lens: np.ndarray, itemsize: int) -> int:
+    """The most bytes of list values any VECTOR_ROWS consecutive rows hold (DuckDB scans
+    a list column a vector of rows at a time)."""
+    ends = np.concatenate([[0], np.cumsum(lens, dtype=np.int64)])
+    rows = min(VECTOR_ROWS, len(lens))
+    return int((ends[rows:] - ends[: len(ends) - rows]).max()) * itemsize
 
 
 def _unnested(con, sql, lists: ExpectedLists, order, lens: dict, primary: str, share: int = 1):

@@ -5,11 +5,20 @@ hash ids alone)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.pipeline.arrays import joined
-from analyzer.pipeline.token_stream import COLUMNS, ExpectedLists, _joined, early_units
+from analyzer.pipeline.token_stream import (
+    COLUMNS,
+    VECTOR_ROWS,
+    ExpectedLists,
+    _joined,
+    early_units,
+    merged_cap,
+    vector_bytes,
+)
 
 ROW = st.tuples(
     st.integers(0, 5),  # prompt tokens
@@ -77,3 +86,30 @@ def test_early_units_are_what_the_stream_keeps_before_their_turn(order, units):
 
 def test_no_rows_none_early():
     assert early_units(np.zeros(0, np.int64), np.zeros(0, np.int64)) == 0
+
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("cap", "k", "vector", "want"),
+    [
+        ("48MB", 1, 11 * MIB, "48MB"),  # one stream: the single stream's cap
+        ("48MB", 4, 11 * MIB, "60MB"),  # 4 x (11 + 2) + 8
+        ("48MB", 4, 11 * MIB + 1, "61MB"),  # a byte over rounds up
+        ("48MB", 16, 11 * MIB, "216MB"),
+        ("256MB", 16, 11 * MIB, "256MB"),  # the fallback cap is more
+        (None, 16, 11 * MIB, None),  # no limit stays none
+    ],
+)
+def test_merged_streams_get_a_vector_each(cap, k, vector, want):
+    assert merged_cap(cap, k, vector) == want
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=3 * VECTOR_ROWS))
+@settings(max_examples=25, deadline=None)
+def test_vector_bytes_is_the_fullest_run_of_vector_rows(lens):
+    lens = np.asarray(lens, np.int64)
+    rows = min(VECTOR_ROWS, len(lens))
+    want = max(int(lens[i : i + rows].sum()) for i in range(0, len(lens) - rows + 1))
+    assert vector_bytes(lens, 4) == 4 * want
