@@ -10,9 +10,12 @@ outputs. Configurations: (a) FA + Mamba align, B = 544, 100,000 blocks; (b) the 
 blocks (eviction, preemption); (c) FA only, B = 16, 3,000 blocks. Retention 0, budget 8192,
 max_num_seqs 256, time scale 1, a step of 5 ms + 100 us per scheduled token.
 
-Each contender runs in a fresh process (its peak RSS is its own): hpa's replay time (the
-trace already loaded) and the whole process's wall time; the oracle's own `replay_seconds`
-(its stderr timing line: start-up and trace loading excluded) and its wall time. Per-request
+Each contender runs in a fresh process (its peak RSS is its own), `--runs` times (3), in
+pairs (hpa, then the oracle: a pair sees about one machine state, and the oracle's own time
+moved 1.5x between runs of one session while hpa's did not): hpa's replay time (the trace
+already loaded) and the whole process's wall time; the oracle's own `replay_seconds` (its
+stderr timing line: start-up and trace loading excluded) and its wall time; medians, and the
+ratio of the medians with each pair's. Per-request
 results must be identical (hit, uncached_common, junction, attention match, preemptions, hits
 over every admission, chunks; arrival, first scheduled, first token and finished times within
 1e-6 s). Without the oracle (`$HPA_ORACLE_PYTHON`, default ~/.cache/hpa-oracle/bin/python)
@@ -22,7 +25,7 @@ Then a capacity curve on sample_traces/mixed.jsonl.gz (ingested into a temporary
 partitions, each its own pool): the useful hit ratio (hit tokens / prompt tokens) of
 `run_replay` for several pool sizes, serial against concurrent at time scale 1 and 0.2.
 
-Usage: `python bench/bench_concurrent.py [--requests 2000] [--seed 0] [--no-curve]`.
+Usage: `python bench/bench_concurrent.py [--requests 2000] [--seed 0] [--runs 3] [--no-curve]`.
 """
 
 from __future__ import annotations
@@ -269,14 +272,23 @@ def _load(rows: list[dict]) -> str:
     return text
 
 
-def bench_config(name: str, config: dict, trace: Path, n: int, oracle: bool) -> tuple[float, bool]:
-    """Prints one configuration's rows; returns (replay-time ratio, per-request identical)."""
+def bench_config(
+    name: str, config: dict, trace: Path, n: int, oracle: bool, runs: int
+) -> tuple[float, bool]:
+    """Prints one configuration's rows; returns (median replay-time ratio, per-request
+    identical). Each contender runs `runs` times, in pairs (ours, then the baseline), so each
+    pair sees about the same machine state; the figures are medians."""
     policy = policy_of(config)
     print(f"\n{name}")
-    ours = run_hpa(trace, policy)
+    pairs = []
+    for _ in range(runs):
+        ours = run_hpa(trace, policy)
+        base = run_oracle(trace, policy) if oracle else run_hpa(trace, policy_of(config, "serial"))
+        pairs.append((ours, base))
+    ours, base = pairs[0]
+    repeatable = all(o["rows"] == ours["rows"] for o, _ in pairs)
     print(f"  hpa concurrent: {_load(ours['rows'])}")
     if oracle:
-        base = run_oracle(trace, policy)
         s = base["summary"]
         print(
             f"  vLLM 0.33:      {s['hits']:,} hit tokens, {s['preemptions']} preemptions, "
@@ -285,32 +297,42 @@ def bench_config(name: str, config: dict, trace: Path, n: int, oracle: bool) -> 
             f"(time mean)"
         )
         diff = differences(ours["rows"], base["rows"])
-        same = not diff
+        same = not diff and repeatable
         print(
             f"  per-request results: identical ({n:,} requests)"
-            if same
+            if not diff
             else f"  per-request results: {len(diff)} of {n:,} requests DIFFER, e.g. {diff[:3]}"
         )
         label = "vLLM 0.33 (oracle)"
     else:
-        base = run_hpa(trace, policy_of(config, "serial"))
         print(f"  hpa serial:     {_load(base['rows'])} (one request at a time: other hits)")
-        same, label = True, "hpa serial replay"
-    print(f"  {'contender':<20} {'replay s':>9} {'req/s':>9} {'wall s':>8} {'peak MiB':>9}")
-    for who, fig in (("hpa concurrent", ours), (label, base)):
-        print(
-            f"  {who:<20} {fig['seconds']:9.3f} {n / fig['seconds']:9,.0f} "
-            f"{fig['wall']:8.2f} {fig['peak_mib']:9,.0f}"
-        )
-    ratio = base["seconds"] / ours["seconds"]
+        same, label = repeatable, "hpa serial replay"
+    if not repeatable:
+        print("  hpa's rows DIFFER between its runs")
+    print(
+        f"  {'contender':<20} {'replay s (median)':>17} {'min-max':>13} {'req/s':>9} "
+        f"{'wall s':>8} {'peak MiB':>9}"
+    )
+    for who, k in (("hpa concurrent", 0), (label, 1)):
+        seconds = [pair[k]["seconds"] for pair in pairs]
+        mid = float(np.median(seconds))
+        wall = float(np.median([pair[k]["wall"] for pair in pairs]))
+        peak = max(pair[k]["peak_mib"] for pair in pairs)
+        spread = f"{min(seconds):.3f}-{max(seconds):.3f}"
+        print(f"  {who:<20} {mid:17.3f} {spread:>13} {n / mid:9,.0f} {wall:8.2f} {peak:9,.0f}")
+    each = [b["seconds"] / o["seconds"] for o, b in pairs]
+    ratio = float(np.median([b["seconds"] for _, b in pairs])) / float(
+        np.median([o["seconds"] for o, _ in pairs])
+    )
+    walls = float(np.median([b["wall"] / o["wall"] for o, b in pairs]))
     if oracle:
         print(
-            f"  speed ratio hpa/vLLM: {ratio:.1f}x on replay time (target >= 10x), "
-            f"{base['wall'] / ours['wall']:.1f}x on wall time (the oracle's start-up "
-            f"{base['setup']:.1f} s included)"
+            f"  speed ratio hpa/vLLM: {ratio:.1f}x on median replay time (target >= 10x; "
+            f"pair by pair {min(each):.1f}-{max(each):.1f}x over {runs} runs), {walls:.1f}x on "
+            f"wall time (the oracle's start-up, {base['setup']:.1f} s in its first run, included)"
         )
     else:
-        print(f"  concurrent / serial replay time: {ours['seconds'] / base['seconds']:.2f}x")
+        print(f"  concurrent / serial replay time: {1 / ratio:.2f}x (medians of {runs} runs)")
     return ratio, same
 
 
@@ -375,6 +397,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-curve", action="store_true", help="skip the capacity curve")
+    parser.add_argument(
+        "--runs", type=int, default=3, help="paired runs of each contender (medians reported)"
+    )
     args = parser.parse_args()
     trace = trace_file(args.requests, args.seed)
     records = [json.loads(line) for line in trace.read_text().splitlines()]
@@ -395,7 +420,7 @@ def main() -> int:
         )
     ok = True
     for name, config in CONFIGS.items():
-        _, same = bench_config(name, config, trace, len(records), oracle)
+        _, same = bench_config(name, config, trace, len(records), oracle, args.runs)
         ok &= same
     if oracle:
         print(
