@@ -12,16 +12,18 @@ fresh process timed with its own peak RSS:
   (chained block hashes, a dict from (parent id, block tokens) to an id: the usual way), then
   `python -m kvcache_sim run` (its C++ core, compiled in an untimed warm-up run).
 
-Both sides warm up untimed first: the peer compiles its C++ core, hpa its numba kernels (the
-token scanner, the radix tree; compiled once, then cached next to their modules) on a 5 M-token
-trace, and its modules' bytecode (`common.compile_bytecode`: what installing a wheel does, and
-the peer's installed package has).
+Both sides run `--runs` times (3), in pairs (hpa, then the peer: a pair sees about one
+machine state), each run in a fresh directory; the figures are medians, and the ratio is
+that of the medians, with each pair's beside it. Both sides warm up untimed first: the peer
+compiles its C++ core, hpa its numba kernels (the token scanner, the radix tree; compiled
+once, then cached next to their modules) on a 5 M-token trace, and its modules' bytecode
+(`common.compile_bytecode`: what installing a wheel does, and the peer's installed package has).
 
 The two figures differ a little, for documented reasons: hpa follows vLLM (a prompt's last
 token is always computed, and output tokens are cached for the next turn); the peer counts
 whole prompts and never sees outputs.
 
-    .venv/bin/python bench/bench_e2e.py [--tokens 70000000]
+    .venv/bin/python bench/bench_e2e.py [--tokens 70000000] [--runs 3]
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -137,38 +140,48 @@ def peer_side(trace: Path, tmp: Path) -> tuple[dict, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=70_000_000, help="minimum prompt tokens")
+    parser.add_argument(
+        "--runs", type=int, default=3, help="paired runs of both sides (medians reported)"
+    )
     args = parser.parse_args()
     ensure_peer()
     trace, num_requests, tokens = mixed_trace(args.tokens)
     print(
         f"trace: {trace.name}, {num_requests:,} requests, {tokens:,} prompt tokens, "
         f"{trace.stat().st_size / 2**20:,.0f} MiB; {BLOCK_TOKENS}-token blocks, unbounded, "
-        "last half measured"
+        f"last half measured; {args.runs} paired runs (hpa, then the peer), medians"
     )
     warm, _, _ = mixed_trace(5_000_000)
     compile_bytecode()
     with tempfile.TemporaryDirectory() as tmp:
         hpa_side(warm, Path(tmp))  # untimed: compiles (or loads) the kernels
-    with tempfile.TemporaryDirectory() as tmp:
-        ours, our_ratio = hpa_side(trace, Path(tmp))
-        theirs, their = peer_side(trace, Path(tmp))
-    print(f"{'step':<34}{'seconds':>9}{'peak MiB':>10}{'B/token':>9}")
-    for side, steps in (("hpa", ours), ("kvcache-simulator", theirs)):
-        for name, step in steps.items():
-            per_token = step["peak_mib"] * 2**20 / tokens
+    pairs = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            ours, our_ratio = hpa_side(trace, Path(tmp))
+            theirs, their = peer_side(trace, Path(tmp))
+        pairs.append((ours, theirs))
+    print(f"{'step':<34}{'seconds':>9}{'min-max':>13}{'peak MiB':>10}{'B/token':>9}")
+    for side, k in (("hpa", 0), ("kvcache-simulator", 1)):
+        for name in pairs[0][k]:
+            seconds = [pair[k][name]["seconds"] for pair in pairs]
+            peak = max(pair[k][name]["peak_mib"] for pair in pairs)
+            spread = f"{min(seconds):.2f}-{max(seconds):.2f}"
             print(
-                f"{side + ' ' + name:<34}{step['seconds']:>9.2f}{step['peak_mib']:>10.0f}"
-                f"{per_token:>9.1f}"
+                f"{side + ' ' + name:<34}{median(seconds):>9.2f}{spread:>13}{peak:>10.0f}"
+                f"{peak * 2**20 / tokens:>9.1f}"
             )
-    hpa_s = ours["ingest"]["seconds"] + ours["replay"]["seconds"]
-    peer_s = theirs["convert"]["seconds"] + theirs["run"]["seconds"]
+    hpa_s = [o["ingest"]["seconds"] + o["replay"]["seconds"] for o, _ in pairs]
+    peer_s = [t["convert"]["seconds"] + t["run"]["seconds"] for _, t in pairs]
+    each = [p / h for h, p in zip(hpa_s, peer_s, strict=True)]
     print(
         f"last-half hit ratio: hpa {our_ratio:.4%}, kvcache-simulator {their['ceiling']:.4%} "
         f"({(our_ratio - their['ceiling']) * 100:+.2f} pp)"
     )
     print(
-        f"pipeline (hpa ingest + replay vs peer convert + run): {hpa_s:.2f} s vs "
-        f"{peer_s:.2f} s: hpa is {peer_s / hpa_s:.2f}x as fast (target >= 2x)"
+        f"pipeline (hpa ingest + replay vs peer convert + run), medians: {median(hpa_s):.2f} s "
+        f"vs {median(peer_s):.2f} s: hpa is {median(peer_s) / median(hpa_s):.2f}x as fast "
+        f"(target >= 2x; pair by pair {min(each):.2f}-{max(each):.2f}x)"
     )
 
 
