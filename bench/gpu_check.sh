@@ -2,25 +2,35 @@
 # GPU check for the prefix matcher (`make bench-gpu`): the CuPy tests, then CuPy vs NumPy on
 # one generated trace (answers must be identical) with each backend's throughput.
 #
-# Installs nothing from the network. When CuPy is missing it only installs wheels carried
-# in $WHEELS (default bench/wheels/, e.g. cupy_cuda12x-*.whl and its fastrlock wheel), with
-# pip --no-index. Environment: TOKENS (default 50e6), CHUNK_TOKENS (default 67108864).
+# Installs nothing from the network. What the machine's Python lacks (CuPy; duckdb and orjson,
+# which the tests' fixtures and the DuckDB-backed source import; a GPU image often has numpy,
+# numba, pyarrow, click, pytest and hypothesis but not these) is installed only from wheels
+# carried in $WHEELS (default bench/wheels/), with pip --no-index, into a private directory
+# ($SITE, default /tmp/hpa-site) put first on PYTHONPATH: the image's own packages stay as
+# they are. Environment: TOKENS (default 50e6), CHUNK_TOKENS (default 67108864).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 WHEELS=${WHEELS:-bench/wheels}
+SITE=${SITE:-/tmp/hpa-site}
 TOKENS=${TOKENS:-50e6}
 CHUNK_TOKENS=${CHUNK_TOKENS:-67108864}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the analyzer package, not installed
 
-if ! "$PY" -c "import cupy" 2>/dev/null; then
-    if compgen -G "$WHEELS/cupy*.whl" >/dev/null; then
-        echo "installing CuPy from carried wheels in $WHEELS (no network)"
-        "$PY" -m pip install --quiet --no-index --find-links "$WHEELS" "$WHEELS"/cupy*.whl
-    else
-        echo "CuPy is not installed and no wheels are carried in $WHEELS; nothing to check" >&2
-        exit 2
+if ! "$PY" -c "import cupy, duckdb, orjson" 2>/dev/null; then
+    if compgen -G "$WHEELS/*.whl" >/dev/null; then
+        echo "installing the wheels carried in $WHEELS into $SITE (no network)"
+        "$PY" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir \
+            --upgrade --target "$SITE" "$WHEELS"/*.whl
+        export PYTHONPATH="$SITE:$PYTHONPATH"
     fi
+    for module in cupy duckdb orjson; do
+        if ! "$PY" -c "import $module" 2>/dev/null; then
+            echo "$module is not installed and no wheel of it is carried in $WHEELS; nothing to check" >&2
+            exit 2
+        fi
+    done
 fi
 "$PY" - <<'PYEOF'
 from analyzer.prefixes.backend import get_xp
@@ -30,8 +40,8 @@ print("device:", props["name"].decode(), f"{props['totalGlobalMem'] / 2**30:.0f}
 PYEOF
 
 echo "== CuPy tests (pytest -m gpu)"
-"$PY" -m pytest -q -m gpu tests/prefixes
+time "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/prefixes
 
 echo "== CuPy vs NumPy on a generated trace (sequences preloaded: matcher time only)"
-"$PY" bench/bench_match.py --tokens "$TOKENS" --backends numpy,cupy --no-trie \
+time "$PY" bench/bench_match.py --tokens "$TOKENS" --backends numpy,cupy --no-trie \
     --source memory --chunk-tokens "$CHUNK_TOKENS"
