@@ -43,50 +43,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
-from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.hashing import HashInterner
 from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.vllm.compiled_input import StepInput
+from analyzer.sim.vllm.fast import failed
 
 INF = np.iinfo(np.int64).max
-
-
-class _Fenwick:
-    """Prefix sums over positions 1..n (point updates, O(log n))."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.tree = [0] * (n + 1)
-
-    def add(self, i: int, delta: int) -> None:
-        tree, n = self.tree, self.n
-        while i <= n:
-            tree[i] += delta
-            i += i & -i
-
-    def prefix(self, i: int) -> int:
-        tree, total = self.tree, 0
-        while i > 0:
-            total += tree[i]
-            i -= i & -i
-        return total
 
 
 @dataclass(frozen=True)
 class CapacityCurve:
     """Hit tokens of each request at every capacity, from one pass.
 
-    `distances[r]`: per hittable block of request r (prefix-max'ed, so non-decreasing) the
-    smallest usable capacity C (= num_blocks - 1) minus one at which it hits, INF if never.
-    Valid for num_blocks in [min_num_blocks, exact_below) (exact_below None = no upper limit).
+    Request r's hittable blocks are `distances[offsets[r] : offsets[r + 1]]`: per block
+    (prefix-max'ed, so non-decreasing) the smallest usable capacity C (= num_blocks - 1)
+    minus one at which it hits, INF if never. Valid for num_blocks in [min_num_blocks,
+    exact_below) (exact_below None = no upper limit).
     """
 
     block_size: int
     request_ids: tuple[str, ...]
     prompt_tokens: np.ndarray
     output_steps: np.ndarray  # decode steps after the prefill (max(outputs, 1) - 1)
-    distances: tuple[np.ndarray, ...]
+    distances: np.ndarray
+    offsets: np.ndarray
     min_num_blocks: int
     exact_below: int | None
 
@@ -99,15 +83,16 @@ class CapacityCurve:
         return self.exact_below is None or num_blocks < self.exact_below
 
     def hit_tokens(self, num_blocks: int) -> np.ndarray:
-        """Hit tokens per request with a pool of `num_blocks` (vLLM num_gpu_blocks)."""
-        usable = num_blocks - 1
-        counts = [int(np.searchsorted(d, usable, side="left")) for d in self.distances]
-        return self.block_size * np.asarray(counts, dtype=np.int64)
+        """Hit tokens per request with a pool of `num_blocks` (vLLM num_gpu_blocks): the
+        blocks of each request's leading run under the capacity."""
+        below = np.zeros(len(self.distances) + 1, np.int64)
+        np.cumsum(self.distances < num_blocks - 1, out=below[1:])
+        return self.block_size * (below[self.offsets[1:]] - below[self.offsets[:-1]])
 
     def saturation(self) -> int:
         """The smallest num_blocks from which nothing more hits (the curve is flat)."""
-        finite = [int(d[d < INF].max()) for d in self.distances if len(d) and (d < INF).any()]
-        return max(max(finite, default=0) + 2, self.min_num_blocks)
+        finite = self.distances[self.distances < INF]
+        return max(int(finite.max()) + 2 if len(finite) else 2, self.min_num_blocks)
 
     def results(self, num_blocks: int) -> list[SimResult]:
         """SimResults as the vLLM replay gives them (full attention only: no sparse loss)."""
@@ -117,79 +102,127 @@ class CapacityCurve:
             self.request_ids, self.prompt_tokens, self.output_steps, hits, strict=True
         ):
             prompt, hit = int(prompt), int(hit)
+            if prompt < 1:  # never admitted, as the replay has it
+                out.append(failed(rid, prompt, "empty prompt"))
+                continue
             chunks = (prompt - hit,) + (1,) * int(steps)
             out.append(SimResult(rid, prompt, hit, 0, 0, 0, hit, hit, 0, chunks, None))
         return out
 
 
 def capacity_curve(requests: Sequence[SimRequest], block_size: int) -> CapacityCurve:
-    """One pass over `requests` (one cache, arrival order) with blocks of `block_size`."""
+    """One pass over `requests` (one cache, arrival order) with blocks of `block_size`.
+
+    Each request's keys are the ids of its first F // B blocks (F = prompt + max(outputs, 1)
+    - 1 computed tokens), all interned at once (`compiled_input.StepInput`); the pass over
+    them is compiled (`_pass`): 70 M tokens in about a second, against 25 s as a Python loop
+    over a dict and a Fenwick tree of Python ints (and a third of its memory)."""
     B = block_size
+    requests = list(requests)
     interner = HashInterner()
-    plans = []
-    total_touches = 0
-    max_m = 1
-    for sim in requests:
-        prompt = sim.num_prompt_tokens
-        steps = max(sim.num_output_tokens, 1) - 1
-        final = prompt + steps
-        source, _ = request_hashes(interner, sim, B, 0)
-        full = final // B
-        keys = list(source.extend(full)[:full])
-        m = -(-final // B)
-        plans.append((sim.request_id, prompt, steps, keys, m - full, max(prompt - 1, 0) // B))
-        total_touches += full
-        max_m = max(max_m, m)
-
-    fen = _Fenwick(total_touches)
-    last: dict[int, int] = {}
-    T = 0
-    star_start = -1  # touches before the latest request with a partial block (-1: none)
-    minprev = INF  # min previous-touch position of the touches since that request
-    distances = []
-    dup_capacity = INF  # smallest usable capacity with a duplicate block
-    for _rid, _prompt, _steps, keys, partial, cap_blocks in plans:
-        total = fen.prefix(T)
-        dist = np.full(len(keys), INF, dtype=np.int64)
-        for j, key in enumerate(keys):
-            t = last.get(key)
-            if t is None:
-                continue
-            d = total - fen.prefix(t)
-            if t <= star_start and minprev > t:
-                d += 1
-            dist[j] = d
-        hittable = np.maximum.accumulate(dist[:cap_blocks]) if cap_blocks else dist[:0]
-        distances.append(hittable)
-        # Blocks this request computes anew (beyond its hit) that are resident: duplicates.
-        for j in range(len(keys)):
-            if dist[j] == INF:
-                continue
-            hit_from = int(np.searchsorted(hittable, dist[j], side="right"))
-            if j >= hit_from:
-                # resident at every capacity C > dist[j], but recomputed while hit < j + 1
-                # blocks; the first capacity where both hold:
-                dup_capacity = min(dup_capacity, int(dist[j]) + 1)
-        start = T
-        for key in reversed(keys):  # freed tail first: block 0 ends up the most recent
-            T += 1
-            prev = last.get(key, 0)
-            if prev:
-                fen.add(prev, -1)
-            fen.add(T, 1)
-            last[key] = T
-            if prev < minprev:
-                minprev = prev
-        if partial:
-            star_start = start
-            minprev = INF
-
+    prompt, outputs, ids, _, id_offsets = StepInput(interner, B)(requests)
+    steps = np.maximum(outputs, 1) - 1
+    # An empty prompt is never admitted: it holds and frees no block (and has no ids).
+    computed = np.where(prompt >= 1, prompt + steps, 0)
+    full = computed // B
+    keys, key_offsets = _leading(ids, id_offsets, full)
+    cap_blocks = np.maximum(prompt - 1, 0) // B
+    offsets = np.zeros(len(requests) + 1, np.int64)
+    np.cumsum(cap_blocks, out=offsets[1:])
+    distances = np.empty(int(offsets[-1]), np.int64)
+    partial = -(-computed // B) - full
+    dup_capacity = _compiled()(
+        keys, key_offsets, partial, cap_blocks, offsets, int(interner.next_id), distances
+    )
+    max_m = int((-(-computed // B)).max(initial=1))
     return CapacityCurve(
         block_size=B,
-        request_ids=tuple(p[0] for p in plans),
-        prompt_tokens=np.asarray([p[1] for p in plans], dtype=np.int64),
-        output_steps=np.asarray([p[2] for p in plans], dtype=np.int64),
-        distances=tuple(distances),
+        request_ids=tuple(r.request_id for r in requests),
+        prompt_tokens=prompt,
+        output_steps=steps,
+        distances=distances,
+        offsets=offsets,
         min_num_blocks=max_m + 1,
-        exact_below=None if dup_capacity == INF else dup_capacity + 1,
+        exact_below=None if dup_capacity == INF else int(dup_capacity) + 1,
     )
+
+
+def _leading(ids: np.ndarray, offsets: np.ndarray, counts: np.ndarray):
+    """(flat, offsets) of the first counts[r] of each request's ids."""
+    out_offsets = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=out_offsets[1:])
+    within = np.arange(int(out_offsets[-1]), dtype=np.int64) - np.repeat(out_offsets[:-1], counts)
+    return ids[np.repeat(offsets[:-1], counts) + within], out_offsets
+
+
+# -- the compiled pass (numba) -------------------------------------------------------------------
+
+
+def _pass(keys, key_offsets, partial, cap_blocks, offsets, num_ids, distances):  # pragma: no cover
+    """The stack-distance pass over every request (module docstring): fills `distances`
+    (each request's hittable blocks, prefix-max'ed); returns the smallest usable capacity
+    with a duplicate block (INF: none). Positions of touches count from 1; a key's last
+    touch is 0 until it has one; the Fenwick tree counts the keys' last touches."""
+    tree = np.zeros(len(keys) + 1, np.int64)
+    last = np.zeros(num_ids, np.int64)
+    longest = 0
+    for r in range(len(key_offsets) - 1):
+        longest = max(longest, key_offsets[r + 1] - key_offsets[r])
+    dist = np.empty(longest, np.int64)
+    T, star_start, minprev, dup = 0, -1, INF, INF
+    for r in range(len(key_offsets) - 1):
+        a, n = key_offsets[r], key_offsets[r + 1] - key_offsets[r]
+        total = _prefix(tree, T)
+        for j in range(n):
+            t = last[keys[a + j]]
+            dist[j] = INF
+            if t:
+                d = total - _prefix(tree, t)
+                if t <= star_start and minprev > t:
+                    d += 1
+                dist[j] = d
+        hittable = distances[offsets[r] : offsets[r + 1]]
+        run = -1
+        for j in range(cap_blocks[r]):
+            run = max(run, dist[j])
+            hittable[j] = run
+        for j in range(n):  # blocks computed anew (beyond the hit) that are resident
+            if dist[j] != INF and j >= np.searchsorted(hittable, dist[j], side="right"):
+                dup = min(dup, dist[j] + 1)
+        start = T
+        for j in range(n - 1, -1, -1):  # freed tail first: block 0 the most recent
+            key = keys[a + j]
+            T += 1
+            prev = last[key]
+            if prev:
+                _add(tree, prev, -1)
+            _add(tree, T, 1)
+            last[key] = T
+            minprev = min(minprev, prev)
+        if partial[r]:
+            star_start, minprev = start, INF
+    return dup
+
+
+def _add(tree, i, delta):  # pragma: no cover - compiled
+    while i < len(tree):
+        tree[i] += delta
+        i += i & -i
+
+
+def _prefix(tree, i):  # pragma: no cover - compiled
+    total = 0
+    while i > 0:
+        total += tree[i]
+        i -= i & -i
+    return total
+
+
+@cache
+def _compiled():
+    global _add, _prefix
+    from numba import njit
+
+    jit = njit(cache=True, nogil=True)
+    _add, _prefix = jit(_add), jit(_prefix)
+    return jit(_pass)

@@ -111,3 +111,18 @@ def test_random_small_traces_exact_wherever_valid():
             else:
                 wrong_beyond += got != want
     assert wrong_beyond > 0
+
+
+def test_an_empty_prompt_holds_no_block_and_fails_as_in_the_replay():
+    """A request with no prompt is never admitted: it takes and frees no block (its decode
+    steps hold nothing) and its result is the replay's error."""
+    reqs = [
+        _req("a", list(range(10)), outputs=9),
+        SimRequest("empty", np.zeros(0, np.int32), output_tokens=20),
+        _req("c", list(range(12)), outputs=1),
+    ]
+    curve = capacity_curve(reqs, 4)
+    assert curve.min_num_blocks == 6  # request a: 18 computed tokens, 5 blocks + the null one
+    for n in range(curve.min_num_blocks, 10):
+        assert curve.results(n) == _replayed(reqs, 4, n), n
+    assert curve.results(6)[1].error == "empty prompt"
