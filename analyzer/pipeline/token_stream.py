@@ -31,7 +31,7 @@ from analyzer.pipeline.run_merge import merged
 from analyzer.pipeline.trace import TOKEN_DTYPES
 from analyzer.prefixes.engine import MatchArrays, match_stream
 from analyzer.prefixes.source import RequestMeta
-from analyzer.store.db import cursor, load_sql, out_of_memory, scan_settings
+from analyzer.store.db import cursor, load_sql, scan_settings, under_each_cap
 from analyzer.store.tokens import (
     column_values,
     positions,
@@ -104,13 +104,7 @@ def stream_match(
     """Every view of `meta`'s answers, the inserted sequences streamed once from `sql`
     (rows: arrival_seq, prompt_token_ids, block_hash_ids, output_token_ids, any order),
     under each of STREAM_MEMORY_CAPS until DuckDB does not run out of memory."""
-    for cap in STREAM_MEMORY_CAPS[:-1]:
-        try:
-            return _match(con, sql, lists, meta, cap)
-        except (duckdb.OutOfMemoryException, OSError) as exc:
-            if not out_of_memory(exc):
-                raise
-    return _match(con, sql, lists, meta, STREAM_MEMORY_CAPS[-1])
+    return under_each_cap(lambda cap: _match(con, sql, lists, meta, cap), STREAM_MEMORY_CAPS)
 
 
 def _match(con, sql: str, lists: ExpectedLists, meta: RequestMeta, cap) -> MatchArrays:

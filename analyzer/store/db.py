@@ -6,16 +6,19 @@ import hashlib
 import math
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
 
 from analyzer.errors import StoreError
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = "1"
 DEFAULT_DB = "hpa.duckdb"
@@ -239,6 +242,18 @@ def out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.OutOfMemoryException) or str(exc).startswith(
         "Out of Memory Error"
     )
+
+
+def under_each_cap(run: Callable[[str | None], T], caps: Sequence[str | None]) -> T:
+    """`run(cap)` under each DuckDB buffer limit of `caps` in turn ('48MB', ..., None for
+    none) until DuckDB does not run out of memory under one; the last is final."""
+    for cap in caps[:-1]:
+        try:
+            return run(cap)
+        except (duckdb.OutOfMemoryException, OSError) as exc:
+            if not out_of_memory(exc):
+                raise
+    return run(caps[-1])
 
 
 @contextmanager

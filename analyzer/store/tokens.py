@@ -20,7 +20,7 @@ import duckdb
 import numpy as np
 
 from analyzer.errors import StoreError
-from analyzer.store.db import load_sql, out_of_memory, scan_settings
+from analyzer.store.db import load_sql, scan_settings, under_each_cap
 
 STREAM_BYTES = 16 << 20  # values a streamed batch holds, in bytes
 # DuckDB's buffer limit while token ids are copied out into arrays (`place_lists`): each
@@ -81,15 +81,15 @@ def place_lists(
         StoreError: the rows streamed are not the rows `seqs` and the placements describe
             (the requests changed between the reads).
     """
-    for cap in memory_caps:
-        try:
-            with scan_settings(con, cap, threads=1):
-                _stream(con, sql, seqs, placements)
+
+    def under(cap: str | None) -> None:
+        if cap is None:  # rows too long for every cap: as DuckDB likes
+            _stream(con, sql, seqs, placements)
             return
-        except (duckdb.OutOfMemoryException, OSError) as exc:
-            if not out_of_memory(exc):
-                raise
-    _stream(con, sql, seqs, placements)  # rows too long for every cap: as DuckDB likes
+        with scan_settings(con, cap, threads=1):
+            _stream(con, sql, seqs, placements)
+
+    under_each_cap(under, (*memory_caps, None))
 
 
 def _stream(con, sql: str, seqs: np.ndarray, placements: dict[str, Placement]) -> None:

@@ -5,7 +5,7 @@ import os
 import duckdb
 import pytest
 
-from analyzer.store.db import connect, scan_settings
+from analyzer.store.db import connect, scan_settings, under_each_cap
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl
 
@@ -58,3 +58,41 @@ def test_a_connection_connect_did_not_open_gets_duckdbs_defaults_back():
     with scan_settings(con, "64MB"):
         pass
     assert con.execute(settings).fetchall() == before
+
+
+def _runs_out_under(caps_short: set):
+    tried = []
+
+    def run(cap):
+        tried.append(cap)
+        if cap in caps_short:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: failed to pin block")
+        return f"done under {cap}"
+
+    return run, tried
+
+
+@pytest.mark.parametrize(
+    ("short", "want", "tried"),
+    [
+        (set(), "done under 48MB", ["48MB"]),
+        ({"48MB"}, "done under 256MB", ["48MB", "256MB"]),
+        ({"48MB", "256MB"}, "done under None", ["48MB", "256MB", None]),
+    ],
+)
+def test_under_each_cap_tries_the_next_only_when_out_of_memory(short, want, tried):
+    run, got = _runs_out_under(short)
+    assert under_each_cap(run, ("48MB", "256MB", None)) == want
+    assert got == tried
+
+
+def test_under_each_cap_the_last_is_final_and_other_errors_pass():
+    run, _ = _runs_out_under({"48MB", None})
+    with pytest.raises(duckdb.OutOfMemoryException):
+        under_each_cap(run, ("48MB", None))
+
+    def broken(cap):
+        raise OSError("disk gone")  # not DuckDB's memory: no other cap is tried
+
+    with pytest.raises(OSError, match="disk gone"):
+        under_each_cap(broken, ("48MB", None))
