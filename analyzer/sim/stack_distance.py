@@ -124,17 +124,16 @@ def capacity_curve(requests: Sequence[SimRequest], block_size: int) -> CapacityC
     steps = np.maximum(outputs, 1) - 1
     # An empty prompt is never admitted: it holds and frees no block (and has no ids).
     computed = np.where(prompt >= 1, prompt + steps, 0)
-    full = computed // B
-    keys, key_offsets = _leading(ids, id_offsets, full)
+    full = computed // B  # the hashed blocks it frees; its ids hold at least these
+    held = -(-computed // B)  # the blocks it holds: + a partial last one
     cap_blocks = np.maximum(prompt - 1, 0) // B
     offsets = np.zeros(len(requests) + 1, np.int64)
     np.cumsum(cap_blocks, out=offsets[1:])
     distances = np.empty(int(offsets[-1]), np.int64)
-    partial = -(-computed // B) - full
     dup_capacity = _compiled()(
-        keys, key_offsets, partial, cap_blocks, offsets, int(interner.next_id), distances
+        ids, id_offsets[:-1], full, held - full, cap_blocks, offsets, interner.next_id, distances
     )
-    max_m = int((-(-computed // B)).max(initial=1))
+    max_m = int(held.max(initial=1))
     return CapacityCurve(
         block_size=B,
         request_ids=tuple(r.request_id for r in requests),
@@ -147,31 +146,23 @@ def capacity_curve(requests: Sequence[SimRequest], block_size: int) -> CapacityC
     )
 
 
-def _leading(ids: np.ndarray, offsets: np.ndarray, counts: np.ndarray):
-    """(flat, offsets) of the first counts[r] of each request's ids."""
-    out_offsets = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=out_offsets[1:])
-    within = np.arange(int(out_offsets[-1]), dtype=np.int64) - np.repeat(out_offsets[:-1], counts)
-    return ids[np.repeat(offsets[:-1], counts) + within], out_offsets
-
-
 # -- the compiled pass (numba) -------------------------------------------------------------------
 
 
-def _pass(keys, key_offsets, partial, cap_blocks, offsets, num_ids, distances):  # pragma: no cover
-    """The stack-distance pass over every request (module docstring): fills `distances`
-    (each request's hittable blocks, prefix-max'ed); returns the smallest usable capacity
-    with a duplicate block (INF: none). Positions of touches count from 1; a key's last
-    touch is 0 until it has one; the Fenwick tree counts the keys' last touches."""
-    tree = np.zeros(len(keys) + 1, np.int64)
+def _pass(
+    keys, starts, counts, partial, cap_blocks, offsets, num_ids, distances
+):  # pragma: no cover - compiled
+    """The stack-distance pass over every request (module docstring): request r's keys are
+    keys[starts[r] :][: counts[r]]; fills `distances` (each request's hittable blocks,
+    prefix-max'ed); returns the smallest usable capacity with a duplicate block (INF:
+    none). Positions of touches count from 1; a key's last touch is 0 until it has one;
+    the Fenwick tree counts the keys' last touches."""
+    tree = np.zeros(counts.sum() + 1, np.int64)
     last = np.zeros(num_ids, np.int64)
-    longest = 0
-    for r in range(len(key_offsets) - 1):
-        longest = max(longest, key_offsets[r + 1] - key_offsets[r])
-    dist = np.empty(longest, np.int64)
+    dist = np.empty(counts.max() if len(counts) else 0, np.int64)
     T, star_start, minprev, dup = 0, -1, INF, INF
-    for r in range(len(key_offsets) - 1):
-        a, n = key_offsets[r], key_offsets[r + 1] - key_offsets[r]
+    for r in range(len(counts)):
+        a, n = starts[r], counts[r]
         total = _prefix(tree, T)
         for j in range(n):
             t = last[keys[a + j]]
