@@ -122,7 +122,7 @@ def _laid_out(seqs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
     held = _held_starts(seqs)
     if held is not None:
-        return held[0], held[1], lens
+        return *held, lens
     pieces = []
     for p, o in seqs:
         pieces.append(np.asarray(p, np.int32))
@@ -148,21 +148,26 @@ def _held_starts(seqs: list) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     addresses = []
     for p, o in seqs:
-        if type(p) is not np.ndarray or p.base is not base or p.dtype != _INT32:
-            return None
-        if p.strides != _INT32_STRIDES and len(p) > 1:
+        if not _run_of(p, base):
             return None
         at = p.ctypes.data
         addresses.append(at)
-        if o is not None and len(o):
-            if type(o) is not np.ndarray or o.base is not base or o.dtype != _INT32:
-                return None
-            if o.ctypes.data != at + 4 * len(p) or (o.strides != _INT32_STRIDES and len(o) > 1):
-                return None
+        if o is not None and len(o) and not (_run_of(o, base) and o.ctypes.data == at + 4 * len(p)):
+            return None
     starts = np.fromiter(addresses, np.int64, len(addresses))
     starts -= base.ctypes.data
     starts //= 4
     return base, starts
+
+
+def _run_of(view, base: np.ndarray) -> bool:
+    """Whether `view` is a contiguous run of int32 `base`."""
+    return (
+        type(view) is np.ndarray
+        and view.base is base
+        and view.dtype == _INT32
+        and (view.strides == _INT32_STRIDES or len(view) <= 1)
+    )
 
 
 _INT32 = np.dtype(np.int32)
