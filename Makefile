@@ -31,7 +31,8 @@ lint: $(STAMP)
 bench: bench-e2e bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent
 
 # End to end: token ids -> last-half hit ratio, hpa (ingest + replay) vs kvcache-simulator
-# (conversion to hash ids + run), 70 M prompt tokens; peak RSS of every hpa command (~2 min).
+# (conversion to hash ids + run), 70 M prompt tokens, 3 paired runs (medians); peak RSS of
+# hpa ingest, match, replay and report (~3 min).
 bench-e2e: $(STAMP)
 	$(PY) bench/bench_e2e.py
 
@@ -74,6 +75,7 @@ bench-scale: $(STAMP)
 
 .PHONY: bench-concurrent
 # Concurrent replay vs the oracle's --concurrent mode on 2,000 requests (3 layouts; hpa's
-# serial replay as the baseline without the oracle), then a serial vs concurrent capacity curve.
+# serial replay as the baseline without the oracle), 3 paired runs (medians), then a serial vs
+# concurrent capacity curve.
 bench-concurrent: $(STAMP)
 	$(PY) bench/bench_concurrent.py
