@@ -21,7 +21,8 @@ AUTO_POINTS = 12
 
 def one_pass_applies(policy: Policy) -> bool:
     """An LRU full-attention-only cache replayed serially: the stack-distance pass is exact
-    (under the per-capacity conditions `CapacityCurve.valid` checks). Never under the
+    (under the per-capacity conditions `CapacityCurve.valid` checks), whatever the token
+    budget (it only splits the prefill: `sim/stack_distance.py`). Never under the
     concurrent schedule, where requests in flight pin blocks and preempt."""
     if (
         policy.model is not None
@@ -33,7 +34,6 @@ def one_pass_applies(policy: Policy) -> bool:
         and policy.schedule == "serial"
         and policy.groups == ("full_attention",)
         and policy.spec_decode == "none"
-        and policy.max_num_batched_tokens is None
     )
 
 
@@ -59,7 +59,7 @@ class OnePass:
         if not curve.valid(policy.num_blocks):
             self.fallbacks += 1
             return list(replay(requests, policy, num_groups=num_groups))
-        return curve.results(policy.num_blocks)
+        return curve.results(policy.num_blocks, policy.max_num_batched_tokens)
 
 
 def auto_capacities(trace, policy: Policy, one: OnePass) -> list[int]:

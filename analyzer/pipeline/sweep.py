@@ -88,8 +88,8 @@ def run_sweeps(
     if any(vals == ["auto"] for _, vals in parsed) and not one_pass_applies(base_policy):
         raise ConfigError(
             "--vary num_blocks=auto needs an LRU full-attention-only policy "
-            "(groups [full_attention], spec_decode none, no "
-            "max_num_batched_tokens, schedule serial); give explicit values instead"
+            "(groups [full_attention], spec_decode none, schedule serial); give explicit "
+            "values instead"
         )
     source = request_input(db_path, dataset)
     fingerprint = source.fingerprint

@@ -1,8 +1,14 @@
 """Every pool capacity from one pass: stack distances over block accesses (Mattson), pure.
 
 For one cache (one partition, requests in arrival order) under an LRU, full-attention-only
-policy (groups [full_attention], no speculative decoding, no token budget, serial replay),
+policy (groups [full_attention], no speculative decoding, serial replay, any token budget),
 `capacity_curve` computes per request the hit tokens for *every* capacity at once.
+
+A token budget (`max_num_batched_tokens`) changes nothing below but the request's `chunks`:
+a prefill in several chunks takes the same m blocks from the same queue head, only in several
+allocations, and hashing a chunk's blocks moves nothing in the free queue (the request holds
+them); so what is cached, evicted and hit is the one-chunk replay's, on every pool that
+condition 1 admits (tests/pipeline/test_stack_distance.py compares replays with budgets).
 
 vLLM's pool is not a plain LRU over block hashes, so the distance is not the textbook one.
 What the serial replay does (analyzer/sim/vllm), with C = num_blocks - 1 usable blocks:
@@ -48,6 +54,7 @@ from functools import cache
 import numpy as np
 
 from analyzer.sim.common.hashing import HashInterner
+from analyzer.sim.common.serial import budget_chunks
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.compiled_input import StepInput
 from analyzer.sim.vllm.fast import failed
@@ -94,8 +101,10 @@ class CapacityCurve:
         finite = self.distances[self.distances < INF]
         return max(int(finite.max()) + 2 if len(finite) else 2, self.min_num_blocks)
 
-    def results(self, num_blocks: int) -> list[SimResult]:
-        """SimResults as the vLLM replay gives them (full attention only: no sparse loss)."""
+    def results(self, num_blocks: int, budget: int | None = None) -> list[SimResult]:
+        """SimResults as the vLLM replay gives them (full attention only: no sparse loss)
+        under the policy's `max_num_batched_tokens` `budget` (None: a prompt is one chunk),
+        which only splits the prefill into `chunks`: the hits do not depend on it."""
         hits = self.hit_tokens(num_blocks)
         out = []
         for rid, prompt, steps, hit in zip(
@@ -105,7 +114,8 @@ class CapacityCurve:
             if prompt < 1:  # never admitted, as the replay has it
                 out.append(failed(rid, prompt, "empty prompt"))
                 continue
-            chunks = (prompt - hit,) + (1,) * int(steps)
+            chunks = (prompt - hit,) if budget is None else budget_chunks(hit, (), prompt, budget)
+            chunks = tuple(chunks) + (1,) * int(steps)
             out.append(SimResult(rid, prompt, hit, 0, 0, 0, hit, hit, 0, chunks, None))
         return out
 

@@ -11,9 +11,14 @@ from analyzer.sim.records import SimRequest
 from analyzer.sim.stack_distance import capacity_curve
 
 
-def _replayed(requests, block_size: int, num_blocks: int | None):
+def _replayed(requests, block_size: int, num_blocks: int | None, budget: int | None = None):
     policy = make_policy(
-        {"groups": ["full_attention"], "block_size": block_size, "num_blocks": num_blocks}
+        {
+            "groups": ["full_attention"],
+            "block_size": block_size,
+            "num_blocks": num_blocks,
+            "max_num_batched_tokens": budget,
+        }
     )
     return list(replay(requests, policy))
 
@@ -126,3 +131,40 @@ def test_an_empty_prompt_holds_no_block_and_fails_as_in_the_replay():
     for n in range(curve.min_num_blocks, 10):
         assert curve.results(n) == _replayed(reqs, 4, n), n
     assert curve.results(6)[1].error == "empty prompt"
+
+
+@pytest.mark.parametrize("budget", [2048, 8192])
+def test_a_token_budget_changes_only_the_chunks_on_mixed_sample(mixed_partitions, budget):
+    """The one pass applies under any `max_num_batched_tokens` (one_pass_applies): a chunked
+    prefill takes the same blocks from the same queue head, so every capacity's replay with
+    the budget is the curve's results with it, every field (chunks split by the budget)."""
+    for requests in mixed_partitions[:2]:
+        curve = capacity_curve(requests, 528)
+        lo, top = curve.min_num_blocks, curve.saturation() + 3
+        for n in sorted({lo, *np.linspace(lo, top, 4).astype(int).tolist()}):
+            want = _replayed(requests, 528, int(n), budget)
+            assert curve.results(int(n), budget) == want, n
+            if budget == 2048:  # the budget does split prefills here
+                assert any(r.prompt_tokens - r.hit_tokens > budget for r in want)
+
+
+def test_random_small_traces_with_budgets_exact_wherever_valid():
+    """Seeded fuzz with budgets below a block, of a block and between blocks: wherever the
+    curve is valid its results equal the budgeted replay's, every field."""
+    rng = np.random.default_rng(11)
+    compared = 0
+    for _ in range(200):
+        stems = [list(range(i * 10, i * 10 + int(rng.choice([4, 8, 9, 12, 17])))) for i in range(3)]
+        reqs = []
+        for k in range(8):
+            stem = stems[int(rng.integers(3))]
+            cut = int(rng.choice([4, 8, len(stem)]))
+            tail = [int(rng.integers(500, 510))] if rng.random() < 0.3 else []
+            reqs.append(_req(str(k), stem[:cut] + tail, int(rng.choice([1, 3, 6]))))
+        curve = capacity_curve(reqs, 4)
+        budget = int(rng.choice([1, 3, 4, 5, 8, 13]))
+        for n in range(curve.min_num_blocks, 24):
+            if curve.valid(n):
+                assert curve.results(n, budget) == _replayed(reqs, 4, n, budget), (n, budget)
+                compared += 1
+    assert compared > 100

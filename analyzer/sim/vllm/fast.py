@@ -55,8 +55,14 @@ class _Req:
 
 
 def chunk_ends(layout: CacheLayout, prompt: int, hit: int, junction: int) -> list[int]:
-    """Where each prefill chunk of a request ends (the scheduler's stops, `scheduler.py`)."""
-    if layout.max_num_batched_tokens is not None:
+    """Where each prefill chunk of a request ends (the scheduler's stops, `scheduler.py`).
+
+    A budget at least the prompt's rest (`vllm serve`'s 8192 against most prompts) cuts
+    nothing: the stops are then the unbudgeted ones. Full attention alone cuts only by it."""
+    budget = layout.max_num_batched_tokens
+    if budget is not None and prompt - hit > budget:
+        if not layout.has_mamba:
+            return list(range(hit + budget, prompt, budget)) + [prompt]
         req = _Req(prompt, junction)
         ends, start = [], hit
         while start < prompt:
