@@ -21,7 +21,7 @@ from analyzer.config.schedule import (
     CONCURRENT_KEYS,
     SCHEDULE_KEYS,
     SCHEDULES,
-    VLLM_STEP_TOKEN_BUDGET,
+    VLLM_SERVE_MAX_NUM_BATCHED_TOKENS,
     check_schedule,
 )
 from analyzer.errors import ConfigError
@@ -70,7 +70,8 @@ class Policy:
     prefix_match_unit: int | None = None
     retention_interval: int | None = 0
     sliding_window: int | None = None
-    max_num_batched_tokens: int | None = None
+    # vllm serve's default (schedule.py); null = a prompt is one chunk (serial)
+    max_num_batched_tokens: int | None = VLLM_SERVE_MAX_NUM_BATCHED_TOKENS
     num_blocks: int | None = None
     spec_decode: str = "none"
     replicas: int = 1
@@ -101,11 +102,11 @@ class Policy:
 
     @property
     def step_token_budget(self) -> int | None:
-        """The scheduler's token budget per step: `max_num_batched_tokens`, which under the
-        concurrent schedule is vLLM's 8192 when null (a serial replay sees the key as is:
-        null = a prompt is one chunk)."""
+        """The scheduler's token budget per step: `max_num_batched_tokens` (by default
+        `vllm serve`'s 8192), which under the concurrent schedule is that same 8192 when
+        null (a serial replay sees the key as is: null = a prompt is one chunk)."""
         if self.max_num_batched_tokens is None and self.schedule == "concurrent":
-            return VLLM_STEP_TOKEN_BUDGET
+            return VLLM_SERVE_MAX_NUM_BATCHED_TOKENS
         return self.max_num_batched_tokens
 
     def to_json(self) -> str:

@@ -16,7 +16,13 @@ from typing import Any
 from analyzer.errors import ConfigError
 
 SCHEDULES = ("serial", "concurrent")
-VLLM_STEP_TOKEN_BUDGET = 8192  # vLLM's max_num_batched_tokens when none is given
+# `vllm serve`'s max_num_batched_tokens on a GPU of >= 70 GiB that is not an A100 (H100,
+# H200, B200, MI300X): vLLM 0.33 `EngineArgs.get_batch_defaults` (vllm/engine/arg_utils.py)
+# gives UsageContext.OPENAI_API_SERVER 8192 there (the LLM class 16384; other GPUs 2048 and
+# 8192), and `_set_default_max_num_seqs_and_batched_tokens_args` applies it when the flag is
+# not given; chunked prefill is always on in V1. The policy's default on every schedule, and
+# the concurrent schedule's step budget when a policy sets the key to null.
+VLLM_SERVE_MAX_NUM_BATCHED_TOKENS = 8192
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,10 @@ BASE_DOCS = {
     "retention_interval": "null = keep every produced sparse state; 0 = semantic checkpoints "
     "only (replay boundary, junction); N (a multiple of block_size) = also every N tokens.",
     "sliding_window": "Window W in tokens; required exactly when groups has sliding_window.",
-    "max_num_batched_tokens": "Per-step token budget (chunked prefill); null = a prompt is "
-    "one chunk (schedule serial) or vLLM's 8192 (schedule concurrent).",
+    "max_num_batched_tokens": "Per-step token budget (chunked prefill). The default, 8192, "
+    "is vllm serve's on a GPU of >= 70 GiB other than an A100 (vLLM 0.33 "
+    "EngineArgs.get_batch_defaults); on a hybrid model chunk ends are where Mamba states "
+    "exist. null = a prompt is one chunk (schedule serial) or 8192 (schedule concurrent).",
     "num_blocks": "Shared pool capacity in blocks, counted as vLLM counts num_gpu_blocks "
     "(all groups draw from it); null = unbounded.",
     "spec_decode": "eagle_lookahead = vLLM 0.33 default for EAGLE/MTP (lookahead hashes, "

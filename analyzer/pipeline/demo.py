@@ -28,7 +28,7 @@ from analyzer.traces.synth import generate, write_jsonl
 
 MAIN_TRACE = "mixed.jsonl.gz"
 MODEL = "qwen3-next-80b-a3b"
-# One knob at a time against the vLLM 0.33 default (retention 0, one chunk per prompt).
+# One knob at a time against the vLLM 0.33 default (retention 0, vllm serve's 8192 budget).
 POLICIES = {
     "vllm default": {},
     "retention null": {"retention_interval": None},

@@ -9,17 +9,30 @@ import pytest
 
 from analyzer.config.engines import ENGINE_NAMES
 from analyzer.config.policy import KEYS, Policy, build_policy, parse_override, policy_values
-from analyzer.config.schedule import CONCURRENT_KEYS, SCHEDULE_KEYS
+from analyzer.config.schedule import (
+    CONCURRENT_KEYS,
+    SCHEDULE_KEYS,
+    VLLM_SERVE_MAX_NUM_BATCHED_TOKENS,
+)
 from analyzer.errors import ConfigError
 
 CONCURRENT = {"block_size": 16, "schedule": "concurrent"}
 
 # Today's canonical JSON of serial policies: every stored run, report and golden keeps it.
+# (A policy that names no budget gets vllm serve's 8192; one that says null, one chunk per
+# prompt, keeps the identity every run had while null was the default.)
 SERIAL_IDENTITY = [
+    (
+        {"block_size": 544, "max_num_batched_tokens": None},
+        '{"block_size":544,"engine":"vllm","groups":["full_attention","mamba"],'
+        '"max_num_batched_tokens":null,"model":null,"num_blocks":null,"prefix_match_unit":null,'
+        '"replicas":1,"retention_interval":0,"routing":"trace","sliding_window":null,'
+        '"spec_decode":"none"}',
+    ),
     (
         {"block_size": 544},
         '{"block_size":544,"engine":"vllm","groups":["full_attention","mamba"],'
-        '"max_num_batched_tokens":null,"model":null,"num_blocks":null,"prefix_match_unit":null,'
+        '"max_num_batched_tokens":8192,"model":null,"num_blocks":null,"prefix_match_unit":null,'
         '"replicas":1,"retention_interval":0,"routing":"trace","sliding_window":null,'
         '"spec_decode":"none"}',
     ),
@@ -31,7 +44,7 @@ SERIAL_IDENTITY = [
         '"sliding_window":null,"spec_decode":"none"}',
     ),
     (
-        {"block_size": 64, "engine": "sglang"},
+        {"block_size": 64, "engine": "sglang", "max_num_batched_tokens": None},
         '{"block_size":64,"engine":"sglang","groups":["full_attention","mamba"],'
         '"max_num_batched_tokens":null,"model":null,"num_blocks":null,"prefix_match_unit":null,'
         '"replicas":1,"retention_interval":0,"routing":"trace","sglang_chunk_tokens":64,'
@@ -87,9 +100,11 @@ def test_a_concurrent_policy_has_all_five_keys_in_its_identity():
 @pytest.mark.parametrize(
     ("values", "budget"),
     [
-        ({"block_size": 16}, None),
+        ({"block_size": 16}, 8192),  # vllm serve's default
+        ({"block_size": 16, "max_num_batched_tokens": None}, None),  # one chunk a prompt
         ({"block_size": 16, "max_num_batched_tokens": 2048}, 2048),
         (CONCURRENT, 8192),
+        ({**CONCURRENT, "max_num_batched_tokens": None}, 8192),
         ({**CONCURRENT, "max_num_batched_tokens": 2048}, 2048),
     ],
     ids=json.dumps,
@@ -97,7 +112,8 @@ def test_a_concurrent_policy_has_all_five_keys_in_its_identity():
 def test_step_token_budget(values, budget):
     p = build_policy(values)
     assert p.step_token_budget == budget
-    assert p.max_num_batched_tokens == values.get("max_num_batched_tokens")
+    assert p.max_num_batched_tokens == values.get("max_num_batched_tokens", 8192)
+    assert Policy().max_num_batched_tokens == VLLM_SERVE_MAX_NUM_BATCHED_TOKENS == 8192
 
 
 def test_set_overrides():

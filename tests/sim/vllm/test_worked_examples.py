@@ -42,8 +42,9 @@ def test_three_requests_of_2176(shared, retention, budget, expected):
 
 
 def test_documented_chunks():
-    """The mechanism (oracle README): r0 stops at 1632, r1 at its junction 1088."""
-    policy = make_policy({"block_size": 544})
+    """The mechanism (oracle README): r0 stops at 1632, r1 at its junction 1088 (one chunk a
+    prompt, as the oracle ran it)."""
+    policy = make_policy({"block_size": 544, "max_num_batched_tokens": None})
     results = list(replay(shared_prefix_requests(1, 3, 2176, 1088), policy))
     assert [r.chunks for r in results] == [(1632, 544), (1088, 544, 544), (544, 544)]
 
