@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import shutil
 import signal
 import sys
 import time
@@ -255,16 +256,32 @@ def progress_bar(label: str, unit: str = ""):
 
 @contextmanager
 def counter(label: str, unit: str):
-    """Yields update(n) showing a running count on a terminal (steps of unknown length),
-    or None when stderr is not a terminal."""
+    """Yields update(n, what) showing a running count of steps of unknown number, and what
+    the command is doing: redrawn in place on a terminal; on a pipe or a log, a line once
+    PROGRESS_LINE_S seconds have passed since the last (or the start), flushed, with the
+    time so far (a quick command prints none)."""
+    started = time.monotonic()
     if not sys.stderr.isatty():
-        yield None
+        last = [started]
+
+        def line(n: int, what: str = "") -> None:
+            now = time.monotonic()
+            if now - last[0] >= PROGRESS_LINE_S:
+                last[0] = now
+                doing = f": {what}" if what else ""
+                click.echo(f"{label}: {n:,} {unit}, {now - started:,.0f} s{doing}", err=True)
+                sys.stderr.flush()
+
+        yield line
         return
     shown = [False]
 
-    def update(n: int) -> None:
+    def update(n: int, what: str = "") -> None:
         shown[0] = True
-        click.echo(f"\r{label}: {n:,} {unit}", nl=False, err=True)
+        doing = f": {what}" if what else ""
+        text = f"{label}: {n:,} {unit}, {time.monotonic() - started:,.0f} s{doing}"
+        width = shutil.get_terminal_size().columns - 1  # one line, redrawn whole
+        click.echo(f"\r{text[:width]:<{width}}", nl=False, err=True)
 
     try:
         yield update

@@ -154,10 +154,11 @@ def calibrate_cmd(db_path, policy_source, overrides, out):
 
 
 SCHEDULE_LINES = {
-    "serial": "schedule: serial (each request after the previous one finished: the "
-    "no-contention bound; --schedule concurrent replays vLLM's scheduler under load)",
-    "concurrent": "schedule: concurrent (vLLM's scheduler on the trace's arrival times: "
-    "queueing, requests in flight and preemption count)",
+    "serial": "schedule: serial (each request after the previous one finished, prefill "
+    "chunks of max_num_batched_tokens={budget}; --schedule concurrent replays vLLM's "
+    "scheduler under load)",
+    "concurrent": "schedule: concurrent (vLLM's scheduler on the trace's arrival times, "
+    "max_num_batched_tokens={budget}: queueing, requests in flight and preemption count)",
 }
 
 
@@ -170,7 +171,7 @@ SCHEDULE_LINES = {
     type=float,
     help="The useful hit ratio (hits / queries) to reach, in (0, 1].",
 )
-@click.option("--model", default=None, help="Model preset (schemas/models/).")
+@click.option("--model", default=None, help="Model preset (schemas/models/) or model file.")
 @click.option(
     "--memory-budget",
     default=None,
@@ -181,7 +182,7 @@ SCHEDULE_LINES = {
     "--schedule",
     type=click.Choice(["serial", "concurrent"]),
     default=None,
-    help="How every replay runs: serial (the no-contention bound) or concurrent (vLLM's "
+    help="How every replay runs: serial (one request at a time) or concurrent (vLLM's "
     "scheduler on the trace's arrival times: queueing and preemption count) [default: "
     "the policy's, else serial].",
 )
@@ -190,6 +191,44 @@ SCHEDULE_LINES = {
     type=float,
     default=None,
     help="With --schedule concurrent: arrival = (timestamp - earliest) x this [default: 1].",
+)
+@click.option(
+    "--ttft-p99",
+    "ttft_p99_s",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="With --schedule concurrent: also meet this TTFT p99, searching the number of "
+    "replicas and the routing (round_robin, prefix_aware) for the least memory in all.",
+)
+@click.option(
+    "--gpu",
+    default=None,
+    metavar="NAME",
+    help="Give the answer in GPUs of this kind (H100, H200, B200, MI300X); needs --model.",
+)
+@click.option(
+    "--gpu-memory-gib",
+    type=float,
+    default=None,
+    metavar="GIB",
+    help="Any other accelerator: its memory in GiB (instead of --gpu).",
+)
+@click.option(
+    "--tensor-parallel",
+    type=int,
+    default=None,
+    metavar="N",
+    help="GPUs per replica [default: the fewest (a power of two) that hold the weights "
+    "and the cache].",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="json: one JSON object on stdout (the cheapest setting's figures at the top level).",
 )
 @click.option(
     "--dataset",
@@ -203,48 +242,43 @@ SCHEDULE_LINES = {
 @executor_options
 @workers_option
 def plan_cmd(
-    db_path,
-    target,
-    model,
-    memory_budget,
-    family,
-    schedule,
-    time_scale,
-    dataset,
-    measure_from,
-    policy_source,
-    overrides,
-    executor,
-    ray_address,
-    workers,
+    db_path, target, fmt, dataset, policy_source, overrides, executor, ray_address, workers, **asked
 ):
-    """Search the cheapest cache settings that reach a target useful hit ratio (by replays).
+    """Search the cheapest cache settings that reach a target useful hit ratio (by replays):
+    the smallest pool per setting, under load with its latency, with --gpu in GPUs.
 
     With --dataset (and a non-local executor) each replay's or setting's worker reads the
     trace from the dataset; this process holds its per-request scalars only. Nothing is
     written to --db."""
-    import pyarrow as pa
-
     from analyzer.pipeline.plan import plan
-    from analyzer.report.tables import render
     from analyzer.sim.policy import policy_values
 
     with counter("plan", "replays") as update:
         r = plan(
             target,
-            model=model,
-            memory_budget=memory_budget,
-            family=family,
             db_path=db_path,
-            progress=update,
-            executor=executor_spec(executor, workers, ray_address),
             dataset=dataset,
-            schedule=schedule,
-            time_scale=time_scale,
+            executor=executor_spec(executor, workers, ray_address),
+            progress=update,
             policy=policy_values(policy_source, overrides),
-            measure_from=measure_from,
+            **asked,
         )
-    click.echo(SCHEDULE_LINES[r.schedule])
+    if fmt == "json":
+        import orjson
+
+        click.echo(orjson.dumps(r.as_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        _print_plan(r)
+    if not r.reachable:
+        sys.exit(1)
+
+
+def _print_plan(r) -> None:
+    import pyarrow as pa
+
+    from analyzer.report.tables import render
+
+    click.echo(SCHEDULE_LINES[r.schedule].format(budget=_null(r.max_num_batched_tokens)))
     for note in r.notes:
         click.echo(f"note: {note}")
     click.echo(
@@ -255,25 +289,51 @@ def plan_cmd(
         f"{r.unbounded_ratio:.3f}"
     )
     if r.candidates:
-        c = r.candidates
-        table = pa.table(
-            {
-                "retention_interval": [_null(x.retention_interval) for x in c],
-                "prefix_match_unit": [_null(x.prefix_match_unit) for x in c],
-                "replicas": [x.replicas for x in c],
-                "routing": [x.routing for x in c],
-                "num_blocks": [x.num_blocks for x in c],
-                "useful_hit_ratio": [x.useful_hit_ratio for x in c],
-                "caches": [x.num_caches for x in c],
-                "memory_gib": pa.array([x.memory_gib for x in c], pa.float64()),
-                f"total_{r.cost_unit.lower()}": [float(x.cost) for x in c],
-                "sized_by": [x.sized_by for x in c],
-            }
-        )
-        click.echo(render(table), nl=False)
+        click.echo(render(pa.table(_candidate_columns(r))), nl=False)
+    if r.load_warning:
+        click.echo(r.load_warning)
+    best = r.best
+    if best is not None and best.gpus is not None:
+        click.echo(_gpu_line(best))
     click.echo(f"{r.message} [{r.replays} replays]")
-    if not r.reachable:
-        sys.exit(1)
+
+
+def _candidate_columns(r) -> dict:
+    import pyarrow as pa
+
+    c = r.candidates
+    columns = {
+        "retention_interval": [_null(x.retention_interval) for x in c],
+        "prefix_match_unit": [_null(x.prefix_match_unit) for x in c],
+        "replicas": [x.replicas for x in c],
+        "routing": [x.routing for x in c],
+        "num_blocks": [x.num_blocks for x in c],
+        "useful_hit_ratio": [x.useful_hit_ratio for x in c],
+        "caches": [x.num_caches for x in c],
+        "memory_gib": pa.array([x.memory_gib for x in c], pa.float64()),
+        f"total_{r.cost_unit.lower()}": [float(x.cost) for x in c],
+        "sized_by": [x.sized_by for x in c],
+    }
+    if r.schedule == "concurrent":
+        loads = [x.load for x in c]
+        for key in ("ttft_p50_s", "ttft_p99_s", "queue_mean_s", "max_in_flight", "saturated"):
+            columns[key] = [None if load is None else getattr(load, key) for load in loads]
+    if c[0].gpus is not None:
+        columns["tensor_parallel"] = [x.gpus.tensor_parallel for x in c]
+        columns["total_gpus"] = [x.gpus.total_gpus for x in c]
+        columns["fits"] = [x.gpus.fits for x in c]
+    return columns
+
+
+def _gpu_line(best) -> str:
+    g = best.gpus
+    head = (
+        f"gpus: {g.gpu} ({g.hbm_gib:g} GiB): tensor parallel {g.tensor_parallel}, weights "
+        f"{g.weights_per_gpu_gib:,.1f} GiB a GPU, the pool {g.kv_cache_per_gpu_gib:,.2f} GiB a GPU "
+        f"of {g.kv_space_per_gpu_gib:,.1f} GiB free for KV at gpu_memory_utilization 0.9; "
+        f"{g.gpus_per_replica} a replica x {g.num_caches} = {g.total_gpus} GPUs"
+    )
+    return head if g.fits else f"{head}; {g.message}"
 
 
 def _null(value: int | None) -> str:

@@ -122,6 +122,14 @@ class LoadedTrace:
     def partition(self, indices: list[int]) -> tuple[LoadedTrace, list[int]]:
         return self, indices
 
+    def take(self, indices: list[int]) -> LoadedTrace:
+        """A trace of the rows `indices` only (in that order; arrival order when sorted)."""
+        return LoadedTrace(
+            {name: [values[i] for i in indices] for name, values in self.columns.items()},
+            [self.prompts[i] for i in indices],
+            [self.outputs[i] for i in indices],
+        )
+
     def for_workers(self) -> LoadedTrace:
         """What a worker that searches the whole trace is shipped: the trace itself."""
         return self

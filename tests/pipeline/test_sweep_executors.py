@@ -141,9 +141,10 @@ def test_plan_over_a_dataset_gives_the_store_runs_answer(traces):
     """Same ceilings, candidates (in order), message and replay count: the pruning of the
     local search applied to the workers' results in the same order."""
     db, data = traces["synth"]
-    expected = plan(0.3, db_path=db, model="qwen3-next-80b-a3b")
+    # (0.2: pools near the floor, so that settings are skipped for their floor's cost)
+    expected = plan(0.2, db_path=db, model="qwen3-next-80b-a3b")
     with driver_never_loads():
-        got = plan(0.3, dataset=data, model="qwen3-next-80b-a3b", executor=PROCESSES)
+        got = plan(0.2, dataset=data, model="qwen3-next-80b-a3b", executor=PROCESSES)
     assert expected.reachable and len(expected.candidates) >= 2
     assert "settings skipped" in expected.message  # the pruning was exercised
     assert got == expected

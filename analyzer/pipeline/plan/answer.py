@@ -1,0 +1,154 @@
+"""A plan's last step: the searched settings as candidates, cheapest first, and what to say."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from analyzer.errors import ConfigError
+from analyzer.pipeline.plan.result import Candidate, PlanResult
+from analyzer.pipeline.plan.search import Outcome
+
+if TYPE_CHECKING:  # the planner imports this module
+    from analyzer.pipeline.plan.planner import Planner
+
+
+def unreachable_above_bound(planner: Planner, c) -> str:
+    shared = c.ceiling + c.granularity
+    return (
+        f"unreachable: target {planner.ask.target:.3f} is above the attention-only bound "
+        f"{c.bound:.3f} (an unbounded full-attention-only cache; the model's groups with every "
+        f"sparse state kept reach {c.dense:.3f}); the shared-prefix ceiling is {c.ceiling:.3f} "
+        f"(matchable tokens / queries; {shared:.3f} is shared at token level, "
+        f"{c.granularity:.3f} of it below whole {planner.block}-token blocks or match units). "
+        f"No pool size or retention can reuse more than that; a finer match unit or "
+        f"block only can."
+    )
+
+
+def answer_for(planner: Planner, ceilings, outcomes: list[Outcome]) -> PlanResult:
+    """The PlanResult of the searched settings."""
+    gpus = planner.gpus
+    candidates = [_candidate(planner, o, gpus) for o in outcomes if o.found is not None]
+    candidates.sort(key=lambda c: (c.cost, -c.useful_hit_ratio))
+    skipped = sum(o.skipped for o in outcomes)
+    if candidates:
+        message = _cheapest(planner, candidates[0], skipped)
+    else:
+        message = _none_reached(planner, ceilings, outcomes)
+    best = candidates[0] if candidates else None
+    warning = _load_warning(planner, best)
+    return planner._result(ceilings, message, candidates, load_warning=warning)
+
+
+def _candidate(planner: Planner, outcome: Outcome, gpus) -> Candidate:
+    policy, found, search = outcome.policy, outcome.found, planner.search
+    caches = search.caches(policy)
+    memory = planner.pool_gib(found.num_blocks)
+    return Candidate(
+        policy.retention_interval,
+        policy.prefix_match_unit,
+        policy.replicas,
+        policy.routing,
+        found.num_blocks,
+        found.measure.useful_hit_ratio,
+        memory,
+        search.cost(policy, found.num_blocks),
+        found.sized_by,
+        caches,
+        found.floor_blocks,
+        found.measure.load,
+        None if gpus is None else gpus(found.num_blocks * planner.per_block, caches),
+    )
+
+
+def _cheapest(planner: Planner, best: Candidate, skipped: int) -> str:
+    unit = "cache" if best.num_caches == 1 else "caches"
+    note = f" ({skipped} settings skipped: dearer than that at any pool size)" if skipped else ""
+    latency = ""
+    if best.load is not None:
+        latency = f", TTFT p99 {best.load.ttft_p99_s:,.3g} s"
+    hardware = ""
+    if best.gpus is not None:
+        hardware = f"; {best.gpus.total_gpus} x {best.gpus.gpu} in all"
+    return (
+        f"cheapest: retention_interval={_j(best.retention_interval)} "
+        f"prefix_match_unit={_j(best.prefix_match_unit)} replicas={best.replicas} "
+        f"routing={best.routing} num_blocks={best.num_blocks} -> useful hit ratio "
+        f"{best.useful_hit_ratio:.3f}{latency} for {best.cost:,.2f} {planner.cost_unit} of "
+        f"cache in all ({best.num_caches} {unit}, one per model revision x replica)"
+        f"{hardware}{note}"
+    )
+
+
+def _none_reached(planner: Planner, c, outcomes: list[Outcome]) -> str:
+    """Why no setting reached the targets: the budget cannot hold the longest request, or
+    none reached them within the search."""
+    floors = [o.floor_blocks for o in outcomes if o.floor_blocks is not None]
+    search = planner.search
+    if search.budget_blocks is not None and floors and min(floors) > search.budget_blocks:
+        need = min(floors)
+        return (
+            f"unreachable within the memory budget: --memory-budget {planner.ask.memory_budget} "
+            f"holds {search.budget_blocks:,} blocks per cache, and the longest request needs "
+            f"{need:,} ({planner.pool_gib(need):,.2f} GiB per cache) to be scheduled at all"
+        )
+    latency = ""
+    if planner.ask.ttft_p99_s is not None:
+        latency = f" with TTFT p99 <= {planner.ask.ttft_p99_s:g} s (up to 64 replicas)"
+    budget = ""
+    if search.budget_blocks is not None:
+        budget = f" within the memory budget {planner.ask.memory_budget}"
+    return (
+        f"unreachable within the search: no candidate reaches {planner.ask.target:.3f}"
+        f"{latency}{budget} (attention-only bound {c.bound:.3f}, shared-prefix ceiling "
+        f"{c.ceiling:.3f}, model groups with every state kept {c.dense:.3f})"
+    )
+
+
+def _load_warning(planner: Planner, best: Candidate | None) -> str | None:
+    """One line when the chosen setting's simulated server cannot keep up."""
+    if best is None or best.load is None or not best.load.saturated:
+        return None
+    load, p = best.load, planner._policy()
+    return (
+        f"saturated: the simulated server cannot keep up: the last quarter of arrivals "
+        f"queued {load.queue_last_quarter_s:,.1f} s on average, the first quarter "
+        f"{load.queue_first_quarter_s:,.1f} s ({load.arrivals_per_s:,.2f} requests/s on the "
+        f"busiest of {best.replicas} replicas at time_scale {p.time_scale:g}; step time "
+        f"{p.step_base_ms:g} ms + {p.step_token_us:g} us a token, the default model unless set: "
+        f"fit it to the trace's observed TTFT with `hpa calibrate`); more replicas "
+        f"(--ttft-p99) or a larger time_scale ask what would keep up"
+    )
+
+
+def gpu_planner(planner: Planner):
+    """cache bytes, caches -> GpuPlan with --gpu / --gpu-memory-gib; None without them."""
+    ask = planner.ask
+    if ask.gpu is None and ask.gpu_memory_gib is None:
+        if ask.tensor_parallel is not None:
+            raise ConfigError("--tensor-parallel needs --gpu or --gpu-memory-gib")
+        return None
+    from analyzer.config.hardware import gpu_memory, gpu_plan
+
+    gpu = gpu_memory(ask.gpu, ask.gpu_memory_gib)
+    weights = (planner.preset or {}).get("weights_bytes")
+    if planner.per_block is None or weights is None:
+        raise ConfigError(
+            "--gpu needs a --model with bytes_per_block and weights_bytes"
+            + (f" ({planner.model} lacks them)" if planner.model else "")
+        )
+
+    def plan_gpus(cache_bytes: int, caches: int):
+        return gpu_plan(
+            cache_bytes=cache_bytes,
+            weights_bytes=weights,
+            num_caches=caches,
+            gpu=gpu,
+            tensor_parallel=ask.tensor_parallel,
+        )
+
+    return plan_gpus
+
+
+def _j(value) -> str:
+    return "null" if value is None else str(value)

@@ -1,0 +1,104 @@
+"""What load does to a setting: latency and queueing figures from a concurrent replay's rows.
+
+A concurrent replay gives every request its times on the simulated clock (`arrival_s`,
+`first_scheduled_s`, `first_token_s`, `finished_s`, from the earliest arrival of its
+replica's partition) and `queue_s`, `ttft_s`. From them, over the measured requests:
+
+- TTFT p50 and p99 (seconds, linear interpolation between order statistics, as DuckDB's
+  `quantile_cont`), the mean queueing time, and the most requests in flight on one replica
+  (arrived and not finished: queued or running) at any instant;
+- **saturation**: the simulated server cannot keep up when requests queue longer the later
+  they arrive. Saturated = the last quarter of arrivals queued on average more than
+  `SATURATED_MIN_QUEUE_S` and more than twice the first quarter did. A server that keeps up
+  has a queue that comes and goes; one that does not has a queue that grows with the trace
+  (linear growth makes the last quarter's mean about 7x the first's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+# Below this mean queueing time (seconds) a growing queue is noise, not a server falling behind.
+SATURATED_MIN_QUEUE_S = 1.0
+SATURATED_GROWTH = 2.0
+
+
+@dataclass(frozen=True)
+class LoadFigures:
+    """Latency figures of one concurrent replay (seconds, on the simulated clock)."""
+
+    ttft_p50_s: float
+    ttft_p99_s: float
+    queue_mean_s: float
+    max_in_flight: int  # on the busiest replica
+    saturated: bool
+    queue_first_quarter_s: float  # mean queueing time of the first quarter of arrivals
+    queue_last_quarter_s: float
+    arrivals_per_s: float  # on the busiest replica: its requests over its arrival span
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_figures(rows: dict, mask: np.ndarray | None) -> LoadFigures | None:
+    """The figures over the requests `mask` selects (every one when None); None for a serial
+    replay (no clock) or when no measured request got a first token."""
+    ttft = _seconds(rows["ttft_s"], mask)
+    if not np.isfinite(ttft).any():
+        return None
+    queue = _seconds(rows["queue_s"], mask)
+    quarter = max(1, len(queue) // 4)
+    first, last = _mean(queue[:quarter]), _mean(queue[-quarter:])
+    in_flight, rate = _busiest_replica(rows, mask)
+    done = ttft[np.isfinite(ttft)]
+    return LoadFigures(
+        ttft_p50_s=float(np.quantile(done, 0.5)),
+        ttft_p99_s=float(np.quantile(done, 0.99)),
+        queue_mean_s=_mean(queue),
+        max_in_flight=in_flight,
+        saturated=last > SATURATED_MIN_QUEUE_S and last > SATURATED_GROWTH * first,
+        queue_first_quarter_s=first,
+        queue_last_quarter_s=last,
+        arrivals_per_s=rate,
+    )
+
+
+def _seconds(values: list, mask: np.ndarray | None) -> np.ndarray:
+    """A column of seconds or None, in arrival order, as floats (None -> nan)."""
+    out = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+    return out if mask is None else out[mask]
+
+
+def _mean(values: np.ndarray) -> float:
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if len(values) else 0.0
+
+
+def _busiest_replica(rows: dict, mask: np.ndarray | None) -> tuple[int, float]:
+    """(the most requests in flight at once on any replica, the highest arrival rate of any
+    replica in requests a second over its arrival span)."""
+    arrival = _seconds(rows["arrival_s"], mask)
+    finished = _seconds(rows["finished_s"], mask)
+    replicas = np.asarray(rows["replica"], dtype=object)
+    replicas = replicas if mask is None else replicas[mask]
+    most, rate = 0, 0.0
+    for replica in sorted(set(replicas.tolist()), key=str):
+        mine = (replicas == replica) & np.isfinite(arrival) & np.isfinite(finished)
+        most = max(most, max_overlap(arrival[mine], finished[mine]))
+        span = float(arrival[mine].max() - arrival[mine].min()) if mine.any() else 0.0
+        if span > 0:
+            rate = max(rate, int(mine.sum()) / span)
+    return most, rate
+
+
+def max_overlap(starts: np.ndarray, ends: np.ndarray) -> int:
+    """The most intervals [start, end) covering one instant (an end before a start at the
+    same instant: a request finishing as another arrives is not in flight with it)."""
+    if not len(starts):
+        return 0
+    times = np.concatenate([starts, ends])
+    steps = np.concatenate([np.ones(len(starts), np.int64), -np.ones(len(ends), np.int64)])
+    order = np.lexsort((steps, times))  # by time, then -1 before +1
+    return int(np.cumsum(steps[order]).max())

@@ -1,0 +1,257 @@
+"""The plan as steps: what was asked, the ceilings, the settings, their searches, the answer."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analyzer.config.memory import bytes_per_block, parse_size, pool_gib
+from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
+from analyzer.config.policy import Policy
+from analyzer.errors import ConfigError
+from analyzer.executors import ExecutorSpec, as_spec, map_partitions
+from analyzer.pipeline.geometry import fit_policy
+from analyzer.pipeline.inputs import request_input
+from analyzer.pipeline.plan.answer import answer_for, gpu_planner, unreachable_above_bound
+from analyzer.pipeline.plan.evaluate import Evaluator, Progress
+from analyzer.pipeline.plan.result import PlanResult
+from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
+from analyzer.sim.policy import make_policy
+from analyzer.store.db import DEFAULT_DB, trace_block_tokens
+from analyzer.store.runs import check_measure_from
+
+# The keys the search sets itself (a --set of one of them is replaced).
+SEARCHED = ("retention_interval", "prefix_match_unit", "replicas", "routing", "num_blocks")
+LATENCY_ROUTINGS = ("round_robin", "prefix_aware")  # searched with --ttft-p99
+
+
+@dataclass(frozen=True)
+class PlanAsk:
+    """What the user asked of a plan (the CLI's options, checked)."""
+
+    target: float  # useful hit ratio, in (0, 1]
+    model: str | None = None
+    memory_budget: str | None = None  # per cache, as written (40GiB)
+    family: str | None = None
+    schedule: str | None = None
+    time_scale: float | None = None
+    policy: dict[str, Any] | None = None  # --policy / --set keys every replay starts from
+    measure_from: float = 0.0
+    ttft_p99_s: float | None = None
+    gpu: str | None = None
+    gpu_memory_gib: float | None = None
+    tensor_parallel: int | None = None
+
+    def check(self) -> None:
+        check_measure_from(self.measure_from)
+        if not 0.0 < self.target <= 1.0:
+            raise ConfigError(
+                f"--target-useful-hit-ratio {self.target}: expected a number in (0, 1]"
+            )
+        ttft = self.ttft_p99_s
+        if ttft is not None and not (math.isfinite(ttft) and ttft > 0):
+            raise ConfigError(f"--ttft-p99 {ttft}: expected a number of seconds > 0")
+
+
+class Planner:
+    """One plan over one trace: `run()` takes its steps in order."""
+
+    def __init__(
+        self, ask: PlanAsk, trace, executor: ExecutorSpec, progress: Progress | None
+    ) -> None:
+        ask.check()
+        self.ask, self.trace, self.spec = ask, trace, executor
+        values = {k: v for k, v in (ask.policy or {}).items() if k not in SEARCHED}
+        self.model = ask.model if ask.model is not None else values.get("model")
+        schedule = ask.schedule or values.get("schedule", "serial")
+        if ask.ttft_p99_s is not None and schedule != "concurrent":
+            raise ConfigError(
+                "--ttft-p99 needs --schedule concurrent (a serial replay has no queue, so no "
+                "latency to plan for)"
+            )
+        self.preset = load_model(self.model) if self.model is not None else None
+        self.budget = parse_size(ask.memory_budget) if ask.memory_budget is not None else None
+        if self.budget is not None and not (self.preset or {}).get("bytes_per_block"):
+            raise ConfigError(
+                "--memory-budget needs a --model preset with bytes_per_block"
+                + (f" ({self.model} has none)" if self.model else "")
+            )
+        geometry = self.preset or load_model(DEFAULT_GEOMETRY_MODEL)  # groups, block; no bytes
+        values.update(groups=list(values.get("groups") or geometry["groups"]), model=self.model)
+        values.update(
+            schedule=schedule, block_size=values.get("block_size") or geometry["block_size"]
+        )
+        if ask.time_scale is not None:
+            values["time_scale"] = ask.time_scale
+        self.trace_block = trace_block_tokens(trace.columns["block_size"])
+        fitted, fit_note = fit_policy(make_policy(values), self.trace_block)
+        self.base = {**values, "block_size": fitted.block_size}
+        self.block = fitted.block_size
+        self.notes = [fit_note] if fit_note else []
+        self.per_block = bytes_per_block(self.model, self.block) if self.preset else None
+        self.ev = Evaluator(trace, ask.family, progress, executor, ask.measure_from)
+        self.progress = progress
+        self.cost_unit = "GiB" if self.per_block else "blocks"
+        self.search = self._search_spec()
+        self.gpus = gpu_planner(self)  # checked before any replay
+
+    def run(self) -> PlanResult:
+        attention, dense = self.ev.ceilings(
+            [
+                self._policy(groups=["full_attention"], retention_interval=None),
+                self._policy(retention_interval=None),
+            ]
+        )
+        ceilings = _Ceilings(
+            bound=self.ev.ratio(attention),
+            ceiling=self.ev.ratio(attention, "matchable_tokens"),
+            granularity=self.ev.ratio(attention, "lost_granularity_tokens"),
+            dense=self.ev.ratio(dense),
+        )
+        if self.ask.target > ceilings.bound:
+            return self._result(ceilings, unreachable_above_bound(self, ceilings), [])
+        outcomes = self._search(self._settings())
+        return answer_for(self, ceilings, outcomes)
+
+    def _policy(self, **keys) -> Policy:
+        return make_policy({**self.base, **keys})
+
+    def _settings(self) -> list[Policy]:
+        """Retention {0, null} x match unit {block, block/4 on Mamba} x placement."""
+        groups = self.base["groups"]
+        units: list[int | None] = [None]
+        if "mamba" in groups and "sliding_window" not in groups and self.block % 4 == 0:
+            if self.trace_block and (self.block // 4) % self.trace_block:
+                self.notes.append(
+                    f"match unit {self.block // 4} (a quarter block) not searched: it is not "
+                    f"whole {self.trace_block}-token trace blocks"
+                )
+            else:
+                units.append(self.block // 4)
+        retentions: list[int | None] = [0, None] if len(groups) > 1 else [None]
+        return [
+            self._policy(
+                retention_interval=r, prefix_match_unit=u, replicas=replicas, routing=routing
+            )
+            for r in retentions
+            for u in units
+            for replicas, routing in self._placements()
+        ]
+
+    def _placements(self) -> list[tuple[int, str]]:
+        """(replicas, routing): the trace's, prefix-aware over its replicas and one replica;
+        under a latency target each routing with the replica count searched (1 to start)."""
+        if self.ask.ttft_p99_s is not None:
+            return [(1, routing) for routing in LATENCY_ROUTINGS]
+        replicas = len({r for r in self.trace.columns["replica"] if r is not None}) or 1
+        placements = [(replicas, "trace")]
+        if replicas > 1:
+            placements += [(replicas, "prefix_aware"), (1, "round_robin")]
+        return placements
+
+    def _search_spec(self) -> Search:
+        per_block = self.per_block
+        return Search(
+            trace=self.trace.for_workers(),
+            family=self.ask.family,
+            target=self.ask.target,
+            budget_blocks=None if self.budget is None else self.budget // per_block,
+            per_block=per_block,
+            num_revisions=len(set(self.trace.columns["model_revision"])),
+            measure_from=self.ask.measure_from,
+            ttft_p99_s=self.ask.ttft_p99_s,
+        )
+
+    def _search(self, settings: list[Policy]) -> list[Outcome]:
+        """Each setting's outcome, in order; one whose floor costs more than a setting
+        found before it is skipped. A non-local executor searches every setting whole,
+        and the same skips are then applied to its results, so the answer is the local
+        one."""
+        search = self.search
+        done = None
+        if not self.spec.is_local:
+            done = _search_all(self.spec, search, settings, self.progress)
+        outcomes: list[Outcome] = []
+        cheapest = math.inf
+        for k, policy in enumerate(settings):
+            if done is None:
+                outcome = search_setting(search, policy, self.ev, cheapest)
+            else:
+                outcome = done[k].skip_at(search, cheapest)
+                self.ev.replays += outcome.replays
+            outcomes.append(outcome)
+            if outcome.found is not None:
+                cheapest = min(cheapest, search.cost(outcome.policy, outcome.found.num_blocks))
+        return outcomes
+
+    def _result(self, ceilings, message: str, candidates: list, **more) -> PlanResult:
+        return PlanResult(
+            self.ask.target,
+            ceilings.bound,
+            ceilings.ceiling,
+            ceilings.dense,
+            bool(candidates),
+            candidates,
+            self.cost_unit,
+            self.ev.replays,
+            message,
+            self.base["schedule"],
+            tuple(self.notes),
+            ceilings.ceiling + ceilings.granularity,
+            ttft_p99_target_s=self.ask.ttft_p99_s,
+            max_num_batched_tokens=self._policy().step_token_budget,
+            **more,
+        )
+
+    def pool_gib(self, num_blocks: int) -> float | None:
+        return pool_gib(num_blocks, self.per_block) if self.per_block else None
+
+
+@dataclass(frozen=True)
+class _Ceilings:
+    bound: float  # the attention-only bound: hits of an unbounded full-attention cache
+    ceiling: float  # the shared-prefix ceiling: matchable tokens / queries
+    granularity: float  # what whole blocks or match units lose of the token-level share
+    dense: float  # the model's groups, every sparse state kept, unbounded
+
+
+def _search_all(spec: ExecutorSpec, search: Search, settings: list[Policy], progress):
+    """Every setting searched on `spec`, one task each."""
+    labels = [f"plan setting {p.to_json()}" for p in settings]
+    tick = (lambda done, total: progress(done, f"{done} of {total} settings")) if progress else None
+    return map_partitions(
+        spec,
+        search_worker,
+        settings,
+        labels=labels,
+        shared=search,
+        progress=tick,
+        in_worker=search.trace.reads_in_worker,
+    )
+
+
+def plan(
+    target: float,
+    *,
+    db_path: str | Path = DEFAULT_DB,
+    dataset: str | Path | None = None,
+    executor: ExecutorSpec | str | None = None,
+    progress: Progress | None = None,
+    **asked: Any,
+) -> PlanResult:
+    """Search the cheapest settings that reach `target` (useful hit ratio); see the package
+    doc. `asked`: the other fields of `PlanAsk` (model, memory_budget, family, schedule,
+    time_scale, policy, measure_from, ttft_p99_s, gpu, gpu_memory_gib, tensor_parallel).
+    The requests come from the store at `db_path`, or from a Parquet `dataset` (nothing is
+    created or written). `progress(replays so far, what)` is called before each replay
+    (with a non-local `executor`: as each setting's search finishes)."""
+    unknown = sorted(set(asked) - set(PlanAsk.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"plan() got unexpected keyword arguments: {', '.join(unknown)}")
+    ask = PlanAsk(target, **asked)
+    ask.check()
+    spec = as_spec(executor)
+    trace = request_input(db_path, dataset).read_only_trace(spec)
+    return Planner(ask, trace, spec, progress).run()

@@ -1,0 +1,116 @@
+"""The pool sizes of a plan: the floor (the smallest pool that schedules every request) and the
+smallest pool that reaches the targets.
+
+The floor is what the engine's own admission needs, found by the replay itself: a bisection
+on "every request is scheduled". A request's need does not depend on the others (in a serial
+replay the pool it meets holds only evictable blocks and its own hit; under load a request
+that fits alone waits or preempts, and only one that does not fit alone is refused), so the
+bisection replays the heaviest requests (the longest prompts, and prompts plus outputs) on
+their own, a few thousand tokens, not the trace. The search then starts there: the floor
+reaches the target or it does not; if not, doubling to a pool that does, and bisection to
+within 5% of the smallest that does (`TOLERANCE`). A floor the whole trace does not
+schedule in (a need the heaviest requests alone do not show) is caught by that search's
+first replay, which continues from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from analyzer.config.models import load_model
+from analyzer.config.policy import MINIMUMS, Policy
+from analyzer.pipeline.plan.evaluate import Evaluator, Measure
+
+TOLERANCE = 0.05  # the answer is at most this far above the smallest pool reaching the targets
+NUM_HEAVIEST = 8  # requests of each kind (longest prompt, longest prompt + outputs) tried alone
+MIN_POOL = MINIMUMS["num_blocks"]  # the smallest num_blocks a policy can name
+
+
+@dataclass(frozen=True)
+class Found:
+    """The smallest pool reaching the targets, and how it was bounded."""
+
+    num_blocks: int
+    measure: Measure
+    floor_blocks: int
+    sized_by: str  # "target", "ttft p99" or "longest request"
+
+
+def attention_blocks(policy: Policy, trace) -> int:
+    """A lower bound on any floor: the full-attention blocks of the longest prompt (each
+    full-attention group keeps every block of a running request)."""
+    groups = 1
+    if policy.model:
+        groups = load_model(policy.model)["num_groups"].get("full_attention", 1)
+    longest = max(int(p) for p in trace.columns["prompt_tokens"])
+    return max(MIN_POOL, groups * -(-longest // policy.block_size))
+
+
+def heaviest(trace) -> list[int]:
+    """Arrival indices of the requests that need the most blocks: the longest prompts and the
+    longest prompts plus outputs (ties by arrival)."""
+    prompt = np.asarray(trace.columns["prompt_tokens"], dtype=np.int64)
+    outputs = np.asarray([o or 0 for o in trace.columns["output_tokens"]], dtype=np.int64)
+    picked = set(np.argsort(-prompt, kind="stable")[:NUM_HEAVIEST].tolist())
+    picked |= set(np.argsort(-(prompt + outputs), kind="stable")[:NUM_HEAVIEST].tolist())
+    return sorted(picked)
+
+
+def floor_blocks(ev: Evaluator, policy: Policy, cap: int) -> int | None:
+    """The smallest pool (num_blocks per cache) in which the heaviest requests, replayed
+    alone, are all scheduled; None when not even `cap` blocks are enough."""
+    alone = ev.trace.take(heaviest(ev.trace))
+
+    def fits(n: int) -> bool:
+        rows = ev.rows(replace(policy, num_blocks=n), alone, f"floor: num_blocks={n:,}")
+        return all(e is None for e in rows["error"])
+
+    hi = min(attention_blocks(policy, ev.trace), cap)
+    lo = MIN_POOL - 1  # below the smallest pool a policy can name: fails by definition
+    if hi - 1 > lo and not fits(hi - 1):
+        lo = hi - 1
+    while not fits(hi):
+        if hi >= cap:
+            return None
+        lo, hi = hi, min(hi * 2, cap)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
+def smallest_pool(
+    ev: Evaluator, policy: Policy, target: float, ttft_p99_s: float | None, floor: int, cap: int
+) -> Found | None:
+    """The smallest pool from `floor` up to `cap` reaching the targets, within TOLERANCE
+    (None when `cap` does not)."""
+
+    def measure(n: int) -> Measure:
+        return ev.measure(replace(policy, num_blocks=n), f"search: num_blocks={n:,}")
+
+    low, hi, at_hi = floor - 1, floor, measure(floor)
+    below = None  # the measure at `low`, when measured
+    while not at_hi.meets(target, ttft_p99_s):
+        if hi >= cap:  # the budget, or the largest pool a replay can hold
+            return None
+        low, below = hi, at_hi
+        hi = min(hi * 2, cap)
+        at_hi = measure(hi)
+    while hi - low > max(1, int(hi * TOLERANCE)):
+        mid = (low + hi) // 2
+        m = measure(mid)
+        if m.meets(target, ttft_p99_s):
+            hi, at_hi = mid, m
+        else:
+            low, below = mid, m
+    return Found(hi, at_hi, floor, _sized_by(hi, floor, below, target))
+
+
+def _sized_by(num_blocks: int, floor: int, below: Measure | None, target: float) -> str:
+    if num_blocks == floor:
+        return "longest request"
+    if below is not None and below.schedulable and below.useful_hit_ratio >= target:
+        return "ttft p99"  # the pool below reached the hit ratio, not the latency
+    return "target"

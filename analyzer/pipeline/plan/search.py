@@ -1,0 +1,141 @@
+"""One setting's search, the unit of work a plan hands to a worker.
+
+A setting is the policy keys the plan varies (retention interval, match unit, placement);
+its search finds the smallest pool reaching the targets: first the unbounded replay (a
+setting that misses there misses at any pool), then the floor, then the pool (`pool.py`).
+Under a TTFT target the placement's replica count is searched too: doubling from one
+replica until the unbounded replay meets the latency target, then that count and twice it,
+the cheaper in total memory kept (more replicas split the queue, each with a pool of its
+own).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from analyzer.config.memory import pool_gib
+from analyzer.config.policy import MAXIMUMS, Policy
+from analyzer.pipeline.plan.evaluate import Evaluator
+from analyzer.pipeline.plan.pool import Found, floor_blocks, smallest_pool
+
+MAX_REPLICAS = 64  # the most replicas a latency search tries
+
+
+@dataclass(frozen=True)
+class Search:
+    """What every setting's search needs (shipped to a worker once). `trace`: the whole
+    trace, or what a worker reads it from (a DatasetRef)."""
+
+    trace: Any
+    family: str | None
+    target: float
+    budget_blocks: int | None  # per cache (--memory-budget / bytes per block)
+    per_block: int | None  # bytes per pool block (None: costs in blocks)
+    num_revisions: int  # caches per replica under cache_scope revision
+    measure_from: float = 0.0
+    ttft_p99_s: float | None = None
+
+    def caches(self, policy: Policy) -> int:
+        """The pools a setting provisions: one per model revision x replica."""
+        return (1 if policy.cache_scope == "shared" else self.num_revisions) * policy.replicas
+
+    def cost(self, policy: Policy, num_blocks: int) -> float:
+        """Every cache's pool: GiB (blocks when the model gives no bytes per block)."""
+        per_cache = pool_gib(num_blocks, self.per_block) if self.per_block else num_blocks
+        return self.caches(policy) * per_cache
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A setting's search: `found` (None: no pool reached the targets), the policy it was
+    found for (its replicas chosen under a latency target), the floor (None: no pool a
+    replay can hold schedules every request), the replays it took and how many of them
+    found the floor (all a search skipped after its floor costs)."""
+
+    policy: Policy
+    found: Found | None
+    floor_blocks: int | None
+    replays: int
+    floor_replays: int = 0
+    skipped: bool = False  # dearer at its floor than `cheapest`: not searched further
+
+    def skip_at(self, search: Search, cheapest: float) -> Outcome:
+        """This outcome as a search told `cheapest` would have ended it: skipped (only the
+        floor's replays taken) when even its floor costs more."""
+        if self.floor_blocks is None or search.cost(self.policy, self.floor_blocks) <= cheapest:
+            return self
+        return Outcome(
+            self.policy, None, self.floor_blocks, self.floor_replays, self.floor_replays, True
+        )
+
+
+def search_setting(
+    search: Search, policy: Policy, ev: Evaluator, cheapest: float = math.inf
+) -> Outcome:
+    """The setting's smallest pool reaching the targets (its replica count too, under a
+    latency target): the floor first, then (unless even the floor costs more than
+    `cheapest`, a setting found already) the unbounded replay and the pool."""
+    before = ev.replays
+    floor = floor_blocks(ev, policy, MAXIMUMS["num_blocks"])
+    taken = Outcome(policy, None, floor, ev.replays - before, ev.replays - before)
+    if floor is None or taken.skip_at(search, cheapest).skipped:
+        return taken.skip_at(search, cheapest)
+    cap = MAXIMUMS["num_blocks"]
+    if search.budget_blocks is not None:
+        cap = min(cap, search.budget_blocks)
+    if floor <= cap:
+        if search.ttft_p99_s is None:
+            policy, found = policy, _search_pool(search, policy, ev, floor, cap)
+        else:
+            policy, found = _search_replicas(search, policy, ev, floor, cap)
+        taken = replace(taken, policy=policy, found=found)
+    return replace(taken, replays=ev.replays - before)
+
+
+def _search_replicas(
+    search: Search, policy: Policy, ev: Evaluator, floor: int, cap: int
+) -> tuple[Policy, Found | None]:
+    """The fewest replicas (1, 2, 4, ...) whose unbounded replay meets both targets, and
+    twice as many: the cheaper in all of the two that reach the targets."""
+    count = 1
+    while count <= MAX_REPLICAS:
+        tried = replace(policy, replicas=count, num_blocks=None)
+        if ev.measure(tried, f"replicas: {count}, unbounded").meets(
+            search.target, search.ttft_p99_s
+        ):
+            break
+        count *= 2
+    else:
+        return policy, None
+    found = [
+        (
+            replace(policy, replicas=n),
+            _search_pool(search, replace(policy, replicas=n), ev, floor, cap, checked=n == count),
+        )
+        for n in (count, 2 * count)
+    ]
+    reached = [(p, f) for p, f in found if f is not None]
+    if not reached:
+        return found[0][0], None
+    return min(reached, key=lambda pf: search.cost(pf[0], pf[1].num_blocks))
+
+
+def _search_pool(
+    search: Search, policy: Policy, ev: Evaluator, floor: int, cap: int, checked: bool = False
+) -> Found | None:
+    """The smallest pool reaching the targets (None: none up to `cap`), after the unbounded
+    replay (unless `checked`): a setting that misses the targets there misses at any pool."""
+    if not checked:
+        unbounded = ev.measure(replace(policy, num_blocks=None), "unbounded")
+        if not unbounded.meets(search.target, search.ttft_p99_s):
+            return None
+    return smallest_pool(ev, policy, search.target, search.ttft_p99_s, floor, cap)
+
+
+def search_worker(search: Search, policy: Policy) -> Outcome:
+    """A worker's search of one setting (a dataset: read once per setting)."""
+    search = replace(search, trace=search.trace.whole())
+    ev = Evaluator(search.trace, search.family, measure_from=search.measure_from)
+    return search_setting(search, policy, ev)
