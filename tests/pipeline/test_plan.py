@@ -1,0 +1,263 @@
+"""`hpa plan`'s answers checked by replays: the floor is exact, the answer reaches the target
+and 0.8x it does not; load figures; the JSON form; the errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analyzer.cli import cli
+from analyzer.pipeline.plan import Evaluator, plan
+from analyzer.pipeline.plan.load import load_figures, max_overlap
+from analyzer.pipeline.trace import load_trace
+from analyzer.sim.policy import make_policy
+from analyzer.store.db import connect
+from analyzer.store.ingest import ingest
+from tests.conftest import write_jsonl
+
+BLOCK = {"block_size": 16}  # no model: FA + Mamba (the default geometry) at 16-token blocks
+PROPERTY = settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def _trace(tmp_path: Path, records: list[dict]) -> Path:
+    db = tmp_path / "t.duckdb"
+    if db.exists():
+        db.unlink()
+    ingest([write_jsonl(tmp_path / "t.jsonl", records)], db_path=db)
+    return db
+
+
+@st.composite
+def traces(draw) -> list[dict]:
+    """Requests sharing a few families' prefixes, with unique tails and short outputs."""
+    num_families = draw(st.integers(1, 3))
+    prefixes = [
+        list(range(1000 * f, 1000 * f + draw(st.integers(8, 120)))) for f in range(num_families)
+    ]
+    records = []
+    for i in range(draw(st.integers(6, 24))):
+        family = draw(st.integers(0, num_families - 1))
+        tail = list(range(100_000 + 500 * i, 100_000 + 500 * i + draw(st.integers(1, 90))))
+        records.append(
+            {
+                "request_id": f"r{i}",
+                "timestamp": float(i),
+                "prompt_token_ids": prefixes[family] + tail,
+                "output_tokens": draw(st.integers(0, 20)),
+            }
+        )
+    return records
+
+
+def _loaded(db: Path):
+    con = connect(db, create=False)
+    try:
+        return load_trace(con)
+    finally:
+        con.close()
+
+
+def _measure(db: Path, candidate, num_blocks: int, **keys):
+    values = {**BLOCK, **candidate.setting(), "num_blocks": num_blocks, **keys}
+    return Evaluator(_loaded(db), None).measure(make_policy(values))
+
+
+@PROPERTY
+@given(records=traces(), share=st.floats(0.3, 1.0))
+def test_a_replay_at_the_answer_reaches_the_target_and_at_0_8x_does_not(tmp_path, records, share):
+    db = _trace(tmp_path, records)
+    bound = plan(1.0, db_path=db, policy=BLOCK).attention_only_bound
+    if bound < 0.001:
+        return  # nothing shared at whole blocks: nothing to plan
+    target = max(0.001, np.floor(share * bound * 1000) / 1000)  # at most the bound
+    r = plan(target, db_path=db, policy=BLOCK)
+    if not r.reachable:
+        assert "unreachable within the search" in r.message  # (the model's groups miss it)
+        return
+    best = r.best
+    at = _measure(db, best, best.num_blocks)
+    assert at.schedulable and at.useful_hit_ratio >= target
+    assert at.useful_hit_ratio == pytest.approx(best.useful_hit_ratio)
+    below = int(0.8 * best.num_blocks)
+    if below >= 2:
+        assert not _measure(db, best, below).meets(target, None)
+    # The floor is exact: every request schedules there, not one block below.
+    assert _measure(db, best, best.floor_blocks).schedulable
+    if best.floor_blocks > 2:
+        assert not _measure(db, best, best.floor_blocks - 1).schedulable
+
+
+@pytest.mark.parametrize("groups", [["full_attention"], ["full_attention", "mamba"]])
+def test_the_floor_holds_under_load_too(tmp_path, groups):
+    """A burst (every request in flight together) needs no more than each alone: requests
+    wait or preempt; only one that does not fit alone is refused."""
+    records = [
+        {
+            "request_id": f"r{i}",
+            "timestamp": 0.0,
+            "prompt_token_ids": list(range(160)) + list(range(1000 + 50 * i, 1040 + 50 * i + i)),
+            "output_tokens": 30,
+        }
+        for i in range(12)
+    ]
+    db = _trace(tmp_path, records)
+    keys = {**BLOCK, "groups": groups}
+    r = plan(0.3, db_path=db, policy=keys, schedule="concurrent")
+    assert r.reachable, r.message
+    floor = r.best.floor_blocks
+    loaded = {**keys, "schedule": "concurrent"}
+    assert _measure(db, r.best, floor, **loaded).schedulable
+    assert not _measure(db, r.best, floor - 1, **loaded).schedulable
+
+
+@pytest.mark.parametrize(
+    ("starts", "ends", "most"),
+    [
+        ([], [], 0),
+        ([0.0], [1.0], 1),
+        ([0.0, 1.0], [1.0, 2.0], 1),  # one finishes as the next arrives
+        ([0.0, 0.5, 0.6], [1.0, 2.0, 0.7], 3),
+        ([0.0, 0.0, 0.0, 5.0], [9.0, 1.0, 2.0, 6.0], 3),
+    ],
+)
+def test_max_overlap(starts, ends, most):
+    assert max_overlap(np.asarray(starts), np.asarray(ends)) == most
+
+
+def _rows(queue: list[float]) -> dict:
+    n = len(queue)
+    arrival = [float(i) for i in range(n)]
+    return {
+        "arrival_s": arrival,
+        "queue_s": queue,
+        "ttft_s": [q + 0.1 for q in queue],
+        "finished_s": [a + q + 0.2 for a, q in zip(arrival, queue, strict=True)],
+        "replica": [None] * n,
+    }
+
+
+@pytest.mark.parametrize(
+    ("queue", "saturated"),
+    [
+        ([0.0] * 8, False),  # keeps up
+        ([0.5, 0.1, 0.9, 0.2, 0.4, 0.8, 0.3, 0.6], False),  # a queue that comes and goes
+        ([float(i) for i in range(8)], True),  # grows with the trace
+        ([0.0] * 6 + [0.4, 0.6], False),  # grows, but under a second
+        ([3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 5.0, 5.0], False),  # long, not growing twofold
+    ],
+)
+def test_saturation(queue, saturated):
+    load = load_figures(_rows(queue), None)
+    assert load.saturated is saturated
+    assert load.queue_mean_s == pytest.approx(sum(queue) / len(queue))
+
+
+def test_load_figures_are_none_for_a_serial_replay():
+    rows = {**_rows([0.0]), "ttft_s": [None], "queue_s": [None]}
+    assert load_figures(rows, None) is None
+
+
+def test_a_plan_under_load_says_what_load_does(tmp_path):
+    """A burst on one replica: TTFT and queueing figures, and the plan names the saturation;
+    with --ttft-p99 the replica count is searched until the latency target is met."""
+    prefix = list(range(200))
+    records = [
+        {
+            "request_id": f"r{i}",
+            "timestamp": i * 0.01,
+            "prompt_token_ids": prefix + list(range(10_000 + 100 * i, 10_000 + 100 * i + 40)),
+            "output_tokens": 200,
+        }
+        for i in range(40)
+    ]
+    db = _trace(tmp_path, records)
+    keys = {**BLOCK, "groups": ["full_attention"], "max_num_seqs": 4}
+    r = plan(0.5, db_path=db, policy=keys, schedule="concurrent")
+    best = r.best
+    assert best.load.saturated and best.load.max_in_flight == 40
+    assert best.load.ttft_p99_s > best.load.ttft_p50_s > 1.0
+    assert r.load_warning.startswith("saturated: the simulated server cannot keep up")
+    assert "hpa calibrate" in r.load_warning
+    quick = plan(0.5, db_path=db, policy=keys, schedule="concurrent", ttft_p99_s=3.0)
+    assert quick.reachable and quick.best.replicas > 1
+    assert quick.best.load.ttft_p99_s <= 3.0
+    m = _measure(db, quick.best, quick.best.num_blocks, **{**keys, "schedule": "concurrent"})
+    assert m.meets(0.5, 3.0)
+    assert m.load == quick.best.load
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_plan_json(groups_db):
+    r = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.3", "--model",
+            "qwen3.5-4b", "--format", "json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    answer = orjson.loads(r.output)
+    assert {
+        k: answer[k]
+        for k in ("reachable", "num_blocks", "caches", "sized_by", "replicas", "saturated")
+    } == {
+        "reachable": True,
+        "num_blocks": 15,
+        "caches": 1,
+        "sized_by": "target",
+        "replicas": 1,
+        "saturated": None,
+    }
+    assert answer["total_gib"] == pytest.approx(answer["memory_gib"]) == 15 * 17_301_504 / 2**30
+    assert answer["useful_hit_ratio"] == pytest.approx(25_344 / 70_400)
+    assert answer["candidates"][0]["num_blocks"] == 15
+    missed = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.9",
+                 "--format", "json")  # fmt: skip
+    assert missed.exit_code == 1
+    assert orjson.loads(missed.output)["reachable"] is False
+    assert orjson.loads(missed.output)["num_blocks"] is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--ttft-p99", "2"], "Error: --ttft-p99 needs --schedule concurrent (a serial replay "
+         "has no queue, so no latency to plan for)"),
+        (["--ttft-p99", "0", "--schedule", "concurrent"],
+         "Error: --ttft-p99 0.0: expected a number of seconds > 0"),
+        (["--tensor-parallel", "2"], "Error: --tensor-parallel needs --gpu or --gpu-memory-gib"),
+    ],
+)  # fmt: skip
+def test_plan_option_errors(groups_db, extra, message):
+    r = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.3", *extra)
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines()[-1] == message
+
+
+def test_plan_progress_on_a_pipe(groups_db, monkeypatch):
+    import analyzer.cli.base
+
+    monkeypatch.setattr(analyzer.cli.base, "PROGRESS_LINE_S", 0.0)
+    r = CliRunner().invoke(
+        cli,
+        [
+            "plan",
+            "--db",
+            str(groups_db),
+            "--target-useful-hit-ratio",
+            "0.3",
+            "--model",
+            "qwen3.5-4b",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("plan: 0 replays, 0 s: ceiling retention_interval=null")
+    assert any(": search: num_blocks=" in line for line in lines)
+    assert any(": floor: num_blocks=" in line for line in lines)
