@@ -202,27 +202,6 @@ SCHEDULE_LINES = {
     "replicas and the routing (round_robin, prefix_aware) for the least memory in all.",
 )
 @click.option(
-    "--gpu",
-    default=None,
-    metavar="NAME",
-    help="Give the answer in GPUs of this kind (H100, H200, B200, MI300X); needs --model.",
-)
-@click.option(
-    "--gpu-memory-gib",
-    type=float,
-    default=None,
-    metavar="GIB",
-    help="Any other accelerator: its memory in GiB (instead of --gpu).",
-)
-@click.option(
-    "--tensor-parallel",
-    type=int,
-    default=None,
-    metavar="N",
-    help="GPUs per replica [default: the fewest (a power of two) that hold the weights "
-    "and the cache].",
-)
-@click.option(
     "--format",
     "fmt",
     type=click.Choice(["table", "json"]),
@@ -245,7 +224,7 @@ def plan_cmd(
     db_path, target, fmt, dataset, policy_source, overrides, executor, ray_address, workers, **asked
 ):
     """Search the cheapest cache settings that reach a target useful hit ratio (by replays):
-    the smallest pool per setting, under load with its latency, with --gpu in GPUs.
+    the smallest pool per setting, and under load its latency.
 
     With --dataset (and a non-local executor) each replay's or setting's worker reads the
     trace from the dataset; this process holds its per-request scalars only. Nothing is
@@ -292,9 +271,6 @@ def _print_plan(r) -> None:
         click.echo(render(pa.table(_candidate_columns(r))), nl=False)
     if r.load_warning:
         click.echo(r.load_warning)
-    best = r.best
-    if best is not None and best.gpus is not None:
-        click.echo(_gpu_line(best))
     click.echo(f"{r.message} [{r.replays} replays]")
 
 
@@ -318,22 +294,7 @@ def _candidate_columns(r) -> dict:
         loads = [x.load for x in c]
         for key in ("ttft_p50_s", "ttft_p99_s", "queue_mean_s", "max_in_flight", "saturated"):
             columns[key] = [None if load is None else getattr(load, key) for load in loads]
-    if c[0].gpus is not None:
-        columns["tensor_parallel"] = [x.gpus.tensor_parallel for x in c]
-        columns["total_gpus"] = [x.gpus.total_gpus for x in c]
-        columns["fits"] = [x.gpus.fits for x in c]
     return columns
-
-
-def _gpu_line(best) -> str:
-    g = best.gpus
-    head = (
-        f"gpus: {g.gpu} ({g.hbm_gib:g} GiB): tensor parallel {g.tensor_parallel}, weights "
-        f"{g.weights_per_gpu_gib:,.1f} GiB a GPU, the pool {g.kv_cache_per_gpu_gib:,.2f} GiB a GPU "
-        f"of {g.kv_space_per_gpu_gib:,.1f} GiB free for KV at gpu_memory_utilization 0.9; "
-        f"{g.gpus_per_replica} a replica x {g.num_caches} = {g.total_gpus} GPUs"
-    )
-    return head if g.fits else f"{head}; {g.message}"
 
 
 def _null(value: int | None) -> str:

@@ -231,7 +231,6 @@ def test_plan_json(groups_db):
          "has no queue, so no latency to plan for)"),
         (["--ttft-p99", "0", "--schedule", "concurrent"],
          "Error: --ttft-p99 0.0: expected a number of seconds > 0"),
-        (["--tensor-parallel", "2"], "Error: --tensor-parallel needs --gpu or --gpu-memory-gib"),
     ],
 )  # fmt: skip
 def test_plan_option_errors(groups_db, extra, message):

@@ -1,5 +1,5 @@
 """`hpa plan`: the cheapest cache settings that reach a target useful hit ratio on this trace
-(and, under load, a TTFT p99 target), in pool blocks, GiB and, with a GPU, GPUs.
+(and, under load, a TTFT p99 target), in pool blocks and GiB.
 
 Every figure is measured by replaying the stored trace (nothing is stored as a run):
 
@@ -19,7 +19,7 @@ Every figure is measured by replaying the stored trace (nothing is stored as a r
    --memory-budget the pool never exceeds the budget; a budget below every floor is said.
 4. The answer (`answer.py`): candidates cheapest first, under load with TTFT p50/p99, mean
    queueing time, the most requests in flight and whether the simulated server kept up
-   (`load.py`); with --gpu, GPUs (`analyzer.config.hardware`).
+   (`load.py`).
 
 Cost = cache occupancy of every cache: caches x num_blocks x bytes_per_block (GiB) when the
 model preset gives bytes_per_block, else caches x num_blocks (blocks); a cache is one model

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from analyzer.errors import ConfigError
 from analyzer.pipeline.plan.result import Candidate, PlanResult
 from analyzer.pipeline.plan.search import Outcome
 
@@ -27,8 +26,7 @@ def unreachable_above_bound(planner: Planner, c) -> str:
 
 def answer_for(planner: Planner, ceilings, outcomes: list[Outcome]) -> PlanResult:
     """The PlanResult of the searched settings."""
-    gpus = planner.gpus
-    candidates = [_candidate(planner, o, gpus) for o in outcomes if o.found is not None]
+    candidates = [_candidate(planner, o) for o in outcomes if o.found is not None]
     candidates.sort(key=lambda c: (c.cost, -c.useful_hit_ratio))
     skipped = sum(o.skipped for o in outcomes)
     if candidates:
@@ -40,7 +38,7 @@ def answer_for(planner: Planner, ceilings, outcomes: list[Outcome]) -> PlanResul
     return planner._result(ceilings, message, candidates, load_warning=warning)
 
 
-def _candidate(planner: Planner, outcome: Outcome, gpus) -> Candidate:
+def _candidate(planner: Planner, outcome: Outcome) -> Candidate:
     policy, found, search = outcome.policy, outcome.found, planner.search
     caches = search.caches(policy)
     memory = planner.pool_gib(found.num_blocks)
@@ -57,7 +55,6 @@ def _candidate(planner: Planner, outcome: Outcome, gpus) -> Candidate:
         caches,
         found.floor_blocks,
         found.measure.load,
-        None if gpus is None else gpus(found.num_blocks * planner.per_block, caches),
     )
 
 
@@ -67,16 +64,13 @@ def _cheapest(planner: Planner, best: Candidate, skipped: int) -> str:
     latency = ""
     if best.load is not None:
         latency = f", TTFT p99 {best.load.ttft_p99_s:,.3g} s"
-    hardware = ""
-    if best.gpus is not None:
-        hardware = f"; {best.gpus.total_gpus} x {best.gpus.gpu} in all"
     return (
         f"cheapest: retention_interval={_j(best.retention_interval)} "
         f"prefix_match_unit={_j(best.prefix_match_unit)} replicas={best.replicas} "
         f"routing={best.routing} num_blocks={best.num_blocks} -> useful hit ratio "
         f"{best.useful_hit_ratio:.3f}{latency} for {best.cost:,.2f} {planner.cost_unit} of "
         f"cache in all ({best.num_caches} {unit}, one per model revision x replica)"
-        f"{hardware}{note}"
+        f"{note}"
     )
 
 
@@ -119,35 +113,6 @@ def _load_warning(planner: Planner, best: Candidate | None) -> str | None:
         f"fit it to the trace's observed TTFT with `hpa calibrate`); more replicas "
         f"(--ttft-p99) or a larger time_scale ask what would keep up"
     )
-
-
-def gpu_planner(planner: Planner):
-    """cache bytes, caches -> GpuPlan with --gpu / --gpu-memory-gib; None without them."""
-    ask = planner.ask
-    if ask.gpu is None and ask.gpu_memory_gib is None:
-        if ask.tensor_parallel is not None:
-            raise ConfigError("--tensor-parallel needs --gpu or --gpu-memory-gib")
-        return None
-    from analyzer.config.hardware import gpu_memory, gpu_plan
-
-    gpu = gpu_memory(ask.gpu, ask.gpu_memory_gib)
-    weights = (planner.preset or {}).get("weights_bytes")
-    if planner.per_block is None or weights is None:
-        raise ConfigError(
-            "--gpu needs a --model with bytes_per_block and weights_bytes"
-            + (f" ({planner.model} lacks them)" if planner.model else "")
-        )
-
-    def plan_gpus(cache_bytes: int, caches: int):
-        return gpu_plan(
-            cache_bytes=cache_bytes,
-            weights_bytes=weights,
-            num_caches=caches,
-            gpu=gpu,
-            tensor_parallel=ask.tensor_parallel,
-        )
-
-    return plan_gpus
 
 
 def _j(value) -> str:

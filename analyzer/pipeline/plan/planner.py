@@ -14,7 +14,7 @@ from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec, map_partitions
 from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.inputs import request_input
-from analyzer.pipeline.plan.answer import answer_for, gpu_planner, unreachable_above_bound
+from analyzer.pipeline.plan.answer import answer_for, unreachable_above_bound
 from analyzer.pipeline.plan.evaluate import Evaluator, Progress
 from analyzer.pipeline.plan.result import PlanResult
 from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
@@ -40,9 +40,6 @@ class PlanAsk:
     policy: dict[str, Any] | None = None  # --policy / --set keys every replay starts from
     measure_from: float = 0.0
     ttft_p99_s: float | None = None
-    gpu: str | None = None
-    gpu_memory_gib: float | None = None
-    tensor_parallel: int | None = None
 
     def check(self) -> None:
         check_measure_from(self.measure_from)
@@ -95,7 +92,6 @@ class Planner:
         self.progress = progress
         self.cost_unit = "GiB" if self.per_block else "blocks"
         self.search = self._search_spec()
-        self.gpus = gpu_planner(self)  # checked before any replay
 
     def run(self) -> PlanResult:
         attention, dense = self.ev.ceilings(
@@ -243,7 +239,7 @@ def plan(
 ) -> PlanResult:
     """Search the cheapest settings that reach `target` (useful hit ratio); see the package
     doc. `asked`: the other fields of `PlanAsk` (model, memory_budget, family, schedule,
-    time_scale, policy, measure_from, ttft_p99_s, gpu, gpu_memory_gib, tensor_parallel).
+    time_scale, policy, measure_from, ttft_p99_s).
     The requests come from the store at `db_path`, or from a Parquet `dataset` (nothing is
     created or written). `progress(replays so far, what)` is called before each replay
     (with a non-local `executor`: as each setting's search finishes)."""

@@ -27,7 +27,6 @@ class Candidate:
     num_caches: int = 1  # model revisions x replicas (replicas under cache_scope shared)
     floor_blocks: int = 0  # the smallest pool per cache in which every request schedules
     load: LoadFigures | None = None  # concurrent schedule: at num_blocks
-    gpus: Any = None  # a config.hardware.GpuPlan with --gpu or --gpu-memory-gib
 
     def setting(self) -> dict[str, Any]:
         """The policy keys the search chose (as `--set` writes them)."""
@@ -51,8 +50,6 @@ class Candidate:
             "floor_blocks": self.floor_blocks,
         }
         out.update(_load_keys(self.load))
-        if self.gpus is not None:
-            out["gpus"] = self.gpus.as_dict()
         return out
 
 
