@@ -1,5 +1,5 @@
 """Model presets (`schemas/models/<name>.json`): a model's cache groups, block size in tokens,
-KV-cache groups per type and, where derived, bytes per pool block."""
+KV-cache groups per type and, where derived, bytes per pool block and the BF16 weights' bytes."""
 
 from __future__ import annotations
 
@@ -49,4 +49,7 @@ def _model_file(path: Path) -> dict[str, Any]:
     per_block = model.get("bytes_per_block")
     if per_block is not None and (type(per_block) is not int or per_block < 1):
         raise ConfigError(f"model file {path}: 'bytes_per_block' must be an integer >= 1")
+    weights = model.get("weights_bytes")
+    if weights is not None and (type(weights) is not int or weights < 1):
+        raise ConfigError(f"model file {path}: 'weights_bytes' must be an integer >= 1")
     return model
