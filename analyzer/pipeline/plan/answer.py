@@ -2,46 +2,70 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from analyzer.pipeline.plan.result import Candidate, PlanResult
-from analyzer.pipeline.plan.search import Outcome
+from analyzer.config.memory import pool_gib
+from analyzer.config.policy import Policy
+from analyzer.pipeline.plan.ask import PlanAsk
+from analyzer.pipeline.plan.result import Candidate
+from analyzer.pipeline.plan.search import Outcome, Search
 
-if TYPE_CHECKING:  # the planner imports this module
-    from analyzer.pipeline.plan.planner import Planner
+
+@dataclass(frozen=True)
+class Framing:
+    """What the answer's words need of a plan."""
+
+    ask: PlanAsk
+    block: int  # tokens per block of the searched policies
+    search: Search
+    cost_unit: str  # "GiB" with a model's bytes per block, else "blocks"
+    base: Policy  # the policy every setting starts from (schedule, step model)
+
+    def pool_gib(self, num_blocks: int) -> float | None:
+        """GiB of one cache of `num_blocks` blocks; None without bytes per block."""
+        per_block = self.search.per_block
+        return pool_gib(num_blocks, per_block) if per_block else None
 
 
-def unreachable_above_bound(planner: Planner, c) -> str:
+@dataclass(frozen=True)
+class Answer:
+    """The candidates, cheapest first, the line that sums them up, and a load warning."""
+
+    candidates: list[Candidate]
+    message: str
+    load_warning: str | None = None
+
+
+def unreachable_above_bound(plan: Framing, c) -> str:
     shared = c.ceiling + c.granularity
     return (
-        f"unreachable: target {planner.ask.target:.3f} is above the attention-only bound "
+        f"unreachable: target {plan.ask.target:.3f} is above the attention-only bound "
         f"{c.bound:.3f} (an unbounded full-attention-only cache; the model's groups with every "
         f"sparse state kept reach {c.dense:.3f}); the shared-prefix ceiling is {c.ceiling:.3f} "
         f"(matchable tokens / queries; {shared:.3f} is shared at token level, "
-        f"{c.granularity:.3f} of it below whole {planner.block}-token blocks or match units). "
+        f"{c.granularity:.3f} of it below whole {plan.block}-token blocks or match units). "
         f"No pool size or retention can reuse more than that; a finer match unit or "
         f"block only can."
     )
 
 
-def answer_for(planner: Planner, ceilings, outcomes: list[Outcome]) -> PlanResult:
-    """The PlanResult of the searched settings."""
-    candidates = [_candidate(planner, o) for o in outcomes if o.found is not None]
+def answer_for(plan: Framing, ceilings, outcomes: list[Outcome]) -> Answer:
+    """The answer of the searched settings."""
+    candidates = [_candidate(plan, o) for o in outcomes if o.found is not None]
     candidates.sort(key=lambda c: (c.cost, -c.useful_hit_ratio))
     skipped = sum(o.skipped for o in outcomes)
     if candidates:
-        message = _cheapest(planner, candidates[0], skipped)
+        message = _cheapest(plan, candidates[0], skipped)
     else:
-        message = _none_reached(planner, ceilings, outcomes)
+        message = _none_reached(plan, ceilings, outcomes)
     best = candidates[0] if candidates else None
-    warning = _load_warning(planner, best)
-    return planner._result(ceilings, message, candidates, load_warning=warning)
+    return Answer(candidates, message, _load_warning(plan, best))
 
 
-def _candidate(planner: Planner, outcome: Outcome) -> Candidate:
-    policy, found, search = outcome.policy, outcome.found, planner.search
+def _candidate(plan: Framing, outcome: Outcome) -> Candidate:
+    policy, found, search = outcome.policy, outcome.found, plan.search
     caches = search.caches(policy)
-    memory = planner.pool_gib(found.num_blocks)
+    memory = plan.pool_gib(found.num_blocks)
     return Candidate(
         policy.retention_interval,
         policy.prefix_match_unit,
@@ -58,7 +82,7 @@ def _candidate(planner: Planner, outcome: Outcome) -> Candidate:
     )
 
 
-def _cheapest(planner: Planner, best: Candidate, skipped: int) -> str:
+def _cheapest(plan: Framing, best: Candidate, skipped: int) -> str:
     unit = "cache" if best.num_caches == 1 else "caches"
     note = f" ({skipped} settings skipped: dearer than that at any pool size)" if skipped else ""
     latency = ""
@@ -68,42 +92,42 @@ def _cheapest(planner: Planner, best: Candidate, skipped: int) -> str:
         f"cheapest: retention_interval={_j(best.retention_interval)} "
         f"prefix_match_unit={_j(best.prefix_match_unit)} replicas={best.replicas} "
         f"routing={best.routing} num_blocks={best.num_blocks} -> useful hit ratio "
-        f"{best.useful_hit_ratio:.3f}{latency} for {best.cost:,.2f} {planner.cost_unit} of "
+        f"{best.useful_hit_ratio:.3f}{latency} for {best.cost:,.2f} {plan.cost_unit} of "
         f"cache in all ({best.num_caches} {unit}, one per model revision x replica)"
         f"{note}"
     )
 
 
-def _none_reached(planner: Planner, c, outcomes: list[Outcome]) -> str:
+def _none_reached(plan: Framing, c, outcomes: list[Outcome]) -> str:
     """Why no setting reached the targets: the budget cannot hold the longest request, or
     none reached them within the search."""
     floors = [o.floor_blocks for o in outcomes if o.floor_blocks is not None]
-    search = planner.search
+    search = plan.search
     if search.budget_blocks is not None and floors and min(floors) > search.budget_blocks:
         need = min(floors)
         return (
-            f"unreachable within the memory budget: --memory-budget {planner.ask.memory_budget} "
+            f"unreachable within the memory budget: --memory-budget {plan.ask.memory_budget} "
             f"holds {search.budget_blocks:,} blocks per cache, and the longest request needs "
-            f"{need:,} ({planner.pool_gib(need):,.2f} GiB per cache) to be scheduled at all"
+            f"{need:,} ({plan.pool_gib(need):,.2f} GiB per cache) to be scheduled at all"
         )
     latency = ""
-    if planner.ask.ttft_p99_s is not None:
-        latency = f" with TTFT p99 <= {planner.ask.ttft_p99_s:g} s (up to 64 replicas)"
+    if plan.ask.ttft_p99_s is not None:
+        latency = f" with TTFT p99 <= {plan.ask.ttft_p99_s:g} s (up to 64 replicas)"
     budget = ""
     if search.budget_blocks is not None:
-        budget = f" within the memory budget {planner.ask.memory_budget}"
+        budget = f" within the memory budget {plan.ask.memory_budget}"
     return (
-        f"unreachable within the search: no candidate reaches {planner.ask.target:.3f}"
+        f"unreachable within the search: no candidate reaches {plan.ask.target:.3f}"
         f"{latency}{budget} (attention-only bound {c.bound:.3f}, shared-prefix ceiling "
         f"{c.ceiling:.3f}, model groups with every state kept {c.dense:.3f})"
     )
 
 
-def _load_warning(planner: Planner, best: Candidate | None) -> str | None:
+def _load_warning(plan: Framing, best: Candidate | None) -> str | None:
     """One line when the chosen setting's simulated server cannot keep up."""
     if best is None or best.load is None or not best.load.saturated:
         return None
-    load, p = best.load, planner._policy()
+    load, p = best.load, plan.base
     return (
         f"saturated: the simulated server cannot keep up: the last quarter of arrivals "
         f"queued {load.queue_last_quarter_s:,.1f} s on average, the first quarter "

@@ -7,49 +7,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analyzer.config.memory import bytes_per_block, parse_size, pool_gib
+from analyzer.config.memory import bytes_per_block, parse_size
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec, map_partitions
 from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.inputs import request_input
-from analyzer.pipeline.plan.answer import answer_for, unreachable_above_bound
+from analyzer.pipeline.plan.answer import Framing, answer_for, unreachable_above_bound
+from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.evaluate import Evaluator, Progress
 from analyzer.pipeline.plan.result import PlanResult
 from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import DEFAULT_DB, trace_block_tokens
-from analyzer.store.runs import check_measure_from
 
 # The keys the search sets itself (a --set of one of them is replaced).
 SEARCHED = ("retention_interval", "prefix_match_unit", "replicas", "routing", "num_blocks")
 LATENCY_ROUTINGS = ("round_robin", "prefix_aware")  # searched with --ttft-p99
-
-
-@dataclass(frozen=True)
-class PlanAsk:
-    """What the user asked of a plan (the CLI's options, checked)."""
-
-    target: float  # useful hit ratio, in (0, 1]
-    model: str | None = None
-    memory_budget: str | None = None  # per cache, as written (40GiB)
-    family: str | None = None
-    schedule: str | None = None
-    time_scale: float | None = None
-    policy: dict[str, Any] | None = None  # --policy / --set keys every replay starts from
-    measure_from: float = 0.0
-    ttft_p99_s: float | None = None
-
-    def check(self) -> None:
-        check_measure_from(self.measure_from)
-        if not 0.0 < self.target <= 1.0:
-            raise ConfigError(
-                f"--target-useful-hit-ratio {self.target}: expected a number in (0, 1]"
-            )
-        ttft = self.ttft_p99_s
-        if ttft is not None and not (math.isfinite(ttft) and ttft > 0):
-            raise ConfigError(f"--ttft-p99 {ttft}: expected a number of seconds > 0")
 
 
 class Planner:
@@ -106,10 +81,13 @@ class Planner:
             granularity=self.ev.ratio(attention, "lost_granularity_tokens"),
             dense=self.ev.ratio(dense),
         )
+        framing = Framing(self.ask, self.block, self.search, self.cost_unit, self._policy())
         if self.ask.target > ceilings.bound:
-            return self._result(ceilings, unreachable_above_bound(self, ceilings), [])
-        outcomes = self._search(self._settings())
-        return answer_for(self, ceilings, outcomes)
+            return self._result(ceilings, unreachable_above_bound(framing, ceilings), [])
+        answer = answer_for(framing, ceilings, self._search(self._settings()))
+        return self._result(
+            ceilings, answer.message, answer.candidates, load_warning=answer.load_warning
+        )
 
     def _policy(self, **keys) -> Policy:
         return make_policy({**self.base, **keys})
@@ -200,9 +178,6 @@ class Planner:
             max_num_batched_tokens=self._policy().step_token_budget,
             **more,
         )
-
-    def pool_gib(self, num_blocks: int) -> float | None:
-        return pool_gib(num_blocks, self.per_block) if self.per_block else None
 
 
 @dataclass(frozen=True)
