@@ -202,6 +202,28 @@ SCHEDULE_LINES = {
     "replicas and the routing (round_robin, prefix_aware) for the least memory in all.",
 )
 @click.option(
+    "--gpu",
+    default=None,
+    metavar="NAME",
+    help="Answer in GPUs of this kind (H100, H200, B200, MI300X): the fewest in all, then "
+    "the least cache; needs a --model with bytes_per_block and weights_bytes.",
+)
+@click.option(
+    "--gpu-memory-gib",
+    type=float,
+    default=None,
+    metavar="GIB",
+    help="Any other accelerator: its memory in GiB (instead of --gpu).",
+)
+@click.option(
+    "--tensor-parallel",
+    type=int,
+    default=None,
+    metavar="N",
+    help="GPUs per replica, with --gpu or --gpu-memory-gib [default: the fewest (a power "
+    "of two) that hold the weights and the pool].",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(["table", "json"]),
@@ -224,7 +246,7 @@ def plan_cmd(
     db_path, target, fmt, dataset, policy_source, overrides, executor, ray_address, workers, **asked
 ):
     """Search the cheapest cache settings that reach a target useful hit ratio (by replays):
-    the smallest pool per setting, and under load its latency.
+    the smallest pool per setting, under load its latency, with --gpu in GPUs.
 
     With --dataset (and a non-local executor) each replay's or setting's worker reads the
     trace from the dataset; this process holds its per-request scalars only. Nothing is
@@ -271,6 +293,9 @@ def _print_plan(r) -> None:
         click.echo(render(pa.table(_candidate_columns(r))), nl=False)
     if r.load_warning:
         click.echo(r.load_warning)
+    best = r.best
+    if best is not None and best.gpus is not None:
+        click.echo(_gpu_line(best.gpus))
     click.echo(f"{r.message} [{r.replays} replays]")
 
 
@@ -294,7 +319,24 @@ def _candidate_columns(r) -> dict:
         loads = [x.load for x in c]
         for key in ("ttft_p50_s", "ttft_p99_s", "queue_mean_s", "max_in_flight", "saturated"):
             columns[key] = [None if load is None else getattr(load, key) for load in loads]
+    if c[0].gpus is not None:
+        columns["tensor_parallel"] = [x.gpus.tensor_parallel for x in c]
+        columns["total_gpus"] = [x.gpus.total_gpus for x in c]
+        columns["fits"] = [x.gpus.fits for x in c]
     return columns
+
+
+def _gpu_line(g) -> str:
+    """The cheapest setting's GPUs in one line, with why they do not fit when so."""
+    line = (
+        f"gpus: {g.gpu} ({g.hbm_gib:g} GiB): tensor parallel {g.tensor_parallel}; a GPU holds "
+        f"{g.weights_per_gpu_gib:,.1f} GiB of weights and {g.kv_cache_per_gpu_gib:,.2f} GiB "
+        f"of the pool, of {g.usable_per_gpu_gib:,.1f} GiB usable (gpu_memory_utilization "
+        f"{g.gpu_memory_utilization:g}), so a replica's GPUs have room for "
+        f"{g.pool_blocks_fit:,} blocks; {g.gpus_per_replica} a replica x {g.num_caches} "
+        f"= {g.total_gpus} GPUs"
+    )
+    return line if g.fits else f"{line}; {g.message}"
 
 
 def _null(value: int | None) -> str:

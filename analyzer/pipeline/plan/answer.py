@@ -51,8 +51,14 @@ def unreachable_above_bound(plan: Framing, c) -> str:
 
 def answer_for(plan: Framing, ceilings, outcomes: list[Outcome]) -> Answer:
     """The answer of the searched settings."""
-    candidates = [_candidate(plan, o) for o in outcomes if o.found is not None]
-    candidates.sort(key=lambda c: (c.cost, -c.useful_hit_ratio))
+    found = [o for o in outcomes if o.found is not None]
+    found.sort(
+        key=lambda o: (
+            plan.search.rank(o.policy, o.found.num_blocks),
+            -o.found.measure.useful_hit_ratio,
+        )
+    )
+    candidates = [_candidate(plan, o) for o in found]
     skipped = sum(o.skipped for o in outcomes)
     if candidates:
         message = _cheapest(plan, candidates[0], skipped)
@@ -79,6 +85,7 @@ def _candidate(plan: Framing, outcome: Outcome) -> Candidate:
         caches,
         found.floor_blocks,
         found.measure.load,
+        search.gpus(policy, found.num_blocks),
     )
 
 
@@ -88,13 +95,16 @@ def _cheapest(plan: Framing, best: Candidate, skipped: int) -> str:
     latency = ""
     if best.load is not None:
         latency = f", TTFT p99 {best.load.ttft_p99_s:,.3g} s"
+    hardware = ""
+    if best.gpus is not None:
+        hardware = f"; {best.gpus.total_gpus} x {best.gpus.gpu} in all"
     return (
         f"cheapest: retention_interval={_j(best.retention_interval)} "
         f"prefix_match_unit={_j(best.prefix_match_unit)} replicas={best.replicas} "
         f"routing={best.routing} num_blocks={best.num_blocks} -> useful hit ratio "
         f"{best.useful_hit_ratio:.3f}{latency} for {best.cost:,.2f} {plan.cost_unit} of "
         f"cache in all ({best.num_caches} {unit}, one per model revision x replica)"
-        f"{note}"
+        f"{hardware}{note}"
     )
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from analyzer.config.hardware import gpu_memory
 from analyzer.config.memory import bytes_per_block, parse_size
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import Policy
@@ -66,7 +66,7 @@ class Planner:
         self.ev = Evaluator(trace, ask.family, progress, executor, ask.measure_from)
         self.progress = progress
         self.cost_unit = "GiB" if self.per_block else "blocks"
-        self.search = self._search_spec()
+        self.search = self._search_spec()  # checks the GPU options before any replay
 
     def run(self) -> PlanResult:
         attention, dense = self.ev.ceilings(
@@ -136,28 +136,52 @@ class Planner:
             num_revisions=len(set(self.trace.columns["model_revision"])),
             measure_from=self.ask.measure_from,
             ttft_p99_s=self.ask.ttft_p99_s,
+            **self._gpus(),
         )
 
+    def _gpus(self) -> dict[str, Any]:
+        """Search's GPU fields, with --gpu or --gpu-memory-gib (checked here)."""
+        ask = self.ask
+        if not ask.in_gpus:
+            return {}
+        gpu = gpu_memory(ask.gpu, ask.gpu_memory_gib)
+        weights = (self.preset or {}).get("weights_bytes")
+        if self.per_block is None or weights is None:
+            lacks = ""
+            if self.model is not None:
+                key = "bytes_per_block" if self.per_block is None else "weights_bytes"
+                lacks = f" ({self.model} has no {key})"
+            raise ConfigError(
+                "--gpu and --gpu-memory-gib need a --model with bytes_per_block and "
+                f"weights_bytes{lacks}"
+            )
+        return {"gpu": gpu, "weights_bytes": weights, "tensor_parallel": ask.tensor_parallel}
+
     def _search(self, settings: list[Policy]) -> list[Outcome]:
-        """Each setting's outcome, in order; one whose floor costs more than a setting
-        found before it is skipped. A non-local executor searches every setting whole,
-        and the same skips are then applied to its results, so the answer is the local
-        one."""
-        search = self.search
-        done = None
-        if not self.spec.is_local:
-            done = _search_all(self.spec, search, settings, self.progress)
+        """Each setting's outcome, in order; one whose floor ranks worse than a setting
+        found before it is skipped. The first setting of each placement is searched from
+        its floor; the later ones start from the answer of their placement's first
+        (`Search.hints`). A non-local executor searches the first settings, then the
+        others, each whole, and the same skips are applied to its results: the answer is
+        the local one."""
+        first = len(self._placements())  # placements vary fastest in `settings`
         outcomes: list[Outcome] = []
-        cheapest = math.inf
-        for k, policy in enumerate(settings):
-            if done is None:
-                outcome = search_setting(search, policy, self.ev, cheapest)
-            else:
-                outcome = done[k].skip_at(search, cheapest)
-                self.ev.replays += outcome.replays
-            outcomes.append(outcome)
-            if outcome.found is not None:
-                cheapest = min(cheapest, search.cost(outcome.policy, outcome.found.num_blocks))
+        cheapest: tuple[float, ...] | None = None
+        for wave in (settings[:first], settings[first:]):
+            search = self.search if not outcomes else replace(self.search, hints=_hints(outcomes))
+            done = None
+            if not self.spec.is_local and wave:
+                done = _search_all(self.spec, search, wave, self.progress)
+            for k, policy in enumerate(wave):
+                if done is None:
+                    outcome = search_setting(search, policy, self.ev, cheapest)
+                else:
+                    outcome = done[k].skip_at(search, cheapest)
+                    self.ev.replays += outcome.replays
+                outcomes.append(outcome)
+                if outcome.found is not None:
+                    rank = search.rank(outcome.policy, outcome.found.num_blocks)
+                    cheapest = rank if cheapest is None else min(cheapest, rank)
         return outcomes
 
     def _result(self, ceilings, message: str, candidates: list, **more) -> PlanResult:
@@ -188,6 +212,15 @@ class _Ceilings:
     dense: float  # the model's groups, every sparse state kept, unbounded
 
 
+def _hints(outcomes: list[Outcome]) -> tuple[tuple[int, str, int], ...]:
+    """(replicas, routing, num_blocks) of each setting found."""
+    return tuple(
+        (o.policy.replicas, o.policy.routing, o.found.num_blocks)
+        for o in outcomes
+        if o.found is not None
+    )
+
+
 def _search_all(spec: ExecutorSpec, search: Search, settings: list[Policy], progress):
     """Every setting searched on `spec`, one task each."""
     labels = [f"plan setting {p.to_json()}" for p in settings]
@@ -214,7 +247,8 @@ def plan(
 ) -> PlanResult:
     """Search the cheapest settings that reach `target` (useful hit ratio); see the package
     doc. `asked`: the other fields of `PlanAsk` (model, memory_budget, family, schedule,
-    time_scale, policy, measure_from, ttft_p99_s).
+    time_scale, policy, measure_from, ttft_p99_s, gpu, gpu_memory_gib,
+    tensor_parallel).
     The requests come from the store at `db_path`, or from a Parquet `dataset` (nothing is
     created or written). `progress(replays so far, what)` is called before each replay
     (with a non-local `executor`: as each setting's search finishes)."""

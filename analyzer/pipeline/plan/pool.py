@@ -8,9 +8,10 @@ that fits alone waits or preempts, and only one that does not fit alone is refus
 bisection replays the heaviest requests (the longest prompts, and prompts plus outputs) on
 their own, a few thousand tokens, not the trace. The search then starts there: the floor
 reaches the target or it does not; if not, doubling to a pool that does, and bisection to
-within 5% of the smallest that does (`TOLERANCE`). A floor the whole trace does not
-schedule in (a need the heaviest requests alone do not show) is caught by that search's
-first replay, which continues from it.
+within 5% of the smallest that does (`TOLERANCE`). A plan's later settings start from a
+like setting's answer instead (`hint`), a few replays from their own. A floor the whole
+trace does not schedule in (a need the heaviest requests alone do not show) is caught by
+the search's replay there, which continues above it.
 """
 
 from __future__ import annotations
@@ -82,22 +83,28 @@ def floor_blocks(ev: Evaluator, policy: Policy, cap: int) -> int | None:
 
 
 def smallest_pool(
-    ev: Evaluator, policy: Policy, target: float, ttft_p99_s: float | None, floor: int, cap: int
+    ev: Evaluator,
+    policy: Policy,
+    target: float,
+    ttft_p99_s: float | None,
+    floor: int,
+    cap: int,
+    hint: int | None = None,
 ) -> Found | None:
     """The smallest pool from `floor` up to `cap` reaching the targets, within TOLERANCE
-    (None when `cap` does not)."""
+    (None when `cap` does not). `hint`: a pool near the answer (a like setting's), where
+    the search starts, stepping TOLERANCE x hint away from it and doubling each step;
+    without one it starts at the floor and doubles."""
 
     def measure(n: int) -> Measure:
         return ev.measure(replace(policy, num_blocks=n), f"search: num_blocks={n:,}")
 
-    low, hi, at_hi = floor - 1, floor, measure(floor)
-    below = None  # the measure at `low`, when measured
-    while not at_hi.meets(target, ttft_p99_s):
-        if hi >= cap:  # the budget, or the largest pool a replay can hold
-            return None
-        low, below = hi, at_hi
-        hi = min(hi * 2, cap)
-        at_hi = measure(hi)
+    start = floor if hint is None else min(max(hint, floor), cap)
+    step = start if hint is None else max(1, int(start * TOLERANCE))
+    bracket = _bracket(measure, target, ttft_p99_s, start, step, floor, cap)
+    if bracket is None:
+        return None
+    (low, below), (hi, at_hi) = bracket
     while hi - low > max(1, int(hi * TOLERANCE)):
         mid = (low + hi) // 2
         m = measure(mid)
@@ -106,6 +113,30 @@ def smallest_pool(
         else:
             low, below = mid, m
     return Found(hi, at_hi, floor, _sized_by(hi, floor, below, target))
+
+
+def _bracket(measure, target, ttft_p99_s, start, step, floor, cap):
+    """((low, its measure or None), (hi, its measure)): a pool that misses the targets (or
+    floor - 1) and one that reaches them, found by galloping from `start` (down from it when
+    it reaches them, else up), `step` doubling; None when `cap` misses them."""
+    at = measure(start)
+    if at.meets(target, ttft_p99_s):
+        hi, at_hi = start, at
+        while hi > floor:
+            n = max(floor, hi - step)
+            m = measure(n)
+            if not m.meets(target, ttft_p99_s):
+                return (n, m), (hi, at_hi)
+            hi, at_hi, step = n, m, step * 2
+        return (floor - 1, None), (hi, at_hi)
+    low, below = start, at
+    while low < cap:
+        n = min(cap, low + step)
+        m = measure(n)
+        if m.meets(target, ttft_p99_s):
+            return (low, below), (n, m)
+        low, below, step = n, m, step * 2
+    return None
 
 
 def _sized_by(num_blocks: int, floor: int, below: Measure | None, target: float) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from analyzer.config.hardware import GpuPlan
 from analyzer.pipeline.plan.load import LoadFigures
 
 
@@ -27,6 +28,7 @@ class Candidate:
     num_caches: int = 1  # model revisions x replicas (replicas under cache_scope shared)
     floor_blocks: int = 0  # the smallest pool per cache in which every request schedules
     load: LoadFigures | None = None  # concurrent schedule: at num_blocks
+    gpus: GpuPlan | None = None  # with --gpu or --gpu-memory-gib: at num_blocks
 
     def setting(self) -> dict[str, Any]:
         """The policy keys the search chose (as `--set` writes them)."""
@@ -50,6 +52,7 @@ class Candidate:
             "floor_blocks": self.floor_blocks,
         }
         out.update(_load_keys(self.load))
+        out["gpus"] = None if self.gpus is None else self.gpus.as_dict()
         return out
 
 
@@ -60,6 +63,7 @@ CANDIDATE_KEYS = (
     *("useful_hit_ratio", "memory_gib", "caches", "total_gib", "total_blocks", "sized_by"),
     "floor_blocks",
     *LOAD_KEYS,
+    "gpus",
 )
 
 

@@ -5,16 +5,16 @@ its search finds the smallest pool reaching the targets: first the unbounded rep
 setting that misses there misses at any pool), then the floor, then the pool (`pool.py`).
 Under a TTFT target the placement's replica count is searched too: doubling from one
 replica until the unbounded replay meets the latency target, then that count and twice it,
-the cheaper in total memory kept (more replicas split the queue, each with a pool of its
+the cheaper kept (more replicas split the queue, each with a pool of its
 own).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from analyzer.config.hardware import Gpu, GpuPlan, gpu_plan
 from analyzer.config.memory import pool_gib
 from analyzer.config.policy import MAXIMUMS, Policy
 from analyzer.pipeline.plan.evaluate import Evaluator
@@ -36,6 +36,20 @@ class Search:
     num_revisions: int  # caches per replica under cache_scope revision
     measure_from: float = 0.0
     ttft_p99_s: float | None = None
+    # With --gpu / --gpu-memory-gib: the GPUs each replica runs on, the model's weights
+    # (bytes, held by every replica) and a fixed tensor parallel (None: the fewest that fit).
+    gpu: Gpu | None = None
+    weights_bytes: int = 0
+    tensor_parallel: int | None = None
+    # (replicas, routing, num_blocks): like settings' answers, where a pool search starts.
+    hints: tuple[tuple[int, str, int], ...] = ()
+
+    def hint(self, policy: Policy) -> int | None:
+        """The pool a like setting (same replicas and routing) needed, None if none."""
+        for replicas, routing, num_blocks in self.hints:
+            if (replicas, routing) == (policy.replicas, policy.routing):
+                return num_blocks
+        return None
 
     def caches(self, policy: Policy) -> int:
         """The pools a setting provisions: one per model revision x replica."""
@@ -45,6 +59,27 @@ class Search:
         """Every cache's pool: GiB (blocks when the model gives no bytes per block)."""
         per_cache = pool_gib(num_blocks, self.per_block) if self.per_block else num_blocks
         return self.caches(policy) * per_cache
+
+    def gpus(self, policy: Policy, num_blocks: int) -> GpuPlan | None:
+        """The GPUs a setting with `num_blocks` per cache takes (None without a GPU)."""
+        if self.gpu is None or self.per_block is None:
+            return None
+        return gpu_plan(
+            cache_bytes=num_blocks * self.per_block,
+            weights_bytes=self.weights_bytes,
+            num_caches=self.caches(policy),
+            gpu=self.gpu,
+            tensor_parallel=self.tensor_parallel,
+            bytes_per_block=self.per_block,
+        )
+
+    def rank(self, policy: Policy, num_blocks: int) -> tuple[float, ...]:
+        """What a plan minimises, compared as a tuple: the cache in all (`cost`); with a
+        GPU first whether a replica fits its GPUs, then the GPUs in all, then the cache.
+        Never smaller for a larger pool, so a setting's floor bounds its answer."""
+        cost = self.cost(policy, num_blocks)
+        gpus = self.gpus(policy, num_blocks)
+        return (cost,) if gpus is None else (float(not gpus.fits), gpus.total_gpus, cost)
 
 
 @dataclass(frozen=True)
@@ -61,10 +96,15 @@ class Outcome:
     floor_replays: int = 0
     skipped: bool = False  # dearer at its floor than `cheapest`: not searched further
 
-    def skip_at(self, search: Search, cheapest: float) -> Outcome:
-        """This outcome as a search told `cheapest` would have ended it: skipped (only the
-        floor's replays taken) when even its floor costs more."""
-        if self.floor_blocks is None or search.cost(self.policy, self.floor_blocks) <= cheapest:
+    def skip_at(self, search: Search, cheapest: tuple[float, ...] | None) -> Outcome:
+        """This outcome as a search told `cheapest` (the best rank found, None: none)
+        would have ended it: skipped (only the floor's replays taken) when even its floor
+        ranks worse."""
+        if (
+            self.floor_blocks is None
+            or cheapest is None
+            or search.rank(self.policy, self.floor_blocks) <= cheapest
+        ):
             return self
         return Outcome(
             self.policy, None, self.floor_blocks, self.floor_replays, self.floor_replays, True
@@ -72,10 +112,10 @@ class Outcome:
 
 
 def search_setting(
-    search: Search, policy: Policy, ev: Evaluator, cheapest: float = math.inf
+    search: Search, policy: Policy, ev: Evaluator, cheapest: tuple[float, ...] | None = None
 ) -> Outcome:
     """The setting's smallest pool reaching the targets (its replica count too, under a
-    latency target): the floor first, then (unless even the floor costs more than
+    latency target): the floor first, then (unless even the floor ranks worse than
     `cheapest`, a setting found already) the unbounded replay and the pool."""
     before = ev.replays
     floor = floor_blocks(ev, policy, MAXIMUMS["num_blocks"])
@@ -98,7 +138,7 @@ def _search_replicas(
     search: Search, policy: Policy, ev: Evaluator, floor: int, cap: int
 ) -> tuple[Policy, Found | None]:
     """The fewest replicas (1, 2, 4, ...) whose unbounded replay meets both targets, and
-    twice as many: the cheaper in all of the two that reach the targets."""
+    twice as many: the better ranked of the two that reach the targets."""
     count = 1
     while count <= MAX_REPLICAS:
         tried = replace(policy, replicas=count, num_blocks=None)
@@ -119,7 +159,7 @@ def _search_replicas(
     reached = [(p, f) for p, f in found if f is not None]
     if not reached:
         return found[0][0], None
-    return min(reached, key=lambda pf: search.cost(pf[0], pf[1].num_blocks))
+    return min(reached, key=lambda pf: search.rank(pf[0], pf[1].num_blocks))
 
 
 def _search_pool(
@@ -131,7 +171,8 @@ def _search_pool(
         unbounded = ev.measure(replace(policy, num_blocks=None), "unbounded")
         if not unbounded.meets(search.target, search.ttft_p99_s):
             return None
-    return smallest_pool(ev, policy, search.target, search.ttft_p99_s, floor, cap)
+    hint = search.hint(policy)
+    return smallest_pool(ev, policy, search.target, search.ttft_p99_s, floor, cap, hint)
 
 
 def search_worker(search: Search, policy: Policy) -> Outcome:
