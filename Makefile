@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HPA := $(VENV)/bin/hpa
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench bench-e2e bench-ingest bench-replay bench-peer schemas samples clean
+.PHONY: install demo test lint bench bench-e2e bench-ingest bench-replay bench-peer bench-plan schemas samples clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 # Every benchmark, each against a peer or a naive baseline in the same run.
-bench: bench-e2e bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent
+bench: bench-e2e bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent bench-plan
 
 # End to end: token ids -> last-half hit ratio, hpa (ingest + replay) vs kvcache-simulator
 # (conversion to hash ids + run), 70 M prompt tokens, 3 paired runs (medians); peak RSS of
@@ -46,6 +46,10 @@ bench-replay: $(STAMP)
 # hpa vs kvcache-simulator (PyPI) on the Mooncake conversation trace (installs the peer).
 bench-peer: $(STAMP)
 	$(PY) bench/bench_peer.py
+
+# hpa plan against a naive plan (whole-trace replays only) on the sample and public traces.
+bench-plan: $(STAMP)
+	$(PY) bench/bench_plan.py
 
 # schemas/policy.schema.json from the config tables (tests/config/test_schema.py checks it).
 schemas: $(STAMP)

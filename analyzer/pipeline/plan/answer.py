@@ -94,7 +94,7 @@ def _cheapest(plan: Framing, best: Candidate, skipped: int) -> str:
     note = f" ({skipped} settings skipped: dearer than that at any pool size)" if skipped else ""
     latency = ""
     if best.load is not None:
-        latency = f", TTFT p99 {best.load.ttft_p99_s:,.3g} s"
+        latency = f", TTFT p99 {_seconds(best.load.ttft_p99_s)} s"
     hardware = ""
     if best.gpus is not None:
         hardware = f"; {best.gpus.total_gpus} x {best.gpus.gpu} in all"
@@ -141,12 +141,21 @@ def _load_warning(plan: Framing, best: Candidate | None) -> str | None:
     return (
         f"saturated: the simulated server cannot keep up: the last quarter of arrivals "
         f"queued {load.queue_last_quarter_s:,.1f} s on average, the first quarter "
-        f"{load.queue_first_quarter_s:,.1f} s ({load.arrivals_per_s:,.2f} requests/s on the "
-        f"busiest of {best.replicas} replicas at time_scale {p.time_scale:g}; step time "
+        f"{load.queue_first_quarter_s:,.1f} s ({load.arrivals_per_s:,.2f} requests/s "
+        f"{_busiest(best.replicas)} at time_scale {p.time_scale:g}; step time "
         f"{p.step_base_ms:g} ms + {p.step_token_us:g} us a token, the default model unless set: "
         f"fit it to the trace's observed TTFT with `hpa calibrate`); more replicas "
         f"(--ttft-p99) or a larger time_scale ask what would keep up"
     )
+
+
+def _busiest(replicas: int) -> str:
+    return "on its one replica" if replicas == 1 else f"on the busiest of {replicas} replicas"
+
+
+def _seconds(value: float) -> str:
+    """Seconds to three significant figures, without an exponent (6,999, 3.54, 0.0123)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _j(value) -> str:
