@@ -13,8 +13,8 @@ checked by a plain replay (`hpa replay`'s library call) at the answer and 0.8x i
 must reach the target and 0.8x must not (or be below the floor).
 
 Traces: the bundled `sample_traces/mixed.jsonl.gz` (always), and when present the public
-TraceLab, RAGPulse and WEKA (a folder) traces in ../shared/external_traces/ (ingested into temporary DuckDB
-files). Model qwen3-next-80b-a3b, serial schedule.
+TraceLab, RAGPulse and WEKA (a folder) traces in ../shared/external_traces/ (ingested into
+temporary DuckDB files). Model qwen3-next-80b-a3b, serial schedule.
 
 Usage: `python bench/bench_plan.py [--runs 1] [--only mixed]`.
 """
@@ -129,8 +129,8 @@ def bench(name: str, runs: int) -> list[str]:
         setup = f"DB = {str(db)!r}; TARGET = {target}; MODEL = {MODEL!r}"
         naive = [measure(setup, NAIVE) for _ in range(runs)]
         answer, plain = ours[0]["result"], naive[0]["result"]
-        setting = {k: answer[k] for k in ("retention_interval", "prefix_match_unit",
-                                          "replicas", "routing")}  # fmt: skip
+        setting = {k: answer[k] for k in ("block_size", "retention_interval",
+                                          "prefix_match_unit", "replicas", "routing")}  # fmt: skip
         ratio, below = check(db, setting, answer["num_blocks"], target)
     ours_s = statistics.median(r["seconds"] for r in ours)
     naive_s = statistics.median(r["seconds"] for r in naive)

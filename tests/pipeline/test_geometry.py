@@ -101,6 +101,9 @@ def test_replay_sweep_and_plan_run_on_a_hash_id_trace(tmp_path, name):
     if plan.exit_code == 0:  # the candidates were searched
         assert "(a quarter block) not searched" in plan.output
     assert "Traceback" not in plan.output
+    args = ["plan", "--db", db, "--target-useful-hit-ratio", "0.01", "--model", QWEN]
+    answer = json.loads(run(cli, [*args, "--format", "json"]).output)
+    assert answer["block_size"] == int(block.replace(",", ""))  # a replay of the answer needs it
 
 
 def test_plan_takes_policy_and_set_and_a_model_file(tmp_path):

@@ -205,9 +205,18 @@ def test_plan_json(groups_db):
     answer = orjson.loads(r.output)
     assert {
         k: answer[k]
-        for k in ("reachable", "num_blocks", "caches", "sized_by", "replicas", "saturated")
+        for k in (
+            "reachable",
+            "block_size",
+            "num_blocks",
+            "caches",
+            "sized_by",
+            "replicas",
+            "saturated",
+        )  # fmt: skip
     } == {
         "reachable": True,
+        "block_size": 528,  # the model's block (a token-ID trace needs no fitting)
         "num_blocks": 15,
         "caches": 1,
         "sized_by": "target",

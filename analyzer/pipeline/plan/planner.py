@@ -200,6 +200,7 @@ class Planner:
             ceilings.ceiling + ceilings.granularity,
             ttft_p99_target_s=self.ask.ttft_p99_s,
             max_num_batched_tokens=self._policy().step_token_budget,
+            block_size=self.block,
             **more,
         )
 

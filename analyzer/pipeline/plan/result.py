@@ -93,6 +93,7 @@ class PlanResult:
     # One line when the chosen setting's simulated server cannot keep up (its queue grows).
     load_warning: str | None = None
     max_num_batched_tokens: int | None = None  # the step token budget every replay used
+    block_size: int | None = None  # tokens per block in every replay (fitted to the trace)
 
     @property
     def best(self) -> Candidate | None:
@@ -109,6 +110,7 @@ class PlanResult:
             "target_ttft_p99_s": self.ttft_p99_target_s,
             "schedule": self.schedule,
             "max_num_batched_tokens": self.max_num_batched_tokens,
+            "block_size": self.block_size,
             **top,
             "load_warning": self.load_warning,
             "ceilings": {
