@@ -51,9 +51,9 @@ bench-peer: $(STAMP)
 bench-plan: $(STAMP)
 	$(PY) bench/bench_plan.py
 
-# schemas/policy.schema.json from the config tables (tests/config/test_schema.py checks it).
+# analyzer/schemas/policy.schema.json from the config tables (tests/config/test_schema.py checks it).
 schemas: $(STAMP)
-	$(PY) -m analyzer.config.schema > schemas/policy.schema.json
+	$(PY) -m analyzer.config.schema > analyzer/schemas/policy.schema.json
 
 samples: $(STAMP)
 	PATH=$(abspath $(VENV))/bin:$$PATH bash sample_traces/make_samples.sh

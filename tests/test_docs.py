@@ -23,7 +23,7 @@ DOCS = ROOT / "docs"
 COMMANDS_MD = DOCS / "commands.md"
 MAX_README_LINES = 250
 # Bundled folders a README example may name by a relative path; linked into the temp cwd.
-BUNDLED = ("sample_traces", "schemas")
+BUNDLED = ("sample_traces",)
 SHELL_LANGUAGES = {"bash", "sh", "console", "shell", "shell-session"}
 
 

@@ -1,4 +1,5 @@
-"""Every bundled sample trace validates against schemas/trace.schema.json and ingests cleanly."""
+"""Every bundled sample trace validates against analyzer/schemas/trace.schema.json and
+ingests cleanly."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from analyzer.store.ingest import ingest
 
 ROOT = Path(__file__).parents[1]
-SCHEMA = json.loads((ROOT / "schemas" / "trace.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "analyzer" / "schemas" / "trace.schema.json").read_text())
 SAMPLES = sorted(p for p in (ROOT / "sample_traces").iterdir() if ".jsonl" in p.name)
 
 

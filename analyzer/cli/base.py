@@ -50,7 +50,7 @@ def policy_options(command):
         "policy_source",
         default="vllm-default",
         show_default=True,
-        help="A policy file (.json/.toml) or preset name (schemas/policies/).",
+        help="A policy file (.json/.toml) or preset name (analyzer/schemas/policies/).",
     )(command)
 
 

@@ -171,7 +171,9 @@ SCHEDULE_LINES = {
     type=float,
     help="The useful hit ratio (hits / queries) to reach, in (0, 1].",
 )
-@click.option("--model", default=None, help="Model preset (schemas/models/) or model file.")
+@click.option(
+    "--model", default=None, help="Model preset (analyzer/schemas/models/) or model file."
+)
 @click.option(
     "--memory-budget",
     default=None,

@@ -3,7 +3,7 @@ design in one line (the report's engine comparison prints it).
 
 Adding an engine is one package `analyzer/sim/<name>/` and one row here (its options are rows
 of `analyzer/config/options.py` whose `engine` is the name; its preset is
-`schemas/policies/<name>-default.json`). The sim layer imports `module` on first use
+`analyzer/schemas/policies/<name>-default.json`). The sim layer imports `module` on first use
 (`analyzer.sim.dispatch`); this table never imports an engine, so config stays below sim.
 """
 
@@ -18,11 +18,12 @@ from analyzer.errors import ConfigError
 class Engine:
     """One engine. `module`: the package exposing `replay(requests, policy, *, num_groups)`
     (and optionally `check_policy(policy)`, `hit_alignment(policy)`); `design`: where it keeps
-    recurrent state, in one line; `preset`: its policy preset (`schemas/policies/<preset>.json`);
-    `bound`: an unbounded reference cache, not an engine; `schedules`: the policy `schedule`s
-    it replays (`analyzer.config.schedule`; only vLLM's scheduler is modelled concurrently);
-    `keeps_computed`: with num_blocks null it keeps every attention block it computes, so
-    what full attention lacks there was never cached (granularity), not evicted."""
+    recurrent state, in one line; `preset`: its policy preset
+    (`analyzer/schemas/policies/<preset>.json`); `bound`: an unbounded reference cache, not
+    an engine; `schedules`: the policy `schedule`s it replays (`analyzer.config.schedule`;
+    only vLLM's scheduler is modelled concurrently); `keeps_computed`: with num_blocks null
+    it keeps every attention block it computes, so what full attention lacks there was never
+    cached (granularity), not evicted."""
 
     name: str
     module: str

@@ -1,5 +1,6 @@
-"""Model presets (`schemas/models/<name>.json`): a model's cache groups, block size in tokens,
-KV-cache groups per type and, where derived, bytes per pool block and the BF16 weights' bytes."""
+"""Model presets (`analyzer/schemas/models/<name>.json`, package data: `config.bundled`): a
+model's cache groups, block size in tokens, KV-cache groups per type and, where derived, bytes
+per pool block and the BF16 weights' bytes."""
 
 from __future__ import annotations
 
@@ -7,21 +8,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+from analyzer.config.bundled import preset_names, preset_text
 from analyzer.errors import ConfigError
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 # Whose cache groups and block size a search without --model assumes (SPEC 6's geometry).
 DEFAULT_GEOMETRY_MODEL = "qwen3-next-80b-a3b"
 
 
 def model_names() -> list[str]:
     """The model presets there are, sorted."""
-    return sorted(p.stem for p in (SCHEMAS / "models").glob("*.json"))
+    return preset_names("models")
 
 
 def load_model(name: str) -> dict[str, Any]:
-    """A model preset from `schemas/models/<name>.json`, or a model file (a path ending in
-    .json, in the presets' layout: at least `block_size` and `groups`)."""
+    """A model preset from `analyzer/schemas/models/<name>.json`, or a model file (a path
+    ending in .json, in the presets' layout: at least `block_size` and `groups`)."""
     if name.endswith(".json"):
         return _model_file(Path(name))
     known = model_names()
@@ -29,7 +30,7 @@ def load_model(name: str) -> dict[str, Any]:
         raise ConfigError(
             f"unknown model preset {name!r}; known: {', '.join(known)} (or a .json model file)"
         )
-    return json.loads((SCHEMAS / "models" / f"{name}.json").read_text())
+    return json.loads(preset_text("models", name))
 
 
 def _model_file(path: Path) -> dict[str, Any]:
@@ -40,7 +41,7 @@ def _model_file(path: Path) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(f"model file {path}: not JSON ({exc})") from None
     if not isinstance(model, dict):
-        raise ConfigError(f"model file {path}: expected a JSON object like schemas/models/*.json")
+        raise ConfigError(f"model file {path}: expected a JSON object like a model preset")
     block, groups = model.get("block_size"), model.get("groups")
     if type(block) is not int or block < 1:
         raise ConfigError(f"model file {path}: 'block_size' must be an integer >= 1")

@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from analyzer.config.bundled import preset_names, preset_text
 from analyzer.config.engines import BOUNDS, ENGINE_NAMES, ENGINES
-from analyzer.config.models import SCHEMAS, load_model
+from analyzer.config.models import load_model
 from analyzer.config.options import OPTIONS, resolve
 from analyzer.config.schedule import (
     CONCURRENT_KEYS,
@@ -263,21 +264,24 @@ def policy_values(source: str | None, overrides: list[str] = ()) -> dict[str, An
 
 
 def presets() -> list[str]:
-    return sorted(p.stem for p in (SCHEMAS / "policies").glob("*.json"))
+    """The policy presets there are (`analyzer/schemas/policies/`), sorted."""
+    return preset_names("policies")
 
 
 def read_source(source: str) -> dict[str, Any]:
+    """The policy keys of a file (`.toml`, else JSON) or, when no such file exists, of the
+    preset of that name."""
     path = Path(source)
-    if not path.exists():
-        if source in presets():
-            path = SCHEMAS / "policies" / f"{source}.json"
-        else:
-            raise ConfigError(
-                f"policy {source!r}: no such file or preset; presets: {', '.join(presets())}"
-            )
+    if not path.exists() and source not in presets():
+        raise ConfigError(
+            f"policy {source!r}: no such file or preset; presets: {', '.join(presets())}"
+        )
     try:
-        text = path.read_text()
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        if path.exists():
+            text, toml = path.read_text(), path.suffix == ".toml"
+        else:
+            text, toml = preset_text("policies", source), False
+        data = tomllib.loads(text) if toml else json.loads(text)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"policy {source}: cannot read ({exc})") from None
     if not isinstance(data, dict):

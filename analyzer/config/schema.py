@@ -1,8 +1,9 @@
-"""`schemas/policy.schema.json`, generated from the config tables (the policy's fields, their
-choices and minimums, the schedule's keys, the engine table, the engine options), so the
-schema a user's editor checks against cannot drift from what `build_policy` accepts.
+"""`analyzer/schemas/policy.schema.json` (package data), generated from the config tables
+(the policy's fields, their choices and minimums, the schedule's keys, the engine table, the
+engine options), so the schema a user's editor checks against cannot drift from what
+`build_policy` accepts.
 
-    python -m analyzer.config.schema > schemas/policy.schema.json    # `make schemas`
+    python -m analyzer.config.schema > analyzer/schemas/policy.schema.json    # `make schemas`
 
 `tests/config/test_schema.py` fails when the committed file differs from this output.
 """
@@ -18,6 +19,7 @@ from analyzer.config.options import OPTIONS, Option
 from analyzer.config.policy import BASE_KEYS, CHOICES, MAXIMUMS, MINIMUMS, Policy
 from analyzer.config.schedule import CONCURRENT_KEYS, SCHEDULES
 
+# A stable name, not a location: it stayed when the file moved into the package.
 SCHEMA_ID = "https://github.com/hybrid-prefix-analyzer/hpa/schemas/policy.schema.json"
 
 # What each policy field means; its type, choices, minimum and default come from the tables.
@@ -48,8 +50,8 @@ BASE_DOCS = {
     "cache_scope": "revision = one cache per model revision on each replica (as deployments "
     "run); shared = one cache for every revision (what one deployment for all the traffic "
     "would reuse).",
-    "model": "A preset in schemas/models/ (block size and bytes per block and per state, "
-    "for memory figures).",
+    "model": "A preset in analyzer/schemas/models/ (block size and bytes per block and per "
+    "state, for memory figures).",
     "schedule": "serial = each request admitted after the previous one finished (the "
     "no-contention bound); concurrent = every request through vLLM 0.33's scheduler on a "
     "simulated clock (engine vllm only; the trace needs timestamps). The next four keys "

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
+from analyzer.config.bundled import SCHEMAS
 from analyzer.config.engines import engine
 from analyzer.config.memory import bytes_per_block
-from analyzer.config.models import SCHEMAS
 from analyzer.errors import ConfigError
 from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.replay import run_replay

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.config.bundled import SCHEMAS
 from analyzer.config.engines import ENGINES, engine
-from analyzer.config.models import SCHEMAS
 from analyzer.config.options import OPTIONS
 from analyzer.config.policy import policy_values
 from analyzer.errors import ConfigError

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
 
-from analyzer.config.models import SCHEMAS, load_model
+from analyzer.config.bundled import SCHEMAS
+from analyzer.config.models import load_model, model_names
 from analyzer.config.policy import presets
 from analyzer.errors import ConfigError
 from analyzer.sim.policy import load_policy, make_policy
@@ -57,9 +57,9 @@ def test_presets_load_and_validate():
 
 
 def test_model_presets_are_consistent():
-    for path in sorted((SCHEMAS / "models").glob("*.json")):
-        model = load_model(path.stem)
-        assert model["name"] == path.stem and model["block_size"] > 0 and model["source"]
+    for name in model_names():
+        model = load_model(name)
+        assert model["name"] == name and model["block_size"] > 0 and model["source"]
         if model["bytes_per_block"] is not None:
             assert model["bytes_per_block"] == (
                 model["layers_per_group"]
@@ -232,4 +232,4 @@ def test_bad_overrides_and_sources(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match="cannot read"):
         load_policy(str(bad))
-    assert Path(SCHEMAS).is_dir()
+    assert SCHEMAS.is_dir()

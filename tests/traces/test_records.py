@@ -10,7 +10,9 @@ import pytest
 
 from analyzer.traces.records import RecordError, parse_timestamp, validate_record
 
-SCHEMA = json.loads((Path(__file__).parents[2] / "schemas" / "trace.schema.json").read_text())
+SCHEMA = json.loads(
+    (Path(__file__).parents[2] / "analyzer" / "schemas" / "trace.schema.json").read_text()
+)
 OK = {"request_id": "a", "prompt_token_ids": [1, 2]}
 
 BAD = [
