@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HPA := $(VENV)/bin/hpa
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench bench-e2e bench-ingest bench-replay bench-peer bench-plan schemas samples clean
+.PHONY: install demo test lint wheel-check bench bench-e2e bench-ingest bench-replay bench-peer bench-plan schemas samples clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The package as users get it: sdist -> wheel -> a fresh venv (not editable) -> the README
+# tour in a temp folder outside the clone (.ci/wheel_tour.sh, ~35 s with a warm pip cache).
+wheel-check: $(STAMP)
+	PY=$(abspath $(PY)) bash .ci/wheel_tour.sh
 
 # Style, and the dependency rule: the layers contract in pyproject.toml (import-linter).
 lint: $(STAMP)
