@@ -3,6 +3,7 @@ and 0.8x it does not; load figures; the JSON form; the errors."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +193,16 @@ def test_a_plan_under_load_says_what_load_does(tmp_path):
     m = _measure(db, quick.best, quick.best.num_blocks, **{**keys, "schedule": "concurrent"})
     assert m.meets(0.5, 3.0)
     assert m.load == quick.best.load
+    never = plan(0.5, db_path=db, policy=keys, schedule="concurrent", ttft_p99_s=1e-6)
+    assert not never.reachable  # below one step's time: no replica count meets it
+    said = re.search(
+        r"with TTFT p99 <= 1e-06 s \(up to 64 replicas; the nearest: 64 replicas \((\w+) "
+        r"routing, no pool limit\) reach (\d\.\d{3}) with TTFT p99 ([\d.]+) s and a mean queue",
+        never.message,
+    )
+    assert said, never.message
+    assert float(said[3]) > 1e-6  # what it missed by
+    assert said[1] == "prefix_aware" and float(said[2]) >= 0.5  # one that reaches the hit target
 
 
 def run(*args: str):

@@ -8,7 +8,7 @@ from analyzer.config.memory import pool_gib
 from analyzer.config.policy import Policy
 from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.result import Candidate
-from analyzer.pipeline.plan.search import Outcome, Search
+from analyzer.pipeline.plan.search import MAX_REPLICAS, Outcome, Search
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,8 @@ def _none_reached(plan: Framing, c, outcomes: list[Outcome]) -> str:
         )
     latency = ""
     if plan.ask.ttft_p99_s is not None:
-        latency = f" with TTFT p99 <= {plan.ask.ttft_p99_s:g} s (up to 64 replicas)"
+        latency = f" with TTFT p99 <= {plan.ask.ttft_p99_s:g} s (up to {MAX_REPLICAS} replicas"
+        latency += f"{_closest(plan.ask.target, outcomes)})"
     budget = ""
     if search.budget_blocks is not None:
         budget = f" within the memory budget {plan.ask.memory_budget}"
@@ -130,6 +131,21 @@ def _none_reached(plan: Framing, c, outcomes: list[Outcome]) -> str:
         f"unreachable within the search: no candidate reaches {plan.ask.target:.3f}"
         f"{latency}{budget} (attention-only bound {c.bound:.3f}, shared-prefix ceiling "
         f"{c.ceiling:.3f}, model groups with every state kept {c.dense:.3f})"
+    )
+
+
+def _closest(target: float, outcomes: list[Outcome]) -> str:
+    """What the nearest miss reached at the most replicas: of the settings that miss the
+    latency target, one reaching the hit-ratio target if any, then the lowest TTFT p99."""
+    unmet = [o for o in outcomes if o.unmet is not None and o.unmet.load is not None]
+    if not unmet:
+        return ""
+    o = min(unmet, key=lambda o: (o.unmet.useful_hit_ratio < target, o.unmet.load.ttft_p99_s))
+    load = o.unmet.load
+    return (
+        f"; the nearest: {o.policy.replicas} replicas ({o.policy.routing} routing, no pool "
+        f"limit) reach {o.unmet.useful_hit_ratio:.3f} with TTFT p99 "
+        f"{_seconds(load.ttft_p99_s)} s and a mean queue of {_seconds(load.queue_mean_s)} s"
     )
 
 

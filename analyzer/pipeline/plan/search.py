@@ -17,7 +17,7 @@ from typing import Any
 from analyzer.config.hardware import Gpu, GpuPlan, gpu_plan
 from analyzer.config.memory import pool_gib
 from analyzer.config.policy import MAXIMUMS, Policy
-from analyzer.pipeline.plan.evaluate import Evaluator
+from analyzer.pipeline.plan.evaluate import Evaluator, Measure
 from analyzer.pipeline.plan.pool import Found, floor_blocks, smallest_pool
 
 MAX_REPLICAS = 64  # the most replicas a latency search tries
@@ -95,6 +95,8 @@ class Outcome:
     replays: int
     floor_replays: int = 0
     skipped: bool = False  # dearer at its floor than `cheapest`: not searched further
+    # Under a latency target no replica count met: the unbounded replay at the most tried.
+    unmet: Measure | None = None
 
     def skip_at(self, search: Search, cheapest: tuple[float, ...] | None) -> Outcome:
         """This outcome as a search told `cheapest` (the best rank found, None: none)
@@ -127,28 +129,27 @@ def search_setting(
         cap = min(cap, search.budget_blocks)
     if floor <= cap:
         if search.ttft_p99_s is None:
-            policy, found = policy, _search_pool(search, policy, ev, floor, cap)
+            taken = replace(taken, found=_search_pool(search, policy, ev, floor, cap))
         else:
-            policy, found = _search_replicas(search, policy, ev, floor, cap)
-        taken = replace(taken, policy=policy, found=found)
+            taken = replace(taken, **_search_replicas(search, policy, ev, floor, cap))
     return replace(taken, replays=ev.replays - before)
 
 
 def _search_replicas(
     search: Search, policy: Policy, ev: Evaluator, floor: int, cap: int
-) -> tuple[Policy, Found | None]:
+) -> dict[str, Any]:
     """The fewest replicas (1, 2, 4, ...) whose unbounded replay meets both targets, and
-    twice as many: the better ranked of the two that reach the targets."""
+    twice as many: the better ranked of the two that reach the targets (Outcome fields:
+    policy and found; `unmet`, the replay at the most replicas, when no count meets them)."""
     count = 1
     while count <= MAX_REPLICAS:
         tried = replace(policy, replicas=count, num_blocks=None)
-        if ev.measure(tried, f"replicas: {count}, unbounded").meets(
-            search.target, search.ttft_p99_s
-        ):
+        measured = ev.measure(tried, f"replicas: {count}, unbounded")
+        if measured.meets(search.target, search.ttft_p99_s):
             break
         count *= 2
     else:
-        return policy, None
+        return {"policy": tried, "found": None, "unmet": measured}
     found = [
         (
             replace(policy, replicas=n),
@@ -158,8 +159,9 @@ def _search_replicas(
     ]
     reached = [(p, f) for p, f in found if f is not None]
     if not reached:
-        return found[0][0], None
-    return min(reached, key=lambda pf: search.rank(pf[0], pf[1].num_blocks))
+        return {"policy": found[0][0], "found": None}
+    chosen, pool = min(reached, key=lambda pf: search.rank(pf[0], pf[1].num_blocks))
+    return {"policy": chosen, "found": pool}
 
 
 def _search_pool(
