@@ -36,6 +36,9 @@ class BlockPool:
         self.bounded = num_blocks is not None
         # key -> block, or a list of blocks holding the same key (oldest first).
         self.cached: dict[int, int | list[int]] = {}
+        # Bumped at every change to the map (and what lookups read with it: the shadow
+        # counts, the sparse removals, the groups' `ever` sets): equal versions, equal lookups.
+        self.version = 0
         self.primary: list[int] = [-1]  # block -> its primary key, -1 = none
         self.primary_tokens: list[int] = [0]  # tokens the primary key stands for
         self.extra: dict[int, set[int]] = {}  # block -> further (partial) keys
@@ -88,6 +91,7 @@ class BlockPool:
                 return
             else:
                 extra.add(key)
+        self.version += 1
         cached = self.cached
         found = cached.get(key)
         if found is None:
@@ -125,6 +129,7 @@ class BlockPool:
 
     def _unmap(self, key: int, block: int) -> None:
         """Take `block` out of `key`'s holders (counting sparse groups' removals)."""
+        self.version += 1
         cached = self.cached
         found = cached.get(key)
         if found == block:
@@ -180,6 +185,7 @@ class BlockPool:
                         self.evicted.update(extra[block])
                     self.remove_hashes(block)  # the eviction
             elif simple and type(held := cached.pop(key)) is int:
+                self.version += 1
                 primary[block] = -1  # it was the key's only holder
                 tokens[block] = 0
             else:

@@ -41,6 +41,8 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
     """One replica's scheduler and cache; `run` yields one result per request, in the
     order the requests were given."""
 
+    check_memo = False  # tests: recompute every kept lookup and admission, assert equal
+
     def __init__(self, policy: Policy, *, num_groups: dict[str, int] | None = None) -> None:
         super().__init__(policy, num_groups=num_groups, fast=False)
         budget = policy.step_token_budget
@@ -273,6 +275,8 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
             self._preempt(victim)
             self.preempted = True  # no waiting request is admitted in this step
             if victim is f:
+                if not self.running:  # alone it had the whole pool: it can never finish
+                    self._abort(self.waiting.popleft())
                 return False
 
     def _schedule_waiting(
@@ -284,13 +288,13 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
             f = waiting[0]
             req = f.req
             self.coord.bind(req)
-            hit, longest, found = self.coord.lookup(req.hashes, req.num_tokens - 1)
+            hit, longest, found = self._lookup(f)
             req.junction = longest if longest > hit else 0
             f.set_junction(req.junction)
             n, pad = self._admission_tokens(req, hit, budget, batched)
             if n == 0:
                 break
-            admission = self._admission(f, hit, longest, found)
+            admission = self._memo_admission(f, hit, longest, found)
             # Blocks the earlier requests had scheduled, before this admission hashes its own.
             blocks = self.prefixes.scheduled_blocks(f, longest) if f.first is None else 0
             if not self.coord.step(req, n, hit, self.coord.hit_blocks(found), f.boundaries):
@@ -333,6 +337,32 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
         if pad and n != 2:
             n, pad = 1, False
         return n, int(pad)
+
+    def _lookup(self, f: Flight) -> tuple:
+        """The waiting request's lookup (`Coordinator.lookup`), kept while the pool's map is
+        unchanged (`BlockPool.version`). vLLM looks the head of the queue up again at every
+        step until it fits; on long prompts with sparse states each lookup scans hundreds of
+        blocks, and a head that waits for thousands of steps made that most of a replay."""
+        req = f.req
+        key = (self.coord.pool.version, req.num_tokens, f.first is None)
+        memo = f.lookup_memo
+        if memo is not None and memo[0] == key:
+            if self.check_memo:
+                assert memo[1] == self.coord.lookup(req.hashes, req.num_tokens - 1), f.index
+            return memo[1]
+        found = self.coord.lookup(req.hashes, req.num_tokens - 1)
+        f.lookup_memo = (key, found, None)
+        return found
+
+    def _memo_admission(self, f: Flight, hit: int, longest: int, found: list) -> Admission:
+        """`_admission`, kept with the lookup it follows (a function of the same state)."""
+        key, lookup, admission = f.lookup_memo
+        if admission is None:
+            admission = self._admission(f, hit, longest, found)
+            f.lookup_memo = (key, lookup, admission)
+        elif self.check_memo:
+            assert admission == self._admission(f, hit, longest, found), f.index
+        return admission
 
     def _admission(self, f: Flight, hit: int, longest: int, found: list) -> Admission:
         """The lookup's figures, before the hit is adopted (diagnostics read the cache as

@@ -137,10 +137,15 @@ class Coordinator:
                     return (found if type(found) is int else found[0],)
 
                 return probe
-            get = self.pool.get
+            get, contains = self.pool.get, cached.__contains__
+            gids = [m.gid for m in members]
+            first = gids[0]
 
             def probe_all(h):
-                row = tuple(get(h * groups + m.gid) for m in members)
+                key = h * groups
+                if not contains(key + first):  # most probes miss in every group
+                    return None
+                row = tuple([get(key + g) for g in gids])
                 return None if None in row else row
 
             return probe_all

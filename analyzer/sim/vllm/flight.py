@@ -58,6 +58,7 @@ class Flight:
         "to_first",
         "chunks",
         "error",
+        "lookup_memo",
     )
 
     def __init__(
@@ -100,6 +101,9 @@ class Flight:
         self.to_first: tuple[int, int] = (0, 0)  # steps and their tokens until its 1st token
         self.held_blocks: int | None = None  # pool blocks in use right after its admission
         self.chunks: list[int] = []
+        # (pool version and lookup length, the lookup, its Admission or None): see
+        # ConcurrentReplay._lookup
+        self.lookup_memo: tuple | None = None
         self.error: str | None = None
 
     def set_junction(self, junction: int) -> None:

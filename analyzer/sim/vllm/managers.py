@@ -203,6 +203,7 @@ class Manager:
         pool, B = self.pool, self.B
         primary, primary_tokens = pool.primary, pool.primary_tokens
         setdefault = pool.cached.setdefault
+        pool.version += 1
         tokens = start_tokens
         for block, key in zip(blocks, keys, strict=True):
             tokens += B
@@ -229,6 +230,7 @@ class Manager:
         pool, blocks, groups, gid = self.pool, self.blocks, self.groups, self.gid
         ever, this_step, plain = self.ever, self.this_step, req.plain
         primary, cached, primary_tokens = pool.primary, pool.cached, pool.primary_tokens
+        pool.version += 1
         if s == 1 and groups == 1:
             keys = hashes[start:full]  # one hash a block, one group: the hash is the key
         else:

@@ -6,14 +6,19 @@ and chunks."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analyzer.errors import ConfigError
 from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import replay
+from analyzer.sim.vllm.concurrent import ConcurrentReplay
+from tests.sim.strategies import policies, traces
 from tests.sim.vllm.test_oracle_golden import CASES, GOLDEN, _num_groups, _requests
 
 APART_S = 1000.0  # far longer than any request of the serial traces takes
@@ -85,3 +90,47 @@ def test_refused_requests_are_reported_as_vllm_reports_them():
     )  # 305 outputs
     assert (huge.first_scheduled_s, huge.finished_s, huge.hit_total_tokens) == (None, 100.0, 0)
     assert huge.error == "not schedulable (KV cache too small: 70 blocks?)"
+
+
+@settings(max_examples=200, deadline=None)
+@given(traces(max_requests=14), policies(bounded=True), st.floats(0.0, 0.05))
+def test_a_kept_lookup_is_the_lookup_made_again(requests, policy_counts, gap_s):
+    """A waiting request's lookup is kept while the pool's map is unchanged: on bursts into
+    small pools (heads that wait while others run) every kept lookup and admission is
+    recomputed and must be equal, and the results are the same as without keeping any."""
+    policy, counts = policy_counts
+    policy = replace(policy, schedule="concurrent", max_num_seqs=3)
+    timed = [replace(r, timestamp_s=k * gap_s) for k, r in enumerate(requests)]
+    kept = list(replay(timed, policy, num_groups=counts))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ConcurrentReplay, "check_memo", True)
+        checked = list(replay(timed, policy, num_groups=counts))
+        patch.setattr(ConcurrentReplay, "_lookup", _fresh_lookup)
+        patch.setattr(ConcurrentReplay, "_memo_admission", ConcurrentReplay._admission)
+        fresh = list(replay(timed, policy, num_groups=counts))
+    assert kept == checked == fresh
+
+
+def _fresh_lookup(self, f):
+    return self.coord.lookup(f.req.hashes, f.req.num_tokens - 1)
+
+
+def test_a_request_that_cannot_fit_alone_is_aborted_not_replayed_for_ever():
+    """Alone in the pool it preempted itself: readmitted, it would reach the same block and
+    preempt itself again (a hypothesis example that looped for ever). 18 + 18 tokens with
+    EAGLE's drop, 4-token blocks, 7 usable blocks."""
+    policy = make_policy(
+        {
+            "groups": ["full_attention"],
+            "block_size": 4,
+            "num_blocks": 8,
+            "spec_decode": "eagle_drop",
+            "max_num_batched_tokens": 5,
+            "schedule": "concurrent",
+        }
+    )
+    request = SimRequest("r", list(range(18)), None, 18, timestamp_s=0.0)
+    (result,) = replay([request], policy)
+    assert result.error == (
+        "aborted after 1 preemptions: its 28-token sequence no longer fits the pool (8 blocks)"
+    )
