@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from analyzer.cli import cli
 from analyzer.pipeline.plan import Evaluator, plan
+from analyzer.pipeline.plan.answer import _seconds
 from analyzer.pipeline.plan.load import load_figures, max_overlap
 from analyzer.pipeline.trace import load_trace
 from analyzer.sim.policy import make_policy
@@ -280,3 +281,17 @@ def test_plan_progress_on_a_pipe(groups_db, monkeypatch):
     assert lines[0].startswith("plan: 0 replays, 0 s: ceiling retention_interval=null")
     assert any(": search: num_blocks=" in line for line in lines)
     assert any(": floor: num_blocks=" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (6999.107, "6,999"),
+        (3.5407, "3.54"),
+        (0.01234, "0.0123"),
+        (1.22e-06, "under 0.001"),
+        (0.0, "0"),
+    ],  # fmt: skip
+)
+def test_seconds_are_said_without_an_exponent(value, said):
+    assert _seconds(value) == said

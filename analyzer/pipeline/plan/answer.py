@@ -170,7 +170,10 @@ def _busiest(replicas: int) -> str:
 
 
 def _seconds(value: float) -> str:
-    """Seconds to three significant figures, without an exponent (6,999, 3.54, 0.0123)."""
+    """Seconds to three significant figures, without an exponent (6,999, 3.54, 0.0123;
+    "under 0.001" below a millisecond)."""
+    if 0 < value < 0.001:
+        return "under 0.001"
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
