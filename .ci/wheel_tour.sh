@@ -16,6 +16,7 @@ clone="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PY:-$clone/.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
 unset PYTHONPATH  # the tour must import the installed package, nothing else
+unset NUMBA_CACHE_DIR  # and load its kernels from the package's own cache
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/hpa-wheel-tour.XXXXXX")"
 case "$work/" in "$clone"/*) echo "wheel tour: $work is inside the clone" >&2; exit 1 ;; esac
@@ -30,7 +31,7 @@ step() { echo "--- [$((SECONDS - start)) s] $*"; }
 
 step "sdist from a copy of the sources (no build/ or egg-info left in the clone)"
 mkdir -p "$work/source" "$work/dist" "$work/unpacked"
-cp "$clone/pyproject.toml" "$clone/README.md" "$work/source/"
+cp "$clone/pyproject.toml" "$clone/setup.py" "$clone/README.md" "$work/source/"
 (cd "$clone" && tar --exclude=__pycache__ -cf - analyzer) | tar -xf - -C "$work/source"
 hook() {  # hook NAME: setuptools' PEP 517 hook in the current folder; prints the file it made
     "$PY" -c "import setuptools.build_meta as b, sys; print(b.$1(sys.argv[1]))" "$work/dist" |
@@ -54,6 +55,13 @@ case "$installed" in
     *) echo "wheel tour: analyzer imported from $installed, not the fresh venv" >&2; exit 1 ;;
 esac
 run() { step "hpa $*"; "$hpa" "$@"; }
+
+# The wheel carries its kernels compiled (setup.py): the tour must compile none, so numba's
+# cache files in the installed package stay as pip wrote them.
+kernels() { find "${installed%/*}" -name '*.nb[ic]' -printf '%P %s %T@\n' | sort; }
+shipped="$(kernels)"
+[ -n "$shipped" ] || { echo "wheel tour: the wheel holds no compiled kernels" >&2; exit 1; }
+echo "compiled kernels in the wheel: $(printf '%s\n' "$shipped" | grep -c '\.nbc ')"
 
 # A user's mistake is one line naming every preset, from the installed package's files.
 step "hpa replay --policy nope (must fail, listing the presets)"
@@ -86,4 +94,9 @@ run replay --db traffic.duckdb --policy vllm-default,sglang-default,marconi-defa
 run report --db traffic.duckdb -o report.html
 [ -s report.html ] || { echo "wheel tour: no report.html" >&2; exit 1; }
 
-step "wheel tour passed"
+if [ "$(kernels)" != "$shipped" ]; then
+    echo "wheel tour: a command compiled a kernel the wheel lacks (analyzer/kernels.py):" >&2
+    diff <(printf '%s\n' "$shipped") <(kernels) >&2 || true
+    exit 1
+fi
+step "wheel tour passed (no kernel compiled)"

@@ -41,13 +41,16 @@ def load_early(dtype: np.dtype) -> None:
     if _compiled.cache_info().currsize:
         return
 
-    def load() -> None:
-        if _compiled() is not None:  # one request of one unit: the signature callers use
-            ones = np.ones(1, np.int64)
-            meta = RequestMeta(ones, ones, ones, ones, ones, ones * 0, ones)
-            RadixMatch(meta, np.dtype(dtype)).run(_compiled(), np.zeros(1, dtype), ones * 0, 0, 1)
+    _loading.start(lambda: warm(dtype))
 
-    _loading.start(load)
+
+def warm(dtype: np.dtype) -> None:
+    """Load (or compile) the kernel for `dtype` sequences: one request of one unit, with
+    the argument types callers pass."""
+    if _compiled() is not None:
+        ones = np.ones(1, np.int64)
+        meta = RequestMeta(ones, ones, ones, ones, ones, ones * 0, ones)
+        RadixMatch(meta, np.dtype(dtype)).run(_compiled(), np.zeros(1, dtype), ones * 0, 0, 1)
 
 
 def _ready() -> None:
@@ -87,7 +90,9 @@ class RadixMatch:
         for v, name in enumerate(self.names):
             self.ns[v] = wanted[name]
         num_ns = self.ns.max(axis=1) + 1 if n else np.zeros(0, np.int64)
-        self.lens = np.ascontiguousarray(meta.insert_len, dtype=np.int64)
+        # copies (a request's int64), writable, as every other argument: a read-only array
+        # is another numba type, a kernel the wheel does not carry (analyzer.kernels)
+        self.lens = np.array(meta.insert_len, dtype=np.int64)
         self.qlen = np.minimum(meta.query_len, self.lens).astype(np.int64)
         max_nodes = int(num_ns.max(initial=0)) + 2 * n + 1
         cap = 1
@@ -128,7 +133,7 @@ class RadixMatch:
         flat.flags.writeable = False
         kernel(
             flat,
-            np.ascontiguousarray(starts, dtype=np.int64),
+            np.array(starts, dtype=np.int64),
             first,
             stop,
             self.lens,

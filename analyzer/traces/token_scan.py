@@ -248,10 +248,11 @@ def load_early() -> None:
     half second numba takes (importing it, then its first call) while the store opens and
     the file's first batch is read. At most once a process."""
     if not _compile.cache_info().currsize:
-        _loading.start(_warm)
+        _loading.start(warm)
 
 
-def _warm() -> None:
+def warm() -> None:
+    """Load (or compile) the kernel: one line with every key, as a batch is scanned."""
     try:
         strip_token_arrays(_WARM_BODY, 1)
     except Exception:  # noqa: BLE001 - a batch's own call meets it again, and reports it

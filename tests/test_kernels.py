@@ -1,0 +1,62 @@
+"""analyzer.kernels loads every kernel the commands call, with the argument types they pass:
+after `load_all`, the README's commands in a new process add nothing to numba's cache (a call
+with types the table misses would compile there, and write a new index). The wheel carries
+what `load_all` compiles (setup.py), so a miss here is a first run that compiles. Kernels a
+checkout compiled earlier hide a miss here; `.ci/wheel_tour.sh` checks from an empty cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from analyzer import kernels
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_traces" / "mixed.jsonl.gz"
+
+
+def _cache_files() -> dict[str, tuple[int, int]]:
+    """numba's cache files of the package (in-tree, or under NUMBA_CACHE_DIR): size, mtime."""
+    roots = [ROOT / "analyzer"]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        roots.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    return {
+        str(p): (p.stat().st_size, p.stat().st_mtime_ns)
+        for root in roots
+        for p in root.rglob("*.nb[ic]")
+    }
+
+
+def _hpa(*args: str, cwd: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "analyzer", *args], cwd=cwd, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_every_kernel_loads_and_says_so():
+    lines: list[str] = []
+    total_s = kernels.load_all(lines.append)
+    assert [line.rsplit(": ", 1)[0] for line in lines] == list(kernels.KERNELS)
+    assert all(line.endswith(" s") for line in lines) and total_s > 0
+
+
+def test_the_commands_compile_nothing_the_table_did_not(tmp_path):
+    kernels.load_all()
+    before = _cache_files()
+    assert before, "no numba cache files: kernels.load_all cached nothing"
+    db = str(tmp_path / "t.duckdb")
+    _hpa("ingest", str(SAMPLE), "--db", db, cwd=tmp_path)
+    _hpa("match", "--db", db, cwd=tmp_path)
+    for settings in (
+        ["model=qwen3-next-80b-a3b", "num_blocks=400"],
+        ["groups=full_attention", "block_size=16", "num_blocks=4000"],
+        ["model=qwen3-next-80b-a3b", "num_blocks=400", "schedule=concurrent", "time_scale=0.2"],
+    ):
+        sets = [arg for s in settings for arg in ("--set", s)]
+        _hpa("replay", "--db", db, *sets, cwd=tmp_path)
+    after = _cache_files()
+    changed = sorted(p for p in after if after[p] != before.get(p))
+    assert not changed, f"compiled at first use, missing from analyzer.kernels: {changed}"
