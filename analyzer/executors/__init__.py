@@ -102,6 +102,7 @@ def map_partitions(
     progress: Progress | None = None,
     in_worker: bool = False,
     weights: Sequence[int] | None = None,
+    prepare: Callable[[], object] | None = None,
 ) -> list[Any]:
     """[fn(shared, item) for item in items], run by `spec`, in input order.
 
@@ -110,6 +111,8 @@ def map_partitions(
     `in_worker`: with `processes`, run even a lone partition (or `workers=1`) in a worker
     process, not in this one: for partitions that read what the driver must not hold (a
     dataset's whole trace). `local` always runs here.
+    `prepare()` runs here once before any worker starts (never with `local`): what every
+    worker would otherwise do for itself, such as compiling the kernels.
 
     Raises:
         AnalyzerError: a partition met bad input (same class, the partition named).
@@ -126,6 +129,8 @@ def map_partitions(
         spec.name == "processes" and not in_worker and min(spec.num_workers(), len(items)) == 1
     ):
         return _run_local(fn, items, labels, shared, progress)
+    if prepare is not None:
+        prepare()
     if spec.name == "processes":
         return _run_processes(spec, fn, items, labels, shared, progress)
     return _run_ray(spec, fn, items, labels, shared, progress)

@@ -10,7 +10,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from analyzer.executors import ExecutorSpec, Progress, map_partitions
+from analyzer.executors import ExecutorSpec, Progress
+from analyzer.pipeline.workers import map_partitions
 from analyzer.prefixes.engine import MatchArrays, MatchOptions, run_matcher
 from analyzer.prefixes.merge import merge_junctions
 from analyzer.prefixes.shallow import ShallowTask

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from analyzer.config.policy import policy_values
 from analyzer.errors import ConfigError
-from analyzer.executors import ExecutorSpec, as_spec, map_partitions
+from analyzer.executors import ExecutorSpec, as_spec
 from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.one_pass import (
@@ -42,6 +42,7 @@ from analyzer.pipeline.sweep_points import (
     store_sweep,
     sweep_points,
 )
+from analyzer.pipeline.workers import map_partitions
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import DEFAULT_DB, stored_trace_block
 from analyzer.store.runs import check_measure_from, check_name

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzer.config.policy import Policy
-from analyzer.executors import ExecutorSpec, map_partitions
+from analyzer.executors import ExecutorSpec
 from analyzer.pipeline.one_pass import OnePass, auto_capacities, one_pass_points, uses_one_pass
 from analyzer.pipeline.sweep_points import (
     SweepOutcome,
@@ -32,6 +32,7 @@ from analyzer.pipeline.sweep_points import (
     sweep_points,
 )
 from analyzer.pipeline.trace import dataset_trace
+from analyzer.pipeline.workers import map_partitions
 from analyzer.sim.policy import make_policy
 from analyzer.store.sequences import check_requests
 

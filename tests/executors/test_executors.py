@@ -4,6 +4,7 @@ the store. The Ray executor is tested on a real local cluster in test_executors_
 
 from __future__ import annotations
 
+import ast
 import shutil
 import sys
 from pathlib import Path
@@ -151,6 +152,37 @@ def test_map_partitions_keeps_input_order_and_reports_progress(spec):
     )
     assert got == [2 * i * i for i in range(9)]
     assert seen[-1] == (9, 9) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+_PREPARED: list[int] = []
+
+
+def _seen_prepared(shared, item):
+    return len(_PREPARED)  # a forked worker sees what the driver did before the fork
+
+
+@pytest.mark.parametrize(("spec", "times"), [(ExecutorSpec(), 0), (PROCESSES, 1)])
+def test_prepare_runs_once_in_the_driver_before_any_worker(spec, times):
+    _PREPARED.clear()
+    got = map_partitions(spec, _seen_prepared, [1, 2, 3], prepare=lambda: _PREPARED.append(1))
+    assert _PREPARED == [1] * times and got == [times] * 3
+
+
+def test_the_drivers_load_the_kernels_before_their_workers_start():
+    from analyzer.kernels import load_all
+    from analyzer.pipeline import workers
+
+    assert workers.map_partitions.keywords == {"prepare": load_all}
+    pipeline = Path(workers.__file__).parent
+    direct = [
+        str(p.relative_to(pipeline))
+        for p in pipeline.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text()))
+        if p.name != "workers.py" and isinstance(node, ast.ImportFrom)
+        and node.module == "analyzer.executors"
+        and "map_partitions" in {a.name for a in node.names}
+    ]  # fmt: skip
+    assert not direct, f"call analyzer.pipeline.workers.map_partitions: {direct}"
 
 
 @pytest.mark.parametrize("spec", [ExecutorSpec(), PROCESSES])

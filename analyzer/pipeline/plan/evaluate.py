@@ -9,10 +9,11 @@ import numpy as np
 
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
-from analyzer.executors import LOCAL, map_partitions
+from analyzer.executors import LOCAL
 from analyzer.pipeline.plan.load import LoadFigures, load_figures
 from analyzer.pipeline.replay import replay_rows
 from analyzer.pipeline.sweep_points import rows_from_table, rows_table
+from analyzer.pipeline.workers import map_partitions
 
 # progress(replays so far, what the search is doing)
 Progress = Callable[[int, str], None]

@@ -11,7 +11,7 @@ from analyzer.config.memory import bytes_per_block, parse_size
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
-from analyzer.executors import ExecutorSpec, as_spec, map_partitions
+from analyzer.executors import ExecutorSpec, as_spec
 from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.plan.answer import Framing, answer_for, unreachable_above_bound
@@ -19,6 +19,7 @@ from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.evaluate import Evaluator, Progress
 from analyzer.pipeline.plan.result import PlanResult
 from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
+from analyzer.pipeline.workers import map_partitions
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import DEFAULT_DB, trace_block_tokens
 
