@@ -34,6 +34,23 @@ def test_ingest_then_query(tmp_path, db):
     assert out.stdout == '{"request_id":"a","prompt_token_ids":[1,2]}\n'
 
 
+def test_query_json_writes_integers_past_64_bits_exactly(tmp_path, db):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"request_id": "a", "prompt_token_ids": [1, 2]}])
+    assert run("ingest", path, "--db", db).exit_code == 0
+    sql = (
+        "SELECT 1::UHUGEINT << 100 AS x, [2::HUGEINT << 70, NULL] AS l, 'nan'::DOUBLE AS n, "
+        "{'a': 'inf'::DOUBLE} AS s, 'é' AS t, 12.5::DECIMAL(10, 2) AS d"
+    )
+    out = run("query", sql, "--db", db, "--format", "json")
+    assert (out.exit_code, out.stdout) == (
+        0,
+        f'{{"x":{1 << 100},"l":[{2 << 70},null],"n":null,"s":{{"a":null}},"t":"é","d":12.5}}\n',
+    )
+    sum_of_hashes = run("query", "SELECT sum(hash(i)) AS h FROM range(4) t(i)", "--db", db,
+                        "--format", "json")  # fmt: skip
+    assert sum_of_hashes.exit_code == 0 and int(sum_of_hashes.stdout.split(":")[1][:-2]) > 0
+
+
 BAD_RECORDS = [
     (
         '{"request_id": "a", "prompt_token_ids": [1]}\n'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from decimal import Decimal
 
@@ -53,6 +54,29 @@ def _json_default(value):
     return str(value)
 
 
+def _json_line(row: dict) -> str:
+    """One row as compact JSON. orjson writes integers up to 64 bits; a wider one (a HUGEINT,
+    `sum(hash(...))`) is written exactly by the standard library, with orjson's rule for
+    NaN and infinities (null)."""
+    try:
+        return orjson.dumps(row, default=_json_default).decode()
+    except TypeError:  # orjson.JSONEncodeError: "Integer exceeds 64-bit range"
+        return json.dumps(
+            _finite(row), default=_json_default, separators=(",", ":"), ensure_ascii=False,
+            allow_nan=False,
+        )  # fmt: skip
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 def render(
     table: pa.Table, fmt: str = "table", *, spreadsheet_safe: bool = False, tty: bool = False
 ) -> str:
@@ -60,9 +84,7 @@ def render(
     JSON lines. `spreadsheet_safe`: CSV text cells that start like a formula (= + - @, tab,
     carriage return) get a leading apostrophe. `tty`: CSV for a terminal, controls escaped."""
     if fmt == "json":
-        return "".join(
-            orjson.dumps(row, default=_json_default).decode() + "\n" for row in table.to_pylist()
-        )
+        return "".join(_json_line(row) + "\n" for row in table.to_pylist())
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
