@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HPA := $(VENV)/bin/hpa
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint wheel-check bench bench-e2e bench-ingest bench-replay bench-peer bench-plan schemas samples clean
+.PHONY: install demo test lint wheel-check bench bench-process bench-e2e bench-ingest bench-replay bench-peer bench-plan schemas samples clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,11 +34,18 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 # Every benchmark, each against a peer or a naive baseline in the same run.
-bench: bench-e2e bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent bench-plan
+bench: bench-process bench-e2e bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent bench-plan
 
 # End to end: token ids -> last-half hit ratio, hpa (ingest + replay) vs kvcache-simulator
 # (conversion to hash ids + run), 70 M prompt tokens, 3 paired runs (medians); peak RSS of
 # hpa ingest, match, replay and report (~3 min).
+# Whole processes as a user times them, beside the in-process figures: start-up, each
+# command's fixed cost and peak RSS above its base, the peers as processes, and the first
+# run with numba's cache empty vs as installed (28 M tokens, 3 runs each, ~4 min with the
+# dict-trie; PROCESS_TOKENS=70.8e6 NO_TRIE=1 for the larger trace).
+bench-process: $(STAMP)
+	$(PY) bench/bench_process.py --tokens $(or $(PROCESS_TOKENS),28e6) $(if $(NO_TRIE),--no-trie)
+
 bench-e2e: $(STAMP)
 	$(PY) bench/bench_e2e.py
 

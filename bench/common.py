@@ -74,3 +74,15 @@ def mixed_trace(min_tokens: int, *, seed: int = 7) -> tuple[Path, int, int]:
     )
     meta.write_text(json.dumps(counts))
     return path, counts["num_requests"], counts["prompt_tokens"]
+
+
+def small_trace(num_requests: int, *, seed: int = 7) -> Path:
+    """The first `num_requests` requests of the `mixed` synthetic trace (cached): a command's
+    base, its figures at almost no data."""
+    from analyzer.traces.synth import generate, write_jsonl
+
+    DATA.mkdir(exist_ok=True)
+    path = DATA / f"mixed_first_{num_requests}_{seed}.jsonl"
+    if not path.exists():
+        write_jsonl(generate("mixed", seed=seed, num_requests=num_requests), path)
+    return path
