@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -49,6 +50,42 @@ def test_query_json_writes_integers_past_64_bits_exactly(tmp_path, db):
     sum_of_hashes = run("query", "SELECT sum(hash(i)) AS h FROM range(4) t(i)", "--db", db,
                         "--format", "json")  # fmt: skip
     assert sum_of_hashes.exit_code == 0 and int(sum_of_hashes.stdout.split(":")[1][:-2]) > 0
+
+
+def test_an_empty_file_is_a_warning_and_alone_exit_1(tmp_path, db):
+    """(issue 33 item 8: an empty file ingested with exit 0 and no word)"""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    alone = run("ingest", empty, "--db", db)
+    assert alone.exit_code == 1
+    assert alone.stdout == f"{empty}: read 0 = stored 0 + rejected 0 (0 prompt tokens)\n"
+    assert alone.stderr == (
+        f"warning: {empty}: no records (an empty file)\n"
+        "ingest: no file held a record; nothing stored\n"
+    )
+    other = write_jsonl(tmp_path / "t.jsonl", [{"request_id": "a", "prompt_token_ids": [1]}])
+    beside = run("ingest", empty, other, "--db", tmp_path / "two.duckdb")
+    assert beside.exit_code == 0
+    assert beside.stderr == f"warning: {empty}: no records (an empty file)\n"
+
+
+WEKA = Path(__file__).parent / "fixtures" / "external" / "weka_claude_code"
+
+
+def test_a_folder_ingest_notes_once_and_counts_progress_over_every_file(tmp_path, db, monkeypatch):
+    """(issue 33 item 6: the adapter's note after every file; progress from 0 at each)"""
+    from analyzer.cli import base
+
+    monkeypatch.setattr(base, "PROGRESS_LINE_S", 0.0)
+    result = run("ingest", WEKA, "--db", db)
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and notes[0].startswith("note: timestamps of 49 requests (weka)")
+    done = [float(line.split()[1]) for line in result.stderr.splitlines()]
+    totals = {line.split()[3] for line in result.stderr.splitlines()}
+    total_mib = sum(f.stat().st_size for f in WEKA.glob("*.gz")) / 2**20
+    assert done == sorted(done) and totals == {f"{total_mib:,.1f}"}
+    assert done[-1] == float(f"{total_mib:.1f}")
 
 
 BAD_RECORDS = [

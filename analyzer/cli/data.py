@@ -32,13 +32,16 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
     A directory stands for the files directly in it, by name.
 
     Exit status: 0 when every record was stored (or --allow-rejects), 1 when some were
-    rejected, 2 when a file is missing or cannot be parsed at all.
+    rejected or no file held a record, 2 when a file is missing or cannot be parsed at all.
     """
     from analyzer.store.caveats import timestamp_caveat
     from analyzer.store.ingest import ingest as ingest_files
 
     with progress_bar("ingest", "MiB") as update:
         result = ingest_files(files, db_path=db_path, fmt=fmt, progress=update)
+    stored_by_format: dict[str, int] = {}  # a format's caveat once per ingest, in order
+    empty = [s.path for s in result.sources if s.duplicate_of is None and not s.num_read
+             and not s.num_skipped]  # fmt: skip
     for src in result.sources:
         if src.duplicate_of is not None:
             click.echo(
@@ -66,8 +69,12 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
                 f"of another format (--format {', '.join(FORMATS)}), or no trace at all?",
                 err=True,
             )
-        caveat = timestamp_caveat(src.format, src.num_stored) if src.num_stored else None
-        if caveat is not None:
+        if src.path in empty:
+            click.echo(f"warning: {src.path}: no records (an empty file)", err=True)
+        if src.num_stored:
+            stored_by_format[src.format] = stored_by_format.get(src.format, 0) + src.num_stored
+    for fmt, num_stored in stored_by_format.items():
+        if (caveat := timestamp_caveat(fmt, num_stored)) is not None:
             click.echo(f"note: {caveat}")
     for path, why in result.skipped_files:
         click.echo(f"skipped {path}: {why}")
@@ -77,6 +84,9 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
             f"rejected {result.num_rejected:,}"
         )
     if result.num_rejected and not allow_rejects:
+        sys.exit(1)
+    if empty and not result.num_read and all(s.duplicate_of is None for s in result.sources):
+        click.echo("ingest: no file held a record; nothing stored", err=True)
         sys.exit(1)
 
 

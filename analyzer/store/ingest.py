@@ -157,6 +157,16 @@ def _db_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
+def _whole_progress(paths: list[Path], progress: Progress | None) -> list:
+    """Per file, its progress as the whole command's: bytes of every file so far, of all of
+    them (a folder of small files then counts up once, not from 0 at each file)."""
+    if progress is None:
+        return [None] * len(paths)
+    sizes = [p.stat().st_size for p in paths]
+    total, before = sum(sizes), [sum(sizes[:i]) for i in range(len(sizes))]
+    return [lambda done, _size, base=base: progress(base + done, total) for base in before]
+
+
 def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> None:
     """Ingest `paths` as one command: all of them land, or none (an error, Ctrl-C, or a
     kill: the next connect forgets what a command that did not end stored). Batches commit
@@ -169,8 +179,8 @@ def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> 
     con.execute(load_sql("ingest_open"), {"first_source_id": first})
     replaced: list[int] = []  # all-rejected earlier ingests read again: dropped at the end
     try:
-        for path in paths:
-            results.append(_ingest_file(con, path, fmt, known, first_seen, progress, replaced))
+        for path, file_progress in zip(paths, _whole_progress(paths, progress), strict=True):
+            results.append(_ingest_file(con, path, fmt, known, first_seen, file_progress, replaced))
         with transaction(con):
             for source_id in replaced:
                 con.execute(load_sql("ingest_forget_rejects"), {"source_id": source_id})
