@@ -7,10 +7,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo test lint wheel-check bench bench-process bench-e2e bench-ingest bench-replay bench-peer bench-plan schemas samples clean
 
-$(STAMP): pyproject.toml
+NATIVE := analyzer/native.h analyzer/prefixes/radix_loop.c analyzer/traces/token_scan_loop.c
+
+$(STAMP): pyproject.toml setup.py $(NATIVE)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]'  # builds the C loops in place (setup.py)
 	$(PY) -m analyzer.kernels  # compiled once, into analyzer/**/__pycache__ (setup.py's step)
 	touch $(STAMP)
 

@@ -31,7 +31,7 @@ step() { echo "--- [$((SECONDS - start)) s] $*"; }
 
 step "sdist from a copy of the sources (no build/ or egg-info left in the clone)"
 mkdir -p "$work/source" "$work/dist" "$work/unpacked"
-cp "$clone/pyproject.toml" "$clone/setup.py" "$clone/README.md" "$work/source/"
+cp "$clone/pyproject.toml" "$clone/setup.py" "$clone/MANIFEST.in" "$clone/README.md" "$work/source/"
 (cd "$clone" && tar --exclude=__pycache__ -cf - analyzer) | tar -xf - -C "$work/source"
 hook() {  # hook NAME: setuptools' PEP 517 hook in the current folder; prints the file it made
     "$PY" -c "import setuptools.build_meta as b, sys; print(b.$1(sys.argv[1]))" "$work/dist" |
@@ -56,8 +56,10 @@ case "$installed" in
 esac
 run() { step "hpa $*"; "$hpa" "$@"; }
 
-# The wheel carries its kernels compiled (setup.py): the tour must compile none, so numba's
-# cache files in the installed package stay as pip wrote them.
+# The wheel carries its C loops built and numba's kernels compiled (setup.py): the tour must
+# compile none, so numba's cache files in the installed package stay as pip wrote them.
+missing="$("$work/venv/bin/python" -c 'from analyzer import kernels; print(*kernels.native_missing())')"
+[ -z "$missing" ] || { echo "wheel tour: C loops not built into the wheel: $missing" >&2; exit 1; }
 kernels() { find "${installed%/*}" -name '*.nb[ic]' -printf '%P %s %T@\n' | sort; }
 shipped="$(kernels)"
 [ -n "$shipped" ] || { echo "wheel tour: the wheel holds no compiled kernels" >&2; exit 1; }

@@ -1,14 +1,18 @@
 """Every compiled kernel, loaded from numba's cache or compiled into it, once.
 
-numba compiles a kernel at its first call for the argument types of that call, then keeps
-the machine code in the `__pycache__` folder beside the module (content-hashed source, the
-CPU, numba's version). The wheel's build runs this module (`setup.py`), so the installed
-package carries the code of every kernel a command calls, for the types the callers pass:
-an installed `hpa` never compiles on the machine that built it. `make install` runs it
-after an editable install. A different CPU, another numba or a read-only package folder
-(numba then caches under the user's cache folder) compiles once, at the first call.
+Two loops are C extensions instead, built with the package (setup.py; `NATIVE`): the
+token-array scanner and the radix trees, which `hpa ingest`, `hpa match` and the unbounded
+replays run without importing numba. The rest (the vLLM replay loops, the capacity curve)
+are numba kernels: numba compiles a kernel at its first call for the argument types of that
+call, then keeps the machine code in the `__pycache__` folder beside the module
+(content-hashed source, the CPU, numba's version). The wheel's build runs this module
+(`setup.py`), so the installed package carries the code of every kernel a command calls, for
+the types the callers pass: an installed `hpa` never compiles on the machine that built it.
+`make install` runs it after an editable install. A different CPU, another numba or a
+read-only package folder (numba then caches under the user's cache folder) compiles once, at
+the first call.
 
-    python -m analyzer.kernels        # load or compile all of them; one line each
+    python -m analyzer.kernels        # the C loops built?, then load or compile each kernel
 
 Each entry calls the public code path a command takes, on a tiny input, so its argument
 types (dtypes, read-only flags, tuples) are exactly the callers'.
@@ -16,24 +20,12 @@ types (dtypes, read-only flags, tuples) are exactly the callers'.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
-
-
-def _token_scan() -> None:
-    from analyzer.traces import token_scan
-
-    token_scan.warm()
-
-
-def _matcher() -> None:
-    from analyzer.prefixes import radix
-
-    for dtype in (np.int32, np.int64):  # token ids, block hash ids (as stored)
-        radix.warm(np.dtype(dtype))
 
 
 def _requests():
@@ -66,8 +58,6 @@ def _capacity_curve() -> None:
 
 # label -> the call that loads it; `hpa replay` reaches the three vLLM loops by its policy
 KERNELS: dict[str, Callable[[], None]] = {
-    "ingest: token arrays": _token_scan,
-    "match: radix tree": _matcher,
     "replay: full attention, bounded": _vllm(
         "groups=full_attention", "block_size=16", "num_blocks=64"
     ),
@@ -91,7 +81,22 @@ def load_all(report: Callable[[str], None] | None = None) -> float:
     return time.perf_counter() - began
 
 
+# label -> the C extension built with the package (setup.py): nothing to load or compile
+NATIVE = {
+    "ingest: token arrays": "analyzer.traces.token_scan_loop",
+    "match and unbounded replays: radix trees": "analyzer.prefixes.radix_loop",
+}
+
+
+def native_missing() -> list[str]:
+    """The C extensions that are not built (a package built without a C compiler)."""
+    return [name for name in NATIVE.values() if importlib.util.find_spec(name) is None]
+
+
 def main() -> None:
+    missing = native_missing()
+    for label, name in NATIVE.items():
+        print(f"{label}: C ({'not built: the NumPy path' if name in missing else 'built'})")
     total_s = load_all(print)
     print(f"kernels: {len(KERNELS)} loaded in {total_s:.1f} s")
 

@@ -15,8 +15,8 @@ fresh process timed with its own peak RSS:
 Both sides run `--runs` times (3), in pairs (hpa, then the peer: a pair sees about one
 machine state), each run in a fresh directory; the figures are medians, and the ratio is
 that of the medians, with each pair's beside it. Both sides warm up untimed first: the peer
-compiles its C++ core, hpa its numba kernels (the token scanner, the radix tree; compiled
-once, then cached next to their modules) on a 5 M-token trace, and its modules' bytecode
+compiles its C++ core, hpa runs once on a 5 M-token trace (its loops here are C, built
+with the package; the warm-up fills the page cache and DuckDB's files), and its modules' bytecode
 (`common.compile_bytecode`: what installing a wheel does, and the peer's installed package has).
 
 The two figures differ a little, for documented reasons: hpa follows vLLM (a prompt's last
@@ -154,7 +154,7 @@ def main() -> None:
     warm, _, _ = mixed_trace(5_000_000)
     compile_bytecode()
     with tempfile.TemporaryDirectory() as tmp:
-        hpa_side(warm, Path(tmp))  # untimed: compiles (or loads) the kernels
+        hpa_side(warm, Path(tmp))  # untimed: as the peer's warm-up
     pairs = []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:

@@ -76,7 +76,7 @@ def built(tmp_path_factory) -> tuple[Path, Path]:
     # build/lib of an earlier build can put a deleted file back into the wheel.
     source = tmp / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
         shutil.copy2(ROOT / name, source / name)
     shutil.copytree(
         ROOT / "analyzer", source / "analyzer", ignore=shutil.ignore_patterns("__pycache__")
@@ -115,6 +115,24 @@ def test_the_wheel_holds_the_package_data(built):
     # Only the package is installed: no top-level folder beside it in site-packages.
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"analyzer"}
+
+
+# The C loops: their sources in the sdist, built into the wheel (setup.py's ext_modules).
+NATIVE_SOURCES = (
+    "analyzer/native.h",
+    "analyzer/prefixes/radix_loop.c",
+    "analyzer/traces/token_scan_loop.c",
+)
+
+
+def test_the_sdist_holds_the_c_sources_and_the_wheel_their_modules(built):
+    sdist, wheel = built
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    assert not [f for f in NATIVE_SOURCES if f not in names], sorted(names)
+    with zipfile.ZipFile(wheel) as whl:
+        built_modules = {n.split(".")[0] for n in whl.namelist() if n.endswith(".so")}
+    assert built_modules == {"analyzer/prefixes/radix_loop", "analyzer/traces/token_scan_loop"}
 
 
 # Run in a child, outside the clone: what the installed package lists and reads.

@@ -157,7 +157,11 @@ def match_prefixes(
             # stored far out of arrival order (a stream would keep them early)
             held = sequences.held() if xp is np and sequences.holds_better() else None
             result = compute(held or sequences, xp=xp, options=options)
-            owners = held or sequences.held(np.unique(result.junctions.owner))
+            # the owners' sequences for the junction ids: as held, else rebuilt from the
+            # radix trees' arena, else read again
+            owners = held or (result.arrays.sequences or sequences).held(
+                np.unique(result.junctions.owner)
+            )
             relations = _relations(meta, result, node_rows(owners, result))
             name = backend_name(xp)
         else:

@@ -15,7 +15,6 @@ from analyzer.pipeline.token_stream import (
     stream_match,
 )
 from analyzer.prefixes.engine import MatchArrays
-from analyzer.prefixes.radix import COMPILED_MIN_UNITS, load_early
 from analyzer.prefixes.source import Chunk, PartitionSource, RequestMeta
 from analyzer.store.db import (
     load_sql,
@@ -79,9 +78,7 @@ class DuckDBSource:
         """Every view's answers, each inserted sequence streamed once from the store into
         the radix trees (`pipeline.token_stream`): memory is their arena (the units no
         earlier request had) and a batch, whatever the trace's size."""
-        lists = self.lists()
-        load_early(lists.dtype)
-        return stream_match(self.con, load_sql("match_load_tokens"), lists, self.meta)
+        return stream_match(self.con, load_sql("match_load_tokens"), self.lists(), self.meta)
 
     def lists(self) -> ExpectedLists:
         """Each request's lists, as its inserted sequence is made of them: block hash ids
@@ -126,8 +123,6 @@ class DuckDBSource:
         keep storage order): the other rows are read past."""
         meta, lists = self.meta, self.lists()
         rows = np.arange(meta.n) if ids is None else np.asarray(ids, dtype=np.int64)
-        if len(rows) == meta.n and int(meta.insert_len.sum()) >= COMPILED_MIN_UNITS:
-            load_early(lists.dtype)  # the radix tree's kernel, while DuckDB reads
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(meta.insert_len[rows], out=offsets[1:])
         flat = np.empty(int(offsets[-1]), dtype=lists.dtype)

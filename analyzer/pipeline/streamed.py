@@ -21,7 +21,8 @@ from analyzer.errors import StoreError
 from analyzer.executors import ExecutorSpec
 from analyzer.pipeline.token_stream import ExpectedLists, stream_match
 from analyzer.pipeline.trace import LoadedTrace, load_trace, read_scalars, replay_meta
-from analyzer.prefixes.radix import COMPILED_MIN_UNITS, load_early
+from analyzer.prefixes import radix
+from analyzer.prefixes.radix import COMPILED_MIN_UNITS
 from analyzer.sim.records import SimRequest
 from analyzer.store.db import load_sql, require_tables
 
@@ -67,23 +68,21 @@ class StoredTrace:
             self.prompt_len, none, self.output_len, none.astype(bool), 1, TOKEN_DTYPE
         )
         meta = replay_meta(self.columns, ns_any, ns_replica, self.prompt_len, lists.insert_len)
-        load_early(TOKEN_DTYPE)
         return stream_match(self.con, load_sql("replay_load_tokens"), lists, meta)
 
 
 def stored_trace(con: duckdb.DuckDBPyConnection) -> StoredTrace | LoadedTrace:
     """The store's requests for a replay that needs no token id after L1/L2: a StoredTrace
-    where that saves memory (token ids only, at least COMPILED_MIN_UNITS of them: below,
-    loading numba costs more than holding them), else the LoadedTrace as `load_trace`."""
+    where that saves memory (token ids only, at least COMPILED_MIN_UNITS of them, and the
+    radix trees' C loop built to stream them through), else the LoadedTrace as
+    `load_trace`."""
     require_tables(con, "requests")
-    [(prompt_tokens,)] = con.execute(load_sql("requests_prompt_tokens")).fetchall()
-    if prompt_tokens >= COMPILED_MIN_UNITS:
-        load_early(TOKEN_DTYPE)  # numba loads (0.5 s) while the scalars are read
     columns, lens, has = read_scalars(con)
     if not columns["request_id"]:
         raise StoreError("no requests in the database; run `hpa ingest FILE` first")
     prompt_len, output_len = lens["prompt_token_ids"], lens["output_token_ids"]
     hashed = has["block_hash_ids"].any() or any(b is not None for b in columns["block_size"])
-    if hashed or int(prompt_len.sum() + output_len.sum()) < COMPILED_MIN_UNITS:
+    small = int(prompt_len.sum() + output_len.sum()) < COMPILED_MIN_UNITS
+    if hashed or small or not radix.available():
         return load_trace(con)
     return StoredTrace(columns, con, prompt_len, output_len)

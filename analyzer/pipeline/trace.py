@@ -26,7 +26,6 @@ from analyzer.executors import ExecutorSpec
 from analyzer.pipeline.arrays import joined, pack_arrays, unpack_arrays
 from analyzer.pipeline.sharded import dataset_shared_units, shared_units
 from analyzer.prefixes.engine import MatchOptions, run_matcher
-from analyzer.prefixes.radix import COMPILED_MIN_UNITS, load_early
 from analyzer.prefixes.source import (
     PartitionSource,
     RequestMeta,
@@ -211,9 +210,6 @@ def read_trace(con: duckdb.DuckDBPyConnection) -> LoadedTrace:
     is a view of those."""
     columns, lens, has = read_scalars(con)
     seqs = np.asarray(columns["arrival_seq"], dtype=np.int64)
-    if sum(int(v.sum()) for v in lens.values()) >= COMPILED_MIN_UNITS:
-        unit = "block_hash_ids" if has["block_hash_ids"].any() else "prompt_token_ids"
-        load_early(TOKEN_DTYPES[unit])  # the L1/L2 matcher's kernel, while we read
     if has["prompt_token_ids"].all():
         return _read_token_rows(con, columns, seqs, lens, has["output_token_ids"])
     if has["block_hash_ids"].all():

@@ -19,7 +19,13 @@ from analyzer.prefixes.backend import to_numpy
 from analyzer.prefixes.exact import ExactPath
 from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, HashParams, PowerTables
 from analyzer.prefixes.matcher import ChunkView, ViewMatcher
-from analyzer.prefixes.radix import COMPILED_MIN_UNITS, RadixMatch, radix_views
+from analyzer.prefixes.radix import (
+    COMPILED_MIN_UNITS,
+    ArenaSequences,
+    RadixMatch,
+    available,
+    radix_views,
+)
 from analyzer.prefixes.source import Archive, Chunk, RequestMeta, SequenceSource
 
 DEFAULT_CHUNK_TOKENS = 1 << 22
@@ -57,6 +63,9 @@ class MatchArrays:
     insert_parent: np.ndarray
     exact_fallbacks: int
     archive_rereads: int
+    # Streamed through the radix trees: what rebuilds any request's inserted sequence
+    # from their arena (`held(ids)`), so nothing is read twice. None otherwise.
+    sequences: ArenaSequences | None = None
 
 
 @dataclass
@@ -119,14 +128,11 @@ def _compiled_match(source: SequenceSource, *, xp: Any, options: MatchOptions):
     sequences where the source holds them all, else streamed by a source that can
     (`radix_stream()`: it reads each sequence once, in arrival order, into the trees)."""
     meta = source.meta
-    if xp is not np or int(meta.insert_len.sum()) < options.compiled_min_units:
+    if xp is not np or not available() or int(meta.insert_len.sum()) < options.compiled_min_units:
         return None
     stream = getattr(source, "radix_stream", None)
     if getattr(source, "holds_all", False):
-        views = radix_views(meta, source.flat, source.starts)
-        if views is None:  # pragma: no cover - numba is a dependency
-            return None
-        arrays = _radix_arrays(views)
+        arrays = _radix_arrays(radix_views(meta, source.flat, source.starts))
     elif stream is not None:
         arrays = stream()
     else:
@@ -158,10 +164,10 @@ def match_stream(
             progress(done, meta.n)
     if done != meta.n:
         raise ValueError(f"the chunks held {done} of {meta.n} requests")
-    return _radix_arrays(match.views())
+    return _radix_arrays(match.views(), match.sequences())
 
 
-def _radix_arrays(views: dict) -> MatchArrays:
+def _radix_arrays(views: dict, sequences: ArenaSequences | None = None) -> MatchArrays:
     q_any, p_any, e_any, w_any = views["any"]
     return MatchArrays(
         shared_any=q_any,
@@ -172,6 +178,7 @@ def _radix_arrays(views: dict) -> MatchArrays:
         insert_parent=w_any,
         exact_fallbacks=0,
         archive_rereads=0,
+        sequences=sequences,
     )
 
 

@@ -13,49 +13,27 @@ with the whole key stored, so no lookup can collide. An edge remembers the reque
 created it, which is the earliest request holding any point on it (a split keeps the
 creator on both halves): the walk's last point gives e and w, the point at the prompt's
 length gives p. The work is the tokens compared, sum of e over requests, plus one lookup
-per edge walked: a compiled loop (numba) on the CPU. The vectorised matcher does the
-rest: chunks read from the store by `hpa match`, archives, the GPU.
+per edge walked: a C loop (`radix_loop.c`) on the CPU. The vectorised matcher does the
+rest: chunks read from the store by `hpa match`, archives, the GPU, and a package built
+without a C compiler.
 """
 
 from __future__ import annotations
 
-from functools import cache
+from dataclasses import dataclass
 
 import numpy as np
 
-from analyzer.prefixes.source import RequestMeta
-from analyzer.warmup import Warmup
+from analyzer.prefixes.source import PartitionSource, RequestMeta
 
-# Below this many units the vectorised matcher takes less time than importing numba (half a
-# second; the kernel compiles once, then loads from its cache), so small traces skip it.
+try:  # the C loop, built with the package (setup.py)
+    from analyzer.prefixes import radix_loop
+except ImportError:  # pragma: no cover - built without a C compiler: the vectorised matcher
+    radix_loop = None
+
+# Below this many units the vectorised matcher answers in milliseconds too; small traces
+# keep it in use, as the path of a package built without a C compiler.
 COMPILED_MIN_UNITS = 1 << 20
-
-
-_loading = Warmup("hpa-numba")  # load_early's thread, until waited for
-
-
-def load_early(dtype: np.dtype) -> None:
-    """Import numba and load (or compile) the kernel for `dtype` sequences in a thread, so
-    a caller that will match at least COMPILED_MIN_UNITS units reads them meanwhile: the
-    half second numba takes is then spent while DuckDB reads (its scans release the GIL)."""
-    if _compiled.cache_info().currsize:
-        return
-
-    _loading.start(lambda: warm(dtype))
-
-
-def warm(dtype: np.dtype) -> None:
-    """Load (or compile) the kernel for `dtype` sequences: one request of one unit, with
-    the argument types callers pass."""
-    if _compiled() is not None:
-        ones = np.ones(1, np.int64)
-        meta = RequestMeta(ones, ones, ones, ones, ones, ones * 0, ones)
-        RadixMatch(meta, np.dtype(dtype)).run(_compiled(), np.zeros(1, dtype), ones * 0, 0, 1)
-
-
-def _ready() -> None:
-    """Wait for load_early's thread, if one runs: _compiled is not called twice at once."""
-    _loading.wait()
 
 
 VIEWS = ("any", "replica", "conversation")
@@ -73,7 +51,7 @@ class RadixMatch:
 
     def __init__(self, meta: RequestMeta, dtype: np.dtype, *, held: np.ndarray | None = None):
         n = meta.n
-        self.n = n
+        self.n, self.meta = n, meta
         self.alias_replica = bool(np.array_equal(meta.ns_replica, meta.ns_any))
         wanted = {
             "any": meta.ns_any,
@@ -115,23 +93,15 @@ class RadixMatch:
         self.own = held is None
         self.arena = np.empty(int(self.lens.sum()), dtype) if held is None else held
         self.out = np.full((4, num_views, n), -1, np.int64)  # L, p, e, w per view
+        # per request: where unit x (from its shallowest new leaf on) is, less x
+        self.leaf_at = np.zeros(n, np.int64)
 
     def feed(self, flat: np.ndarray, starts: np.ndarray, first: int, stop: int) -> None:
         """Requests [first, stop): request i's inserted sequence is flat[starts[i - first]
         :][: insert_len[i]] (`flat` is the held array itself when one is held)."""
-        _ready()
-        self.run(_compiled(), flat, starts, first, stop)
-
-    def run(self, kernel, flat: np.ndarray, starts: np.ndarray, first: int, stop: int) -> None:
-        """`feed` with `kernel` (load_early's thread: the kernel it is loading)."""
         if not self.names or stop <= first:
             return
-        # read-only, always: numba compiles (or loads) one kernel per array type, and a
-        # read-only array (DuckDB's Arrow batches) is another type than a writable one
-        # (0.2 s the first time either comes)
-        flat = flat.view()
-        flat.flags.writeable = False
-        kernel(
+        radix_loop.feed(
             flat,
             np.array(starts, dtype=np.int64),
             first,
@@ -146,7 +116,17 @@ class RadixMatch:
             self.arena if self.own else self.arena[:0].copy(),  # written to; `held` may not be
             self.own,
             *self.out,
+            self.leaf_at,
         )
+
+    def sequences(self) -> ArenaSequences | None:
+        """What rebuilds any request's inserted sequence once the trees are dropped (the
+        arena, and in the any view e, w and where each request's own units are)."""
+        if "any" not in self.names:
+            return None
+        v = self.names.index("any")
+        e, w = self.out[2, v].copy(), self.out[3, v].copy()
+        return ArenaSequences(self.meta, e, w, self.leaf_at, self.arena)
 
     def views(self) -> dict[str, tuple[np.ndarray, ...]]:
         """Per view: (L, p, e, w) per request in units, -1 where a request is not in the
@@ -158,139 +138,46 @@ class RadixMatch:
         return {name: out.get(name, none) for name in VIEWS}
 
 
+@dataclass(frozen=True)
+class ArenaSequences:
+    """The inserted sequences of requests matched by the trees, rebuilt from their arena
+    (or the held array): a request's units from where it left every earlier request (e,
+    any view) on are at leaf_at + depth; the rest are its holder's (w), and so on up. What
+    `hpa match` needs of the junctions' owners, without reading the store again."""
+
+    meta: RequestMeta
+    e: np.ndarray
+    w: np.ndarray
+    leaf_at: np.ndarray
+    arena: np.ndarray
+
+    def held(self, ids: np.ndarray) -> PartitionSource:
+        """A source holding the inserted sequences of requests `ids` (ascending, unique),
+        as `pipeline.sources.DuckDBSource.held(ids)` reads them."""
+        ids = np.asarray(ids, dtype=np.int64)
+        lens = np.asarray(self.meta.insert_len, dtype=np.int64)
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(lens[ids], out=offsets[1:])
+        flat = np.empty(int(offsets[-1]), dtype=self.arena.dtype)
+        radix_loop.rebuild(ids, lens, self.e, self.w, self.leaf_at, self.arena, flat, offsets[:-1])
+        starts = np.zeros(self.meta.n, dtype=np.int64)  # never read: the source serves `ids`
+        starts[ids] = offsets[:-1]
+        return PartitionSource.gapped(self.meta, flat, starts)
+
+
 def radix_views(meta: RequestMeta, flat: np.ndarray, starts: np.ndarray):
     """Per view of `engine` ("any", "replica", "conversation"): (L, p, e, w) per request
     in units, -1 where a request is not in the view (p and w: -1 where nothing is
-    shared); None without numba. Request i's inserted sequence is
+    shared); None without the C loop. Request i's inserted sequence is
     flat[starts[i] : starts[i] + meta.insert_len[i]]; `flat` is int32 or int64."""
-    _ready()
-    if _compiled() is None:  # pragma: no cover - numba is a dependency
+    if not available():  # pragma: no cover - built without a C compiler
         return None
     match = RadixMatch(meta, flat.dtype, held=flat)
     match.feed(flat, starts, 0, meta.n)
     return match.views()
 
 
-def _feed(
-    flat, starts, first, stop, lens, qlen, ns, lo, hi, base, creator, t_node, t_unit, t_child,
-    counts, arena, store, own, q_shared, q_parent, e_out, w_out,
-):  # pragma: no cover - compiled  # fmt: skip
-    """Walk then insert requests [first, stop) into every view (see the module doc)."""
-    num_views = ns.shape[0]
-    cap = t_node.shape[1]
-    pend_node = np.full(num_views, -1, np.int64)  # where each view hangs the rest of j
-    pend_d = np.zeros(num_views, np.int64)
-    pend_slot = np.full(num_views, -1, np.int64)  # its free table slot, if found already
-    for j in range(first, stop):
-        start, length = starts[j - first], lens[j]
-        rest = length  # the shallowest depth a view hangs a new leaf at
-        for v in range(num_views):
-            pend_node[v] = -1
-            if ns[v, j] < 0:
-                continue
-            d = _walk(
-                flat, start, length, qlen[j], ns[v, j], v, j, lo, hi, base, creator,
-                t_node, t_unit, t_child, counts, arena, cap, pend_node, pend_d, pend_slot,
-                q_shared, q_parent, e_out, w_out,
-            )  # fmt: skip
-            if pend_node[v] >= 0:
-                rest = min(rest, d)
-        if rest == length:
-            continue
-        leaf_base = start
-        if own:  # the arena keeps j's units from the shallowest new leaf on
-            used = counts[num_views]
-            store[used : used + length - rest] = flat[start + rest : start + length]
-            leaf_base = used - rest
-            counts[num_views] = used + length - rest
-        for v in range(num_views):
-            node = pend_node[v]
-            if node < 0:
-                continue
-            d = pend_d[v]
-            leaf = counts[v]
-            counts[v] = leaf + 1
-            lo[v, leaf], hi[v, leaf], base[v, leaf], creator[v, leaf] = d, length, leaf_base, j
-            unit = np.int64(flat[start + d])
-            if pend_slot[v] >= 0:
-                _put(t_node[v], t_unit[v], t_child[v], pend_slot[v], node, unit, leaf)
-            else:
-                _link(t_node[v], t_unit[v], t_child[v], cap, node, unit, leaf)
-
-
-def _walk(
-    flat, start, length, qlen, root, v, j, lo, hi, base, creator, t_node, t_unit, t_child,
-    counts, arena, cap, pend_node, pend_d, pend_slot, q_shared, q_parent, e_out, w_out,
-):  # pragma: no cover - compiled  # fmt: skip
-    """Request j down view v's tree: its answers, a split where it branches inside an
-    edge, and where its new leaf goes (pend_*; none when all of it was there). -> depth."""
-    node, d, holder, q_holder = root, 0, -1, -1
-    while d < length:
-        unit = np.int64(flat[start + d])
-        slot = _find(t_node[v], t_unit[v], node, unit, cap)
-        if t_node[v, slot] < 0:  # nothing earlier continues here: j's rest is a new leaf
-            pend_node[v], pend_d[v], pend_slot[v] = node, d, slot
-            break
-        child = t_child[v, slot]
-        b = base[v, child]
-        m = d + 1
-        end = min(hi[v, child], length)
-        while m < end and arena[b + m] == flat[start + m]:
-            m += 1
-        holder = creator[v, child]
-        if d < qlen <= m:
-            q_holder = holder
-        if m == hi[v, child]:
-            node, d = child, m
-            continue
-        d = m
-        if m < length:  # j branches off inside the edge: split it at m
-            mid = counts[v]
-            counts[v] = mid + 1
-            lo[v, mid], hi[v, mid], base[v, mid] = lo[v, child], m, b
-            creator[v, mid] = creator[v, child]
-            t_child[v, slot] = mid
-            lo[v, child] = m
-            _link(t_node[v], t_unit[v], t_child[v], cap, mid, np.int64(arena[b + m]), child)
-            pend_node[v], pend_d[v], pend_slot[v] = mid, m, -1
-        break
-    shared = min(d, qlen)
-    e_out[v, j], q_shared[v, j] = d, shared
-    w_out[v, j] = holder if d > 0 else -1
-    q_parent[v, j] = (holder if shared == d else q_holder) if shared > 0 else -1
-    return d
-
-
-def _find(t_node, t_unit, node, unit, cap):  # pragma: no cover - compiled
-    """The slot of (node, unit), or the empty slot where it would go (linear probing)."""
-    h = (np.uint64(node) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(unit)
-    h = (h ^ (h >> np.uint64(31))) * np.uint64(0xBF58476D1CE4E5B9)
-    slot = np.int64(h >> np.uint64(33)) & (cap - 1)
-    while t_node[slot] >= 0 and (t_node[slot] != node or t_unit[slot] != unit):
-        slot = (slot + 1) & (cap - 1)
-    return slot
-
-
-def _put(t_node, t_unit, t_child, slot, node, unit, child):  # pragma: no cover - compiled
-    t_node[slot], t_unit[slot], t_child[slot] = node, unit, child
-
-
-def _link(t_node, t_unit, t_child, cap, node, unit, child):  # pragma: no cover - compiled
-    """Make `child` the child of `node` under `unit` (a new key)."""
-    _put(t_node, t_unit, t_child, _find(t_node, t_unit, node, unit, cap), node, unit, child)
-
-
-@cache
-def _compiled():
-    """The compiled kernel, or None without numba (imported on first use, as in
-    `traces.token_scan`)."""
-    global _find, _link, _put, _walk
-    try:
-        from numba import njit
-    except ImportError:  # pragma: no cover - numba is a dependency
-        return None
-    _walk = njit(cache=True, nogil=True)(_walk)
-    _find = njit(cache=True, nogil=True)(_find)
-    _put = njit(cache=True, nogil=True)(_put)
-    _link = njit(cache=True, nogil=True)(_link)
-    return njit(cache=True, nogil=True)(_feed)
+def available() -> bool:
+    """Whether the C loop was built (not, where the package was built without a C compiler:
+    the vectorised matcher then answers, and nothing streams through the trees)."""
+    return radix_loop is not None

@@ -30,14 +30,12 @@ from analyzer.traces.batches import Batch, Reject, SourceInfo
 from analyzer.traces.io import CountingReader, open_binary
 from analyzer.traces.readers import (
     READERS,
-    SCAN_MIN_BYTES,
     SOURCE_INFO,
     TRACE_SUFFIXES,
     detect_format,
     not_a_trace,
     side_table,
 )
-from analyzer.traces.token_scan import load_early
 
 Progress = Callable[[int, int], None]  # (bytes read so far, total bytes) of the current file
 
@@ -123,8 +121,6 @@ def ingest(
     for path in paths:
         if not path.is_file():
             raise InputFileError(f"{path}: {_not_a_file(path)}")
-    if any(_scans_tokens(path, fmt) for path in paths):
-        load_early()  # numba loads while the store opens and the first batch is read
     created = not Path(db_path).exists()
     # DuckDB caches written blocks up to its memory limit (80% of RAM by default);
     # capping it keeps ingest memory flat however large the file is.
@@ -140,15 +136,6 @@ def ingest(
             _remove_store(Path(db_path))  # a failed first ingest leaves no database behind
         raise
     return IngestResult(tuple(results), skipped)
-
-
-def _scans_tokens(path: Path, fmt: str) -> bool:
-    """Whether reading `path` runs the token scanner: JSON Lines, a batch of it at least."""
-    try:
-        big = path.stat().st_size >= SCAN_MIN_BYTES
-        return big and (detect_format(path) if fmt == "auto" else fmt) == "jsonl"
-    except (OSError, AnalyzerError):
-        return False  # its reader says what is wrong with it
 
 
 def _db_threads() -> int:

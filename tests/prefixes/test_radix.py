@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer.prefixes import engine
+from analyzer.prefixes import engine, radix
 from analyzer.prefixes.engine import MatchOptions, match_stream, run_matcher
 from analyzer.prefixes.memory import MemorySource, Request
 from analyzer.prefixes.source import PartitionSource
@@ -80,6 +78,23 @@ def test_streamed_chunks_give_the_held_answers(requests, cuts, gap):
     assert_same_as_trie(requests, got)
 
 
+@SETTINGS
+@given(requests_(), st.lists(st.integers(0, 40), max_size=6), st.integers(0, 2), st.data())
+def test_a_streamed_match_rebuilds_any_sequence_from_its_arena(requests, cuts, gap, data):
+    """The chunks are gone (overwritten): the trees' arena and the chain of holders give
+    back every request's inserted sequence, in any subset."""
+    held = MemorySource.from_requests(requests)
+    got = match_stream(held.meta, _streamed(requests, cuts, gap), np.dtype(np.int64))
+    if not requests:
+        return
+    ids = np.flatnonzero(data.draw(st.lists(st.booleans(), min_size=len(requests),
+                                            max_size=len(requests))))  # fmt: skip
+    rebuilt = got.sequences.held(ids)
+    for i in ids:
+        expect = held.flat[held.offsets[i] : held.offsets[i + 1]]
+        assert rebuilt.fetch(np.array([i]))[0].tolist() == expect.tolist()
+
+
 def test_long_shared_prefixes_split_where_requests_branch():
     base = tuple(range(1000))
     requests = [
@@ -97,8 +112,8 @@ def test_long_shared_prefixes_split_where_requests_branch():
 
 
 def test_small_or_chunked_sources_take_the_vectorised_matcher(monkeypatch):
-    calls = []
-    monkeypatch.setattr(engine, "radix_views", lambda *a: calls.append(a) or None)
+    calls, radix_views = [], engine.radix_views
+    monkeypatch.setattr(engine, "radix_views", lambda *a: calls.append(a) or radix_views(*a))
     requests = [Request(f"r{i}", prompt=(1, 2, i % 3)) for i in range(8)]
     run_matcher(_held(requests), xp=np, options=MatchOptions())  # below the floor
     run_matcher(MemorySource.from_requests(requests), xp=np, options=ALWAYS)  # not held
@@ -107,46 +122,28 @@ def test_small_or_chunked_sources_take_the_vectorised_matcher(monkeypatch):
     assert len(calls) == 1
 
 
-def test_a_kernel_loaded_early_gives_the_same_answers():
-    """load_early's thread (a fresh process: numba not yet loaded) and the caller's first
-    match do not race: the match waits for it, then matches as always."""
-    code = (
-        "import numpy as np\n"
-        "from analyzer.prefixes import radix\n"
-        "from analyzer.prefixes.memory import MemorySource, Request\n"
-        "radix.load_early(np.dtype(np.int32))\n"
-        "assert radix._loading\n"
-        "reqs = [Request('a', prompt=(1, 2, 3)), Request('b', prompt=(1, 2, 4))]\n"
-        "held = MemorySource.from_requests(reqs)\n"
-        "views = radix.radix_views(held.meta, held.flat.astype(np.int32), held.offsets[:-1])\n"
-        "assert not radix._loading\n"
-        "print(views['any'][0].tolist(), views['any'][1].tolist())\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[0] == "[0, 2] [-1, 0]"
+def test_the_c_loop_is_built_and_refuses_arrays_it_cannot_read():
+    """This install built `radix_loop`; an array of another type or layout is an error naming
+    it, never a read or write out of bounds."""
+    assert radix.available()
+    held = MemorySource.from_requests([Request("a", prompt=(1, 2, 3)), Request("b", prompt=(1,))])
+    match = radix.RadixMatch(held.meta, np.dtype(np.int64))
+    starts = held.offsets[:-1]
+    for flat in (held.flat.astype(np.float64), held.flat.astype(np.int16), held.flat[::-1]):
+        with pytest.raises(TypeError, match="^feed: flat: "):
+            match.feed(flat, starts, 0, 2)
+    with pytest.raises(ValueError, match="inconsistent shapes"):
+        match.feed(held.flat, starts, 0, 3)  # past the last request
+    match.feed(held.flat, starts, 0, 2)
+    assert match.views()["any"][0].tolist() == [0, 1]
 
 
-def test_a_fork_while_the_kernel_loads_early_does_not_deadlock():
-    """A worker forked (`--executor processes`) while load_early's thread imports numba
-    would inherit its held locks and hang: the fork waits for the thread first."""
-    code = (
-        "import multiprocessing as mp\n"
-        "import numpy as np\n"
-        "from analyzer.prefixes import radix\n"
-        "from analyzer.prefixes.memory import MemorySource, Request\n"
-        "radix.load_early(np.dtype(np.int32))\n"
-        "def child(q):\n"
-        "    held = MemorySource.from_requests([Request('a', prompt=(1, 2, 3))] * 2)\n"
-        "    flat = held.flat.astype(np.int32)\n"
-        "    q.put(radix.radix_views(held.meta, flat, held.offsets[:-1])['any'][0].tolist())\n"
-        "ctx = mp.get_context('fork')\n"
-        "q = ctx.Queue()\n"
-        "p = ctx.Process(target=child, args=(q,))\n"
-        "p.start()\n"
-        "print(q.get(timeout=60))\n"
-        "p.join()\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert out.stdout.strip() == "[0, 3]"
+def test_without_the_c_loop_the_vectorised_matcher_answers(monkeypatch):
+    """A package built without a C compiler: the same answers, by the vectorised matcher,
+    held or streamed."""
+    requests = [Request(f"r{i}", prompt=(1, 2, i % 3, 4)) for i in range(8)]
+    built = run_matcher(_held(requests), xp=np, options=ALWAYS)
+    monkeypatch.setattr(radix, "radix_loop", None)
+    assert not radix.available()
+    for source in (_held(requests), MemorySource.from_requests(requests)):
+        assert_same_arrays(run_matcher(source, xp=np, options=ALWAYS), built)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.errors import InputFileError
-from analyzer.store.ingest import _scans_tokens, ingest
+from analyzer.store.ingest import ingest
 from tests.conftest import db_rows as rows
 from tests.conftest import write_jsonl
 
@@ -706,21 +706,3 @@ def test_write_units_merge_batches_without_changing_what_is_stored(
     result = ingest([path], db_path=tmp_path / "merged.duckdb")
     assert (result.num_stored, result.num_rejected) == (38, 2)
     assert _stored(tmp_path / "merged.duckdb") == _stored(tmp_path / "one.duckdb")
-
-
-@pytest.mark.parametrize(
-    "name, size, fmt, scans",
-    [
-        ("big.jsonl", 1 << 20, "auto", True),  # a batch of it goes to the token scanner
-        ("small.jsonl", 1000, "auto", False),  # below a scanned batch: numba never loads
-        ("big.csv", 1 << 20, "auto", False),
-        ("big.csv", 1 << 20, "jsonl", True),  # the format named wins over the suffix
-        ("missing.jsonl", None, "auto", False),  # its reader says what is wrong with it
-    ],
-)
-def test_only_an_ingest_the_token_scanner_reads_loads_numba_early(tmp_path, name, size, fmt, scans):
-    path = tmp_path / name
-    if size is not None:
-        line = b'{"request_id": "r", "prompt_token_ids": [1, 2, 3]}\n'
-        path.write_bytes(line * (size // len(line) + 1))
-    assert _scans_tokens(path, fmt) is scans

@@ -5,6 +5,7 @@ the exact path): the rows and rejects must be identical, whatever the lines hold
 
 import json
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -129,13 +130,32 @@ def test_random_records_in_any_spelling_read_the_same(rows):
         _assert_same(body)
 
 
-def test_load_early_loads_the_kernel_once_for_the_batches_after_it():
-    token_scan.load_early()
-    token_scan.load_early()  # at most one thread a process
-    token_scan._loading.wait()
+def test_the_c_loop_is_built_and_refuses_arrays_it_cannot_read():
+    """This install built `token_scan_loop`; arrays of another type, or too small for the
+    batch, are an error naming them, never a write out of bounds."""
+    scan = token_scan._compiled()
+    assert scan is not None
+    body = np.frombuffer(b'{"prompt_token_ids": [5, 6]}\n' * 3, dtype=np.uint8)
+    keys, starts = token_scan._KEYS, token_scan._KEY_STARTS
+    most = body.size // 2 + 1
+
+    def arrays(ids=None, out=None):
+        return (
+            np.empty(body.size, np.uint8) if out is None else out,
+            np.empty((2, most), np.int32) if ids is None else ids,
+            np.empty(most, np.int64),
+            np.zeros(3, np.int64),
+            np.full((3, 3), -1, np.int64),
+        )
+
+    with pytest.raises(TypeError, match="^strip: ids: "):
+        scan(body, keys, starts, *arrays(ids=np.empty((2, most), np.int64)))
+    with pytest.raises(ValueError, match="too small"):
+        scan(body, keys, starts, *arrays(out=np.empty(body.size - 1, np.uint8)))
+    assert scan(body, keys, starts, *arrays()) == body.size - 3 * len("5, 6")
+
+
+def test_without_the_c_loop_every_batch_goes_to_the_parser(monkeypatch):
     body = b'{"prompt_token_ids": [5, 6]}\n' * 3
-    assert (
-        token_scan.strip_token_arrays(body, 3).columns["prompt_token_ids"].to_pylist()
-        == [[5, 6]] * 3
-    )
-    assert len(token_scan._compiled().signatures) == 1  # the warm call's types are the batches'
+    monkeypatch.setattr(token_scan, "token_scan_loop", None)
+    assert token_scan.strip_token_arrays(body, 3) is None

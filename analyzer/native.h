@@ -1,0 +1,87 @@
+/* Arrays in and out of the compiled kernels (analyzer/prefixes/radix_loop.c,
+ * analyzer/traces/token_scan_loop.c): NumPy arrays read through the buffer protocol, so the
+ * extensions need neither NumPy's headers nor its C API. A kernel checks each array's
+ * item type, dimensions and contiguity here, at the boundary, and then trusts its own
+ * indices as the numba loops it replaced did: a wrong array is a TypeError, never a
+ * write out of bounds. */
+#ifndef HPA_NATIVE_H
+#define HPA_NATIVE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* What an array must be: its item ('i' a signed integer, 'u' an unsigned one) of `size`
+ * bytes, `ndim` dimensions (C order, contiguous), writable or not. */
+typedef struct {
+    const char *name;
+    char kind;
+    Py_ssize_t size;
+    int ndim;
+    int writable;
+} hpa_want;
+
+/* The item kind a struct-module format names, in native byte order: 'i', 'u' or 0. */
+static inline char hpa_kind(const char *format) {
+    if (format == NULL) return 'u'; /* plain bytes */
+    if (*format == '@' || *format == '=' || *format == '<') {
+#if PY_LITTLE_ENDIAN
+        format++;
+#else
+        if (*format == '<') return 0;
+        format++;
+#endif
+    }
+    if (format[0] == '\0' || format[1] != '\0') return 0;
+    if (strchr("bhilqn", format[0])) return 'i';
+    if (strchr("BHILQN", format[0])) return 'u';
+    return 0;
+}
+
+/* Fill `view` with `obj`'s buffer as `want` says, or set a TypeError and return -1. */
+static inline int hpa_buffer(PyObject *obj, Py_buffer *view, hpa_want want) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (want.writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Format(PyExc_TypeError, "%s: a C-contiguous%s array is needed", want.name,
+                     want.writable ? ", writable" : "");
+        return -1;
+    }
+    if (hpa_kind(view->format) != want.kind || view->itemsize != want.size ||
+        view->ndim != want.ndim) {
+        PyErr_Format(PyExc_TypeError, "%s: %zd-byte %s integers in %d dimension(s) needed, "
+                     "not format '%s' (%zd bytes) in %d",
+                     want.name, want.size, want.kind == 'i' ? "signed" : "unsigned",
+                     want.ndim, view->format ? view->format : "B", view->itemsize,
+                     view->ndim);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* Release the first `n` of `views` (those filled so far). */
+static inline void hpa_release(Py_buffer *views, int n) {
+    for (int k = 0; k < n; k++) PyBuffer_Release(&views[k]);
+}
+
+/* Fill views[k] from objs[k] as wants[k] says, for every k < n; on a failure release
+ * those filled and return -1. */
+static inline int hpa_buffers(PyObject **objs, Py_buffer *views, const hpa_want *wants,
+                              int n) {
+    for (int k = 0; k < n; k++) {
+        if (hpa_buffer(objs[k], &views[k], wants[k]) < 0) {
+            hpa_release(views, k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Rows and columns of a filled 2-D view (1 row for a 1-D one). */
+static inline Py_ssize_t hpa_rows(const Py_buffer *v) { return v->ndim == 2 ? v->shape[0] : 1; }
+static inline Py_ssize_t hpa_cols(const Py_buffer *v) {
+    return v->ndim == 2 ? v->shape[1] : v->shape[0];
+}
+
+#endif
