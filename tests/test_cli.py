@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -257,3 +259,17 @@ def test_progress_on_a_pipe_is_a_line_now_and_then(tmp_path, monkeypatch):
     slow = run("sweep", "--db", db, "--set", "block_size=64", "--vary", "num_blocks=100,200")
     assert slow.exit_code == 0
     assert slow.stderr.splitlines() == ["sweep: 1 of 2 points", "sweep: 2 of 2 points"]
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"]])
+def test_help_and_version_import_no_store_and_no_arrays(args):
+    """Answered in a tenth of a second: neither DuckDB, pyarrow, numpy nor numba loads."""
+    code = (
+        "import sys\n"
+        "from analyzer.cli import cli\n"
+        f"cli.main({args!r}, standalone_mode=False)\n"
+        "print([m for m in ('duckdb', 'pyarrow', 'numpy', 'numba') if m in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"

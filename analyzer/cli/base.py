@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import click
 
 from analyzer.errors import AnalyzerError
-from analyzer.store.db import DEFAULT_DB
+from analyzer.store import DEFAULT_DB
 
 # `hpa compare` and `hpa report --window`: the window a change is measured against.
 baseline_option = click.option(

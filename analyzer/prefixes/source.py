@@ -15,7 +15,6 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 _I32 = np.iinfo(np.int32)
 
@@ -75,6 +74,8 @@ def lists_to_flat(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.nd
     if isinstance(column, pa.ChunkedArray):
         empty = pa.array([], pa.list_(pa.int64()))
         column = column.combine_chunks() if column.num_chunks else empty
+    import pyarrow.compute as pc  # 50 ms of import that `hpa match` and replays never use
+
     lens = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
     flat = column.flatten().to_numpy(zero_copy_only=False)
     offsets = np.zeros(len(lens) + 1, dtype=np.int64)
@@ -94,6 +95,9 @@ def gather(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.n
     another, vectorised."""
     out_offsets = np.zeros(len(starts) + 1, dtype=np.int64)
     np.cumsum(lens, out=out_offsets[1:])
+    if len(starts) and np.array_equal(starts[1:], starts[0] + out_offsets[1:-1]):
+        # back to back already (a source rebuilt in the order asked): one copy, no index
+        return flat[starts[0] : starts[0] + out_offsets[-1]].copy(), out_offsets
     seg = np.repeat(np.arange(len(starts)), lens)
     local = np.arange(out_offsets[-1]) - out_offsets[:-1][seg]
     return flat[starts[seg] + local], out_offsets

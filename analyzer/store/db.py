@@ -17,11 +17,11 @@ import duckdb
 import pyarrow as pa
 
 from analyzer.errors import StoreError
+from analyzer.store import DEFAULT_DB  # noqa: F401  (defined there, light, for the CLI)
 
 T = TypeVar("T")
 
 SCHEMA_VERSION = "1"
-DEFAULT_DB = "hpa.duckdb"
 
 
 @cache

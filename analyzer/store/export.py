@@ -9,9 +9,6 @@ from pathlib import Path
 import duckdb
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from analyzer.errors import ConfigError, InputFileError
 from analyzer.store.db import query_arrow
@@ -51,8 +48,12 @@ def write_rows(table: pa.Table, out: str | Path) -> int:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".parquet":
+            import pyarrow.parquet as pq  # imported when written: every command imports us
+
             pq.write_table(table, tmp, compression="zstd")
         elif path.suffix == ".csv":
+            import pyarrow.csv as pacsv
+
             pacsv.write_csv(spreadsheet_safe(table), tmp)
         else:
             with open(tmp, "wb") as f:
@@ -90,6 +91,8 @@ def write_atomic(out: str | Path, data: bytes | str, *, option: str = "") -> Pat
 def spreadsheet_safe(table: pa.Table) -> pa.Table:
     """Text cells a spreadsheet would run as a formula (starting with = + - @, a tab or a
     carriage return: OWASP's list) get a leading apostrophe; other cells are as they were."""
+    import pyarrow.compute as pc
+
     for i, column in enumerate(table.columns):
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             continue

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from analyzer.errors import StoreError
 from analyzer.store.dataset import read_rows, register_requests
@@ -80,6 +79,8 @@ def inserted_sequences(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 
 def _flat(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """(values in their own dtype, int64 offsets) of a list column; null rows are empty."""
+    import pyarrow.compute as pc  # 50 ms of import, here only where a partition is read
+
     column = column.combine_chunks() if column.num_chunks else pa.array([], column.type)
     lens = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
     offsets = np.zeros(len(lens) + 1, dtype=np.int64)

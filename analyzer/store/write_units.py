@@ -16,12 +16,12 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from analyzer.traces.batches import Batch
+if TYPE_CHECKING:  # imported where a unit is made: `prefetched` alone serves match, replay
+    from analyzer.traces.batches import Batch
 
 WRITE_UNIT_ROWS = 16384
 WRITE_UNIT_UNITS = 1 << 24
@@ -48,10 +48,14 @@ def write_units(batches: Iterable[Batch]) -> Iterator[Batch]:
 
 
 def _num_units(rows: pa.Table) -> int:
+    import pyarrow.compute as pc
+
     return sum(pc.sum(pc.list_value_length(rows.column(n))).as_py() or 0 for n in _TOKEN_COLUMNS)
 
 
 def _merged(batches: list[Batch]) -> Batch:
+    from analyzer.traces.batches import Batch
+
     if len(batches) == 1:
         return batches[0]
     return Batch(
