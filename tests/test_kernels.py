@@ -103,6 +103,7 @@ def test_ingest_match_and_an_unbounded_replay_run_c_loops_and_never_import_numba
     steps = [
         f"ingest|{trace}|--db|{db}",
         f"match|--db|{db}",
+        f"match|--db|{db}|--executor|processes|--workers|2",  # nothing to load before forking
         f"replay|--db|{db}|--policy|vllm-dense|--set|groups=full_attention|--set|block_size=16",
     ]
     done = subprocess.run(

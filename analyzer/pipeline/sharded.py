@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.executors import ExecutorSpec, Progress
-from analyzer.pipeline.workers import map_partitions
+from analyzer.pipeline.workers import map_match_partitions
 from analyzer.prefixes.engine import MatchArrays, MatchOptions, run_matcher
 from analyzer.prefixes.merge import merge_junctions
 from analyzer.prefixes.shallow import ShallowTask
@@ -67,7 +67,7 @@ def match_sharded(
     """Match every request: the shallow pass over `prefixes` (at least the first K units
     of each request) and the groups' shards, all partitions run on `spec`; merged."""
     limit, items, labels = plan_shards(meta, prefixes, spec, options, junctions=True)
-    parts = map_partitions(
+    parts = map_match_partitions(
         spec, match_partition, items, labels=labels, shared=trace, progress=progress
     )
     junctions, path_requests, path_junctions, ids = merge_junctions(parts)
@@ -80,7 +80,8 @@ def shared_units(
 ) -> MatchArrays:
     """`run_matcher` over an in-memory trace (the replay's L1/L2), sharded on `spec`."""
     limit, items, labels = plan_shards(meta, (flat, offsets), spec, MatchOptions(), junctions=False)
-    parts = map_partitions(spec, match_in_memory, items, labels=labels, shared=(flat, offsets))
+    shared = (flat, offsets)
+    parts = map_match_partitions(spec, match_in_memory, items, labels=labels, shared=shared)
     return merged_answers(meta.n, limit, parts)
 
 
@@ -91,7 +92,7 @@ def dataset_shared_units(meta: RequestMeta, dataset: str, spec: ExecutorSpec) ->
     prefixes = dataset_prefixes(dataset, spec.shard_tokens)
     limit, items, labels = plan_shards(meta, prefixes, spec, MatchOptions(), junctions=False)
     source = TraceInput(dataset=dataset)
-    found = map_partitions(spec, _dataset_match, items, labels=labels, shared=source)
+    found = map_match_partitions(spec, _dataset_match, items, labels=labels, shared=source)
     return merged_answers(meta.n, limit, found)
 
 
