@@ -78,6 +78,22 @@ static inline int hpa_buffers(PyObject **objs, Py_buffer *views, const hpa_want 
     return 0;
 }
 
+/* The item size of `obj`'s units where it is a C-contiguous array of int32 or int64 (4 or
+ * 8), else -1 with a TypeError naming it `what`: a kernel written once per unit width. */
+static inline Py_ssize_t hpa_unit(PyObject *obj, const char *what) {
+    Py_buffer probe;
+    Py_ssize_t unit = 0;
+    if (PyObject_GetBuffer(obj, &probe, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+        unit = probe.itemsize;
+        PyBuffer_Release(&probe);
+    }
+    PyErr_Clear();
+    if (unit == 4 || unit == 8) return unit;
+    PyErr_Format(PyExc_TypeError, "%s: a C-contiguous array of int32 or int64 units is needed",
+                 what);
+    return -1;
+}
+
 /* Rows and columns of a filled 2-D view (1 row for a 1-D one). */
 static inline Py_ssize_t hpa_rows(const Py_buffer *v) { return v->ndim == 2 ? v->shape[0] : 1; }
 static inline Py_ssize_t hpa_cols(const Py_buffer *v) {

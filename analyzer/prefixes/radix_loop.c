@@ -164,18 +164,8 @@ static PyObject *feed(PyObject *self, PyObject *args) {
                           &o[COUNTS], &o[ARENA], &o[STORE], &own, &o[Q_SHARED], &o[Q_PARENT],
                           &o[E_OUT], &o[W_OUT], &o[LEAF_AT]))
         return NULL;
-    Py_buffer flat;
-    Py_ssize_t unit = 0;
-    if (PyObject_GetBuffer(o[FLAT], &flat, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
-        unit = flat.itemsize;
-        PyBuffer_Release(&flat);
-    }
-    PyErr_Clear();
-    if (unit != 4 && unit != 8) {
-        PyErr_SetString(PyExc_TypeError,
-                        "feed: flat: a C-contiguous array of int32 or int64 units is needed");
-        return NULL;
-    }
+    Py_ssize_t unit = hpa_unit(o[FLAT], "feed: flat");
+    if (unit < 0) return NULL;
     hpa_want w[NUM_ARRAYS];
     for (int k = 0; k < NUM_ARRAYS; k++)
         w[k] = (hpa_want){"feed: an int64 array", 'i', 8, k == STARTS || k == LENS ||
@@ -238,17 +228,8 @@ static PyObject *rebuild(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOOOO:rebuild", &o[R_IDS], &o[R_LENS], &o[R_E], &o[R_W],
                           &o[R_LEAF_AT], &o[R_ARENA], &o[R_OUT], &o[R_OUT_STARTS]))
         return NULL;
-    Py_buffer probe;
-    Py_ssize_t unit = 0;
-    if (PyObject_GetBuffer(o[R_ARENA], &probe, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
-        unit = probe.itemsize;
-        PyBuffer_Release(&probe);
-    }
-    PyErr_Clear();
-    if (unit != 4 && unit != 8) {
-        PyErr_SetString(PyExc_TypeError, "rebuild: arena: int32 or int64 units are needed");
-        return NULL;
-    }
+    Py_ssize_t unit = hpa_unit(o[R_ARENA], "rebuild: arena");
+    if (unit < 0) return NULL;
     hpa_want w[R_NUM];
     for (int k = 0; k < R_NUM; k++) w[k] = (hpa_want){"rebuild: an int64 array", 'i', 8, 1, 0};
     w[R_ARENA] = (hpa_want){"rebuild: arena", 'i', unit, 1, 0};
