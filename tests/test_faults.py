@@ -4,7 +4,10 @@ files, a replay, a sweep on worker processes and a plan, each in its own process
 - the store, once the next command opened it, is exactly as before the command or exactly
   as an uninterrupted run leaves it (every run with all its rows, no orphans, no run id
   reused); from "as before", running the command again gives the uninterrupted store;
-- no worker outlives its driver.
+- no worker outlives its driver;
+- `hpa query` (a read-only view, as a user inspects a store after a crash) sees what the next
+  command sees, and its invariants hold: every file read = stored + rejected, every request
+  with its arrival order, no run id or sweep point twice, every run with all its rows.
 
 Volatile columns (ingest time, run times) are left out of the comparison. Linux only: the
 worker check reads /proc.
@@ -12,6 +15,7 @@ worker check reads /proc.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -33,8 +37,16 @@ VOLATILE = {"ingested_at", "created_at", "replay_seconds", "seconds"}
 MODEL = ("--set", "model=qwen3-next-80b-a3b")
 COMMANDS = {
     "ingest": ("ingest", str(SAMPLES / "groups_1500.jsonl"), str(SAMPLES / "mixed.jsonl.gz")),
-    "replay": ("replay", *MODEL, "--set", "schedule=concurrent"),
-    "sweep": ("sweep", *MODEL, "--vary", "num_blocks=100,400,1600,6400", "--jobs", "2"),
+    "replay": ("replay", *MODEL, "--policy", "vllm-default,sglang-default"),
+    "concurrent replay": ("replay", *MODEL, "--set", "schedule=concurrent"),
+    "sweep": (
+        "sweep",
+        *MODEL,
+        "--vary",
+        f"num_blocks={','.join(map(str, range(100, 1300, 100)))}",
+        "--jobs",
+        "2",
+    ),  # fmt: skip
     "plan": ("plan", "--target-useful-hit-ratio", "0.3", "--model", "qwen3-next-80b-a3b"),
 }
 SEEDS = (0, 1, 2)
@@ -52,6 +64,53 @@ def digest(db: Path) -> dict[str, list]:
         return out
     finally:
         con.close()
+
+
+# Table -> what must be 0 wherever it is present, each through `hpa query`.
+INVARIANTS = {
+    "requests": (
+        "SELECT count(*) FROM requests WHERE arrival_seq IS NULL",
+        "SELECT count(*) - count(DISTINCT arrival_seq) FROM requests",
+        "SELECT count(*) FROM requests WHERE source_id NOT IN (SELECT source_id FROM sources)",
+        "SELECT count(*) FROM sources WHERE num_read <> num_stored + num_rejected",
+        "SELECT coalesce(sum(num_stored), 0) - (SELECT count(*) FROM requests) FROM sources",
+    ),
+    "replay_runs": (
+        "SELECT count(*) - count(DISTINCT run_id) FROM replay_runs",
+        "SELECT count(*) FROM replay_runs r WHERE num_requests <> "
+        "(SELECT count(*) FROM replay_requests q WHERE q.run_id = r.run_id)",
+        "SELECT count(*) FROM replay_requests WHERE run_id NOT IN (SELECT run_id FROM replay_runs)",
+    ),
+    "sweep_points": (
+        "SELECT count(*) - count(DISTINCT (sweep_id, value)) FROM sweep_points",
+        "SELECT count(*) FROM sweep_points WHERE run_id NOT IN (SELECT run_id FROM replay_runs)",
+    ),
+}
+
+
+def query(db: Path, sql: str) -> dict:
+    done = subprocess.run([*HPA, "query", sql, "--db", str(db), "--format", "json"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[0])
+
+
+def as_queried(db: Path) -> tuple[dict[str, int], list[str]]:
+    """Through `hpa query` (read-only): each table's rows, and the invariants broken."""
+    tables = sorted(
+        row["name"]
+        for row in map(json.loads, subprocess.run(
+            [*HPA, "query", "SHOW TABLES", "--db", str(db), "--format", "json"],
+            capture_output=True, text=True, check=True,
+        ).stdout.splitlines())
+    )  # fmt: skip
+    if not tables:
+        return {}, []
+    checks = [sql for table in tables for sql in INVARIANTS.get(table, ())]
+    counts = ", ".join(f'(SELECT count(*) FROM "{t}") AS "{t}"' for t in tables)
+    found = query(db, f"SELECT {counts}")
+    broken = [sql for sql in checks if next(iter(query(db, sql).values())) != 0]
+    return found, broken
 
 
 def children(pid: int) -> list[int]:
@@ -94,7 +153,8 @@ def starts(tmp_path_factory) -> dict[str, Path]:
             check=True,
             capture_output=True,
         )
-    return {"ingest": None, "replay": mixed, "sweep": mixed, "plan": small}
+    return {"ingest": None, "replay": mixed, "concurrent replay": mixed, "sweep": mixed,
+            "plan": small}  # fmt: skip
 
 
 def fresh(starts: dict, command: str, where: Path) -> Path:
@@ -138,7 +198,11 @@ def test_a_killed_command_leaves_the_store_before_or_after_it(starts, command, t
         proc.wait()
         time.sleep(1.0)  # the kernel's SIGKILL to orphaned workers is asynchronous
         assert [w for w in workers if running(w)] == [], "orphaned workers"
+        viewed, broken = as_queried(db) if db.exists() else ({}, [])
+        assert broken == [], f"{command}, seed {seed}: through hpa query: {broken}"
         state = digest(db) if db.exists() else before
+        if viewed:  # what a read-only view saw is what the next command finds
+            assert viewed == {table: len(rows) for table, rows in state.items()}
         assert state in (before, complete), (
             f"{command}, seed {seed}: the store is neither as before nor as after the command"
         )

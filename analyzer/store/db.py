@@ -165,10 +165,7 @@ def _needs_writing(con: duckdb.DuckDBPyConnection) -> str | None:
     present = table_names(con)
     if "meta" not in present or "requests" not in present:
         return "has no tables yet"
-    if (
-        con.execute(load_sql("ingest_open_from")).fetchall()[0][0]
-        or (con.execute(load_sql("ingest_unfinished")).fetchall()[0][0])
-    ):
+    if killed_ingest_left(con):
         return "holds what a killed ingest left"
     if "replay_runs" in present:
         fresh = duckdb.connect()  # the current replay tables, to compare columns with
@@ -181,6 +178,17 @@ def _needs_writing(con: duckdb.DuckDBPyConnection) -> str | None:
         finally:
             fresh.close()
     return None
+
+
+def killed_ingest_left(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the store holds rows of an ingest killed midway, which the next writable
+    open undoes (`_recover_ingest`)."""
+    if not {"meta", "requests", "rejects", "sources"} <= table_names(con):
+        return False
+    return bool(
+        con.execute(load_sql("ingest_open_from")).fetchall()[0][0]
+        or con.execute(load_sql("ingest_unfinished")).fetchall()[0][0]
+    )
 
 
 def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:

@@ -8,7 +8,7 @@ import duckdb
 import pyarrow as pa  # noqa: F401  (return type)
 
 from analyzer.errors import StoreError
-from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow
+from analyzer.store.db import DEFAULT_DB, connect, killed_ingest_left, load_sql, query_arrow
 
 # DuckDB settings of a guarded query: no files, no extensions fetched or loaded behind its back.
 NO_FILES = {
@@ -47,6 +47,17 @@ def _open(path: Path, write: bool, files: bool) -> duckdb.DuckDBPyConnection:
         return connect(path, create=False, config=config)
     if not path.exists():
         raise StoreError(f"{path}: no such database; run `hpa ingest FILE --db {path}` first")
+    con = _read_only(path, config)
+    if not killed_ingest_left(con):
+        return con
+    # The store as the last finished command left it, as every other command sees it: the
+    # recovery a writable open makes (or a StoreError saying where it can be made).
+    con.close()
+    connect(path, create=False, reader=True).close()
+    return _read_only(path, config)
+
+
+def _read_only(path: Path, config: dict) -> duckdb.DuckDBPyConnection:
     try:
         return duckdb.connect(str(path), read_only=True, config=config)
     except duckdb.Error as exc:

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from analyzer.cli import cli
 from analyzer.errors import InputFileError
+from analyzer.store import db as store_db
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl
@@ -122,3 +123,34 @@ def test_a_store_of_an_earlier_hpa_keeps_the_files_its_killed_ingest_finished(tm
     assert rows(db, "SELECT count(*), count(arrival_seq), max(arrival_seq) FROM requests") == [
         (32, 32, 31)
     ]
+
+
+def test_a_read_only_query_sees_the_store_as_the_last_finished_command_left_it(tmp_path):
+    """(issue 33 item 9: `hpa query` after a killed ingest showed its rows, NULL arrival_seq
+    and all, where every other command saw the store without them)"""
+    db = tmp_path / "q.duckdb"
+    killed_during_the_second_file(db)
+    result = CliRunner().invoke(
+        cli,
+        ["query", "SELECT count(*), count(arrival_seq) FROM requests", "--db", str(db),
+         "--format", "json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.output == '{"count_star()":3,"count(arrival_seq)":3}\n'
+    assert rows(db, "SELECT source_id FROM sources") == [(1,)]
+
+
+def test_a_read_only_query_where_the_killed_ingest_cannot_be_undone_says_so(tmp_path, monkeypatch):
+    db = tmp_path / "ro.duckdb"
+    killed_during_the_second_file(db)
+
+    def not_writable(path, settings):  # a read-only file system, as DuckDB says it
+        raise duckdb.IOException(f'IO Error: Cannot open file "{path}": Read-only file system')
+
+    monkeypatch.setattr(store_db, "_attach", not_writable)
+    result = CliRunner().invoke(cli, ["query", "SELECT 1", "--db", str(db)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: {db}: the store is read-only here and holds what a killed ingest left; open "
+        "it once where it can be written (any hpa command that writes, e.g. hpa replay)\n"
+    )
