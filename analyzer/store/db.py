@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from analyzer.errors import StoreError
 from analyzer.store import DEFAULT_DB  # noqa: F401  (defined there, light, for the CLI)
+from analyzer.store.locks import open_error
 
 T = TypeVar("T")
 
@@ -86,7 +87,7 @@ def connect(
             con = _connect_read_only(path, settings)
             _OPENED[con] = settings
             return con
-        raise StoreError(f"{path}: cannot open as a DuckDB database ({_first_line(exc)})") from None
+        raise open_error(path, exc) from None
     _OPENED[con] = settings
     try:
         _ensure_schema(con, path)
@@ -145,7 +146,7 @@ def _connect_read_only(path: Path, settings: dict) -> duckdb.DuckDBPyConnection:
     try:
         con = duckdb.connect(str(path), read_only=True, config=settings)
     except duckdb.Error as exc:
-        raise StoreError(f"{path}: cannot open as a DuckDB database ({_first_line(exc)})") from None
+        raise open_error(path, exc) from None
     try:
         _check_version(con, path)
         why = _needs_writing(con)

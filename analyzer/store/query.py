@@ -9,6 +9,7 @@ import pyarrow as pa  # noqa: F401  (return type)
 
 from analyzer.errors import StoreError
 from analyzer.store.db import DEFAULT_DB, connect, killed_ingest_left, load_sql, query_arrow
+from analyzer.store.locks import open_error
 
 # DuckDB settings of a guarded query: no files, no extensions fetched or loaded behind its back.
 NO_FILES = {
@@ -61,8 +62,7 @@ def _read_only(path: Path, config: dict) -> duckdb.DuckDBPyConnection:
     try:
         return duckdb.connect(str(path), read_only=True, config=config)
     except duckdb.Error as exc:
-        message = str(exc).strip().splitlines()[0]
-        raise StoreError(f"{path}: cannot open as a DuckDB database ({message})") from None
+        raise open_error(path, exc) from None
 
 
 def stored_summary(*, db_path: str | Path = DEFAULT_DB) -> pa.Table:

@@ -1,0 +1,49 @@
+"""What a store that cannot be opened is told as: another process holding its lock (DuckDB
+lets one process write a file at a time) is named, with its command line where it is an
+hpa command, so the user knows what to wait for."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from analyzer.errors import StoreError
+
+# DuckDB: 'Could not set lock on file "P": Conflicting lock is held in EXE (PID 123) ...'
+_HELD = re.compile(r"Conflicting lock is held in (?P<exe>.+?) \(PID (?P<pid>\d+)\)")
+_HPA_ENTRIES = ("analyzer.cli", "analyzer")  # `python -m analyzer`, `-c "...analyzer.cli..."`
+
+
+def open_error(path: Path, exc: BaseException) -> StoreError:
+    """The one-line error for `path` that DuckDB would not open (`exc`, its error)."""
+    text = str(exc).strip()
+    held = _HELD.search(text)
+    if held is None:
+        first = text.splitlines()[0] if text else type(exc).__name__
+        return StoreError(f"{path}: cannot open as a DuckDB database ({first})")
+    pid = int(held["pid"])
+    command = _hpa_command(pid)
+    holder = f"another hpa command (pid {pid}: {command})" if command else (
+        f"another process (pid {pid}: {held['exe']})"
+    )  # fmt: skip
+    return StoreError(f"{path}: locked by {holder}; run this again when it has ended")
+
+
+def _hpa_command(pid: int) -> str | None:
+    """'hpa replay --db x' where process `pid` runs an hpa command, else None."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # not Linux, or the process has just ended
+        return None
+    return hpa_command([a for a in raw.decode(errors="replace").split("\0") if a])
+
+
+def hpa_command(argv: list[str]) -> str | None:
+    """The hpa command a process's `argv` runs ('hpa replay --db x'), or None: the `hpa`
+    script (run by its interpreter or directly), or `python -m analyzer`."""
+    for i, arg in enumerate(argv):
+        if Path(arg).name == "hpa":
+            return " ".join(["hpa", *argv[i + 1 :]])
+        if arg == "-m" and i + 1 < len(argv) and argv[i + 1] in _HPA_ENTRIES:
+            return " ".join(["hpa", *argv[i + 2 :]])
+    return None
