@@ -42,6 +42,14 @@ HPA = [sys.executable, "-c", "from analyzer.cli import main; main()"]
             'the database could not be written (IO Error: Could not write file "d.wal": No space '
             "left on device); nothing was stored",
         ),
+        (
+            duckdb.TransactionException(
+                'TransactionContext Error: Failed to commit: Cannot open file "d.wal": '
+                "Operation not permitted"
+            ),
+            "the database could not be written (TransactionContext Error: Failed to commit: "
+            'Cannot open file "d.wal": Operation not permitted); nothing was stored',
+        ),
         (OSError(errno.ENOENT, "No such file or directory"), None),  # a bug, not the machine
         (duckdb.BinderException("Binder Error: column x"), None),
         (ValueError("bug"), None),
@@ -156,3 +164,66 @@ def test_a_read_only_folder_and_store(tmp_path):
         replay = _hpa("replay", "--db", str(ro / "s.duckdb"), "--set", "block_size=64")
         assert replay.returncode == 1 and "Read-only file system" in replay.stderr
         assert "Traceback" not in replay.stderr
+
+
+def _one_line(run: subprocess.CompletedProcess, ending: str) -> None:
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.endswith(ending), line
+
+
+def test_a_full_disk_during_match_and_for_a_new_store(tmp_path):
+    """(issue 33 item 10: match printed two tracebacks, a rollback after a failed commit; a
+    new store on a full disk left a 0-byte file that every later command refused)"""
+    with _tmpfs(tmp_path / "small", "40m") as small:
+        db = small / "d.duckdb"
+        assert _hpa("ingest", str(SAMPLES / "mixed.jsonl.gz"), "--db", str(db)).returncode == 0
+        (small / "filler").write_bytes(b"\0" * shutil.disk_usage(small).free)
+        _one_line(_hpa("match", "--db", str(db)), "No space left on device); nothing was stored")
+        fresh = small / "new.duckdb"
+        made = _hpa("ingest", str(SAMPLES / "groups_1500.jsonl"), "--db", str(fresh))
+        _one_line(made, "No space left on device); nothing was stored")
+        assert not fresh.exists() and not (small / "new.duckdb.wal").exists()
+        (small / "filler").unlink()
+        assert _hpa("match", "--db", str(db)).returncode == 0  # the store took no harm
+    empty = tmp_path / "empty.duckdb"  # what an earlier hpa left on a full disk
+    empty.write_bytes(b"")
+    refused = _hpa("replay", "--db", str(empty), "--set", "block_size=64")
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        f"Error: {empty}: no such database (an empty file); run `hpa ingest FILE --db {empty}` "
+        "first\n"
+    )
+    assert _hpa("ingest", str(SAMPLES / "groups_1500.jsonl"), "--db", str(empty)).returncode == 0
+
+
+@contextlib.contextmanager
+def _immutable(path: Path, *files: Path):
+    """`path` holding copies of `files`, a folder no file can be created in, even by root
+    (skips where chattr cannot)."""
+    path.mkdir()
+    for file in files:
+        shutil.copyfile(file, path / file.name)
+    made = subprocess.run(["chattr", "+i", str(path)], capture_output=True) if shutil.which(
+        "chattr"
+    ) else None  # fmt: skip
+    if made is None or made.returncode:
+        pytest.skip("chattr +i is not allowed here")
+    try:
+        yield path
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=False)
+
+
+def test_a_folder_where_the_write_ahead_log_cannot_be_made(tmp_path):
+    """(issue 33 item 11: `chattr +i DIR`, EPERM: tracebacks from replay and ingest)"""
+    db = tmp_path / "s.duckdb"
+    ingest([SAMPLES / "groups_1500.jsonl"], db_path=db)
+    with _immutable(tmp_path / "stuck", db) as stuck:
+        store = str(stuck / "s.duckdb")
+        ending = "Operation not permitted); nothing was stored"
+        _one_line(_hpa("replay", "--db", store, "--set", "block_size=64"), ending)
+        _one_line(_hpa("match", "--db", store), ending)
+        fresh = stuck / "n.duckdb"
+        _one_line(_hpa("ingest", str(SAMPLES / "mixed.jsonl.gz"), "--db", str(fresh)), ending)
+        assert _hpa("query", "SELECT count(*) FROM requests", "--db", store).returncode == 0

@@ -166,8 +166,11 @@ def environment_error(exc: BaseException) -> str | None:
         return f"{exc.strerror}{where}; nothing was stored"
     if isinstance(exc, MemoryError):
         return "out of memory; nothing was stored"
+    # A commit that fails is the machine's doing: a full disk, a folder whose write-ahead log
+    # cannot be made (read-only, immutable, no permission)
     if isinstance(exc, duckdb.OutOfMemoryException | duckdb.IOException) or (
-        isinstance(exc, duckdb.TransactionException) and "Could not write" in str(exc)
+        isinstance(exc, duckdb.TransactionException)
+        and ("Could not write" in str(exc) or "Failed to commit" in str(exc))
     ):
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"the database could not be written ({first}); nothing was stored"

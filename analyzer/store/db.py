@@ -73,8 +73,13 @@ def connect(
             or was written by another schema version.
     """
     path = Path(path)
-    if not create and not path.exists():
-        raise StoreError(f"{path}: no such database; run `hpa ingest FILE --db {path}` first")
+    empty = _empty_file(path)
+    if not create and (empty or not path.exists()):
+        what = " (an empty file)" if empty else ""
+        raise StoreError(f"{path}: no such database{what}; run `hpa ingest FILE --db {path}` first")
+    new = empty or not path.exists()
+    if empty:  # nothing to keep: what a store that could not be created (a full disk) left
+        remove_store(path)
     # One thread unless asked (ingest): DuckDB's parallel aggregates sum floats in an order
     # that varies run to run, and every figure must be the same byte for byte.
     settings = {"threads": 1, **(config or {})}
@@ -83,6 +88,8 @@ def connect(
     try:
         con = _attach(path, settings)
     except duckdb.Error as exc:
+        if new:  # a store this open was to create leaves nothing behind
+            remove_store(path)
         if reader and _not_writable(exc):
             con = _connect_read_only(path, settings)
             _OPENED[con] = settings
@@ -93,8 +100,23 @@ def connect(
         _ensure_schema(con, path)
     except BaseException:
         con.close()
+        if new:
+            remove_store(path)
         raise
     return con
+
+
+def _empty_file(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
+
+
+def remove_store(path: Path) -> None:
+    """Delete the store at `path` and its write-ahead log, where they are."""
+    for leftover in (path, path.with_name(path.name + ".wal")):
+        leftover.unlink(missing_ok=True)
 
 
 def _attach(path: Path, settings: dict) -> duckdb.DuckDBPyConnection:
@@ -137,7 +159,12 @@ def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 
 def _not_writable(exc: duckdb.Error) -> bool:
     text = str(exc)
-    return "Read-only file system" in text or "Permission denied" in text
+    return any(why in text for why in _NOT_WRITABLE)
+
+
+# What the system says of a file or folder it will not let us write (EROFS, EACCES, EPERM:
+# an immutable folder)
+_NOT_WRITABLE = ("Read-only file system", "Permission denied", "Operation not permitted")
 
 
 def _connect_read_only(path: Path, settings: dict) -> duckdb.DuckDBPyConnection:

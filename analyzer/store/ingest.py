@@ -24,7 +24,7 @@ import duckdb
 import pyarrow as pa
 
 from analyzer.errors import AnalyzerError, ConfigError, InputFileError
-from analyzer.store.db import DEFAULT_DB, connect, load_sql, transaction
+from analyzer.store.db import DEFAULT_DB, connect, load_sql, remove_store, transaction
 from analyzer.store.write_units import prefetched, write_units
 from analyzer.traces.batches import Batch, Reject, SourceInfo
 from analyzer.traces.io import CountingReader, open_binary
@@ -121,7 +121,8 @@ def ingest(
     for path in paths:
         if not path.is_file():
             raise InputFileError(f"{path}: {_not_a_file(path)}")
-    created = not Path(db_path).exists()
+    store = Path(db_path)
+    created = not store.exists() or store.stat().st_size == 0  # empty: no store (connect)
     # DuckDB caches written blocks up to its memory limit (80% of RAM by default);
     # capping it keeps ingest memory flat however large the file is.
     con = connect(db_path, memory_limit=INGEST_MEMORY_LIMIT, config={"threads": _db_threads()})
@@ -133,7 +134,7 @@ def ingest(
             con.close()  # before a failed first store is removed: closing writes the file
     except BaseException:
         if created:
-            _remove_store(Path(db_path))  # a failed first ingest leaves no database behind
+            remove_store(store)  # a failed first ingest leaves no database behind
         raise
     return IngestResult(tuple(results), skipped)
 
@@ -228,11 +229,6 @@ def _not_a_file(path: Path) -> str:
             "save the stream to a file first"
         )
     return "not a regular file"
-
-
-def _remove_store(path: Path) -> None:
-    for leftover in (path, path.with_name(path.name + ".wal")):
-        leftover.unlink(missing_ok=True)
 
 
 def _check_format(fmt: str) -> None:

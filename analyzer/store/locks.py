@@ -1,6 +1,7 @@
 """What a store that cannot be opened is told as: another process holding its lock (DuckDB
 lets one process write a file at a time) is named, with its command line where it is an
-hpa command, so the user knows what to wait for."""
+hpa command, so the user knows what to wait for; a disk that cannot take it is the
+machine's error, not the store's."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ def open_error(path: Path, exc: BaseException) -> StoreError:
     """The one-line error for `path` that DuckDB would not open (`exc`, its error)."""
     text = str(exc).strip()
     held = _HELD.search(text)
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if "Could not write" in text:  # a full disk, a quota: the machine's, not the store's
+        return StoreError(f"{path}: could not be written ({first}); nothing was stored")
+    if "Operation not permitted" in text or "Permission denied" in text:
+        return StoreError(f"{path}: cannot be written here ({first}); nothing was stored")
     if held is None:
-        first = text.splitlines()[0] if text else type(exc).__name__
         return StoreError(f"{path}: cannot open as a DuckDB database ({first})")
     pid = int(held["pid"])
     command = _hpa_command(pid)

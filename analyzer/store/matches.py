@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from analyzer.store.db import load_sql, trace_fingerprint
+from analyzer.store.db import load_sql, trace_fingerprint, transaction
 from analyzer.store.export import export_table
 
 
@@ -27,23 +27,20 @@ def write_relations(
     for name, table in relations.items():
         con.register(name, table)
     try:
-        con.begin()
-        if clear_derived:
-            con.execute(load_sql("derived_schema"))
-            con.execute(load_sql("match_clear_derived"))
-        con.execute(load_sql("match_write_prefix_matches"))
-        tables = ["prefix_matches", "junctions"]
-        if derive_families:
-            con.execute(load_sql("match_derive_families"), {"min_tokens": min_family_tokens})
-            tables.append("requests.prompt_family")
-        con.execute(load_sql("match_write_junctions"))
-        con.execute(load_sql("match_write_junction_requests"))
-        tables.append("junction_requests")
-        _record(con, tables, fingerprint, relations["match_rows"].num_rows)
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
+        # one transaction (a failed commit, e.g. on a full disk, has ended it already)
+        with transaction(con):
+            if clear_derived:
+                con.execute(load_sql("derived_schema"))
+                con.execute(load_sql("match_clear_derived"))
+            con.execute(load_sql("match_write_prefix_matches"))
+            tables = ["prefix_matches", "junctions"]
+            if derive_families:
+                con.execute(load_sql("match_derive_families"), {"min_tokens": min_family_tokens})
+                tables.append("requests.prompt_family")
+            con.execute(load_sql("match_write_junctions"))
+            con.execute(load_sql("match_write_junction_requests"))
+            tables.append("junction_requests")
+            _record(con, tables, fingerprint, relations["match_rows"].num_rows)
     finally:
         for name in relations:
             con.unregister(name)
