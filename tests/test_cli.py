@@ -273,3 +273,29 @@ def test_help_and_version_import_no_store_and_no_arrays(args):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_hash_id_traces_of_two_block_sizes_are_named_at_ingest_and_replay(tmp_path, db):
+    """(issue 33 item 7: they landed in one store without a word, and the replay matched
+    both in one unit)"""
+    small = write_jsonl(tmp_path / "small.jsonl", [
+        {"request_id": f"s{i}", "block_hash_ids": [1, 2, 3 + i], "block_size": 16,
+         "prompt_tokens": 48} for i in range(3)
+    ])  # fmt: skip
+    big = write_jsonl(tmp_path / "big.jsonl", [
+        {"request_id": f"b{i}", "block_hash_ids": [7, 8 + i], "block_size": 512,
+         "prompt_tokens": 1024} for i in range(2)
+    ])  # fmt: skip
+    assert run("ingest", small, "--db", db).stderr == ""
+    second = run("ingest", big, "--db", db)
+    said = (
+        f"hash-id traces of 2 block sizes are stored: 16-token blocks ({small}: 3 requests); "
+        f"512-token blocks ({big}: 2 requests). They never share a prefix, and a replay "
+        "matches them all in 512-token units (the least common multiple), coarser than the "
+        "16-token trace's own blocks: ingest each into its own --db to replay it at its own size"
+    )
+    assert second.exit_code == 0 and second.stderr == f"warning: {said}\n"
+    replay = run("replay", "--db", db, "--policy", "vllm-dense", "--set",
+                 'groups=["full_attention"]', "--set", "block_size=16")  # fmt: skip
+    assert replay.exit_code == 0, replay.output
+    assert f"note: {said}\n" in replay.stdout

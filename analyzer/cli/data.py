@@ -78,6 +78,8 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
             click.echo(f"note: {caveat}")
     for path, why in result.skipped_files:
         click.echo(f"skipped {path}: {why}")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if len(result.sources) > 1:
         click.echo(
             f"total: read {result.num_read:,} = stored {result.num_stored:,} + "

@@ -27,7 +27,7 @@ from analyzer.pipeline.trace import Trace
 from analyzer.sim.dispatch import hit_alignment, replay, replay_from_shared
 from analyzer.sim.records import ResultColumns, result_columns
 from analyzer.sim.routing import route
-from analyzer.store.caveats import timestamp_caveats
+from analyzer.store.caveats import block_size_caveat, timestamp_caveats
 from analyzer.store.db import DEFAULT_DB, stored_trace_block
 from analyzer.store.runs import ReplayOutcome, check_measure_from, check_name, store_run
 
@@ -68,6 +68,7 @@ def run_replay(
     try:
         # the geometry first: a policy the trace cannot express fails before it loads
         policy, fitted = fit_policy(policy, stored_trace_block(con))
+        mixed = block_size_caveat(con)
         trace = source.driver_trace(con, stream=streams_tokens(policy, spec))
         started = time.perf_counter()
         rows = replay_rows(trace, policy, progress=progress, executor=spec)
@@ -87,7 +88,7 @@ def run_replay(
         timed = timestamp_caveats(con) if policy.schedule == "concurrent" else []
     finally:
         con.close()
-    notes = (*([fitted] if fitted else []), *outcome.notes, *timed)
+    notes = (*([mixed] if mixed else []), *([fitted] if fitted else []), *outcome.notes, *timed)
     return replace(outcome, notes=notes, num_caches=num_caches(policy, rows))
 
 

@@ -44,6 +44,7 @@ from analyzer.pipeline.sweep_points import (
 )
 from analyzer.pipeline.workers import map_partitions
 from analyzer.sim.policy import make_policy
+from analyzer.store.caveats import block_size_caveat
 from analyzer.store.db import DEFAULT_DB, stored_trace_block
 from analyzer.store.runs import check_measure_from, check_name
 
@@ -103,6 +104,7 @@ def run_sweeps(
             )
         trace_block = stored_trace_block(con)  # known before the trace loads
         base_policy, base_note = fit_policy(base_policy, trace_block)
+        mixed = block_size_caveat(con)
         trace = source.whole_trace(con)
         one = OnePass()
         resolved = []
@@ -118,7 +120,7 @@ def run_sweeps(
         ]
         policies = [[(label, p) for label, (p, _) in pts] for pts in fitted]
         notes = [
-            tuple(dict.fromkeys(n for n in (base_note, *(n for _, (_, n) in pts)) if n))
+            tuple(dict.fromkeys(n for n in (mixed, base_note, *(n for _, (_, n) in pts)) if n))
             for pts in fitted
         ]
         outcomes = []

@@ -1,11 +1,17 @@
-"""Caveats that go with figures: what the input adapters made up rather than read.
+"""Caveats that go with figures: what the input adapters made up rather than read, and
+traces whose blocks differ.
 
 A public trace without absolute arrival times (WEKA's conversations) or with a restarted
 clock (RAGPulse's two weeks) gets timestamps from its adapter; any figure that depends on
 arrival times (a concurrent replay, a time window, a time chart) says so where it prints.
+Hash-id traces of different block sizes in one store never share a prefix, and a replay
+matches all of them in one unit (their least common multiple): ingest and every replay
+say so, naming each file's blocks.
 """
 
 from __future__ import annotations
+
+import math
 
 import duckdb
 
@@ -29,3 +35,24 @@ def timestamp_caveats(con: duckdb.DuckDBPyConnection) -> list[str]:
         return []
     rows = con.execute(load_sql("source_formats")).fetchall()
     return [line for fmt, n in rows if (line := timestamp_caveat(fmt, int(n))) is not None]
+
+
+def block_size_caveat(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The line for a store holding hash-id traces of more than one block size, or None."""
+    if not {"requests", "sources"} <= table_names(con):
+        return None
+    rows = con.execute(load_sql("trace_block_geometry")).fetchall()
+    sizes: dict[int, list[str]] = {}
+    for size, path, requests in rows:
+        sizes.setdefault(int(size), []).append(f"{path}: {requests:,} requests")
+    if len(sizes) < 2:
+        return None
+    unit = math.lcm(*sizes)
+    each = "; ".join(f"{size:,}-token blocks ({', '.join(files)})" for size, files in sizes.items())
+    finest = min(sizes)
+    return (
+        f"hash-id traces of {len(sizes)} block sizes are stored: {each}. They never share a "
+        f"prefix, and a replay matches them all in {unit:,}-token units (the least common "
+        f"multiple), coarser than the {finest:,}-token trace's own blocks: ingest each into "
+        "its own --db to replay it at its own size"
+    )

@@ -24,6 +24,7 @@ import duckdb
 import pyarrow as pa
 
 from analyzer.errors import AnalyzerError, ConfigError, InputFileError
+from analyzer.store.caveats import block_size_caveat
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, remove_store, transaction
 from analyzer.store.write_units import prefetched, write_units
 from analyzer.traces.batches import Batch, Reject, SourceInfo
@@ -62,6 +63,8 @@ class IngestResult:
     sources: tuple[SourceResult, ...]
     # Files of a directory given that are left out, not read: (path, why).
     skipped_files: tuple[tuple[str, str], ...] = ()
+    # What the store now holds that a user should know before replaying it (one line each).
+    warnings: tuple[str, ...] = ()
 
     @property
     def num_read(self) -> int:
@@ -130,13 +133,15 @@ def ingest(
     try:
         try:
             _ingest_files(con, paths, fmt, progress, results)
+            stored = any(r.num_stored for r in results)
+            mixed = block_size_caveat(con) if stored else None
         finally:
             con.close()  # before a failed first store is removed: closing writes the file
     except BaseException:
         if created:
             remove_store(store)  # a failed first ingest leaves no database behind
         raise
-    return IngestResult(tuple(results), skipped)
+    return IngestResult(tuple(results), skipped, (mixed,) if mixed else ())
 
 
 def _db_threads() -> int:
