@@ -302,7 +302,6 @@ def _print_plan(r) -> None:
 
 
 def _candidate_columns(r) -> dict:
-    import pyarrow as pa
 
     c = r.candidates
     columns = {
@@ -313,7 +312,8 @@ def _candidate_columns(r) -> dict:
         "num_blocks": [x.num_blocks for x in c],
         "useful_hit_ratio": [x.useful_hit_ratio for x in c],
         "caches": [x.num_caches for x in c],
-        "memory_gib": pa.array([x.memory_gib for x in c], pa.float64()),
+        # GiB only where a model prices a block (without, memory is counted in blocks)
+        **({"memory_gib": [x.memory_gib for x in c]} if r.cost_unit == "GiB" else {}),
         f"total_{r.cost_unit.lower()}": [float(x.cost) for x in c],
         "sized_by": [x.sized_by for x in c],
     }

@@ -295,3 +295,22 @@ def test_plan_progress_on_a_pipe(groups_db, monkeypatch):
 )
 def test_seconds_are_said_without_an_exponent(value, said):
     assert _seconds(value) == said
+
+
+def test_a_plan_without_a_model_says_it_counts_blocks(groups_db):
+    """(issue 33 item 15: `hpa plan` without --model printed an empty memory_gib column,
+    where `hpa replay` refuses)"""
+    r = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.2")
+    assert r.exit_code == 0, r.output
+    assert (
+        "note: no --model: memory is counted in 544-token blocks, not GiB (a model preset "
+        "prices a block); its block size is qwen3-next-80b-a3b's\n"
+    ) in r.output
+    assert "memory_gib" not in r.output and "total_blocks" in r.output
+    own = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.2", "--set",
+              "block_size=64", "--set", 'groups=["full_attention"]')  # fmt: skip
+    assert "note: no --model: memory is counted in 64-token blocks, not GiB (a model preset " \
+        "prices a block)\n" in own.output  # fmt: skip
+    priced = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.2",
+                 "--model", "qwen3-next-80b-a3b")  # fmt: skip
+    assert "no --model" not in priced.output and "memory_gib" in priced.output

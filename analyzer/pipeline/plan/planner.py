@@ -52,6 +52,7 @@ class Planner:
                 + (f" ({self.model} has none)" if self.model else "")
             )
         geometry = self.preset or load_model(DEFAULT_GEOMETRY_MODEL)  # groups, block; no bytes
+        defaulted = [k for k in ("groups", "block_size") if not values.get(k)]
         values.update(groups=list(values.get("groups") or geometry["groups"]), model=self.model)
         values.update(
             schedule=schedule, block_size=values.get("block_size") or geometry["block_size"]
@@ -63,6 +64,8 @@ class Planner:
         self.base = {**values, "block_size": fitted.block_size}
         self.block = fitted.block_size
         self.notes = [fit_note] if fit_note else []
+        if self.preset is None:
+            self.notes.append(_no_model_note(self.block, defaulted))
         self.per_block = bytes_per_block(self.model, self.block) if self.preset else None
         self.ev = Evaluator(trace, ask.family, progress, executor, ask.measure_from)
         self.progress = progress
@@ -262,3 +265,15 @@ def plan(
     spec = as_spec(executor)
     trace = request_input(db_path, dataset).read_only_trace(spec)
     return Planner(ask, trace, spec, progress).run()
+
+
+def _no_model_note(block: int, defaulted: list[str]) -> str:
+    """What a plan without --model counts in, and what it took from the default geometry."""
+    names = {"groups": "groups", "block_size": "block size"}
+    what = " and ".join(names[k] for k in defaulted)
+    verb = "is" if defaulted == ["block_size"] else "are"
+    took = f"; its {what} {verb} {DEFAULT_GEOMETRY_MODEL}'s" if defaulted else ""
+    return (
+        f"no --model: memory is counted in {block:,}-token blocks, not GiB (a model preset "
+        f"prices a block){took}"
+    )
