@@ -8,6 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 ALL = "(all)"
+NONE = "(none)"  # a NULL label in the tables; the sentence says "no family"
 
 # (figure name, replay_requests column, words for the sentence), hit first, then the
 # waterfall causes; the two sparse_retention_* splits are parts of sparse_retention.
@@ -208,6 +209,9 @@ def _mean_ttft(sums: dict) -> float | None:
 
 
 def _label(fam: str, rev: str) -> str:
+    """A group in words, as the report names it: 'chat @ rev', 'no family @ rev'."""
+    fam = "no family" if fam == NONE else fam
+    rev = "no revision" if rev == NONE else rev
     return f"{fam} (all model revisions)" if rev == ALL else f"{fam} @ {rev}"
 
 

@@ -54,6 +54,7 @@ from analyzer.metrics.ttft import TtftFit, fit_by_revision
 from analyzer.store.caveats import timestamp_caveats
 from analyzer.store.db import DEFAULT_DB, connect, load_sql
 from analyzer.traces.records import RecordError, parse_time_text
+from analyzer.words import plural, signed_term
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Side:
         where = f"run {self.run_id}"
         if self.window is not None:
             where += f", window {self.window.text}"
-        return f"{self.name}: {where} ({self.requests:,} requests)"
+        return f"{self.name}: {where} ({plural(self.requests, 'request')})"
 
 
 @dataclass
@@ -102,8 +103,9 @@ class Comparison:
                 lines.append(f"TTFT fit {rev}: not enough distinct fresh-prefill counts")
                 continue
             line = (
-                f"TTFT fit {rev} (run {self.fit_run}): ttft_ms = {fit.a_ms:.1f} + "
-                f"{fit.b_ms_per_token:.5f} x fresh_prefill_tokens (R^2 {fit.r2:.3f}, n {fit.n:,})"
+                f"TTFT fit {rev} (run {self.fit_run}): ttft_ms = {fit.a_ms:.1f} "
+                f"{signed_term(fit.b_ms_per_token, '.5f')} x fresh_prefill_tokens "
+                f"(R^2 {fit.r2:.3f}, n {fit.n:,})"
             )
             if not _usable(fit):
                 line += (

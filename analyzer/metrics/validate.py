@@ -47,6 +47,7 @@ from analyzer.store.db import (
 )
 from analyzer.store.export import check_export_path, export_table
 from analyzer.traces.records import RecordError, parse_time_text
+from analyzer.words import plural
 
 ALL = "(all)"
 CACHED = "requests.cached_tokens"
@@ -212,7 +213,7 @@ def _describe_window(run_id: int, since, until, n: int | None = None) -> str:
         lo = "" if since is None else f"{since} <= "
         hi = "" if until is None else f" < {until}"
         text += f", {lo}timestamp_s{hi}"
-    return text if n is None else f"{text} ({n:,} requests)"
+    return text if n is None else f"{text} ({plural(n, 'request')})"
 
 
 def _groups(con, run_id: int, start: float, end: float) -> list[dict]:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from analyzer.words import plural
+
 # (cause, replay_requests column, what the engine did that the replay did not), in the order
 # the engine's extra cached tokens are given back to the replay's losses
 UNDER = (
@@ -144,7 +146,7 @@ def engine_warning(found: dict[str, int], engine: str) -> str | None:
     others = {who: n for who, n in found.items() if who not in ("unknown", engine)}
     if not others:
         return None
-    listed = ", ".join(f"{who} ({n:,} requests)" for who, n in others.items())
+    listed = ", ".join(f"{who} ({plural(n, 'request')})" for who, n in others.items())
     return (
         f"warning: the observed cached_tokens come from {listed}, not from {engine}, the "
         "engine replayed: part of the error is their design (block size, eviction, what "

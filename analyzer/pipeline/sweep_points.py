@@ -141,7 +141,7 @@ def sweep_points(
         for combo in itertools.product(*(vals for _, vals in varies)):
             label = ",".join(f"{k}={_label(v)}" for k, v in zip(keys, combo, strict=True))
             points.append((label, {**base, **dict(zip(keys, combo, strict=True))}))
-        return [("x".join(keys), points)]
+        return [(" x ".join(keys), points)]
     return [(k, [(_label(v), {**base, k: v}) for v in vals]) for k, vals in varies]
 
 

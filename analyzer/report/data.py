@@ -32,6 +32,7 @@ from analyzer.store.db import (
     table_names,
     trace_fingerprint,
 )
+from analyzer.words import plural
 
 # Window widths (seconds) the time-window figure may use: about 24 windows per trace.
 NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
@@ -378,7 +379,7 @@ def _fresh_junctions(
         note = (
             f"run{'s' if len(left) > 1 else ''} {', '.join(left)} replayed another trace "
             "than the one `hpa match` matched "
-            f"({origin[1]:,} requests); run `hpa match` again to see "
+            f"({plural(origin[1], 'request')}); run `hpa match` again to see "
             f"{'its' if len(left) == 1 else 'their'} junctions"
         )
     return (_junctions(con, fresh, labels) if fresh else None), note

@@ -19,6 +19,7 @@ from analyzer.report.blocks import (
 )
 from analyzer.report.data import ReportData, with_schedule_defaults
 from analyzer.report.labels import policy_value
+from analyzer.words import plural
 
 SWEEP_FIGURE_ID = "fig-sweeps"  # and engines.FIGURE_ID when the runs use several engines
 
@@ -325,8 +326,8 @@ def config_section(data: ReportData) -> str:
         parts.append(
             f'<div class="run-config"><h3>{html.escape(r["run_label"])}</h3>'
             f"<p>trace fingerprint <code>{html.escape(r['trace_fingerprint'])}</code>; "
-            f"{count(r['num_requests'])} requests, {count(r['prompt_tokens'])} queried tokens; "
-            f"{count(caches)} cache{'' if caches == 1 else 's'} (one per model revision x "
+            f"{plural(r['num_requests'], 'request')}, {count(r['prompt_tokens'])} queried tokens; "
+            f"{plural(caches, 'cache')} (one per model revision x "
             f"replica, or per replica under cache_scope shared), pool {pool}; "
             f"hpa {html.escape(r['hpa_version'])}</p>"
             f"<pre>{html.escape(r['policy_json'])}</pre></div>"
@@ -343,7 +344,7 @@ def config_section(data: ReportData) -> str:
         runs = f"run{'s' if len(changed) > 1 else ''} {', '.join(changed)}"
         note += (
             f" <b>Warning:</b> the stored trace has changed since {runs} (it now holds "
-            f"{count(data.trace_now[1])} requests): replay again to see it as it is."
+            f"{plural(data.trace_now[1], 'request')}): replay again to see it as it is."
         )
     return (
         '<section id="config"><h2>Exact configuration of each run</h2>'

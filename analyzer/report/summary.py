@@ -18,14 +18,10 @@ from analyzer.report.blocks import count, largest_loss, overall_rows, pct
 from analyzer.report.data import ReportData
 from analyzer.report.engines import engines_of
 from analyzer.report.waterfall import segments
+from analyzer.words import plural
 
 # Within this many points of a sweep's best ratio, a point "reaches" it.
 NEAR_BEST_POINTS = 1.0
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """'1 request', '2 requests' (with thousands separators)."""
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
 def utc(seconds: float) -> str:

@@ -23,23 +23,34 @@ def _shown(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
+SIGNIFICANT = 3  # a float shows at least this many significant digits
+MAX_DECIMALS = 12  # beyond, in exponent notation
+
+
 def _decimals(value: float) -> int:
-    """Decimals (0-3) that show `value` to a thousandth, trailing zeros dropped."""
-    text = f"{value:.3f}".rstrip("0")
+    """Decimals that show `value` to a thousandth, or to SIGNIFICANT significant digits
+    where that is finer (0.009726 -> 0.00973, 0.000123 -> 0.000123), trailing zeros
+    dropped: one rule for every float."""
+    if value == 0:
+        return 0
+    need = max(3, SIGNIFICANT - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{min(need, MAX_DECIMALS)}f}".rstrip("0")
     return len(text) - text.index(".") - 1
 
 
 def _cell(value, decimals: int | None = None) -> str:
     """One value as text; a float with `decimals` places (a column prints its floats with
-    one number of places: the most any of them needs, up to 3), else as few as it needs."""
+    one number of places: the most any of them needs to a thousandth), or its own where it
+    needs more (a value under 0.01) or has no column."""
     if value is None:
         return ""
     if isinstance(value, Decimal) and value == value.to_integral_value():
         value = int(value)  # SUM over integers comes back as a DECIMAL
     if isinstance(value, float):
-        if not math.isfinite(value) or (decimals is None and value != 0 and abs(value) < 1e-3):
-            return f"{value:.4g}"  # alone (no column to align with): its digits
-        return f"{value:,.{_decimals(value) if decimals is None else decimals}f}"
+        if not math.isfinite(value) or (value and abs(value) < 10.0**-MAX_DECIMALS):
+            return f"{value:.{SIGNIFICANT}g}"
+        own = _decimals(value)
+        return f"{value:,.{own if own > 3 or decimals is None else decimals}f}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     if isinstance(value, list | dict):
@@ -107,8 +118,8 @@ def _csv_cell(value, spreadsheet_safe: bool, tty: bool):
 
 def _places(values: list) -> int | None:
     """The decimals a column's floats share (None when it holds none)."""
-    floats = [v for v in values if isinstance(v, float) and math.isfinite(v) and abs(v) >= 1e-3]
-    return max(map(_decimals, floats)) if floats else None
+    floats = [v for v in values if isinstance(v, float) and math.isfinite(v)]
+    return max(min(_decimals(v), 3) for v in floats) if floats else None
 
 
 def _aligned(table: pa.Table) -> str:
