@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from analyzer.config.levers import lever
+
 ALL = "(all)"
 NONE = "(none)"  # a NULL label in the tables; the sentence says "no family"
 
@@ -282,6 +284,8 @@ def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
                     f", largest in {_label(where['prompt_family'], where['model_revision'])} "
                     f"({where['change_points']:+.1f} points of its queried tokens)"
                 )
+        if change < 0:
+            text += _lever_clause(cause, hb)
     sim = top["sim_ttft_change_s"]
     if sim is not None:
         queue = top["sim_queue_change_s"]
@@ -290,6 +294,20 @@ def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
             f"{top['baseline_sim_ttft_s']:.3f} s -> {top['current_sim_ttft_s']:.3f} s."
         )
     return text + _ttft_clause(top, g_rows) + "."
+
+
+def _lever_clause(cause: str, baseline_ratio: float) -> str:
+    """'; the lever: ...' for the cause that grew most (what a setting can do about it)."""
+    column = next(col for fig, col, _ in FIGURES if fig == cause)
+    setting = lever(column)
+    if setting is None:
+        return "; no setting recovers it (the traffic shares less)"
+    if column == "lost_eviction_tokens":
+        setting += (
+            f": `hpa plan --target-useful-hit-ratio {baseline_ratio:.3f}` sizes the pool that "
+            "reaches the baseline's ratio again"
+        )
+    return f"; the lever: {setting}"
 
 
 def _ttft_clause(top: dict, g_rows: list[dict]) -> str:

@@ -73,11 +73,15 @@ class Side:
     window: Window | None
     requests: int
 
-    def describe(self) -> str:
+    def where(self) -> str:
+        """'run 3, window 10..20 (1,000 requests)'."""
         where = f"run {self.run_id}"
         if self.window is not None:
             where += f", window {self.window.text}"
-        return f"{self.name}: {where} ({plural(self.requests, 'request')})"
+        return f"{where} ({plural(self.requests, 'request')})"
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.where()}"
 
 
 @dataclass

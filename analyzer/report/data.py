@@ -11,6 +11,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -76,6 +77,9 @@ class ReportData:
     # `hpa validate` results of the runs shown (report_validations.sql, its causes), or None.
     validations: pl.DataFrame | None = None
     validation_causes: pl.DataFrame | None = None
+    # `hpa compare`'s comparison of two windows (`hpa report --window --baseline`), or None:
+    # the summary then leads with its run and sentence, the time chart shades its windows.
+    incident: Any | None = None
 
 
 def load_report_data(

@@ -73,7 +73,9 @@ def render_report(
     Raises:
         StoreError: no database or no replay runs. ConfigError: an unknown run id.
     """
-    data = replace(load_report_data(db_path, runs, bin_s), target=target)
+    data = replace(load_report_data(db_path, runs, bin_s), target=target, incident=incident)
+    if incident is not None and incident.current.run_id in data.runs["run_id"].to_list():
+        data = replace(data, headline_run=incident.current.run_id)  # the summary leads with it
     page, ids = build_html(data, title_db=Path(db_path).name, incident=incident)
     encoded = page.encode("utf-8")
     out = write_atomic(out, encoded, option="--out")

@@ -18,6 +18,8 @@ from analyzer.report.figures import bar_height, share_bar, style_figure
 from analyzer.report.waterfall import segments
 
 FIGURE_ID = "fig-incident"
+CHANGE_FIGURE_ID = "fig-incident-change"
+RATE_COLOUR, MIX_COLOUR = "#1f77b4", "#ff7f0e"
 ALL = "(all)"
 TOP_GROUPS = 12
 
@@ -43,10 +45,17 @@ def _overall(comparison: Any) -> dict[str, dict]:
     }
 
 
+def _short(side: Any, name: str) -> str:
+    """A bar's label: 'baseline 320..644 s', or 'baseline: run 3' for two runs."""
+    if side.window is None:
+        return f"{name}: run {side.run_id}"
+    return f"{name} {side.window.text} s"
+
+
 def incident_figure(comparison: Any) -> go.Figure:
-    """The two windows' waterfalls side by side: one stacked bar each, in shares."""
+    """The two windows' waterfalls, one stacked bar each, in shares (their levels)."""
     overall = _overall(comparison)
-    names = [comparison.baseline.describe(), comparison.current.describe()]
+    names = [_short(comparison.baseline, "baseline"), _short(comparison.current, "window")]
     traces = []
     for figure, label, colour in parts(comparison):
         row = overall.get(figure)
@@ -59,7 +68,45 @@ def incident_figure(comparison: Any) -> go.Figure:
     fig.update_layout(barmode="stack")
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title="share of each window's queried prompt tokens (%)", range=[0, 100])
-    return style_figure(fig, "Baseline and incident windows, side by side", bar_height(2, 90))
+    return style_figure(fig, "Each window's waterfall", bar_height(2, 90))
+
+
+def change_figure(comparison: Any) -> go.Figure:
+    """What moved, beside the two levels: each cause's change in points of queried tokens
+    (largest first), split into its rate effect and its mix effect, the total marked."""
+    overall = _overall(comparison)
+    moved = lambda r: r is not None and (r["baseline_tokens"] or r["current_tokens"])  # noqa: E731
+    rows = [
+        (label, overall[figure])
+        for figure, label, _ in parts(comparison)
+        if moved(overall.get(figure))
+    ]
+    rows.sort(key=lambda r: -abs(r[1]["change_points"] or 0.0))
+    y = [label for label, _ in rows]
+    traces = [
+        go.Bar(
+            name=name, y=y, x=[r[key] or 0.0 for _, r in rows], orientation="h",
+            marker_color=colour,
+            hovertemplate=f"<b>%{{y}}</b><br>{name}: %{{x:+.2f}} points<extra></extra>",
+        )
+        for name, key, colour in (
+            ("rate effect (the groups' own shares)", "rate_effect_points", RATE_COLOUR),
+            ("mix effect (traffic between groups)", "mix_effect_points", MIX_COLOUR),
+        )
+    ]  # fmt: skip
+    traces.append(
+        go.Scatter(
+            name="change", y=y, x=[r["change_points"] or 0.0 for _, r in rows], mode="markers",
+            marker={"symbol": "diamond", "size": 11, "color": "#222"},
+            hovertemplate="<b>%{y}</b><br>change: %{x:+.2f} points<extra></extra>",
+        )
+    )  # fmt: skip
+    fig = go.Figure(traces)
+    fig.update_layout(barmode="relative")
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title="change, window - baseline (points of queried tokens)",
+                     zeroline=True, zerolinewidth=2, zerolinecolor="#888")  # fmt: skip
+    return style_figure(fig, "What moved, per cause", bar_height(len(rows), 34))
 
 
 def _traffic_rows(comparison: Any) -> list[list[str]]:
@@ -130,6 +177,7 @@ def incident_section(comparison: Any | None) -> tuple[str, list[str]]:
         f'<p class="verdict"><b>{html.escape(comparison.sentence)}</b></p>'
         + (f'<ul class="caveats">{notes}</ul>' if notes else "")
         + figure_div(incident_figure(comparison), FIGURE_ID)
+        + figure_div(change_figure(comparison), CHANGE_FIGURE_ID)
         + "<h3>Traffic of each window</h3>"
         + html_table(["measure", "baseline", "window", "change"], _traffic_rows(comparison),
                      numeric={1, 2, 3})
@@ -155,4 +203,4 @@ def incident_section(comparison: Any | None) -> tuple[str, list[str]]:
         )
         + "</section>"
     )  # fmt: skip
-    return body, [FIGURE_ID]
+    return body, [FIGURE_ID, CHANGE_FIGURE_ID]

@@ -142,6 +142,15 @@ def engines_section(data: ReportData) -> tuple[str, list[str]]:
     return engines.engine_section(data)
 
 
+def _marks(data: ReportData) -> tuple[tuple[str, float, float], ...]:
+    """The incident's two windows, to shade on the time chart (none without them)."""
+    c = data.incident
+    if c is None or c.baseline.window is None or c.current.window is None:
+        return ()
+    sides = (("baseline", c.baseline.window), ("incident", c.current.window))
+    return tuple((name, w.start_s, w.end_s) for name, w in sides)
+
+
 def windows_section(data: ReportData) -> tuple[str, list[str]]:
     w = data.windows
     unit = "s" if data.window_unit == "s" else " requests"
@@ -169,7 +178,7 @@ def windows_section(data: ReportData) -> tuple[str, list[str]]:
     )
     body = (
         '<section id="windows"><h2>Useful hits and sparse losses over time</h2>'
-        + figure_div(time_chart.windows(w, data.window_unit), "fig-windows")
+        + figure_div(time_chart.windows(w, data.window_unit, _marks(data)), "fig-windows")
         + meaning(text)
         + "</section>"
     )

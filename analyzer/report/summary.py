@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import polars as pl
 
 from analyzer.config.engines import BOUNDS
+from analyzer.config.levers import lever
 from analyzer.report.blocks import count, largest_loss, overall_rows, pct
 from analyzer.report.data import ReportData
 from analyzer.report.engines import engines_of
@@ -72,6 +73,38 @@ def _where(data: ReportData, run_id: int, column: str) -> tuple[str, int] | None
     return f"{r['prompt_family']} @ {r['model_revision']}", int(r[column])
 
 
+def _lever_text(head: dict, column: str, q: int) -> str:
+    """'; the lever: ...' for the largest loss, or, where no setting recovers it (unshared
+    prefixes), the largest loss one does recover and its lever."""
+    setting = lever(column)
+    if setting is not None:
+        return f"; the lever: {html.escape(setting)}."
+    recoverable = [
+        (head[col], name, col) for col, name, _ in segments(head)[1:] if lever(col) and head[col]
+    ]
+    if not recoverable:
+        return "; no setting recovers it (the traffic shares less)."
+    tokens, name, col = max(recoverable)
+    return (
+        "; no setting recovers it (the traffic shares less). The largest loss a setting can "
+        f"recover is {html.escape(name.removeprefix('lost to '))}: {count(tokens)} tokens "
+        f"({pct(tokens / q)}); the lever: {html.escape(lever(col))}."
+    )
+
+
+def _incident_sentence(data: ReportData) -> list[str]:
+    """The incident first, when the report has one (`--window`, `--baseline`)."""
+    c = data.incident
+    if c is None:
+        return []
+    said = c.sentence[:1].upper() + c.sentence[1:]
+    return [
+        f"<b>Incident</b> ({html.escape(c.current.where())} against "
+        f"{html.escape(c.baseline.where())}): {html.escape(said)} "
+        '<a href="#incident">The incident section</a> has the figures.'
+    ]
+
+
 def verdict_sentences(data: ReportData) -> list[str]:
     overall = overall_rows(data)
     head = overall.filter(pl.col("run_id") == data.headline_run).row(0, named=True)
@@ -80,11 +113,12 @@ def verdict_sentences(data: ReportData) -> list[str]:
     column = next(col for col, name, _ in segments(head) if name == cause)
     label = head["run_label"]
     out = [
+        *_incident_sentence(data),
         f"{html.escape(label[:1].upper() + label[1:])} reused {pct(head['hit_tokens'] / q)} "
         "of the queried "
         f"prompt tokens (useful-hit ratio); "
         f"{pct(head['sparse_retention_miss_tokens'] / q)} were matched by full attention but "
-        "lost for lack of a recurrent state at that boundary (sparse-loss ratio)."
+        "lost for lack of a recurrent state at that boundary (sparse-loss ratio).",
     ]
     where = _where(data, head["run_id"], column)
     what = html.escape(cause.removeprefix("lost to "))
@@ -94,7 +128,7 @@ def verdict_sentences(data: ReportData) -> list[str]:
             f", most of it in {html.escape(where[0])} ({count(where[1])} tokens, "
             f"{pct(where[1] / (tokens or 1))} of that loss)"
         )
-    out.append(sentence + ".")
+    out.append(sentence + _lever_text(head, column, q))
     engine = dict(zip(data.runs["run_id"], engines_of(data), strict=True))
     real = [r for r in overall.iter_rows(named=True) if engine[r["run_id"]] not in BOUNDS]
     if len(overall) > 1 and real:

@@ -55,9 +55,16 @@ def _run_groups_menu(run_ids: list[int]) -> list[dict]:
     ]
 
 
-def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
+# Shaded spans of arrival time (`hpa report --baseline`, `--window`): name -> colour
+MARK_COLOURS = {"baseline": "#8c8c8c", "incident": "#d62728"}
+
+
+def windows(
+    frame: pl.DataFrame, unit: str = "s", marks: tuple[tuple[str, float, float], ...] = ()
+) -> go.Figure:
     """(b) Useful-hit and sparse-loss ratios per time window, one line per run. Each point
-    is sum(hits) / sum(queries) over the requests arriving in that window alone."""
+    is sum(hits) / sum(queries) over the requests arriving in that window alone. `marks`:
+    (name, start, end) spans in the trace's seconds, shaded on both panels."""
     fig = make_subplots(
         rows=2,
         cols=1,
@@ -135,6 +142,17 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
             row=row,
             col=1,
         )
+    for name, start_s, end_s in marks if unit == "s" else ():
+        x0, x1 = (_axis_x(t, t0, wall, scale) for t in _clipped(start_s, end_s, frame, t0))
+        colour = MARK_COLOURS.get(name, "#8c8c8c")
+        fig.add_vrect(
+            x0=x0, x1=x1, fillcolor=colour, opacity=0.13, line_width=0, layer="below",
+            row="all", col=1,
+        )  # fmt: skip
+        fig.add_annotation(
+            x=x0, y=1.0, yref="y domain", text=name, showarrow=False, xanchor="left",
+            yanchor="top", font={"size": 11, "color": colour}, row=1, col=1,
+        )  # fmt: skip
     fig.update_xaxes(title=where, row=2, col=1)
     style_figure(fig, "Useful hits and sparse losses over time (per-window deltas)", 720)
     # The hit axis follows the data; its zero-based view is one click away.
@@ -170,6 +188,17 @@ def windows(frame: pl.DataFrame, unit: str = "s") -> go.Figure:
         legend={"y": -0.12, "yanchor": "top"},
     )
     return fig
+
+
+def _clipped(start_s: float, end_s: float, frame: pl.DataFrame, t0: float) -> tuple[float, float]:
+    """A span's ends within the chart's time (an open end stops at the last window)."""
+    last = t0 + float(frame["window_end"].max()) if frame.height else start_s
+    return max(start_s, t0), min(end_s, last)
+
+
+def _axis_x(t: float, t0: float, wall: bool, scale: float):
+    """Where absolute time `t` (s) falls on the chart's x axis."""
+    return _utc(t) if wall else round((t - t0) / scale, 6)
 
 
 def _with_gaps(part: pl.DataFrame) -> pl.DataFrame:

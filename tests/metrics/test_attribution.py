@@ -95,3 +95,34 @@ def test_the_sentence_gives_the_ttft_change_of_the_revisions_that_have_one():
     assert rows[("chat", "a")]["est_ttft_change_ms"] == pytest.approx(2.5)
     assert rows[("(all)", "(all)")]["est_ttft_change_ms"] is None
     assert sentence.endswith("; estimated TTFT per request: a +2.5 ms; unavailable for b.")
+
+
+def _losing(cause_column: str, tokens: int) -> dict:
+    """One group, half its prompt hits; the window moves `tokens` of hits to one cause."""
+    row = side(chat__r=(10, 1_000, 500))
+    moved = side(chat__r=(10, 1_000, 500 - tokens))
+    moved[("chat", "r")]["unshared_tokens"] = 500
+    moved[("chat", "r")][cause_column] += tokens
+    return row, moved
+
+
+@pytest.mark.parametrize(
+    ("column", "lever"),
+    [
+        ("lost_eviction_tokens", "; the lever: the pool size (num_blocks): `hpa plan "
+         "--target-useful-hit-ratio 0.500` sizes the pool that reaches the baseline's ratio "
+         "again"),
+        ("lost_granularity_tokens", "; the lever: the match unit (prefix_match_unit, "
+         "block_size)"),
+        ("sparse_retention_miss_tokens", "; the lever: the retention interval "
+         "(retention_interval) or the prefill chunking (max_num_batched_tokens)"),
+        ("lost_routing_tokens", "; the lever: the routing policy (routing=prefix_aware"),
+        ("unshared_tokens", "; no setting recovers it (the traffic shares less)"),
+    ],
+)  # fmt: skip
+def test_the_sentence_ends_with_the_lever_for_the_cause_that_grew(column, lever):
+    """(issue 33 item 4)"""
+    base, cur = _losing(column, 100)
+    _, _, sentence = build_tables(base, cur, {})
+    assert sentence.startswith("useful hit ratio fell 10.0 points (50.0% -> 40.0%")
+    assert lever in sentence, sentence

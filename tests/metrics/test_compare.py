@@ -64,7 +64,9 @@ def test_two_runs_exact_shares_and_sentence(groups_db):
         "useful hit ratio fell 18.0 points (54.0% -> 36.0% of queried tokens; -18.0 from the "
         "groups' own hit ratios, +0.0 from the traffic mix), mostly "
         "sparse-retention misses (+18.0 points of queried tokens), largest in "
-        "group-0 @ rev-a (+18.0 points of its queried tokens); TTFT change unavailable."
+        "group-0 @ rev-a (+18.0 points of its queried tokens); the lever: the retention "
+        "interval (retention_interval) or the prefill chunking (max_num_batched_tokens): "
+        "where recurrent states are kept; TTFT change unavailable."
     )
     assert result.fit_lines() == [
         "TTFT change unavailable: the trace has no ttft_ms and the run names no model preset"

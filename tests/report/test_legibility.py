@@ -118,6 +118,23 @@ def test_the_summary_and_incident_sections(reports):
     )
 
 
+def test_the_incident_leads_the_summary_and_shows_what_moved(reports):
+    """(issue 33 items 1-4: the verdict was on the headline run above an incident on another
+    run; the two waterfalls spanned 0-100%, so a 0.4-point move was invisible; the time chart
+    did not mark the windows; the sentence named no lever)"""
+    page = html.unescape(reports["incident"].read_text(encoding="utf-8"))
+    summary = page[page.index('<section id="summary">') : page.index('<section id="incident">')]
+    first = re.sub(r"<[^>]+>", "", summary.split("<li>")[1])
+    run = re.search(r"Incident \(run (\d+), window 300\.\. \(", first)
+    assert run, first
+    assert re.search(rf"<li>Run {run[1]} · \w+ reused", summary)  # the verdict: the same run
+    assert "; the lever: " in summary or "no setting recovers it" in summary
+    assert 'id="fig-incident-change"' in page  # the change per cause, beside the levels
+    at = re.search(r'Plotly\.newPlot\(\s*"fig-windows"', page).start()
+    windows = page[at : page.index("</script>", at)]
+    assert '"text":"incident"' in windows and '"text":"baseline"' in windows
+
+
 def test_screenshots_of_each_section(reports, tmp_path):
     """One screenshot per section (the others hidden by one CSS rule), for a person to
     look at: the test prints where they are."""

@@ -15,7 +15,7 @@ from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import run_sweeps
 from analyzer.report.data import load_report_data
 from analyzer.report.html import render_report
-from analyzer.report.summary import span_text, trace_sentence
+from analyzer.report.summary import _lever_text, span_text, trace_sentence
 from analyzer.sim.policy import make_policy
 from tests.report.conftest import MODEL
 
@@ -119,3 +119,23 @@ def test_report_option_errors_are_one_line(report_db, tmp_path, args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not out.exists()
+
+
+WATERFALL = {
+    "prompt_tokens": 1_000, "hit_tokens": 100, "sparse_retention_miss_tokens": 150,
+    "lost_spec_decode_tokens": 0, "lost_eviction_tokens": 50, "lost_granularity_tokens": 200,
+    "lost_routing_tokens": 0, "unshared_tokens": 500,
+}  # fmt: skip
+
+
+def test_a_loss_no_setting_recovers_is_followed_by_the_largest_one_that_does():
+    """(issue 33 item 4: on RAGPulse the summary named "unshared" as the largest loss and
+    stopped there)"""
+    assert _lever_text(WATERFALL, "unshared_tokens", 1_000) == (
+        "; no setting recovers it (the traffic shares less). The largest loss a setting can "
+        "recover is match granularity: 200 tokens (20.0%); the lever: the match unit "
+        "(prefix_match_unit, block_size)."
+    )
+    assert _lever_text(WATERFALL, "lost_eviction_tokens", 1_000) == (
+        "; the lever: the pool size (num_blocks)."
+    )
