@@ -269,20 +269,20 @@ def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
         split = ""
         if len(g_rows) > 1:  # one group has no mix: its rate effect is the whole change
             split = (
-                f"; {hit['rate_effect_points']:+.1f} from the groups' own hit ratios, "
-                f"{hit['mix_effect_points']:+.1f} from the traffic mix"
+                f"; {_signed(hit['rate_effect_points'])} from the groups' own hit ratios, "
+                f"{_signed(hit['mix_effect_points'])} from the traffic mix"
             )
         text = (
             f"useful hit ratio {'fell' if change < 0 else 'rose'} {abs(change):.1f} points "
             f"{ratio[:-1]}{split}), mostly {words[cause]} "
-            f"({cause_change:+.1f} points of queried tokens)"
+            f"({_signed(cause_change)} points of queried tokens)"
         )
         if weighted and len(candidates) > 1:
             score, _, where = max(weighted, key=lambda t: (t[0], t[1]))
             if score > 0 and abs(where["change_points"]) >= 0.05:  # said as +0.0 otherwise
                 text += (
                     f", largest in {_label(where['prompt_family'], where['model_revision'])} "
-                    f"({where['change_points']:+.1f} points of its queried tokens)"
+                    f"({_signed(where['change_points'])} points of its queried tokens)"
                 )
         if change < 0:
             text += _lever_clause(cause, hb)
@@ -294,6 +294,11 @@ def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
             f"{top['baseline_sim_ttft_s']:.3f} s -> {top['current_sim_ttft_s']:.3f} s."
         )
     return text + _ttft_clause(top, g_rows) + "."
+
+
+def _signed(value: float) -> str:
+    """'+1.2', '-0.4', and '+0.0' for what rounds to zero from either side (never '-0.0')."""
+    return f"{round(value, 1) or 0.0:+.1f}"
 
 
 def _lever_clause(cause: str, baseline_ratio: float) -> str:
@@ -315,10 +320,10 @@ def _ttft_clause(top: dict, g_rows: list[dict]) -> str:
     requests on both sides), theirs one by one and the others named (as the table shows)."""
     est = top["est_ttft_change_ms"]
     if est is not None:
-        return f"; estimated TTFT {est:+.1f} ms per request"
+        return f"; estimated TTFT {_signed(est)} ms per request"
     revs = dict.fromkeys(g["model_revision"] for g in g_rows if g["model_revision"] != ALL)
     changes = {rev: _rev_change(g_rows, rev) for rev in revs}
-    known = [f"{rev} {v:+.1f} ms" for rev, v in changes.items() if v is not None]
+    known = [f"{rev} {_signed(v)} ms" for rev, v in changes.items() if v is not None]
     if not known:
         return "; TTFT change unavailable"
     missing = ", ".join(rev for rev, v in changes.items() if v is None)

@@ -99,10 +99,20 @@ def _incident_sentence(data: ReportData) -> list[str]:
         return []
     said = c.sentence[:1].upper() + c.sentence[1:]
     return [
-        f"<b>Incident</b> ({html.escape(c.current.where())} against "
-        f"{html.escape(c.baseline.where())}): {html.escape(said)} "
+        f"<b>Incident</b> ({html.escape(_sides(c.baseline, c.current))}): {html.escape(said)} "
         '<a href="#incident">The incident section</a> has the figures.'
     ]
+
+
+def _sides(base, cur) -> str:
+    """'run 2, window 43200..86400 s, 20,828 requests, against 0..43200 s, 23,450', or
+    'run 2 against run 1' for two runs."""
+    if base.window is None or cur.window is None:
+        return f"run {cur.run_id} against run {base.run_id}"
+    return (
+        f"run {cur.run_id}, window {cur.window.text} s, {plural(cur.requests, 'request')}, "
+        f"against {base.window.text} s, {base.requests:,}"
+    )
 
 
 def verdict_sentences(data: ReportData) -> list[str]:

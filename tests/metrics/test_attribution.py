@@ -126,3 +126,11 @@ def test_the_sentence_ends_with_the_lever_for_the_cause_that_grew(column, lever)
     _, _, sentence = build_tables(base, cur, {})
     assert sentence.startswith("useful hit ratio fell 10.0 points (50.0% -> 40.0%")
     assert lever in sentence, sentence
+
+
+@pytest.mark.parametrize(("value", "said"), [(-0.01, "+0.0"), (0.04, "+0.0"), (-0.06, "-0.1"),
+                                             (2.345, "+2.3")])  # fmt: skip
+def test_a_change_that_rounds_to_zero_is_never_minus_zero(value, said):
+    from analyzer.metrics.attribution import _signed
+
+    assert _signed(value) == said

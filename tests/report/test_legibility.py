@@ -125,7 +125,9 @@ def test_the_incident_leads_the_summary_and_shows_what_moved(reports):
     page = html.unescape(reports["incident"].read_text(encoding="utf-8"))
     summary = page[page.index('<section id="summary">') : page.index('<section id="incident">')]
     first = re.sub(r"<[^>]+>", "", summary.split("<li>")[1])
-    run = re.search(r"Incident \(run (\d+), window 300\.\. \(", first)
+    run = re.search(
+        r"Incident \(run (\d+), window 300\.\. s, [\d,]+ requests, against \.\.300 s,", first
+    )
     assert run, first
     assert re.search(rf"<li>Run {run[1]} · \w+ reused", summary)  # the verdict: the same run
     assert "; the lever: " in summary or "no setting recovers it" in summary
