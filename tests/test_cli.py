@@ -83,8 +83,11 @@ def test_a_folder_ingest_notes_once_and_counts_progress_over_every_file(tmp_path
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stdout.splitlines() if line.startswith("note: ")]
     assert len(notes) == 1 and notes[0].startswith("note: timestamps of 49 requests (weka)")
-    done = [float(line.split()[1]) for line in result.stderr.splitlines()]
-    totals = {line.split()[3] for line in result.stderr.splitlines()}
+    lines = result.stderr.splitlines()
+    done = [float(line.split()[1]) for line in lines]
+    totals = {line.split()[3] for line in lines}
+    files = len(list(WEKA.glob("*.gz")))
+    assert lines[-1].endswith(f" MiB (file {files} of {files})")
     total_mib = sum(f.stat().st_size for f in WEKA.glob("*.gz")) / 2**20
     assert done == sorted(done) and totals == {f"{total_mib:,.1f}"}
     assert done[-1] == float(f"{total_mib:.1f}")

@@ -212,7 +212,8 @@ PROGRESS_LINE_S = 10.0
 
 
 def _progress_lines(label: str, unit: str):
-    """update(done, total) writing `label: done of total unit` to stderr, flushed, once
+    """update(done, total[, where]) writing `label: done of total unit (where)` to stderr,
+    flushed, once
     PROGRESS_LINE_S seconds have passed since the last line (or the start), and at the end
     of a count that printed before: a quick command prints none (bytes shown in MiB)."""
     last, shown = [time.monotonic()], [False]
@@ -220,12 +221,13 @@ def _progress_lines(label: str, unit: str):
     def show(n: int) -> str:
         return f"{n / 2**20:,.1f}" if unit == "MiB" else f"{n:,}"
 
-    def update(done: int, total: int) -> None:
+    def update(done: int, total: int, where: str = "") -> None:
         now = time.monotonic()
         if now - last[0] < PROGRESS_LINE_S and not (done >= total and shown[0]):
             return
         last[0], shown[0] = now, done < total
-        click.echo(f"{label}: {show(done)} of {show(total)} {unit}", err=True)
+        at = f" ({where})" if where else ""
+        click.echo(f"{label}: {show(done)} of {show(total)} {unit}{at}", err=True)
         sys.stderr.flush()
 
     return update
@@ -241,7 +243,7 @@ def progress_bar(label: str, unit: str = ""):
         return
     state: dict = {}
 
-    def update(done: int, total: int) -> None:
+    def update(done: int, total: int, where: str = "") -> None:  # `where`: the bar's own
         bar = state.get("bar")
         if bar is None:
             bar = state["bar"] = click.progressbar(

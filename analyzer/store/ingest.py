@@ -38,7 +38,10 @@ from analyzer.traces.readers import (
     side_table,
 )
 
-Progress = Callable[[int, int], None]  # (bytes read so far, total bytes) of the current file
+# (bytes read so far, total bytes) of the whole command, and which file ('file 3 of 710';
+# '' for one file)
+Progress = Callable[[int, int, str], None]
+FileProgress = Callable[[int, int], None]  # (bytes read so far, total bytes) of one file
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,12 @@ def _whole_progress(paths: list[Path], progress: Progress | None) -> list:
         return [None] * len(paths)
     sizes = [p.stat().st_size for p in paths]
     total, before = sum(sizes), [sum(sizes[:i]) for i in range(len(sizes))]
-    return [lambda done, _size, base=base: progress(base + done, total) for base in before]
+    n = len(paths)
+    which = [f"file {k + 1:,} of {n:,}" if n > 1 else "" for k in range(n)]
+    return [
+        lambda done, _size, base=base, where=where: progress(base + done, total, where)
+        for base, where in zip(before, which, strict=True)
+    ]
 
 
 def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> None:
@@ -340,7 +348,7 @@ def _ingest_file(con, path, fmt, known, first_seen, progress, replaced) -> Sourc
     )
 
 
-def _read_into(con, path: Path, fmt: str, tally: _Tally, progress: Progress | None) -> None:
+def _read_into(con, path: Path, fmt: str, tally: _Tally, progress: FileProgress | None) -> None:
     total = path.stat().st_size
     with open(path, "rb") as raw:
         counter = CountingReader(raw)
