@@ -110,7 +110,7 @@ def _insert(con, batch: list[dict]) -> None:
 def run_child(contender: str, db: Path, out: Path, source_kind: str, chunk_tokens: int) -> None:
     import duckdb
 
-    from analyzer.pipeline.sources import DuckDBSource
+    from analyzer.access.sources import DuckDBSource
     from analyzer.prefixes.backend import get_xp
     from analyzer.prefixes.engine import MatchOptions, run_matcher
     from analyzer.prefixes.source import PartitionSource

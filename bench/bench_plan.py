@@ -49,7 +49,7 @@ NAIVE = """
 import sys
 sys.path.insert(0, ".")
 from dataclasses import replace
-from analyzer.pipeline.inputs import request_input
+from analyzer.access.inputs import request_input
 from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.planner import Planner
 from analyzer.pipeline.plan.pool import TOLERANCE
@@ -103,7 +103,7 @@ def hpa_plan(db: Path, target: float) -> dict:
 
 def check(db: Path, setting: dict, num_blocks: int, target: float) -> tuple[float, str]:
     """The useful hit ratio of a plain replay at `num_blocks` and what one at 0.8x gives."""
-    from analyzer.pipeline.inputs import request_input
+    from analyzer.access.inputs import request_input
     from analyzer.pipeline.plan import Evaluator
     from analyzer.sim.policy import make_policy
 

@@ -73,9 +73,9 @@ kind, db = sys.argv[1], sys.argv[2]
 from analyzer.store.db import connect
 if kind == "match":
     from analyzer.executors import ExecutorSpec
-    from analyzer.pipeline.sharded import match_partition, plan_shards
+    from analyzer.access.sharded import match_partition, plan_shards
     from analyzer.store.sequences import TraceInput, read_prefixes
-    from analyzer.pipeline.sources import DuckDBSource
+    from analyzer.access.sources import DuckDBSource
     from analyzer.prefixes.engine import MatchOptions
     con = connect(db, create=False)
     meta = DuckDBSource(con).meta
@@ -87,9 +87,9 @@ if kind == "match":
     units = int(task.meta.insert_len.sum())
     run = lambda: match_partition(TraceInput(db_path=db), task)
 else:
-    from analyzer.pipeline.partitions import ReplayShared, replay_item
+    from analyzer.access.partitions import ReplayShared, replay_item
     from analyzer.pipeline.replay import num_groups, routed_partitions
-    from analyzer.pipeline.trace import load_trace
+    from analyzer.access.trace import load_trace
     from analyzer.sim.policy import load_policy
     from analyzer.sim.dispatch import replay
     policy = load_policy("vllm-default", json.loads(sys.argv[3]))
@@ -187,9 +187,9 @@ def largest_share(db: Path, k: int, parts: int = 4) -> tuple[float, int]:
     number of groups, with key length K."""
     import duckdb
 
+    from analyzer.access.sharded import plan_shards
+    from analyzer.access.sources import DuckDBSource
     from analyzer.executors import ExecutorSpec
-    from analyzer.pipeline.sharded import plan_shards
-    from analyzer.pipeline.sources import DuckDBSource
     from analyzer.prefixes.engine import MatchOptions
     from analyzer.prefixes.shallow import group_roots, truncate, unit_limits
     from analyzer.store.sequences import read_prefixes

@@ -5,7 +5,7 @@
 
 `fn(shared, item)` must be a module-level function (it is pickled for the workers) and
 must not depend on which worker runs it: the partitions are chosen by the callers so that
-every one is independent (see `analyzer.pipeline.sharded` and `analyzer.pipeline.replay`), and
+every one is independent (see `analyzer.access.sharded` and `analyzer.pipeline.replay`), and
 results come back in input order whatever order they finish in. That is what makes every
 executor give byte-identical tables. `shared` is one large read-only object every call
 sees (a loaded trace): inherited by forked processes, put once in Ray's object store.

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from analyzer.access.geometry import fit_policy
+from analyzer.access.trace import LoadedTrace, load_trace
 from analyzer.config.policy import Policy, policy_values
 from analyzer.errors import ConfigError
-from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.replay import num_groups, routed_partitions
-from analyzer.pipeline.trace import LoadedTrace, load_trace
 from analyzer.sim.policy import make_policy
 from analyzer.sim.vllm import ConcurrentReplay
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow, trace_block_tokens

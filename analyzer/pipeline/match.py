@@ -6,7 +6,7 @@ of the store (`pipeline.token_stream`) through the compiled radix tree on the CP
 reads the junction owners' again to name the junctions; where the rows are stored far out
 of arrival order it holds them all instead (`DuckDBSource.holds_better`); on the GPU it
 reads them chunk by chunk; with another executor it runs sharded by each
-request's first K tokens (`analyzer.prefixes.shallow`, run by `analyzer.pipeline.sharded`),
+request's first K tokens (`analyzer.prefixes.shallow`, run by `analyzer.access.sharded`),
 with identical tables. The figures are defined in
 `analyzer.prefixes.result`.
 """
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from analyzer.access.inputs import RequestInput, request_input
+from analyzer.access.sharded import match_sharded
+from analyzer.access.sources import DuckDBSource
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec
-from analyzer.pipeline.inputs import RequestInput, request_input
-from analyzer.pipeline.sharded import match_sharded
-from analyzer.pipeline.sources import DuckDBSource
 from analyzer.prefixes.backend import backend_name, get_xp
 from analyzer.prefixes.engine import MatchOptions
 from analyzer.prefixes.result import (

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
+from analyzer.access.geometry import fit_policy
+from analyzer.access.inputs import request_input
+from analyzer.access.partitions import ReplayShared, replay_partitions
+from analyzer.access.shared_prefixes import shared_prefixes
+from analyzer.access.trace import Trace
 from analyzer.config.engines import engine
 from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
 from analyzer.metrics.waterfall import build_levels
-from analyzer.pipeline.geometry import fit_policy
-from analyzer.pipeline.inputs import request_input
-from analyzer.pipeline.partitions import ReplayShared, replay_partitions
-from analyzer.pipeline.shared_prefixes import shared_prefixes
-from analyzer.pipeline.trace import Trace
 from analyzer.sim.dispatch import hit_alignment, replay, replay_from_shared
 from analyzer.sim.records import ResultColumns, result_columns
 from analyzer.sim.routing import route

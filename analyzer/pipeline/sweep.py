@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from analyzer.access.geometry import fit_policy
+from analyzer.access.inputs import request_input
+from analyzer.access.workers import map_partitions
 from analyzer.config.policy import policy_values
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec
-from analyzer.pipeline.geometry import fit_policy
-from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.one_pass import (
     OnePass,
     auto_capacities,
@@ -42,7 +43,6 @@ from analyzer.pipeline.sweep_points import (
     store_sweep,
     sweep_points,
 )
-from analyzer.pipeline.workers import map_partitions
 from analyzer.sim.policy import make_policy
 from analyzer.store.caveats import block_size_caveat
 from analyzer.store.db import DEFAULT_DB, stored_trace_block

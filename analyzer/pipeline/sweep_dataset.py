@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from analyzer.access.trace import dataset_trace
+from analyzer.access.workers import map_partitions
 from analyzer.config.policy import Policy
 from analyzer.executors import ExecutorSpec
 from analyzer.pipeline.one_pass import OnePass, auto_capacities, one_pass_points, uses_one_pass
@@ -31,8 +33,6 @@ from analyzer.pipeline.sweep_points import (
     store_sweep,
     sweep_points,
 )
-from analyzer.pipeline.trace import dataset_trace
-from analyzer.pipeline.workers import map_partitions
 from analyzer.sim.policy import make_policy
 from analyzer.store.sequences import check_requests
 

@@ -1,6 +1,6 @@
 """The prefix matcher sharded by each request's first K units, with answers identical to
 one whole pass: the partitions (the shallow pass and bins of whole groups), and what one
-partition's worker computes. Pure; `analyzer.pipeline.sharded` runs them on an executor.
+partition's worker computes. Pure; `analyzer.access.sharded` runs them on an executor.
 
 The driver reads the first K units of every request (K: `ExecutorSpec.shard_tokens`
 tokens) and keys each request's *group* by them (same namespace, same first K units).

@@ -223,7 +223,7 @@ def _schedule_caveat(run_frame: pl.DataFrame) -> list[str]:
 
 def _geometry_caveats(con, run_frame: pl.DataFrame) -> list[str]:
     """Runs replayed at another block than their model preset's, because the trace's hash
-    blocks cannot express it (`pipeline/geometry.py` fitted it)."""
+    blocks cannot express it (`access/geometry.py` fitted it)."""
     trace_block = stored_trace_block(con)
     if trace_block is None:
         return []

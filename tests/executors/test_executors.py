@@ -169,8 +169,8 @@ def test_prepare_runs_once_in_the_driver_before_any_worker(spec, times):
 
 
 def test_the_drivers_load_the_kernels_before_their_workers_start():
+    from analyzer.access import workers
     from analyzer.kernels import load_all
-    from analyzer.pipeline import workers
 
     assert workers.map_partitions.keywords == {"prepare": load_all}
     pipeline = Path(workers.__file__).parent
@@ -182,7 +182,7 @@ def test_the_drivers_load_the_kernels_before_their_workers_start():
         and node.module == "analyzer.executors"
         and "map_partitions" in {a.name for a in node.names}
     ]  # fmt: skip
-    assert not direct, f"call analyzer.pipeline.workers.map_partitions: {direct}"
+    assert not direct, f"call analyzer.access.workers.map_partitions: {direct}"
 
 
 @pytest.mark.parametrize("spec", [ExecutorSpec(), PROCESSES])
@@ -277,8 +277,8 @@ def test_sharded_match_equals_one_pass(stores, tmp_path, name, k):
 
 def largest_partition_share(db: Path, k: int, num_parts: int = 4) -> float:
     """The largest match partition's share of the trace's units, with key length K."""
-    from analyzer.pipeline.sharded import plan_shards
-    from analyzer.pipeline.sources import DuckDBSource
+    from analyzer.access.sharded import plan_shards
+    from analyzer.access.sources import DuckDBSource
     from analyzer.prefixes.engine import MatchOptions
     from analyzer.store.sequences import read_prefixes
 
@@ -399,7 +399,7 @@ def test_match_and_replay_read_a_parquet_dataset(stores, tmp_path, spec, routing
 
 
 def test_the_replay_driver_holds_no_token_ids_of_a_dataset(stores, tmp_path):
-    from analyzer.pipeline.trace import DatasetTrace, read_dataset_trace
+    from analyzer.access.trace import DatasetTrace, read_dataset_trace
     from analyzer.store.dataset import open_dataset, register_requests
 
     data = export_dataset(stores["namespaced"], tmp_path / "data")

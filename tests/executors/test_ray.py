@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.access.trace import load_trace
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, WorkerError, map_partitions
 from analyzer.pipeline.match import match_prefixes
 from analyzer.pipeline.replay import replay_rows, run_replay
 from analyzer.pipeline.sweep import run_sweeps
-from analyzer.pipeline.trace import load_trace
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import connect
 from tests.executors.test_executors import (

@@ -7,8 +7,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from analyzer.access.trace import load_trace
 from analyzer.pipeline.replay import namespaces
-from analyzer.pipeline.trace import load_trace
 from analyzer.store.ingest import ingest
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"

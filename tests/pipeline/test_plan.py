@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analyzer.access.trace import load_trace
 from analyzer.cli import cli
 from analyzer.pipeline.plan import Evaluator, plan
 from analyzer.pipeline.plan.answer import _seconds
 from analyzer.pipeline.plan.load import load_figures, max_overlap
-from analyzer.pipeline.trace import load_trace
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest

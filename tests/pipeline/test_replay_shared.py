@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analyzer.access.trace import LoadedTrace
 from analyzer.pipeline import replay as replay_module
 from analyzer.pipeline.replay import replay_rows
-from analyzer.pipeline.trace import LoadedTrace
 from analyzer.sim.dispatch import replay
 from analyzer.sim.policy import make_policy
 

@@ -262,8 +262,8 @@ def test_sweep_and_plan_measure_after_a_warm_up(mixed_db):
 
 
 def test_plan_measures_after_a_warm_up(groups_db):
+    from analyzer.access.trace import load_trace
     from analyzer.pipeline.plan import Evaluator as _Evaluator
-    from analyzer.pipeline.trace import load_trace
     from analyzer.store.db import connect
 
     con = connect(groups_db, create=False)

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-import analyzer.pipeline.trace
+import analyzer.access.trace
 from analyzer.cli import cli
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec
@@ -59,17 +59,17 @@ def driver_never_loads():
     """Fails when this (the driver's) process loads a whole trace, token ids and all: the
     one loader of `pipeline.trace.LoadedTrace` (store or dataset) may then run in forked
     workers only."""
-    load, driver = analyzer.pipeline.trace.read_trace, os.getpid()
+    load, driver = analyzer.access.trace.read_trace, os.getpid()
 
     def guarded(con):
         assert os.getpid() != driver, "the driver loaded the whole trace"
         return load(con)
 
-    analyzer.pipeline.trace.read_trace = guarded
+    analyzer.access.trace.read_trace = guarded
     try:
         yield
     finally:
-        analyzer.pipeline.trace.read_trace = load
+        analyzer.access.trace.read_trace = load
 
 
 def sweep_tables(db: Path) -> list[list[tuple]]:

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analyzer.access.workers import map_partitions
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
 from analyzer.executors import LOCAL
 from analyzer.pipeline.plan.load import LoadFigures, load_figures
 from analyzer.pipeline.replay import replay_rows
 from analyzer.pipeline.sweep_points import rows_from_table, rows_table
-from analyzer.pipeline.workers import map_partitions
 
 # progress(replays so far, what the search is doing)
 Progress = Callable[[int, str], None]

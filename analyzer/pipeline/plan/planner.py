@@ -6,20 +6,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from analyzer.access.geometry import fit_policy
+from analyzer.access.inputs import request_input
+from analyzer.access.workers import map_partitions
 from analyzer.config.hardware import gpu_memory
 from analyzer.config.memory import bytes_per_block, parse_size
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec
-from analyzer.pipeline.geometry import fit_policy
-from analyzer.pipeline.inputs import request_input
 from analyzer.pipeline.plan.answer import Framing, answer_for, unreachable_above_bound
 from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.evaluate import Evaluator, Progress
 from analyzer.pipeline.plan.result import PlanResult
 from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
-from analyzer.pipeline.workers import map_partitions
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import DEFAULT_DB, trace_block_tokens
 

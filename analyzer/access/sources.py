@@ -6,8 +6,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from analyzer.pipeline.arrays import joined
-from analyzer.pipeline.token_stream import (
+from analyzer.access.arrays import joined
+from analyzer.access.token_stream import (
     STREAM_MEMORY_CAPS,
     ExpectedLists,
     keeps_early,

@@ -8,8 +8,8 @@ import gc
 import numpy as np
 import pytest
 
-from analyzer.pipeline import shared_prefixes as module
-from analyzer.pipeline.shared_prefixes import shared_prefixes
+from analyzer.access import shared_prefixes as module
+from analyzer.access.shared_prefixes import shared_prefixes
 from tests.pipeline.test_replay_shared import _trace
 
 

@@ -26,9 +26,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from analyzer.pipeline.arrays import joined
-from analyzer.pipeline.run_merge import merged
-from analyzer.pipeline.trace import TOKEN_DTYPES
+from analyzer.access.arrays import joined
+from analyzer.access.run_merge import merged
+from analyzer.access.trace import TOKEN_DTYPES
 from analyzer.prefixes.engine import MatchArrays, match_stream
 from analyzer.prefixes.source import RequestMeta
 from analyzer.store.db import cursor, load_sql, scan_settings, under_each_cap

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analyzer.access.sharded import plan_shards, shared_units
 from analyzer.executors import ExecutorSpec
-from analyzer.pipeline.sharded import plan_shards, shared_units
 from analyzer.prefixes import result as api
 from analyzer.prefixes.engine import MatchOptions, run_matcher
 from analyzer.prefixes.memory import MemorySource, Request

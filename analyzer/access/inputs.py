@@ -16,9 +16,9 @@ from pathlib import Path
 
 import duckdb
 
+from analyzer.access.streamed import stored_trace
+from analyzer.access.trace import Trace, dataset_trace, load_trace, read_dataset_trace
 from analyzer.executors import ExecutorSpec
-from analyzer.pipeline.streamed import stored_trace
-from analyzer.pipeline.trace import Trace, dataset_trace, load_trace, read_dataset_trace
 from analyzer.store.dataset import fingerprint, open_dataset, register_requests
 from analyzer.store.db import DEFAULT_DB, connect
 from analyzer.store.sequences import TraceInput

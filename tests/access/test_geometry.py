@@ -10,12 +10,12 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from analyzer.access.geometry import fit_policy
 from analyzer.cli import cli
 from analyzer.config.bundled import SCHEMAS
 from analyzer.config.engines import engine
 from analyzer.config.memory import bytes_per_block
 from analyzer.errors import ConfigError
-from analyzer.pipeline.geometry import fit_policy
 from analyzer.pipeline.replay import run_replay
 from analyzer.sim.policy import make_policy, policy_values
 from analyzer.store.db import trace_block_tokens
@@ -329,7 +329,7 @@ def test_a_concurrent_replay_notes_adapter_made_timestamps(tmp_path):
 def test_the_geometry_is_fitted_before_the_trace_loads(tmp_path, monkeypatch):
     """(issue 14, item 10: the block-size check ran after an 8 s load on WEKA)"""
     import analyzer.pipeline.replay as replay_module
-    from analyzer.pipeline.inputs import StoredRequests
+    from analyzer.access.inputs import StoredRequests
 
     db = tmp_path / "m.duckdb"
     ingest([EXTERNAL / "mooncake"], db_path=db)

@@ -6,10 +6,10 @@ import duckdb
 import numpy as np
 import pytest
 
+from analyzer.access import sources, token_stream
+from analyzer.access.sources import DuckDBSource
 from analyzer.errors import StoreError
-from analyzer.pipeline import sources, token_stream
 from analyzer.pipeline.match import compute, match_prefixes
-from analyzer.pipeline.sources import DuckDBSource
 from analyzer.prefixes.engine import MatchOptions
 from analyzer.prefixes.memory import Request
 from analyzer.store.ingest import ingest

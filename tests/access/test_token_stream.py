@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.pipeline.arrays import joined
-from analyzer.pipeline.token_stream import (
+from analyzer.access.arrays import joined
+from analyzer.access.token_stream import (
     COLUMNS,
     VECTOR_ROWS,
     ExpectedLists,

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analyzer.pipeline.trace import LoadedTrace, dataset_trace, inserted_sequences, read_trace
+from analyzer.access.trace import LoadedTrace, dataset_trace, inserted_sequences, read_trace
 from analyzer.store.db import (
     MEASURED_LENGTHS,
     STORED_LENGTHS,

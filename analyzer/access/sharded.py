@@ -10,8 +10,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from analyzer.access.workers import map_match_partitions
 from analyzer.executors import ExecutorSpec, Progress
-from analyzer.pipeline.workers import map_match_partitions
 from analyzer.prefixes.engine import MatchArrays, MatchOptions, run_matcher
 from analyzer.prefixes.merge import merge_junctions
 from analyzer.prefixes.shallow import ShallowTask

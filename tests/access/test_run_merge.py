@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analyzer.access.run_merge import merged
 from analyzer.errors import StoreError
-from analyzer.pipeline.run_merge import merged
 
 
 def _row(seq: int, n: int) -> np.ndarray:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
+from analyzer.access.token_stream import ExpectedLists, stream_match
+from analyzer.access.trace import LoadedTrace, load_trace, read_scalars, replay_meta
 from analyzer.errors import StoreError
 from analyzer.executors import ExecutorSpec
-from analyzer.pipeline.token_stream import ExpectedLists, stream_match
-from analyzer.pipeline.trace import LoadedTrace, load_trace, read_scalars, replay_meta
 from analyzer.prefixes import radix
 from analyzer.prefixes.radix import COMPILED_MIN_UNITS
 from analyzer.sim.records import SimRequest

@@ -7,7 +7,7 @@
 
 Both give `n`, `columns` (name -> list, arrival order), `prompts` (token ids, or block hash
 ids for hash-id requests), `shared_units(ns_any, ns_replica, spec)` (the replay's L1/L2 in
-match units, see `analyzer.pipeline.shared_prefixes`), `replay_bins(sizes, spec)` (how the
+match units, see `analyzer.access.shared_prefixes`), `replay_bins(sizes, spec)` (how the
 replay's partitions are grouped into tasks) and `partition(indices)` (a LoadedTrace of those
 rows and their local indices). `for_workers()` is what a worker that needs the whole trace
 is shipped (the trace itself, or a `DatasetRef` it reads); its `whole()` is the LoadedTrace.
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import duckdb
 import numpy as np
 
+from analyzer.access.arrays import joined, pack_arrays, unpack_arrays
+from analyzer.access.sharded import dataset_shared_units, shared_units
 from analyzer.errors import StoreError
 from analyzer.executors import ExecutorSpec
-from analyzer.pipeline.arrays import joined, pack_arrays, unpack_arrays
-from analyzer.pipeline.sharded import dataset_shared_units, shared_units
 from analyzer.prefixes.engine import MatchOptions, run_matcher
 from analyzer.prefixes.source import (
     PartitionSource,

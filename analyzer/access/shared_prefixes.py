@@ -13,8 +13,8 @@ import weakref
 
 import numpy as np
 
+from analyzer.access.trace import Trace
 from analyzer.executors import LOCAL, ExecutorSpec
-from analyzer.pipeline.trace import Trace
 from analyzer.prefixes.engine import MatchArrays
 
 # Per trace object alive in this process: (namespaces, partitions) -> (L1, L2). They depend

@@ -13,9 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from analyzer.access.trace import Trace
+from analyzer.access.workers import map_partitions
 from analyzer.executors import ExecutorSpec, Progress
-from analyzer.pipeline.trace import Trace
-from analyzer.pipeline.workers import map_partitions
 from analyzer.sim.records import SimResult
 
 

@@ -10,13 +10,13 @@ import duckdb
 import numpy as np
 import pytest
 
+from analyzer.access import streamed, token_stream
+from analyzer.access.streamed import StoredTrace, stored_trace
+from analyzer.access.trace import LoadedTrace
 from analyzer.errors import StoreError
 from analyzer.executors import LOCAL
 from analyzer.pipeline import replay as replay_module
-from analyzer.pipeline import streamed, token_stream
 from analyzer.pipeline.replay import run_replay
-from analyzer.pipeline.streamed import StoredTrace, stored_trace
-from analyzer.pipeline.trace import LoadedTrace
 from analyzer.sim.policy import make_policy
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
