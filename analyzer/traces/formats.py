@@ -1,18 +1,10 @@
-"""Names of the input formats `hpa ingest --format` accepts, in help order.
+"""Names of the input formats `hpa ingest --format` accepts, in help order: the readers of
+`readers.py`, then the adapters' (`adapters.NAMES`, which imports none of them).
 
-Kept apart from readers.py (which imports pyarrow and every adapter) so the CLI can list
-them without importing the readers; tests/traces/test_formats.py checks both agree.
+Apart from readers.py (which imports pyarrow and every adapter) so the CLI can list them
+without importing the readers; tests/traces/test_formats.py checks both agree.
 """
 
-FORMATS = (
-    "jsonl",
-    "parquet",
-    "csv",
-    "mooncake",
-    "tracelab",
-    "vllm_log",
-    "sglang_log",
-    "weka",
-    "ragpulse",
-    "bailian",
-)
+from analyzer.traces.adapters import NAMES
+
+FORMATS = ("jsonl", "parquet", "csv", *NAMES)

@@ -19,15 +19,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from analyzer.errors import InputFileError
-from analyzer.traces.adapters import (
-    bailian,
-    mooncake,
-    ragpulse,
-    sglang_log,
-    tracelab,
-    vllm_log,
-    weka,
-)
+from analyzer.traces.adapters import adapters
 from analyzer.traces.batches import (
     FAST_INPUT_SCHEMA,
     Batch,
@@ -76,9 +68,9 @@ def trace_file_name(path: Path) -> bool:
 def side_table(path: Path) -> str | None:
     """Why `path` is another file's part, not a trace (a RAGPulse side table next to its
     trace, which reads it); None for a file that may be a trace."""
-    stem = path.name.split(".", 1)[0]
-    if stem in ragpulse.SIDE_TABLES and any(path.parent.glob(f"{ragpulse.TRACE_STEM}.jsonl*")):
-        return f"a RAGPulse side table: {ragpulse.TRACE_STEM}.jsonl reads it"
+    for adapter in ADAPTERS:
+        if adapter.side_table is not None and (why := adapter.side_table(path)):
+            return why
     return None
 
 
@@ -89,11 +81,9 @@ def not_a_trace(path: Path) -> str | None:
     return side_table(path)
 
 
-# Formats read by adapters (analyzer/traces/adapters); they are all JSON Lines, so an
-# undetectable file is never one of them.
-ADAPTER_FORMATS = (mooncake.NAME, weka.NAME, ragpulse.NAME, bailian.NAME)
-# ... but for engine logs (text), recognised by their request lines.
-ADAPTER_FORMATS += (tracelab.NAME, vllm_log.NAME, sglang_log.NAME)
+# The adapters (analyzer/traces/adapters), in detection order, and their formats.
+ADAPTERS = adapters()
+ADAPTER_FORMATS = tuple(adapter.name for adapter in ADAPTERS)
 _BLANK_START = np.array([10, 13, 32, 9], dtype=np.uint8)  # \n \r space tab
 
 
@@ -126,18 +116,11 @@ def _jsonl_flavour(path: Path) -> str:
             head = f.read(1 << 20)
     except Exception:  # corrupt gzip/zstd: the reader reports what is wrong with the file
         return "jsonl"
-    first = first_json_object(head)
-    if weka.looks_like(first, head):  # one conversation may be a line longer than `head`
-        return weka.NAME
-    if ragpulse.looks_like(first):
-        return ragpulse.NAME
-    if bailian.looks_like(first):
-        return bailian.NAME
-    if tracelab.looks_like(first):
-        return tracelab.NAME
-    if sglang_log.looks_like_json(first):
-        return sglang_log.NAME
-    return mooncake.NAME if mooncake.looks_like(first) else "jsonl"
+    first = first_json_object(head)  # (a WEKA conversation may be longer than `head`)
+    for adapter in ADAPTERS:
+        if adapter.record is not None and adapter.record(first, head):
+            return adapter.name
+    return "jsonl"
 
 
 def _log_flavour(path: Path) -> str | None:
@@ -147,9 +130,10 @@ def _log_flavour(path: Path) -> str | None:
             head = f.read(1 << 20)
     except Exception:  # corrupt gzip/zstd: not recognised; the error names the formats
         return None
-    if vllm_log.looks_like(head):
-        return vllm_log.NAME
-    return sglang_log.NAME if sglang_log.looks_like(head) else None
+    for adapter in ADAPTERS:
+        if adapter.text is not None and adapter.text(head):
+            return adapter.name
+    return None
 
 
 def read_jsonl(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> Iterator[Batch]:
@@ -323,21 +307,7 @@ READERS: dict[str, Reader] = {
     "jsonl": read_jsonl,
     "parquet": read_parquet,
     "csv": read_csv,
-    mooncake.NAME: mooncake.read_mooncake,
-    tracelab.NAME: tracelab.read_tracelab,
-    vllm_log.NAME: vllm_log.read_vllm_log,
-    sglang_log.NAME: sglang_log.read_sglang_log,
-    weka.NAME: weka.read_weka,
-    ragpulse.NAME: ragpulse.read_ragpulse,
-    bailian.NAME: bailian.read_bailian,
+    **{adapter.name: adapter.read for adapter in ADAPTERS},
 }
 # Block size and provenance of each adapter's format, recorded in the `sources` table.
-SOURCE_INFO: dict[str, SourceInfo] = {
-    mooncake.NAME: mooncake.SOURCE,
-    tracelab.NAME: tracelab.SOURCE,
-    vllm_log.NAME: vllm_log.SOURCE,
-    sglang_log.NAME: sglang_log.SOURCE,
-    weka.NAME: weka.SOURCE,
-    ragpulse.NAME: ragpulse.SOURCE,
-    bailian.NAME: bailian.SOURCE,
-}
+SOURCE_INFO: dict[str, SourceInfo] = {adapter.name: adapter.source for adapter in ADAPTERS}

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from analyzer.traces.adapters import hashchain
+from analyzer.traces.adapters import Adapter, hashchain
 from analyzer.traces.batches import Batch, SourceInfo, exact_batch
 from analyzer.traces.jsonlines import json_line_chunks
 from analyzer.traces.records import KNOWN_FIELDS, RecordError, type_name
@@ -124,3 +124,6 @@ class _Lineage:
         if parent < 0 and parent != ROOT:
             raise RecordError("parent_chat_id", f"{parent} is neither a chat_id nor -1 (root)")
         return chat, parent
+
+
+ADAPTER = Adapter(NAME, read_bailian, SOURCE, record=lambda first, head: looks_like(first))

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from analyzer.traces.adapters import hashchain
+from analyzer.traces.adapters import Adapter, hashchain
 from analyzer.traces.batches import Batch, SourceInfo, exact_batch
 from analyzer.traces.jsonlines import json_line_chunks
 from analyzer.traces.records import KNOWN_FIELDS, RecordError, type_name
@@ -81,3 +81,6 @@ def _canonical(obj: Any, scope: str, seed: int, line_no: int) -> Any:
     if "output_length" in rec:
         out["output_tokens"] = rec["output_length"]
     return out
+
+
+ADAPTER = Adapter(NAME, read_mooncake, SOURCE, record=lambda first, head: looks_like(first))

@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from analyzer.errors import InputFileError
+from analyzer.traces.adapters import Adapter
 from analyzer.traces.batches import Batch, SourceInfo, exact_batch
 from analyzer.traces.io import CountingReader, open_binary
 from analyzer.traces.jsonlines import json_line_chunks
@@ -55,6 +56,16 @@ COMPONENTS = (
 )
 SIDE_TABLES = frozenset(stem for _, stem, _ in COMPONENTS)
 TRACE_STEM = "0_trace"  # the request file, read with the side tables beside it
+
+
+def side_table(path: Path) -> str | None:
+    """Why `path` is a RAGPulse side table next to its trace, which reads it; else None."""
+    stem = path.name.split(".", 1)[0]
+    if stem in SIDE_TABLES and any(path.parent.glob(f"{TRACE_STEM}.jsonl*")):
+        return f"a RAGPulse side table: {TRACE_STEM}.jsonl reads it"
+    return None
+
+
 CHUNK_BITS, POSITION_BITS = 18, 10  # chunk ids < 2^18, chunks of at most 2^10 tokens
 COMPONENT_SPAN = 1 << (CHUNK_BITS + POSITION_BITS)
 RESIDUAL_BASE = len(COMPONENTS) * COMPONENT_SPAN  # residual tokens: [RESIDUAL_BASE, 2^31)
@@ -233,3 +244,8 @@ def _residual_tokens(request_id: str, count: int) -> list[int]:
         % span
         for k in range(count)
     ]
+
+
+ADAPTER = Adapter(
+    NAME, read_ragpulse, SOURCE, record=lambda first, head: looks_like(first), side_table=side_table
+)

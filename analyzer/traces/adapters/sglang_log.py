@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from analyzer.errors import InputFileError
+from analyzer.traces.adapters import Adapter
 from analyzer.traces.adapters.logs import (
     LogStats,
     ReprError,
@@ -280,3 +281,12 @@ def _record(scan: _Scan, finish: _Finish, finished_s: float | None) -> Any:
     if isinstance(finish.lora, str):
         record["lora_name"] = finish.lora
     return record
+
+
+ADAPTER = Adapter(
+    NAME,
+    read_sglang_log,
+    SOURCE,
+    record=lambda first, head: looks_like_json(first),
+    text=looks_like,
+)

@@ -43,6 +43,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from analyzer.traces.adapters import Adapter
 from analyzer.traces.batches import Batch, Reject, SourceInfo, exact_batch, excerpt, fast_rows
 from analyzer.traces.jsonlines import json_line_chunks
 from analyzer.traces.records import (
@@ -264,3 +265,6 @@ def _extra_json(rec: dict[str, Any]) -> str | None:
     """The `extra` column exactly as `records.validate_record` writes it."""
     extra = {k: v for k, v in rec.items() if k not in KNOWN_FIELDS}
     return orjson.dumps(extra, option=orjson.OPT_SORT_KEYS).decode() if extra else None
+
+
+ADAPTER = Adapter(NAME, read_tracelab, SOURCE, record=lambda first, head: looks_like(first))

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from analyzer.errors import InputFileError
+from analyzer.traces.adapters import Adapter
 from analyzer.traces.adapters.logs import (
     LogStats,
     ReprError,
@@ -277,3 +278,6 @@ def _expire(scan: _Scan, line_no: int | None) -> None:
 def _ready_batch(scan: _Scan) -> Batch:
     ready, scan.ready = sorted(scan.ready, key=lambda item: item[0]), []
     return canonical_batch(ready)
+
+
+ADAPTER = Adapter(NAME, read_vllm_log, SOURCE, text=looks_like)

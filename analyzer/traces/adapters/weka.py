@@ -38,7 +38,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from analyzer.errors import InputFileError
-from analyzer.traces.adapters import hashchain
+from analyzer.traces.adapters import Adapter, hashchain
 from analyzer.traces.batches import Batch, SourceInfo, exact_batch
 from analyzer.traces.jsonlines import json_line_chunks
 from analyzer.traces.records import RecordError, parse_timestamp, type_name
@@ -197,3 +197,6 @@ def _start_s(obj: dict[str, Any], key: str, path: Path) -> float:
 
 def _excerpt(where: str, req: Any) -> str:
     return f"{where}: {orjson.dumps(req).decode()}"
+
+
+ADAPTER = Adapter(NAME, read_weka, SOURCE, record=looks_like)
