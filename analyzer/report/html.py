@@ -7,17 +7,17 @@ frames, ratios rounded before they are written.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from plotly.offline import get_plotlyjs
 
-from analyzer.report import engines, load
+from analyzer.report import load
 from analyzer.report.data import ReportData, load_report_data
 from analyzer.report.incident import incident_section
 from analyzer.report.sections import (
-    SWEEP_FIGURE_ID,
     config_section,
     engines_section,
     junctions_section,
@@ -76,7 +76,7 @@ def render_report(
     data = replace(load_report_data(db_path, runs, bin_s), target=target, incident=incident)
     if incident is not None and incident.current.run_id in data.runs["run_id"].to_list():
         data = replace(data, headline_run=incident.current.run_id)  # the summary leads with it
-    page, ids = build_html(data, title_db=Path(db_path).name, incident=incident)
+    page, ids = build_html(data, title_db=Path(db_path).name)
     encoded = page.encode("utf-8")
     out = write_atomic(out, encoded, option="--out")
     return ReportResult(out, ids, tuple(data.runs["run_id"].to_list()), len(encoded))
@@ -117,49 +117,43 @@ d.textContent=window.hpaErrors.join('\\n');});
 """
 
 
-def build_html(
-    data: ReportData, *, title_db: str, incident: Any | None = None
-) -> tuple[str, tuple[str, ...]]:
+Section = Callable[[ReportData], tuple[str, list[str]]]
+
+
+def _plain(build: Callable[[ReportData], str]) -> Section:
+    """A builder of a section that is always there and draws no figure."""
+    return lambda data: (build(data), [])
+
+
+# The page's sections in order: (anchor, navigation label, builder). A builder returns its
+# HTML and figure ids, or "" where the report has nothing for it (then it has no link).
+SECTIONS: tuple[tuple[str, str, Section], ...] = (
+    ("summary", "Summary", _plain(summary_section)),
+    ("incident", "Incident", lambda data: incident_section(data.incident)),
+    ("runs", "Runs", _plain(runs_section)),
+    ("waterfall", "Waterfall", waterfall_runs_section),
+    ("groups", "Families × revisions", groups_section),
+    ("windows", "Over time", windows_section),
+    ("load", "Load", load.load_section),
+    ("junctions", "Junctions", junctions_section),
+    ("policies", "Policies", policy_section),
+    ("engines", "Engines", engines_section),
+    ("weighting", "Request vs token", weighting_section),
+    ("sweeps", "Sweeps", sweep_section),
+    ("validation", "Validation", validation_section),
+    ("config", "Configuration", _plain(config_section)),
+)
+
+
+def build_html(data: ReportData, *, title_db: str) -> tuple[str, tuple[str, ...]]:
     """The whole page, and the ids of the figures on it in page order."""
-    sections = [summary_section(data)]
-    body, ids = incident_section(incident)
-    sections.append(body)
-    sections.append(runs_section(data))
-    for build in (
-        waterfall_runs_section,
-        groups_section,
-        windows_section,
-        load.load_section,
-        junctions_section,
-        policy_section,
-        engines_section,
-        weighting_section,
-        sweep_section,
-        validation_section,
-    ):
+    sections, ids, nav = [], [], []
+    for anchor, label, build in SECTIONS:
         body, got = build(data)
-        sections.append(body)
-        ids.extend(got)
-    sections.append(config_section(data))
-    nav = [
-        ("summary", "Summary"),
-        *([("incident", "Incident")] if incident is not None else []),
-        ("runs", "Runs"),
-        ("waterfall", "Waterfall"),
-        ("groups", "Families × revisions"),
-        ("windows", "Over time"),
-    ]
-    if load.FIGURE_ID in ids:
-        nav.append(("load", "Load"))
-    nav += [("junctions", "Junctions"), ("policies", "Policies")]
-    if engines.FIGURE_ID in ids:
-        nav.append(("engines", "Engines"))
-    nav.append(("weighting", "Request vs token"))
-    if SWEEP_FIGURE_ID in ids:
-        nav.append(("sweeps", "Sweeps"))
-    if data.validations is not None:
-        nav.append(("validation", "Validation"))
-    nav.append(("config", "Configuration"))
+        if body:
+            sections.append(body)
+            ids.extend(got)
+            nav.append((anchor, label))
     runs = ", ".join(str(i) for i in data.runs["run_id"].to_list())
     page = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

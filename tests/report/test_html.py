@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
-from analyzer.report.html import FIGURE_IDS, SWEEP_FIGURE_ID, render_report
+from analyzer.report.html import FIGURE_IDS, render_report
+from analyzer.report.sections import SWEEP_FIGURE_ID
 from tests.report.conftest import SAMPLES
 
 EXTERNAL = re.compile(
