@@ -162,7 +162,7 @@ import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 import analyzer.cli  # noqa: F401  (the process as the `hpa` command sets it up)
 import numpy as np
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import replay
 requests = []
@@ -343,7 +343,7 @@ def bench_config(
 
 def capacity_curve() -> None:
     from analyzer.pipeline.replay import run_replay
-    from analyzer.sim.policy import make_policy
+    from analyzer.sim.dispatch import make_policy
     from analyzer.store.ingest import ingest
 
     sample = ROOT / "sample_traces" / "mixed.jsonl.gz"

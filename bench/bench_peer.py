@@ -46,7 +46,7 @@ HPA_SETUP = """
 from pathlib import Path
 from analyzer.store.ingest import ingest
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 """
 HPA_BODY = """
 db = Path(DB)

@@ -105,7 +105,7 @@ def check(db: Path, setting: dict, num_blocks: int, target: float) -> tuple[floa
     """The useful hit ratio of a plain replay at `num_blocks` and what one at 0.8x gives."""
     from analyzer.access.inputs import request_input
     from analyzer.pipeline.plan import Evaluator
-    from analyzer.sim.policy import make_policy
+    from analyzer.sim.dispatch import make_policy
 
     trace = request_input(db, None).read_only_trace(None)
     ev = Evaluator(trace, None)

@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analyzer.sim.policy import make_policy  # noqa: E402
+from analyzer.sim.dispatch import make_policy  # noqa: E402
 from analyzer.sim.records import SimRequest  # noqa: E402
 from analyzer.sim.vllm import replay  # noqa: E402
 

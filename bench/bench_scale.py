@@ -43,7 +43,7 @@ k = int(sys.argv[5])
 from analyzer.executors import ExecutorSpec
 from analyzer.pipeline.match import match_prefixes
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import load_policy
+from analyzer.sim.dispatch import load_policy
 if name == "ray":
     import ray
     ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
@@ -90,7 +90,7 @@ else:
     from analyzer.access.partitions import ReplayShared, replay_item
     from analyzer.pipeline.replay import num_groups, routed_partitions
     from analyzer.access.trace import load_trace
-    from analyzer.sim.policy import load_policy
+    from analyzer.sim.dispatch import load_policy
     from analyzer.sim.dispatch import replay
     policy = load_policy("vllm-default", json.loads(sys.argv[3]))
     con = connect(db, create=False)

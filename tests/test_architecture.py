@@ -111,3 +111,18 @@ def test_modules_are_small():
         for p in PACKAGE.rglob("*.py")
     }
     assert {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+MAX_FUNCTION_LINES = 100  # a function longer than this is several steps: give them names
+
+
+def test_functions_are_short():
+    """(issue 34 item 6: plan() was 175 lines with 12 parameters, run_sweeps 97)"""
+    long = {
+        f"{p.relative_to(PACKAGE.parent)}:{node.name}": node.end_lineno - node.lineno + 1
+        for p in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    }
+    assert long == {}

@@ -19,7 +19,7 @@ import json
 
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 
 
 def fit_policy(policy: Policy, trace_block: int | None) -> tuple[Policy, str | None]:

@@ -134,7 +134,7 @@ def replay(
     """
     from analyzer.pipeline.replay import run_replay
     from analyzer.report.tables import render
-    from analyzer.sim.policy import load_policy
+    from analyzer.sim.dispatch import load_policy
     from analyzer.store.export import check_export_path
     from analyzer.store.runs import check_measure_from, check_name, side_by_side
 

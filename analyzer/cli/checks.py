@@ -124,7 +124,7 @@ def probe_cmd(policy_source, overrides, out_dir, seed, model) -> None:
     """
     from analyzer.pipeline.probe import send_hint, write_probe
     from analyzer.report.tables import render
-    from analyzer.sim.policy import load_policy
+    from analyzer.sim.dispatch import load_policy
 
     policy = load_policy(policy_source, list(overrides))
     p = write_probe(policy, out_dir, seed=seed, model=model)

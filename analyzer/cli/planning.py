@@ -254,7 +254,7 @@ def plan_cmd(
     trace from the dataset; this process holds its per-request scalars only. Nothing is
     written to --db."""
     from analyzer.pipeline.plan import plan
-    from analyzer.sim.policy import policy_values
+    from analyzer.sim.dispatch import policy_values
 
     with counter("plan", "replays") as update:
         r = plan(

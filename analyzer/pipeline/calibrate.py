@@ -27,7 +27,7 @@ from analyzer.access.trace import LoadedTrace, load_trace
 from analyzer.config.policy import Policy, policy_values
 from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import num_groups, routed_partitions
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.sim.vllm import ConcurrentReplay
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow, trace_block_tokens
 from analyzer.store.export import write_atomic

@@ -20,7 +20,7 @@ from analyzer.pipeline.match import MatchSummary, match_prefixes
 from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import run_sweeps
 from analyzer.report.html import render_report
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import load_sql
 from analyzer.store.ingest import IngestResult, ingest
 from analyzer.store.query import run_query

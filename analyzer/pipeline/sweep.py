@@ -43,7 +43,7 @@ from analyzer.pipeline.sweep_points import (
     store_sweep,
     sweep_points,
 )
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.caveats import block_size_caveat
 from analyzer.store.db import DEFAULT_DB, stored_trace_block
 from analyzer.store.runs import check_measure_from, check_name
@@ -77,76 +77,88 @@ def run_sweeps(
     """
     check_measure_from(measure_from)
     check_name(name)
+    parsed, base, base_policy = _checked(policy_source, overrides, varies, grid, jobs)
+    spec = as_spec(executor or "processes", workers=jobs)
+    source = request_input(db_path, dataset)
+    con = source.connect()
+    try:
+        if source.is_dataset and not spec.is_local:
+            return dataset_sweeps(
+                con, source.fingerprint, source.dataset, spec, base, parsed, grid, progress,
+                measure_from, name,
+            )  # fmt: skip
+        trace_block = stored_trace_block(con)  # known before the trace loads
+        base_policy, base_note = fit_policy(base_policy, trace_block)
+        trace, one = source.whole_trace(con), OnePass()
+        planned = _planned(trace, one, base, base_policy, parsed, grid, trace_block)
+        mixed = block_size_caveat(con)
+        counted = _counter(sum(len(points) for _, points, _ in planned), progress)
+        outcomes = []
+        for knob, points, notes in planned:
+            started = time.perf_counter()
+            if uses_one_pass(knob, [p for _, p in points]):
+                computed = one_pass_points(trace, [p for _, p in points], one, counted)
+            else:
+                ran = _run_points(trace, points, spec, counted, knob)
+                computed = [(r, s, False) for r, s in ran]
+            outcome = store_sweep(
+                con, base_policy, knob, points, computed, source.fingerprint, measure_from, name
+            )
+            outcome.seconds = time.perf_counter() - started
+            outcome.notes = tuple(dict.fromkeys(n for n in (mixed, base_note, *notes) if n))
+            outcomes.append(outcome)
+        return outcomes
+    finally:
+        con.close()
+
+
+def _checked(policy_source, overrides, varies, grid: bool, jobs: int):
+    """(the --vary values parsed, the base policy's values, the base policy), or the
+    ConfigError of a sweep that cannot run."""
     if not varies:
         raise ConfigError("give at least one --vary KEY=V1,V2,...")
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: expected an integer >= 1")
-    spec = as_spec(executor or "processes", workers=jobs)
     parsed = [parse_vary(v) for v in varies]
-    if grid and any(vals == ["auto"] for _, vals in parsed):
+    auto = any(vals == ["auto"] for _, vals in parsed)
+    if grid and auto:
         raise ConfigError("--vary num_blocks=auto cannot be part of a --grid")
     base = policy_values(policy_source, overrides)
     base_policy = make_policy(base)
-    if any(vals == ["auto"] for _, vals in parsed) and not one_pass_applies(base_policy):
+    if auto and not one_pass_applies(base_policy):
         raise ConfigError(
             "--vary num_blocks=auto needs an LRU full-attention-only policy "
             "(groups [full_attention], spec_decode none, schedule serial); give explicit "
             "values instead"
         )
-    source = request_input(db_path, dataset)
-    fingerprint = source.fingerprint
-    con = source.connect()
-    try:
-        if source.is_dataset and not spec.is_local:
-            path = source.dataset
-            return dataset_sweeps(
-                con, fingerprint, path, spec, base, parsed, grid, progress, measure_from, name
-            )
-        trace_block = stored_trace_block(con)  # known before the trace loads
-        base_policy, base_note = fit_policy(base_policy, trace_block)
-        mixed = block_size_caveat(con)
-        trace = source.whole_trace(con)
-        one = OnePass()
-        resolved = []
-        for key, vals in parsed:
-            if vals == ["auto"]:
-                vals = auto_capacities(trace, base_policy, one)
-            resolved.append((key, vals))
-        sweeps = sweep_points(base, resolved, grid)
-        # Validate every point before replaying anything (a bad value is one line, no runs).
-        fitted = [
-            [(label, fit_policy(make_policy(vals), trace_block)) for label, vals in pts]
-            for _, pts in sweeps
-        ]
-        policies = [[(label, p) for label, (p, _) in pts] for pts in fitted]
-        notes = [
-            tuple(dict.fromkeys(n for n in (mixed, base_note, *(n for _, (_, n) in pts)) if n))
-            for pts in fitted
-        ]
-        outcomes = []
-        total = sum(len(points) for points in policies)
-        done = [0]
+    return parsed, base, base_policy
 
-        def tick() -> None:
-            done[0] += 1
-            if progress:
-                progress(done[0], total)
 
-        for (knob, _), points, said in zip(sweeps, policies, notes, strict=True):
-            started = time.perf_counter()
-            if uses_one_pass(knob, [p for _, p in points]):
-                computed = one_pass_points(trace, [p for _, p in points], one, tick)
-            else:
-                computed = [(r, s, False) for r, s in _run_points(trace, points, spec, tick, knob)]
-            outcome = store_sweep(
-                con, base_policy, knob, points, computed, fingerprint, measure_from, name
-            )
-            outcome.seconds = time.perf_counter() - started
-            outcome.notes = said
-            outcomes.append(outcome)
-        return outcomes
-    finally:
-        con.close()
+def _planned(trace, one, base, base_policy, parsed, grid: bool, trace_block):
+    """[(knob, [(label, policy)], notes)]: every point made and fitted to the trace's blocks
+    before anything replays (a bad value is one line, no runs); `auto` capacities found."""
+    resolved = [
+        (key, auto_capacities(trace, base_policy, one) if vals == ["auto"] else vals)
+        for key, vals in parsed
+    ]
+    planned = []
+    for knob, points in sweep_points(base, resolved, grid):
+        fitted = [(label, fit_policy(make_policy(vals), trace_block)) for label, vals in points]
+        notes = tuple(note for _, (_, note) in fitted if note)
+        planned.append((knob, [(label, policy) for label, (policy, _) in fitted], notes))
+    return planned
+
+
+def _counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[], None]:
+    """A tick for each point done, passed on to `progress(done, total)`."""
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress:
+            progress(done[0], total)
+
+    return tick
 
 
 def _run_points(trace, points, spec: ExecutorSpec, tick, knob: str) -> list[tuple[dict, float]]:

@@ -33,7 +33,7 @@ from analyzer.pipeline.sweep_points import (
     store_sweep,
     sweep_points,
 )
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.sequences import check_requests
 
 

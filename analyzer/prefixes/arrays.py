@@ -62,12 +62,6 @@ def ragged_arange(lens: Array, *, xp: Any) -> tuple[Array, Array]:
     return seg, local
 
 
-def gather_ragged(flat: Array, starts: Array, lens: Array, *, xp: Any) -> Array:
-    """Concatenate flat[starts[i] : starts[i] + lens[i]] for every i."""
-    seg, local = ragged_arange(lens, xp=xp)
-    return xp.take(flat, xp.take(starts, seg) + local)
-
-
 def segment_sums(values: Array, lens: Array, *, xp: Any) -> Array:
     """Sum of `values` (int64) over consecutive segments of lengths `lens`."""
     cs = xp.cumulative_sum(xp.astype(values, xp.int64), include_initial=True)

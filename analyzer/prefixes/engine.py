@@ -17,8 +17,8 @@ import numpy as np
 from analyzer.errors import StoreError
 from analyzer.prefixes.backend import to_numpy
 from analyzer.prefixes.exact import ExactPath
-from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, HashParams, PowerTables
 from analyzer.prefixes.matcher import ChunkView, ViewMatcher
+from analyzer.prefixes.prefix_hash import DEFAULT_HASH, ChunkHash, HashParams, PowerTables
 from analyzer.prefixes.radix import (
     COMPILED_MIN_UNITS,
     ArenaSequences,

@@ -31,7 +31,7 @@ from analyzer.prefixes.arrays import (
     run_starts,
     stable_argsort_u64,
 )
-from analyzer.prefixes.hashing import ChunkHash
+from analyzer.prefixes.prefix_hash import ChunkHash
 
 DEFAULT_GRID = 32
 _SHIFT = 1 << 32

@@ -24,10 +24,7 @@ import numpy as np
 from analyzer.prefixes.arrays import exclusive_cumsum, ragged_arange
 from analyzer.prefixes.engine import MatchOptions, chunk_bounds
 from analyzer.prefixes.exact import Fetch
-from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, PowerTables
-
-UNSHARED = "unshared"
-FAMILY_SOURCE = "derived:first_junction"
+from analyzer.prefixes.prefix_hash import DEFAULT_HASH, ChunkHash, PowerTables
 
 
 def namespace_seed(namespace: tuple) -> int:

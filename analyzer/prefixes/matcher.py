@@ -46,8 +46,8 @@ from analyzer.prefixes.arrays import (
 from analyzer.prefixes.backend import to_numpy
 from analyzer.prefixes.exact import ExactPath, Fetch
 from analyzer.prefixes.grid import DEFAULT_GRID, GridResult, grid_stage, partner_bounds
-from analyzer.prefixes.hashing import ChunkHash, HashParams
 from analyzer.prefixes.prefix_dict import PrefixDict
+from analyzer.prefixes.prefix_hash import ChunkHash, HashParams
 from analyzer.prefixes.walk import holder_at, walk_earlier
 
 PRUNE_FLOOR = 1 << 16

@@ -44,10 +44,10 @@ from analyzer.prefixes.engine import (
     chunk_bounds,
     run_matcher,
 )
-from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, PowerTables
 from analyzer.prefixes.junctions import Junctions
 from analyzer.prefixes.labels import junction_ids
 from analyzer.prefixes.merge import part_tables
+from analyzer.prefixes.prefix_hash import DEFAULT_HASH, ChunkHash, PowerTables
 from analyzer.prefixes.result import compute
 from analyzer.prefixes.source import Archive, PartitionSource, RequestMeta
 

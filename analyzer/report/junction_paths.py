@@ -8,7 +8,7 @@ pinned to the deepest junction on its own prompt path at or before its shared pr
 
 Sequences stay in flat NumPy arrays (token ids, or block hash ids for hash-id requests, one
 element per block); prefixes are compared through the matcher's 64-bit prefix keys
-(analyzer/prefixes/hashing.py), one junction depth at a time from the deepest, and every key
+(analyzer/prefixes/prefix_hash.py), one junction depth at a time from the deepest, and every key
 match is verified element by element, so a collision can never pin a wrong junction.
 """
 
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzer.prefixes.arrays import ragged_arange
-from analyzer.prefixes.hashing import DEFAULT_HASH, ChunkHash, HashParams, PowerTables
+from analyzer.prefixes.prefix_hash import DEFAULT_HASH, ChunkHash, HashParams, PowerTables
 from analyzer.store.db import load_sql, query_arrow
 
 

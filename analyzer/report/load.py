@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.report.blocks import count, figure_div, html_table, meaning, overall_rows, pct
 from analyzer.report.data import ReportData
 from analyzer.report.figures import MENU_ROW, run_dropdown, style_figure
@@ -125,9 +126,11 @@ def load_figure(frame: pl.DataFrame) -> go.Figure:
 
 
 def _clock(policy: dict) -> str:
+    """The run's simulated clock in words; a key its policy lacks has the schedule's default."""
+    value = {key: policy.get(key, spec.default) for key, spec in CONCURRENT_KEYS.items()}
     return (
-        f"{policy.get('step_base_ms', 5.0):g} ms + {policy.get('step_token_us', 100.0):g} µs "
-        f"per token; arrivals × {policy.get('time_scale', 1.0):g}"
+        f"{value['step_base_ms']:g} ms + {value['step_token_us']:g} µs per token; "
+        f"arrivals × {value['time_scale']:g}"
     )
 
 

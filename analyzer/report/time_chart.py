@@ -4,6 +4,7 @@ on a wall-clock UTC axis when the timestamps are, with breaks where windows are 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import plotly.graph_objects as go
@@ -75,63 +76,13 @@ def windows(
             "sparse-loss ratio = sparse-retention-miss tokens / queried tokens, per window",
         ),
     )
+    axis = _Axis.of(frame, unit)
     runs = frame.select("run_id", "run_label").unique().sort("run_id")
-    labels = runs["run_label"].to_list()
-    t0 = float(frame["window_t0_s"][0]) if "window_t0_s" in frame.columns and frame.height else 0
-    wall = unit == "s" and t0 >= WALL_CLOCK_S
-    span = float(frame["window_end"].max()) if frame.height else 0.0
-    # relative seconds past two days read as days (6 M s is 69 days)
-    scale, scale_unit = (86_400.0, "days") if unit == "s" and span > 172_800 else (1.0, "s")
-    where = (
-        "arrival (request #)"
-        if unit == "requests"
-        else "arrival time (UTC)"
-        if wall
-        else f"time since first request ({scale_unit})"
-    )
-    for k, run_label in enumerate(labels):
+    for k, run_label in enumerate(runs["run_label"].to_list()):
         part = _with_gaps(frame.filter(pl.col("run_label") == run_label).sort("window_idx"))
-        custom = part.select(
-            [
-                "window_start",
-                "window_end",
-                "num_requests",
-                "prompt_tokens",
-                "hit_tokens",
-                "sparse_retention_miss_tokens",
-            ]
-        ).rows()
-        mid = ((part["window_start"] + part["window_end"]) / 2).to_list()
-        if wall:
-            mid = [_utc(t0 + m) for m in mid]
-        elif unit == "s" and scale != 1.0:
-            mid = [round(m / scale, 6) for m in mid]
-        for row, col, num in (
-            (1, "useful_hit_ratio", "customdata[4]"),
-            (2, "sparse_loss_ratio", "customdata[5]"),
-        ):
-            fig.add_trace(
-                go.Scatter(
-                    name=run_label,
-                    x=mid,
-                    y=part[col].to_list(),
-                    mode="lines+markers",
-                    line={"color": palette(k)},
-                    legendgroup=run_label,
-                    showlegend=row == 1,
-                    # a legend entry shows the runs past the first MAX_SERIES
-                    visible=True if k < MAX_SERIES else "legendonly",
-                    connectgaps=False,
-                    customdata=custom,
-                    hovertemplate=(
-                        f"<b>{run_label}</b><br>window %{{customdata[0]:,}}–%{{customdata[1]:,}} "
-                        f"{unit}; requests: %{{customdata[2]:,}}<br>"
-                        f"%{{{num}:,}} / %{{customdata[3]:,}} tokens = %{{y:.1%}}<extra></extra>"
-                    ),
-                ),
-                row=row,
-                col=1,
-            )
+        _add_run(fig, part, k, run_label, axis)
+    for name, start_s, end_s in marks if unit == "s" else ():
+        _shade(fig, name, *(axis.x(t) for t in _clipped(start_s, end_s, frame, axis.t0)))
     for row, col in ((1, "useful_hit_ratio"), (2, "sparse_loss_ratio")):
         values = frame[col].drop_nulls()
         flat = values.len() == 0 or values.min() == values.max() or values.min() == 0
@@ -142,24 +93,106 @@ def windows(
             row=row,
             col=1,
         )
-    for name, start_s, end_s in marks if unit == "s" else ():
-        x0, x1 = (_axis_x(t, t0, wall, scale) for t in _clipped(start_s, end_s, frame, t0))
-        colour = MARK_COLOURS.get(name, "#8c8c8c")
-        fig.add_vrect(
-            x0=x0, x1=x1, fillcolor=colour, opacity=0.13, line_width=0, layer="below",
-            row="all", col=1,
-        )  # fmt: skip
-        fig.add_annotation(
-            x=x0, y=1.0, yref="y domain", text=name, showarrow=False, xanchor="left",
-            yanchor="top", font={"size": 11, "color": colour}, row=1, col=1,
-        )  # fmt: skip
-    fig.update_xaxes(title=where, row=2, col=1)
+    fig.update_xaxes(title=axis.title, row=2, col=1)
     style_figure(fig, "Useful hits and sparse losses over time (per-window deltas)", 720)
-    # The hit axis follows the data; its zero-based view is one click away.
-    menus = _run_groups_menu(runs["run_id"].to_list())
+    _menus(fig, runs["run_id"].to_list())
+    return fig
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """The x axis: wall-clock UTC, or seconds (days past two) since the first request, or
+    arrival order; `t0` the first window's start (s)."""
+
+    unit: str
+    t0: float
+    wall: bool
+    scale: float
+    title: str
+
+    @classmethod
+    def of(cls, frame: pl.DataFrame, unit: str) -> _Axis:
+        has_t0 = "window_t0_s" in frame.columns and frame.height
+        t0 = float(frame["window_t0_s"][0]) if has_t0 else 0.0
+        wall = unit == "s" and t0 >= WALL_CLOCK_S
+        span = float(frame["window_end"].max()) if frame.height else 0.0
+        # relative seconds past two days read as days (6 M s is 69 days)
+        scale, scale_unit = (86_400.0, "days") if unit == "s" and span > 172_800 else (1.0, "s")
+        title = (
+            "arrival (request #)"
+            if unit == "requests"
+            else "arrival time (UTC)"
+            if wall
+            else f"time since first request ({scale_unit})"
+        )
+        return cls(unit, t0, wall, scale, title)
+
+    def x(self, t: float):
+        """Where absolute time `t` (s) falls on the axis."""
+        return _utc(t) if self.wall else round((t - self.t0) / self.scale, 6)
+
+    def mids(self, part: pl.DataFrame) -> list:
+        """The middle of each window of `part`, on the axis."""
+        mid = ((part["window_start"] + part["window_end"]) / 2).to_list()
+        if self.wall:
+            return [_utc(self.t0 + m) for m in mid]
+        if self.unit == "s" and self.scale != 1.0:
+            return [round(m / self.scale, 6) for m in mid]
+        return mid
+
+
+def _add_run(fig: go.Figure, part: pl.DataFrame, k: int, run_label: str, axis: _Axis) -> None:
+    """One run's two lines (both panels, one legend entry)."""
+    columns = ["window_start", "window_end", "num_requests", "prompt_tokens", "hit_tokens"]
+    custom = part.select([*columns, "sparse_retention_miss_tokens"]).rows()
+    mid = axis.mids(part)
+    for row, col, num in (
+        (1, "useful_hit_ratio", "customdata[4]"),
+        (2, "sparse_loss_ratio", "customdata[5]"),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                name=run_label,
+                x=mid,
+                y=part[col].to_list(),
+                mode="lines+markers",
+                line={"color": palette(k)},
+                legendgroup=run_label,
+                showlegend=row == 1,
+                # a legend entry shows the runs past the first MAX_SERIES
+                visible=True if k < MAX_SERIES else "legendonly",
+                connectgaps=False,
+                customdata=custom,
+                hovertemplate=(
+                    f"<b>{run_label}</b><br>window %{{customdata[0]:,}}–%{{customdata[1]:,}} "
+                    f"{axis.unit}; requests: %{{customdata[2]:,}}<br>"
+                    f"%{{{num}:,}} / %{{customdata[3]:,}} tokens = %{{y:.1%}}<extra></extra>"
+                ),
+            ),
+            row=row,
+            col=1,
+        )
+
+
+def _shade(fig: go.Figure, name: str, x0, x1) -> None:
+    """A named span of arrival time, shaded on both panels and labelled on the top one."""
+    colour = MARK_COLOURS.get(name, "#8c8c8c")
+    fig.add_vrect(
+        x0=x0, x1=x1, fillcolor=colour, opacity=0.13, line_width=0, layer="below",
+        row="all", col=1,
+    )  # fmt: skip
+    fig.add_annotation(
+        x=x0, y=1.0, yref="y domain", text=name, showarrow=False, xanchor="left",
+        yanchor="top", font={"size": 11, "color": colour}, row=1, col=1,
+    )  # fmt: skip
+
+
+def _menus(fig: go.Figure, run_ids: list[int]) -> None:
+    """The run picker (past MAX_SERIES runs) and the hit axis's zero-based view, one click
+    away, under the plot beside the legend."""
     fig.update_layout(
         updatemenus=[
-            *menus,
+            *_run_groups_menu(run_ids),
             {
                 "type": "buttons",
                 "direction": "left",
@@ -181,24 +214,16 @@ def windows(
                     },
                 ],
             },
-        ]
-    )
-    fig.update_layout(
+        ],
         margin={"t": 70, "b": 150},
         legend={"y": -0.12, "yanchor": "top"},
     )
-    return fig
 
 
 def _clipped(start_s: float, end_s: float, frame: pl.DataFrame, t0: float) -> tuple[float, float]:
     """A span's ends within the chart's time (an open end stops at the last window)."""
     last = t0 + float(frame["window_end"].max()) if frame.height else start_s
     return max(start_s, t0), min(end_s, last)
-
-
-def _axis_x(t: float, t0: float, wall: bool, scale: float):
-    """Where absolute time `t` (s) falls on the chart's x axis."""
-    return _utc(t) if wall else round((t - t0) / scale, 6)
 
 
 def _with_gaps(part: pl.DataFrame) -> pl.DataFrame:

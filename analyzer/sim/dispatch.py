@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from analyzer.config.engines import engine
-from analyzer.config.policy import Policy
+from analyzer.config.policy import Policy, build_policy, policy_values
 from analyzer.sim.records import ResultColumns, SimRequest, SimResult
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "SimResult",
     "check_engine",
     "hit_alignment",
+    "load_policy",
+    "make_policy",
     "replay",
     "replay_from_shared",
 ]
@@ -82,3 +85,18 @@ def replay_from_shared(
     """
     found = getattr(_engine(policy), "replay_from_shared", None)
     return found(policy, num_groups=num_groups) if found is not None else None
+
+
+# Policies the replay can run: a configuration policy (`analyzer.config.policy`) that the
+# engine it names has also accepted (`check_engine`), so a key the engine does not model is
+# an error before any request runs.
+def make_policy(values: dict[str, Any]) -> Policy:
+    """A validated Policy from a dict of SPEC 5 keys, checked by its engine."""
+    policy = build_policy(values)
+    check_engine(policy)
+    return policy
+
+
+def load_policy(source: str | None, overrides: list[str] = ()) -> Policy:
+    """A policy from a preset name or a JSON/TOML file, then `--set` overrides."""
+    return make_policy(policy_values(source, overrides))

@@ -53,7 +53,7 @@ from functools import cache
 
 import numpy as np
 
-from analyzer.sim.common.hashing import HashInterner
+from analyzer.sim.common.block_hash import HashInterner
 from analyzer.sim.common.serial import budget_chunks
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.compiled_input import StepInput

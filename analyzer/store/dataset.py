@@ -94,11 +94,6 @@ def register_requests(con: duckdb.DuckDBPyConnection, data: pads.Dataset | pa.Ta
     con.execute(load_sql("dataset_requests_view").format(columns=cols))
 
 
-def unregister_requests(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute(load_sql("dataset_drop_view"))
-    con.unregister("requests_dataset")
-
-
 def read_rows(path: str | Path, arrival_seqs: np.ndarray) -> pa.Table:
     """The rows of the dataset whose arrival_seq is in `arrival_seqs` (a worker's partition),
     read with a pushed-down filter: only matching rows are materialised."""

@@ -17,7 +17,7 @@ from analyzer.config.engines import engine
 from analyzer.config.memory import bytes_per_block
 from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import make_policy, policy_values
+from analyzer.sim.dispatch import make_policy, policy_values
 from analyzer.store.db import trace_block_tokens
 from analyzer.store.ingest import ingest
 

@@ -162,7 +162,7 @@ def test_colliding_group_keys_merge_groups_and_answers_stay_exact(monkeypatch):
     """Group keys are hashes: force keys to collide (a 1-bit key) and the groups merge into
     fewer shards, with the same answers."""
     import analyzer.prefixes.shallow as shallow
-    from analyzer.prefixes.hashing import DEFAULT_HASH
+    from analyzer.prefixes.prefix_hash import DEFAULT_HASH
 
     requests = [Request(request_id=f"r{i}", prompt=(BOS, i % 4, 1, 2, i % 3)) for i in range(16)]
     source = MemorySource.from_requests(requests)

@@ -17,7 +17,7 @@ from analyzer.errors import StoreError
 from analyzer.executors import LOCAL
 from analyzer.pipeline import replay as replay_module
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
 from analyzer.traces.synth import generate

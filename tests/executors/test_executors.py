@@ -21,7 +21,7 @@ from analyzer.pipeline import replay as replay_module
 from analyzer.pipeline.match import match_prefixes
 from analyzer.pipeline.replay import run_replay
 from analyzer.prefixes.sharding import partition_requests
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 from analyzer.traces.synth import generate
 from analyzer.traces.synth import write_jsonl as write_synth

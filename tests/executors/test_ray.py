@@ -16,7 +16,7 @@ from analyzer.executors import ExecutorSpec, WorkerError, map_partitions
 from analyzer.pipeline.match import match_prefixes
 from analyzer.pipeline.replay import replay_rows, run_replay
 from analyzer.pipeline.sweep import run_sweeps
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import connect
 from tests.executors.test_executors import (
     REPLAY_COLUMNS,

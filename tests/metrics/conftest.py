@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl
 

@@ -12,7 +12,7 @@ from analyzer.cli import cli
 from analyzer.errors import ConfigError
 from analyzer.metrics.compare import compare, parse_window
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl
 from tests.metrics.conftest import SAMPLES, groups_records

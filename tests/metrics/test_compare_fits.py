@@ -14,7 +14,7 @@ from analyzer.metrics.runs import resolve_run
 from analyzer.metrics.ttft import TtftFit
 from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import run_sweeps
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
 

@@ -9,7 +9,7 @@ from analyzer.cli import cli
 from analyzer.errors import ConfigError, StoreError
 from analyzer.metrics.prometheus import escape_label_value, prometheus_metrics
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 from tests.conftest import db_rows, write_jsonl
 from tests.metrics.conftest import SAMPLES, groups_records

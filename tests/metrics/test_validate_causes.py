@@ -14,7 +14,7 @@ from analyzer.cli import cli
 from analyzer.metrics.validate import validate
 from analyzer.metrics.validate_causes import UNDER, cause_table, engine_warning, split, worst
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 from tests.conftest import db_rows
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from analyzer.cli import cli
 from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 
 MIXED = Path(__file__).parents[2] / "sample_traces" / "mixed.jsonl.gz"  # 2 revisions x 2 replicas

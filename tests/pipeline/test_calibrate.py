@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from analyzer.cli import cli
 from analyzer.pipeline.calibrate import calibrate
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import load_policy, make_policy
+from analyzer.sim.dispatch import load_policy, make_policy
 from analyzer.store.ingest import ingest
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"

@@ -18,7 +18,7 @@ from analyzer.cli import cli
 from analyzer.pipeline.plan import Evaluator, plan
 from analyzer.pipeline.plan.answer import _seconds
 from analyzer.pipeline.plan.load import load_figures, max_overlap
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl

@@ -19,7 +19,7 @@ from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.evaluate import Measure
 from analyzer.pipeline.plan.pool import Found
 from analyzer.pipeline.plan.search import Outcome, Search
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 
 GIB = 2**30
 PRESET = load_model("qwen3.5-4b")

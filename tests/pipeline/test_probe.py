@@ -21,7 +21,7 @@ from analyzer.cli import cli
 from analyzer.metrics.validate import validate
 from analyzer.pipeline.probe import TOKEN_RANGE, design_requests, write_probe
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import load_policy
+from analyzer.sim.dispatch import load_policy
 from analyzer.store.ingest import ingest
 from tests.conftest import db_rows
 

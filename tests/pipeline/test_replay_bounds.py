@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from analyzer.cli import cli
 from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 from tests.conftest import db_rows as rows
 

@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 from analyzer.access.trace import LoadedTrace
 from analyzer.pipeline import replay as replay_module
 from analyzer.pipeline.replay import replay_rows
-from analyzer.sim.dispatch import replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy, replay
 
 FA = {"engine": "vllm", "groups": ["full_attention"]}
 

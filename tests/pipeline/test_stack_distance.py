@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyzer.sim.dispatch import replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy, replay
 from analyzer.sim.records import SimRequest
 from analyzer.sim.stack_distance import capacity_curve
 

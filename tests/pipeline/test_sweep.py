@@ -10,7 +10,7 @@ from analyzer.config.memory import parse_size
 from analyzer.pipeline.plan import plan
 from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import parse_vary, run_sweeps
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from tests.conftest import db_rows
 
 FA64 = ['groups=["full_attention"]', "block_size=64"]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import duckdb
 
 from analyzer.pipeline.match import match_prefixes
-from analyzer.prefixes.labels import FAMILY_SOURCE, family_labels
+from analyzer.prefixes.labels import family_labels
 from analyzer.prefixes.memory import Request
 
 from .helpers import store
 
+FAMILY_SOURCE = "derived:first_junction"  # the stored rule (match_derive_families.sql)
 SYS_A = tuple(range(100, 140))  # 40-token system prompts
 SYS_B = tuple(range(200, 250))
 

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 
 from analyzer.pipeline.match import compute
 from analyzer.prefixes.engine import MatchOptions
-from analyzer.prefixes.hashing import HashParams
 from analyzer.prefixes.memory import MemorySource
+from analyzer.prefixes.prefix_hash import HashParams
 
 from .helpers import assert_same_arrays, assert_same_as_trie, requests_
 

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzer.prefixes import matcher
-from analyzer.prefixes.hashing import HashParams
 from analyzer.prefixes.memory import Request
+from analyzer.prefixes.prefix_hash import HashParams
 from analyzer.prefixes.trie import trie_match
 
 from .helpers import assert_same_as_trie, match_memory, requests_

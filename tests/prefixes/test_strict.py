@@ -15,8 +15,8 @@ from analyzer.pipeline.match import compute
 from analyzer.prefixes import arrays, matcher
 from analyzer.prefixes.backend import to_numpy
 from analyzer.prefixes.engine import MatchOptions
-from analyzer.prefixes.hashing import HashParams, prefix_keys
 from analyzer.prefixes.memory import MemorySource
+from analyzer.prefixes.prefix_hash import HashParams, prefix_keys
 
 from .helpers import assert_same_arrays, assert_same_as_trie, requests_
 

@@ -12,7 +12,7 @@ from analyzer.pipeline.match import match_prefixes
 from analyzer.pipeline.replay import run_replay
 from analyzer.report.data import load_report_data
 from analyzer.report.html import render_report
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 
 SAMPLES = Path(__file__).parents[2] / "sample_traces"

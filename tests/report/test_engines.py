@@ -12,7 +12,7 @@ from analyzer.pipeline.replay import run_replay
 from analyzer.report import engines
 from analyzer.report.data import load_report_data
 from analyzer.report.html import FIGURE_IDS, render_report
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from tests.report import test_browser
 
 

@@ -89,7 +89,7 @@ def test_sweep_section_when_sweep_points_exist(db_copy, tmp_path):
 
 def test_without_match_tables(tmp_path):
     from analyzer.pipeline.replay import run_replay
-    from analyzer.sim.policy import make_policy
+    from analyzer.sim.dispatch import make_policy
     from analyzer.store.ingest import ingest
 
     db = tmp_path / "d.duckdb"

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from analyzer.pipeline.match import match_prefixes
-from analyzer.prefixes.hashing import HashParams
+from analyzer.prefixes.prefix_hash import HashParams
 from analyzer.report.junction_paths import deepest_junctions
 from analyzer.store.ingest import ingest
 

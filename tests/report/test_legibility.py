@@ -18,7 +18,7 @@ from analyzer.pipeline.match import match_prefixes
 from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.report import write_report
 from analyzer.pipeline.sweep import run_sweeps
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 from tests.report import test_browser
 from tests.report.conftest import MODEL

@@ -13,7 +13,7 @@ from analyzer.pipeline.replay import run_replay
 from analyzer.report import engines, load, waterfall
 from analyzer.report.data import load_report_data
 from analyzer.report.html import FIGURE_IDS, render_report
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from tests.conftest import db_rows
 from tests.report import test_browser
 from tests.report.conftest import MODEL

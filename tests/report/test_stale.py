@@ -13,7 +13,7 @@ from analyzer.pipeline.match import match_prefixes
 from analyzer.pipeline.replay import run_replay
 from analyzer.report.data import load_report_data
 from analyzer.report.html import render_report
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import connect, derived_from
 from analyzer.store.ingest import ingest
 

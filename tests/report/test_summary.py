@@ -16,7 +16,7 @@ from analyzer.pipeline.sweep import run_sweeps
 from analyzer.report.data import load_report_data
 from analyzer.report.html import render_report
 from analyzer.report.summary import _lever_text, span_text, trace_sentence
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from tests.report.conftest import MODEL
 
 

@@ -15,8 +15,7 @@ from click.testing import CliRunner
 
 from analyzer.cli import cli
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.dispatch import replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy, replay
 from analyzer.sim.records import SimRequest
 from analyzer.store.ingest import ingest
 from tests.conftest import db_rows

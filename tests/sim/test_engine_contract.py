@@ -14,8 +14,7 @@ from analyzer.config.engines import ENGINES, engine
 from analyzer.config.options import OPTIONS
 from analyzer.config.policy import policy_values
 from analyzer.errors import ConfigError
-from analyzer.sim.dispatch import check_engine, hit_alignment
-from analyzer.sim.policy import load_policy, make_policy
+from analyzer.sim.dispatch import check_engine, hit_alignment, load_policy, make_policy
 from tests.sim.engine_checks import cat, check_end_to_end, check_invariants, req, toks
 
 NAMES = sorted(ENGINES)

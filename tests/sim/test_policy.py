@@ -11,7 +11,7 @@ from analyzer.config.bundled import SCHEMAS
 from analyzer.config.models import load_model, model_names
 from analyzer.config.policy import presets
 from analyzer.errors import ConfigError
-from analyzer.sim.policy import load_policy, make_policy
+from analyzer.sim.dispatch import load_policy, make_policy
 
 SCHEMA = json.loads((SCHEMAS / "policy.schema.json").read_text())
 

@@ -12,7 +12,7 @@ import analyzer.store.runs as runs
 from analyzer.errors import InputFileError
 from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import run_sweeps
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from analyzer.cli import cli
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"

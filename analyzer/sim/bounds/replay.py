@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from analyzer.config.engines import BOUNDS
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
-from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.common.serial import SerialReplay, budget_chunks, empty_result
 from analyzer.sim.records import SimRequest, SimResult, match_result
 

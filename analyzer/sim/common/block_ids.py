@@ -21,7 +21,7 @@ from functools import cache
 import numpy as np
 
 from analyzer.pages import plain_empty
-from analyzer.sim.common.hashing import HashInterner
+from analyzer.sim.common.block_hash import HashInterner
 
 ARENA_UNITS = 1 << 26
 # Arenas of finished CompiledBlockIds, their pages mapped already: a process that replays

@@ -1,7 +1,7 @@
 """A pool of committed blocks as hash chains with leaf-only LRU eviction (units: blocks).
 
 Shared by the `trtllm` and `suffix_replay` engines. A block is named by its chained hash id
-(analyzer/sim/common/hashing.py), so its parent is the previous block of the same prefix and
+(analyzer/sim/common/block_hash.py), so its parent is the previous block of the same prefix and
 namespaces never meet. Each node may also carry one state snapshot, charged as one more block
 (TensorRT-LLM keeps snapshots as blocks of the same pool).
 

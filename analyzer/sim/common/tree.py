@@ -1,7 +1,7 @@
 """A page-level radix tree shared by the radix-cache engines (sglang, marconi).
 
 A page is `block_size` tokens; its key is the chained block hash id of the prefix ending with
-it (analyzer/sim/common/hashing.py), so equal keys at equal depths mean equal prefixes and a
+it (analyzer/sim/common/block_hash.py), so equal keys at equal depths mean equal prefixes and a
 namespace never shares a key with another. An edge is a run of page keys; a child is found by
 its first page key, an edge is compared page by page and a divergence inside an edge splits it
 at that page (split-on-divergence, as SGLang's RadixCache and Marconi's tree do).

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from analyzer.config.policy import Policy
-from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.common.serial import SerialReplay, budget_chunks, check_unmodelled, empty_result
 from analyzer.sim.common.tree import deepest_stored
 from analyzer.sim.marconi.cache import MarconiCache

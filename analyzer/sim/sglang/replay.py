@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from analyzer.config.policy import Policy
-from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.common.serial import SerialReplay, budget_chunks, empty_result
 from analyzer.sim.common.tree import Node, deepest_stored
 from analyzer.sim.records import SimRequest, SimResult, match_result

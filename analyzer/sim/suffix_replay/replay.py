@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from analyzer.config.policy import Policy
+from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.common.blocks import BlockTree
-from analyzer.sim.common.hashing import HashInterner, request_hashes
 from analyzer.sim.common.serial import (
     BLOCK_GROUPS,
     SerialReplay,

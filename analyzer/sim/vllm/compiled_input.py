@@ -16,8 +16,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.common.block_ids import CompiledBlockIds, LookaheadIds
-from analyzer.sim.common.hashing import HashInterner, request_hashes
 from analyzer.sim.records import SimRequest, SimResult
 
 

@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
-from analyzer.sim.common.hashing import request_hashes
+from analyzer.sim.common.block_hash import request_hashes
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
 from analyzer.sim.vllm.flight import Admission, Flight
@@ -422,10 +422,3 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
                 f"aborted after {f.num_preemptions} preemptions: its {f.req.num_tokens}-token "
                 f"sequence no longer fits the pool ({self.layout.num_blocks} blocks)"
             )
-
-
-def replay_concurrent(
-    requests: Iterable[SimRequest], policy: Policy, *, num_groups: dict[str, int] | None = None
-) -> Iterator[SimResult]:
-    """Replay `requests` (one cache) under `policy` (engine vllm, schedule concurrent)."""
-    return ConcurrentReplay(policy, num_groups=num_groups).run(requests)

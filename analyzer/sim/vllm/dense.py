@@ -28,7 +28,7 @@ from functools import cache
 
 import numpy as np
 
-from analyzer.sim.common.hashing import HashInterner
+from analyzer.sim.common.block_hash import HashInterner
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.compiled_input import StepInput, grown, in_steps
 from analyzer.sim.vllm.fast import failed

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.records import ResultColumns, SimRequest, SimResult
 from analyzer.sim.vllm.layout import CacheLayout, cdiv
 from analyzer.sim.vllm.scheduler import chunk_tokens

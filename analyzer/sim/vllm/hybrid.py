@@ -30,7 +30,7 @@ from types import FunctionType
 import numpy as np
 
 from analyzer.pages import plain_empty
-from analyzer.sim.common.hashing import HashInterner
+from analyzer.sim.common.block_hash import HashInterner
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm import hybrid_loop, lookup_loop, pool_loop
 from analyzer.sim.vllm import loop_fields as f

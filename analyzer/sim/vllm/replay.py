@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from analyzer.config.policy import Policy
-from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
 from analyzer.sim.vllm.dense import DenseReplay, dense_applies

@@ -7,8 +7,7 @@ import pytest
 
 from analyzer.errors import ConfigError
 from analyzer.sim.bounds import replay as bound_replay
-from analyzer.sim.dispatch import replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy, replay
 from analyzer.sim.records import SimRequest
 from tests.sim.conftest import shared_prefix_requests
 

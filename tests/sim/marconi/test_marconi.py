@@ -10,11 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.errors import ConfigError
-from analyzer.sim.dispatch import replay
+from analyzer.sim.dispatch import make_policy, replay
 from analyzer.sim.marconi import MarconiReplay
 from analyzer.sim.marconi.flops import CostModel, cost_model
 from analyzer.sim.marconi.replay import ALPHA_GRID
-from analyzer.sim.policy import make_policy
 from analyzer.sim.records import SimRequest
 from tests.sim.engine_checks import cat, oracle_matches, req, toks
 from tests.sim.sglang.test_sglang import _nodes

@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.errors import ConfigError
-from analyzer.sim.dispatch import replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy, replay
 from analyzer.sim.records import SimRequest
 from analyzer.sim.sglang import SGLangReplay
 from analyzer.sim.sglang.unified import UnifiedRadixCache

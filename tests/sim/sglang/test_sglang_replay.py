@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from analyzer.cli import cli
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import load_policy
+from analyzer.sim.dispatch import load_policy
 from analyzer.store.ingest import ingest
 from tests.sim.engine_checks import waterfall_totals
 

@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.errors import ConfigError
-from analyzer.sim.dispatch import hit_alignment, replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import hit_alignment, make_policy, replay
 from analyzer.sim.records import SimRequest
 from tests.sim.engine_checks import check_end_to_end, check_invariants
 from tests.sim.strategies import traces

@@ -48,7 +48,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import replay
 

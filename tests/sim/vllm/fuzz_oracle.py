@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import replay
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import replay
 

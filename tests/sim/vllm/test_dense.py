@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.common.block_ids import CompiledBlockIds, LookaheadIds
-from analyzer.sim.common.hashing import HashInterner, request_hashes
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import VllmReplay
 from analyzer.sim.vllm import dense as dense_module

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import VllmReplay
 from analyzer.sim.vllm import hybrid as hybrid_module

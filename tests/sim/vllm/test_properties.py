@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest, result_columns
 from analyzer.sim.vllm import VllmReplay, replay, replay_from_shared
 from analyzer.sim.vllm.fast import attention_results

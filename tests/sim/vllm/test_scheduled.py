@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import replay
 

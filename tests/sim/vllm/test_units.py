@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from analyzer.errors import ConfigError
-from analyzer.sim.common.hashing import HashInterner, request_hashes
-from analyzer.sim.policy import make_policy
+from analyzer.sim.common.block_hash import HashInterner, request_hashes
+from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import VllmReplay, replay
 from analyzer.sim.vllm.block_pool import BlockPool

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.sim.vllm import replay
 from tests.sim.conftest import shared_prefix_requests
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from analyzer.cli import cli
 from analyzer.pipeline.replay import run_replay
-from analyzer.sim.policy import make_policy
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 from analyzer.traces.readers import detect_format
 from tests.conftest import db_rows, write_jsonl

@@ -1,4 +1,4 @@
-"""Block hash ids (sim/common/hashing.py) against the simplest oracle: two blocks get the same
+"""Block hash ids (sim/common/block_hash.py) against the simplest oracle: two blocks get the same
 id exactly when the token prefixes they end (with their lookahead) are equal."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.sim.common.hashing import HashInterner, request_hashes
+from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.records import SimRequest
 
 
