@@ -253,8 +253,8 @@ def plan_cmd(
     With --dataset (and a non-local executor) each replay's or setting's worker reads the
     trace from the dataset; this process holds its per-request scalars only. Nothing is
     written to --db."""
+    from analyzer.config.policy import policy_values
     from analyzer.pipeline.plan import plan
-    from analyzer.sim.dispatch import policy_values
 
     with counter("plan", "replays") as update:
         r = plan(

@@ -19,7 +19,6 @@ from analyzer.config.memory import policy_pool_gib
 from analyzer.config.models import load_model
 from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.errors import ConfigError, StoreError
-from analyzer.report.junction_paths import deepest_junctions
 from analyzer.report.labels import baseline, changes_text, run_labels
 from analyzer.store.caveats import timestamp_caveats
 from analyzer.store.db import (
@@ -374,6 +373,11 @@ def _fresh_junctions(
     fresh = [i for i, fp in fingerprints.items() if origin is not None and fp == origin[0]]
     left = [str(i) for i in fingerprints if i not in fresh]
     note = None
+    if "junction_requests" not in table_names(con):  # matched before hpa stored the pins
+        return None, (
+            "the junction tables were written by an earlier hpa, without each request's "
+            "junction; run `hpa match` again to see them"
+        )
     if origin is None:
         note = (
             "the junction tables do not say which trace they were matched from (written by "
@@ -390,18 +394,10 @@ def _fresh_junctions(
 
 
 def _junctions(con, ids: list[int], labels: dict[int, str]) -> pl.DataFrame:
-    """Per run and junction, the outcomes of the requests pinned there: from the table
-    `hpa match` wrote (junction_requests: aggregated in DuckDB, memory bounded), or for a
-    store matched by an earlier hpa, computed here from the sequences."""
-    if "junction_requests" in table_names(con):
-        con.execute(load_sql("report_junction_paths_view"))
-        frame = pl.from_arrow(query_arrow(con, load_sql("report_junctions"), {"runs": ids}))
-        return _with_labels(frame, labels)
-    con.register("report_junction_paths", deepest_junctions(con))
-    try:
-        frame = pl.from_arrow(query_arrow(con, load_sql("report_junctions"), {"runs": ids}))
-    finally:
-        con.unregister("report_junction_paths")
+    """Per run and junction, the outcomes of the requests pinned there, from the table
+    `hpa match` wrote (junction_requests: aggregated in DuckDB, memory bounded)."""
+    con.execute(load_sql("report_junction_paths_view"))
+    frame = pl.from_arrow(query_arrow(con, load_sql("report_junctions"), {"runs": ids}))
     return _with_labels(frame, labels)
 
 

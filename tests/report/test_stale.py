@@ -103,3 +103,19 @@ def test_a_replay_says_when_derived_families_miss_new_requests(tmp_path):
         "prompt families were derived by `hpa match --derive-families` from 32 requests; the "
         "store holds 96 now, 32 of them with no family (run it again)"
     )
+
+
+def test_a_match_of_an_earlier_hpa_without_each_requests_junction_asks_for_a_match(db):
+    """The report reads the junctions `hpa match` stored; it computes none itself (issue 34
+    item 3: it ran the matcher's hashing over every sequence for such a store)."""
+    con = connect(db, create=False)
+    try:
+        con.execute("DROP TABLE junction_requests")
+    finally:
+        con.close()
+    data = load_report_data(db)
+    assert data.junctions is None
+    assert data.junction_note == (
+        "the junction tables were written by an earlier hpa, without each request's "
+        "junction; run `hpa match` again to see them"
+    )
