@@ -259,7 +259,7 @@ def metrics_cmd(db_path: str, run: int | None, out: str | None) -> None:
     sparse_retention_evicted|spec_decode} and hpa_replay_requests_total, labelled by run,
     prompt_family and model_revision.
     """
-    from analyzer.metrics.prometheus import prometheus_metrics, write_metrics
+    from analyzer.pipeline.metrics import prometheus_metrics, write_metrics
 
     result = prometheus_metrics(db_path=db_path, run=run)
     if out is None:

@@ -49,10 +49,10 @@ import pyarrow as pa
 from analyzer.config.models import load_model
 from analyzer.errors import ConfigError
 from analyzer.metrics.attribution import FIGURES, build_tables
-from analyzer.metrics.runs import resolve_run
 from analyzer.metrics.ttft import TtftFit, fit_by_revision
 from analyzer.store.caveats import timestamp_caveats
 from analyzer.store.db import DEFAULT_DB, connect, load_sql
+from analyzer.store.runs import resolve_run
 from analyzer.traces.records import RecordError, parse_time_text
 from analyzer.words import plural, signed_term
 

@@ -1,4 +1,5 @@
-"""`hpa metrics`: a replay run's counters as Prometheus text exposition (format 0.0.4).
+"""A replay run's counters as Prometheus text exposition (format 0.0.4), from its rows
+(pure: `pipeline/metrics.py` reads them for `hpa metrics`).
 
 Families, in this order, each with HELP and TYPE lines, every sample labelled
 `run`, `prompt_family` and `model_revision` (NULL labels become "(none)"):
@@ -19,13 +20,6 @@ are sorted by prompt family, model revision, then cause, so the text is determin
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from pathlib import Path
-
-from analyzer.metrics.runs import resolve_run
-from analyzer.store.db import DEFAULT_DB, connect, load_sql
-from analyzer.store.export import write_atomic
 
 # (cause label, replay_requests column), in waterfall order.
 CAUSE_LABELS = (
@@ -64,12 +58,6 @@ _LOST = (
     "all causes equal queries.",
 )
 _REQUESTS = ("hpa_replay_requests_total", "Requests replayed.")
-
-
-@dataclass(frozen=True)
-class MetricsText:
-    run_id: int
-    text: str
 
 
 def escape_label_value(value: str) -> str:
@@ -114,29 +102,3 @@ def render_counters(run_id: int, rows: list[dict]) -> str:
     family(name, help_text)
     out.extend(f"{name}{_labels(base(r))} {int(r['requests'])}" for r in rows)
     return "\n".join(out) + "\n"
-
-
-def write_metrics(text: str, path: str | Path) -> None:
-    """Write exposition text to `path` (atomically: a scraper never sees half a file).
-
-    Raises:
-        InputFileError: the file cannot be written.
-    """
-    write_atomic(path, text)
-
-
-def prometheus_metrics(*, db_path: str | Path = DEFAULT_DB, run: int | None = None) -> MetricsText:
-    """Prometheus text of replay run `run` (the latest when None).
-
-    Raises:
-        StoreError: no database or no replay run. ConfigError: `run` is not a stored run.
-    """
-    con = connect(db_path, create=False, reader=True)
-    try:
-        run_id = resolve_run(con, run)
-        cur = con.execute(load_sql("metrics_prometheus"), {"run_id": run_id})
-        names = [d[0] for d in cur.description]
-        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        con.close()
-    return MetricsText(run_id, render_counters(run_id, rows))

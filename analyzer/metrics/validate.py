@@ -36,7 +36,6 @@ import pyarrow as pa
 from analyzer.errors import ConfigError, InputFileError, StoreError
 from analyzer.metrics import validate_causes as causes
 from analyzer.metrics.exposition import format_labels, read_counters
-from analyzer.metrics.runs import resolve_run
 from analyzer.store.db import (
     DEFAULT_DB,
     column_names,
@@ -46,6 +45,7 @@ from analyzer.store.db import (
     transaction,
 )
 from analyzer.store.export import check_export_path, export_table
+from analyzer.store.runs import resolve_run
 from analyzer.traces.records import RecordError, parse_time_text
 from analyzer.words import plural
 

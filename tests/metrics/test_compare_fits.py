@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from analyzer.metrics.compare import MIN_FIT_R2, _usable
-from analyzer.metrics.runs import resolve_run
 from analyzer.metrics.ttft import TtftFit
 from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import run_sweeps
 from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
+from analyzer.store.runs import resolve_run
 
 SAMPLE = Path(__file__).parents[2] / "sample_traces" / "groups_1500.jsonl"
 

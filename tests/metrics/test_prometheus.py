@@ -7,7 +7,8 @@ from click.testing import CliRunner
 
 from analyzer.cli import cli
 from analyzer.errors import ConfigError, StoreError
-from analyzer.metrics.prometheus import escape_label_value, prometheus_metrics
+from analyzer.metrics.prometheus import escape_label_value
+from analyzer.pipeline.metrics import prometheus_metrics
 from analyzer.pipeline.replay import run_replay
 from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
