@@ -299,7 +299,7 @@ def compare_cmd(
     revision: each cause's share of that side's queried tokens, the change in points, and
     the estimated TTFT change (ttft_ms = a + b x fresh_prefill_tokens fitted per revision).
     """
-    from analyzer.metrics.compare import compare
+    from analyzer.pipeline.compare import compare
     from analyzer.report.tables import render
 
     result = compare(db_path=db_path, window=window, baseline=baseline, runs=runs)

@@ -1,4 +1,5 @@
-"""`hpa compare`: attribute a change of the useful hit ratio to loss causes (SPEC 1, 3).
+"""Attribute a change of the useful hit ratio to loss causes (SPEC 1, 3), from two sides' rows
+(pure: `pipeline/compare.py` reads them from the store for `hpa compare`).
 
 Two sides, each a set of replayed requests:
 
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import orjson
 import pyarrow as pa
@@ -50,9 +50,6 @@ from analyzer.config.models import load_model
 from analyzer.errors import ConfigError
 from analyzer.metrics.attribution import FIGURES, build_tables
 from analyzer.metrics.ttft import TtftFit, fit_by_revision
-from analyzer.store.caveats import timestamp_caveats
-from analyzer.store.db import DEFAULT_DB, connect, load_sql
-from analyzer.store.runs import resolve_run
 from analyzer.traces.records import RecordError, parse_time_text
 from analyzer.words import plural, signed_term
 
@@ -207,77 +204,6 @@ def parse_window(text: str) -> Window:
     return Window(text, start, end)
 
 
-def compare(
-    *,
-    db_path: str | Path = DEFAULT_DB,
-    window: str | None = None,
-    baseline: str | None = None,
-    runs: tuple[int, ...] | list[int] = (),
-) -> Comparison:
-    """Compare two windows of one run (`window` vs `baseline`, `runs` = () or (RUN,)) or
-    two runs (`runs` = (A, B), A the baseline).
-
-    Raises:
-        ConfigError: a bad combination of arguments, a bad or empty window, an unknown run,
-            or two runs of different traces. StoreError: no database or no replay run.
-    """
-    runs = tuple(runs)
-    windowed = window is not None or baseline is not None
-    usage = "give --window START..END --baseline START..END [--run RUN], or --run A --run B"
-    if windowed and len(runs) > 1:
-        raise ConfigError(f"--window/--baseline compare one run, got {len(runs)} --run; {usage}")
-    if windowed and (window is None or baseline is None):
-        missing = "--baseline" if baseline is None else "--window"
-        raise ConfigError(f"{missing} is missing; {usage}")
-    if not windowed and len(runs) == 1:
-        raise ConfigError(f"one --run needs --window and --baseline, or a second --run; {usage}")
-    if not windowed and len(runs) != 2:
-        raise ConfigError(f"nothing to compare; {usage}")
-    win_cur = parse_window(window) if windowed else None
-    win_base = parse_window(baseline) if windowed else None
-
-    con = connect(db_path, create=False, reader=True)
-    try:
-        if windowed:
-            run_id = resolve_run(con, runs[0] if runs else None)
-            _check_windows(con, run_id, (win_base, win_cur))
-            sides = [("baseline", run_id, win_base), ("current", run_id, win_cur)]
-            fit_run = run_id
-        else:
-            a, b = (resolve_run(con, r) for r in runs)
-            _check_same_trace(con, a, b)
-            sides = [("baseline", a, None), ("current", b, None)]
-            fit_run = a
-        data = {name: _side_rows(con, run_id, w) for name, run_id, w in sides}
-        shape = {name: _traffic(con, run_id, w) for name, run_id, w in sides}
-        fits, source, note = _ttft_model(con, fit_run)
-        notes = tuple(timestamp_caveats(con)) if windowed else ()
-    finally:
-        con.close()
-    usable = {rev: fit if _usable(fit) else None for rev, fit in fits.items()}
-    side_objs = {
-        name: Side(name, run_id, w, sum(r["requests"] for r in data[name].values()))
-        for name, run_id, w in sides
-    }
-    for name, obj in side_objs.items():
-        if obj.requests == 0:  # two runs of an empty trace cannot happen; windows checked
-            raise ConfigError(f"the {name} holds no requests")
-    groups, causes, sentence = build_tables(data["baseline"], data["current"], usable)
-    return Comparison(
-        baseline=side_objs["baseline"],
-        current=side_objs["current"],
-        groups=groups,
-        causes=causes,
-        traffic=_traffic_table(shape["baseline"], shape["current"]),
-        fit_run=fit_run,
-        fits=fits,
-        ttft_source=source,
-        ttft_note=note,
-        sentence=sentence,
-        notes=notes,
-    )
-
-
 # A fit explains too little below this to estimate TTFT changes from (a preset's prefill
 # cost, with no R^2, is always used).
 MIN_FIT_R2 = 0.25
@@ -289,39 +215,6 @@ def _usable(fit: TtftFit | None) -> bool:
     if fit is None or fit.b_ms_per_token <= 0:
         return False
     return math.isnan(fit.r2) or fit.r2 >= MIN_FIT_R2
-
-
-def _fmt_s(x: float) -> str:
-    """Seconds as written in a window (1774000000.5, never 1.774e+09)."""
-    return f"{x:.3f}".rstrip("0").rstrip(".")
-
-
-def _check_windows(con, run_id: int, windows) -> None:
-    total, stamped, lo, hi = con.execute(
-        load_sql("compare_run_span"), {"run_id": run_id}
-    ).fetchone()
-    if stamped == 0:
-        raise ConfigError(
-            f"run {run_id}'s requests have no timestamps, so windows select nothing; "
-            "compare two runs with --run A --run B instead"
-        )
-    for w in windows:
-        params = {"run_id": run_id, "start": w.start_s, "end": w.end_s}
-        n = con.execute(load_sql("compare_window_count"), params).fetchone()[0]
-        if n == 0:
-            raise ConfigError(
-                f"window {w.text} holds no requests of run {run_id} "
-                f"(its timestamps span {_fmt_s(lo)}..{_fmt_s(hi)} s)"
-            )
-
-
-def _check_same_trace(con, a: int, b: int) -> None:
-    found = dict(con.execute(load_sql("compare_fingerprints"), {"a": a, "b": b}).fetchall())
-    if found[a] != found[b]:
-        raise ConfigError(
-            f"runs {a} and {b} replayed different traces (fingerprints {found[a][:12]} and "
-            f"{found[b][:12]}); compare two runs of the same trace, or two windows of one run"
-        )
 
 
 # (measure, unit) of each side's traffic shape, in the order printed (compare_traffic.sql)
@@ -338,23 +231,6 @@ TRAFFIC = (
     ("model_revisions", "labels"),
     ("conversations", "labels"),
 )
-
-
-def _params(run_id: int, w: Window | None) -> dict:
-    return {
-        "run_id": run_id,
-        "windowed": w is not None,
-        "start": w.start_s if w else 0.0,
-        "end": w.end_s if w else 0.0,
-    }
-
-
-def _traffic(con, run_id: int, w: Window | None) -> dict:
-    cur = con.execute(load_sql("compare_traffic"), _params(run_id, w))
-    out = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
-    span = out["span_s"]
-    out["requests_per_s"] = out["requests"] / span if span else None
-    return out
 
 
 def _traffic_table(base: dict, cur: dict) -> pa.Table:
@@ -386,18 +262,82 @@ _TRAFFIC_SCHEMA = pa.schema(
 )
 
 
-def _side_rows(con, run_id: int, w: Window | None) -> dict[tuple[str, str], dict]:
-    cur = con.execute(load_sql("compare_side"), _params(run_id, w))
-    names = [d[0] for d in cur.description]
-    out = {}
-    for row in cur.fetchall():
-        r = dict(zip(names, row, strict=True))
-        out[(r.pop("prompt_family"), r.pop("model_revision"))] = r
-    return out
+def check_request(window: str | None, baseline: str | None, runs: tuple[int, ...]):
+    """(windowed, the current window, the baseline window) of a valid request: two windows
+    of one run, or two runs.
+
+    Raises:
+        ConfigError: a bad combination of arguments, or a bad window.
+    """
+    windowed = window is not None or baseline is not None
+    usage = "give --window START..END --baseline START..END [--run RUN], or --run A --run B"
+    if windowed and len(runs) > 1:
+        raise ConfigError(f"--window/--baseline compare one run, got {len(runs)} --run; {usage}")
+    if windowed and (window is None or baseline is None):
+        missing = "--baseline" if baseline is None else "--window"
+        raise ConfigError(f"{missing} is missing; {usage}")
+    if not windowed and len(runs) == 1:
+        raise ConfigError(f"one --run needs --window and --baseline, or a second --run; {usage}")
+    if not windowed and len(runs) != 2:
+        raise ConfigError(f"nothing to compare; {usage}")
+    if not windowed:
+        return False, None, None
+    return True, parse_window(window), parse_window(baseline)
 
 
-def _ttft_model(con, run_id: int) -> tuple[dict[str, TtftFit | None], str, str]:
-    points = con.execute(load_sql("compare_ttft_points"), {"run_id": run_id}).fetchall()
+@dataclass(frozen=True)
+class SideRows:
+    """What the store holds of one side: its run and window, its figures per (family,
+    revision) (compare_side.sql) and its traffic's shape (compare_traffic.sql)."""
+
+    name: str
+    run_id: int
+    window: Window | None
+    groups: dict[tuple[str, str], dict]
+    traffic: dict
+
+
+def assemble(
+    base: SideRows,
+    cur: SideRows,
+    ttft: tuple[dict[str, TtftFit | None], str, str],
+    fit_run: int,
+    notes: tuple[str, ...] = (),
+) -> Comparison:
+    """The comparison of two sides' rows: `ttft` is (fits per revision, their source, a
+    note), fitted on run `fit_run`.
+
+    Raises:
+        ConfigError: a side holds no requests.
+    """
+    fits, source, note = ttft
+    usable = {rev: fit if _usable(fit) else None for rev, fit in fits.items()}
+    sides = {}
+    for rows in (base, cur):
+        requests = sum(r["requests"] for r in rows.groups.values())
+        if requests == 0:  # two runs of an empty trace cannot happen; windows are checked
+            raise ConfigError(f"the {rows.name} holds no requests")
+        sides[rows.name] = Side(rows.name, rows.run_id, rows.window, requests)
+    groups, causes, sentence = build_tables(base.groups, cur.groups, usable)
+    return Comparison(
+        baseline=sides[base.name],
+        current=sides[cur.name],
+        groups=groups,
+        causes=causes,
+        traffic=_traffic_table(base.traffic, cur.traffic),
+        fit_run=fit_run,
+        fits=fits,
+        ttft_source=source,
+        ttft_note=note,
+        sentence=sentence,
+        notes=notes,
+    )
+
+
+def fitted_ttft(points: list[tuple], model: str | None, revisions: list[str]):
+    """(fits per model revision, their source, a note): from the trace's (revision,
+    fresh prefill tokens, ttft_ms) `points`, else the prefill cost of `model`'s preset
+    (the same for every one of `revisions`), else none."""
     if points:
         revs, fresh, ttft = zip(*points, strict=True)
         return (
@@ -405,19 +345,9 @@ def _ttft_model(con, run_id: int) -> tuple[dict[str, TtftFit | None], str, str]:
             "trace ttft_ms",
             "fitted from the trace's ttft_ms",
         )
-    params = {"run_id": run_id}
-    policy = orjson.loads(con.execute(load_sql("replay_run_policy"), params).fetchone()[0])
-    model = policy.get("model")
-    cost = None
-    if model:
-        cost = load_model(model).get("prefill_cost")
+    cost = load_model(model).get("prefill_cost") if model else None
     if cost:
         fit = TtftFit(float(cost["a_ms"]), float(cost["b_ms_per_token"]), math.nan, 0)
-        revs = [r[0] for r in con.execute(load_sql("compare_revisions"), params).fetchall()]
-        return {r: fit for r in revs}, "model preset", f"prefill cost of model preset {model}"
+        return {r: fit for r in revisions}, "model preset", f"prefill cost of model preset {model}"
     why = f"model preset {model} has no prefill cost" if model else "the run names no model preset"
-    return (
-        {},
-        "unavailable",
-        f"TTFT change unavailable: the trace has no ttft_ms and {why}",
-    )
+    return {}, "unavailable", f"TTFT change unavailable: the trace has no ttft_ms and {why}"

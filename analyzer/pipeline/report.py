@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from analyzer.errors import ConfigError
-from analyzer.metrics.compare import compare
+from analyzer.pipeline.compare import compare
 from analyzer.report.html import ReportResult, render_report
 from analyzer.store.db import DEFAULT_DB
 

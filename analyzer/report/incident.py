@@ -1,7 +1,7 @@
 """The report's incident section (`hpa report --window S..E --baseline S..E [--run R]`):
 `hpa compare`'s attribution of the two windows, right after the summary.
 
-It takes the comparison `analyzer.metrics.compare.compare` returns (its `baseline` and
+It takes the comparison `analyzer.pipeline.compare.compare` returns (its `baseline` and
 `current` sides, `traffic`, `groups`, `causes` tables and `sentence`); the report never
 computes it itself (the pipeline does), so the section shows the command's figures.
 """

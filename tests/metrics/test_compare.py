@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from analyzer.cli import cli
 from analyzer.errors import ConfigError
-from analyzer.metrics.compare import compare, parse_window
+from analyzer.metrics.compare import parse_window
+from analyzer.pipeline.compare import compare
 from analyzer.pipeline.replay import run_replay
 from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyzer.metrics.compare import compare
 from analyzer.metrics.ttft import fit_by_revision, fit_ttft
+from analyzer.pipeline.compare import compare
 from tests.metrics.conftest import build_groups_db, groups_records
 
 

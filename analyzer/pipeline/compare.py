@@ -1,0 +1,129 @@
+"""`hpa compare`: two windows of one replay run, or two runs of one trace, read from the store
+and attributed (`metrics.compare`: what is compared and how)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from analyzer.errors import ConfigError
+from analyzer.metrics.compare import (
+    Comparison,
+    SideRows,
+    Window,
+    assemble,
+    check_request,
+    fitted_ttft,
+)
+from analyzer.store.caveats import timestamp_caveats
+from analyzer.store.db import DEFAULT_DB, connect, load_sql
+from analyzer.store.runs import resolve_run
+
+
+def compare(
+    *,
+    db_path: str | Path = DEFAULT_DB,
+    window: str | None = None,
+    baseline: str | None = None,
+    runs: tuple[int, ...] | list[int] = (),
+) -> Comparison:
+    """Compare two windows of one run (`window` vs `baseline`, `runs` = () or (RUN,)) or
+    two runs (`runs` = (A, B), A the baseline).
+
+    Raises:
+        ConfigError: a bad combination of arguments, a bad or empty window, an unknown run,
+            or two runs of different traces. StoreError: no database or no replay run.
+    """
+    runs = tuple(runs)
+    windowed, win_cur, win_base = check_request(window, baseline, runs)
+    con = connect(db_path, create=False, reader=True)
+    try:
+        if windowed:
+            run_id = resolve_run(con, runs[0] if runs else None)
+            _check_windows(con, run_id, (win_base, win_cur))
+            sides = [("baseline", run_id, win_base), ("current", run_id, win_cur)]
+            fit_run = run_id
+        else:
+            a, b = (resolve_run(con, r) for r in runs)
+            _check_same_trace(con, a, b)
+            sides = [("baseline", a, None), ("current", b, None)]
+            fit_run = a
+        base, cur = (
+            SideRows(name, run_id, w, _side_rows(con, run_id, w), _traffic(con, run_id, w))
+            for name, run_id, w in sides
+        )
+        ttft = _ttft_model(con, fit_run)
+        notes = tuple(timestamp_caveats(con)) if windowed else ()
+    finally:
+        con.close()
+    return assemble(base, cur, ttft, fit_run, notes)
+
+
+def _fmt_s(x: float) -> str:
+    """Seconds as written in a window (1774000000.5, never 1.774e+09)."""
+    return f"{x:.3f}".rstrip("0").rstrip(".")
+
+
+def _check_windows(con, run_id: int, windows) -> None:
+    total, stamped, lo, hi = con.execute(
+        load_sql("compare_run_span"), {"run_id": run_id}
+    ).fetchone()
+    if stamped == 0:
+        raise ConfigError(
+            f"run {run_id}'s requests have no timestamps, so windows select nothing; "
+            "compare two runs with --run A --run B instead"
+        )
+    for w in windows:
+        params = {"run_id": run_id, "start": w.start_s, "end": w.end_s}
+        n = con.execute(load_sql("compare_window_count"), params).fetchone()[0]
+        if n == 0:
+            raise ConfigError(
+                f"window {w.text} holds no requests of run {run_id} "
+                f"(its timestamps span {_fmt_s(lo)}..{_fmt_s(hi)} s)"
+            )
+
+
+def _check_same_trace(con, a: int, b: int) -> None:
+    found = dict(con.execute(load_sql("compare_fingerprints"), {"a": a, "b": b}).fetchall())
+    if found[a] != found[b]:
+        raise ConfigError(
+            f"runs {a} and {b} replayed different traces (fingerprints {found[a][:12]} and "
+            f"{found[b][:12]}); compare two runs of the same trace, or two windows of one run"
+        )
+
+
+def _params(run_id: int, w: Window | None) -> dict:
+    return {
+        "run_id": run_id,
+        "windowed": w is not None,
+        "start": w.start_s if w else 0.0,
+        "end": w.end_s if w else 0.0,
+    }
+
+
+def _traffic(con, run_id: int, w: Window | None) -> dict:
+    cur = con.execute(load_sql("compare_traffic"), _params(run_id, w))
+    out = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
+    span = out["span_s"]
+    out["requests_per_s"] = out["requests"] / span if span else None
+    return out
+
+
+def _side_rows(con, run_id: int, w: Window | None) -> dict[tuple[str, str], dict]:
+    cur = con.execute(load_sql("compare_side"), _params(run_id, w))
+    names = [d[0] for d in cur.description]
+    out = {}
+    for row in cur.fetchall():
+        r = dict(zip(names, row, strict=True))
+        out[(r.pop("prompt_family"), r.pop("model_revision"))] = r
+    return out
+
+
+def _ttft_model(con, run_id: int):
+    """The TTFT fits of run `run_id` (`metrics.compare.fitted_ttft`) from what it stored."""
+    points = con.execute(load_sql("compare_ttft_points"), {"run_id": run_id}).fetchall()
+    params = {"run_id": run_id}
+    policy = orjson.loads(con.execute(load_sql("replay_run_policy"), params).fetchone()[0])
+    revisions = [r[0] for r in con.execute(load_sql("compare_revisions"), params).fetchall()]
+    return fitted_ttft(points, policy.get("model"), revisions)
