@@ -28,7 +28,7 @@ _LAZY = {
     "make_policy": "analyzer.sim.dispatch",
     "run_replay": "analyzer.pipeline.replay",
     "run_demo": "analyzer.pipeline.demo",
-    "validate": "analyzer.metrics.validate",
+    "validate": "analyzer.pipeline.validate",
     "write_probe": "analyzer.pipeline.probe",
 }
 

@@ -132,9 +132,8 @@ def replay(
     revision), then prints the summary. `--policy a,b,c` replays several policies (each
     with the --set overrides) one after another and prints them side by side.
     """
-    from analyzer.pipeline.replay import run_replay
+    from analyzer.pipeline.replay import load_policies, run_replay
     from analyzer.report.tables import render
-    from analyzer.sim.dispatch import load_policy
     from analyzer.store.export import check_export_path
     from analyzer.store.runs import check_measure_from, check_name, side_by_side
 
@@ -144,7 +143,7 @@ def replay(
     names = [part.strip() for part in policy_source.split(",")]
     if not all(names):
         raise ConfigError(f"--policy {policy_source!r}: an empty name in the list")
-    policies = [load_policy(name, list(overrides)) for name in names]
+    policies = load_policies(names, list(overrides))
     if out is not None and len(policies) > 1:
         raise ConfigError("--out: exports one run; give a single --policy")
     if out is not None:

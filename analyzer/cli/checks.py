@@ -51,7 +51,7 @@ def validate_cmd(
     """
     import pyarrow as pa
 
-    from analyzer.metrics.validate import CACHED, validate
+    from analyzer.pipeline.validate import validate
     from analyzer.report.tables import render
 
     r = validate(
@@ -66,9 +66,9 @@ def validate_cmd(
         out=out,
     )
     click.echo(f"validation {r.validation_id}: {r.window}")
-    per_request = r.table(CACHED)
+    per_request = r.table(r.per_request_source)
     if per_request.num_rows:
-        click.echo(f"\nper request: replay hit_tokens vs {CACHED}")
+        click.echo(f"\nper request: replay hit_tokens vs {r.per_request_source}")
         click.echo(render(per_request.drop_columns(["source", "figure"])), nl=False)
     if r.causes is not None:
         click.echo(
@@ -123,10 +123,10 @@ def probe_cmd(policy_source, overrides, out_dir, seed, model) -> None:
     expected.csv the replay's per-request deltas of vLLM's prefix-cache counters.
     """
     from analyzer.pipeline.probe import send_hint, write_probe
+    from analyzer.pipeline.replay import load_policies
     from analyzer.report.tables import render
-    from analyzer.sim.dispatch import load_policy
 
-    policy = load_policy(policy_source, list(overrides))
+    [policy] = load_policies([policy_source], list(overrides))
     p = write_probe(policy, out_dir, seed=seed, model=model)
     cols = ["step", "prompt_tokens", "shared_prefix_tokens", "prefix_cache_queries"]
     cols += ["prefix_cache_hits", "prefix_cache_sparse_retention_misses"]

@@ -24,7 +24,7 @@ from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
 from analyzer.metrics.waterfall import build_levels
-from analyzer.sim.dispatch import hit_alignment, replay, replay_from_shared
+from analyzer.sim.dispatch import hit_alignment, load_policy, replay, replay_from_shared
 from analyzer.sim.records import ResultColumns, result_columns
 from analyzer.sim.routing import route
 from analyzer.store.caveats import block_size_caveat, timestamp_caveats
@@ -281,3 +281,9 @@ def num_groups(policy: Policy) -> dict[str, int] | None:
         return None
     preset = load_model(policy.model)["num_groups"]
     return {group: preset.get(group, 1) for group in policy.groups}
+
+
+def load_policies(sources: list[str], overrides: list[str]) -> list[Policy]:
+    """Each of `sources` (a preset name or a policy file) with the `--set` overrides, made
+    and checked by its engine: a policy that cannot run fails before any of them replays."""
+    return [load_policy(source, overrides) for source in sources]

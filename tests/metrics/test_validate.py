@@ -17,8 +17,9 @@ from click.testing import CliRunner
 from analyzer.cli import cli
 from analyzer.errors import InputFileError
 from analyzer.metrics.exposition import parse_sample_line, read_counters
-from analyzer.metrics.validate import ALL, CACHED, counter_deltas, validate
+from analyzer.metrics.validate import ALL, CACHED, counter_deltas
 from analyzer.pipeline.replay import run_replay
+from analyzer.pipeline.validate import validate
 from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 from tests.conftest import db_rows, write_jsonl

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
-from analyzer.metrics.validate import validate
+from analyzer.pipeline.validate import validate
 from analyzer.metrics.validate_causes import UNDER, cause_table, engine_warning, split, worst
 from analyzer.pipeline.replay import run_replay
 from analyzer.sim.dispatch import make_policy

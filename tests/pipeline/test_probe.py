@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
-from analyzer.metrics.validate import validate
 from analyzer.pipeline.probe import TOKEN_RANGE, design_requests, write_probe
 from analyzer.pipeline.replay import run_replay
+from analyzer.pipeline.validate import validate
 from analyzer.sim.dispatch import load_policy
 from analyzer.store.ingest import ingest
 from tests.conftest import db_rows
