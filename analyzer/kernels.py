@@ -51,7 +51,7 @@ def _vllm(*overrides: str) -> Callable[[], None]:
 
 
 def _capacity_curve() -> None:
-    from analyzer.sim.stack_distance import capacity_curve
+    from analyzer.sim.vllm.compiled.stack_distance import capacity_curve
 
     capacity_curve(_requests(), 16)
 

@@ -126,3 +126,17 @@ def test_functions_are_short():
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     }
     assert long == {}
+
+
+def test_every_vllm_reference_module_is_held_off_the_fast_paths():
+    """The contract names the reference's modules one by one: a new one must join it."""
+    import tomllib
+
+    contracts = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]
+    [held] = [
+        c["source_modules"]
+        for c in contracts["importlinter"]["contracts"]
+        if c.get("forbidden_modules") == ["analyzer.sim.vllm.compiled"]
+    ]
+    modules = {f"analyzer.sim.vllm.{p.stem}" for p in (PACKAGE / "sim" / "vllm").glob("*.py")}
+    assert set(held) == modules - {"analyzer.sim.vllm.__init__"}

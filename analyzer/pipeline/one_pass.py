@@ -14,7 +14,7 @@ from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.pipeline.replay import replay_rows, routed_partitions
 from analyzer.sim.dispatch import replay
-from analyzer.sim.stack_distance import capacity_curve
+from analyzer.sim.vllm.compiled.stack_distance import capacity_curve
 
 AUTO_POINTS = 12
 
@@ -22,7 +22,7 @@ AUTO_POINTS = 12
 def one_pass_applies(policy: Policy) -> bool:
     """An LRU full-attention-only cache replayed serially: the stack-distance pass is exact
     (under the per-capacity conditions `CapacityCurve.valid` checks), whatever the token
-    budget (it only splits the prefill: `sim/stack_distance.py`). Never under the
+    budget (it only splits the prefill: `sim/vllm/compiled/stack_distance.py`). Never under the
     concurrent schedule, where requests in flight pin blocks and preempt."""
     if (
         policy.model is not None

@@ -9,7 +9,7 @@ dataset and a non-local executor, this process loads none of the trace: every ta
 reads it from the dataset itself (pipeline/sweep_dataset.py), and the tables are the same.
 
 A `num_blocks` sweep of an LRU full-attention-only policy (see `one_pass_applies`) is not
-replayed point by point: one stack-distance pass (sim/stack_distance.py,
+replayed point by point: one stack-distance pass (sim/vllm/compiled/stack_distance.py,
 pipeline/one_pass.py) gives every capacity, and a point where that pass is not provably exact
 falls back to its own replay.
 """

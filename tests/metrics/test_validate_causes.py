@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
-from analyzer.pipeline.validate import validate
 from analyzer.metrics.validate_causes import UNDER, cause_table, engine_warning, split, worst
 from analyzer.pipeline.replay import run_replay
+from analyzer.pipeline.validate import validate
 from analyzer.sim.dispatch import make_policy
 from analyzer.store.ingest import ingest
 from tests.conftest import db_rows

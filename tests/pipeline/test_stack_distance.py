@@ -7,7 +7,7 @@ import pytest
 
 from analyzer.sim.dispatch import make_policy, replay
 from analyzer.sim.records import SimRequest
-from analyzer.sim.stack_distance import capacity_curve
+from analyzer.sim.vllm.compiled.stack_distance import capacity_curve
 
 
 def _replayed(requests, block_size: int, num_blocks: int | None, budget: int | None = None):

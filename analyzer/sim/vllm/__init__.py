@@ -6,10 +6,11 @@ from functools import partial
 
 from analyzer.config.policy import Policy
 from analyzer.sim.records import ResultColumns, SimRequest, SimResult
+from analyzer.sim.vllm.compiled import fast_replay
+from analyzer.sim.vllm.compiled.fast import attention_columns, shared_form_applies
 from analyzer.sim.vllm.concurrent import ConcurrentReplay
-from analyzer.sim.vllm.fast import attention_columns, shared_form_applies
 from analyzer.sim.vllm.layout import make_layout
-from analyzer.sim.vllm.replay import VllmReplay
+from analyzer.sim.vllm.replay import NOT_SCHEDULABLE, VllmReplay
 
 __all__ = [
     "ConcurrentReplay",
@@ -28,7 +29,8 @@ def replay(
     as its `schedule` says. `num_groups`: KV-cache groups per type (capacity only)."""
     if policy.schedule == "concurrent":
         return ConcurrentReplay(policy, num_groups=num_groups).run(requests)
-    return VllmReplay(policy, num_groups=num_groups).run(requests)
+    fast = fast_replay(make_layout(policy, num_groups), NOT_SCHEDULABLE)
+    return (fast or VllmReplay(policy, num_groups=num_groups)).run(requests)
 
 
 def replay_from_shared(

@@ -44,7 +44,7 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
     check_memo = False  # tests: recompute every kept lookup and admission, assert equal
 
     def __init__(self, policy: Policy, *, num_groups: dict[str, int] | None = None) -> None:
-        super().__init__(policy, num_groups=num_groups, fast=False)
+        super().__init__(policy, num_groups=num_groups)
         budget = policy.step_token_budget
         if budget != self.layout.max_num_batched_tokens:
             self.layout = replace(self.layout, max_num_batched_tokens=budget)

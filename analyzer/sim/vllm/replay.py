@@ -18,9 +18,6 @@ from analyzer.config.policy import Policy
 from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
-from analyzer.sim.vllm.dense import DenseReplay, dense_applies
-from analyzer.sim.vllm.fast import UnboundedReplay, failed, fast_path_applies
-from analyzer.sim.vllm.hybrid import HybridReplay, hybrid_applies
 from analyzer.sim.vllm.layout import CacheLayout, decode_events, make_layout
 from analyzer.sim.vllm.managers import FullAttentionManager, ReqState
 from analyzer.sim.vllm.scheduler import chunk_tokens
@@ -28,31 +25,23 @@ from analyzer.sim.vllm.scheduler import chunk_tokens
 NOT_SCHEDULABLE = "not schedulable (KV cache too small: {} blocks?)"
 
 
-class VllmReplay:
-    """One cache (one replica) replaying requests serially; `run` yields one result each."""
+def failed(request_id: str, prompt: int, error: str) -> SimResult:
+    """The result of a request vLLM never admitted: no counters, no chunks."""
+    return SimResult(request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), error)
 
-    def __init__(
-        self, policy: Policy, *, num_groups: dict[str, int] | None = None, fast: bool = True
-    ) -> None:
+
+class VllmReplay:
+    """One cache (one replica) replaying requests serially, block by block: the reference
+    every fast path (`compiled/`) equals; `run` yields one result each."""
+
+    def __init__(self, policy: Policy, *, num_groups: dict[str, int] | None = None) -> None:
         self.layout: CacheLayout = make_layout(policy, num_groups)
         self.interner = HashInterner(ahead=True)  # the replay compares ids, never orders them
         self.coord = Coordinator(self.layout)
         self._events = decode_events(self.layout)
         self._evicted_keys = self._track_evicted()
-        # Same results, computed in closed form (fast.py) or by a compiled loop (dense.py,
-        # hybrid.py); `fast=False` replays block by block here.
-        self._loop: DenseReplay | HybridReplay | None = None
-        if fast and fast_path_applies(self.layout):
-            self.replay_one = UnboundedReplay(self.layout, self.interner).replay_one
-        elif fast and dense_applies(self.layout):
-            self._loop = DenseReplay(self.layout, self.interner, NOT_SCHEDULABLE)
-        elif fast and hybrid_applies(self.layout):
-            self._loop = HybridReplay(self.layout, self.interner, NOT_SCHEDULABLE)
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        if self._loop is not None:
-            yield from self._loop.run(requests)
-            return
         for request in requests:
             yield self.replay_one(request)
 
@@ -250,14 +239,3 @@ def _event_positions(first: int, end: int, events: tuple[int, ...], block: int):
                 return
             if c > first:
                 yield c
-
-
-def replay(
-    requests: Iterable[SimRequest], policy: Policy, *, num_groups: dict[str, int] | None = None
-) -> Iterator[SimResult]:
-    """Replay `requests` (arrival order, one cache) under `policy` (engine vllm), serially.
-
-    `num_groups` gives how many KV-cache groups each type has (default 1 each); it only matters
-    for capacity (`num_blocks`), where every group draws from the one shared pool.
-    """
-    return VllmReplay(policy, num_groups=num_groups).run(requests)

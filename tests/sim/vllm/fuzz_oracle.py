@@ -85,8 +85,8 @@ def random_trace(rng: random.Random, block: int) -> list[dict]:
 
 def random_case(rng: random.Random, dense: bool = False, hybrid: bool = False) -> dict:
     """A random policy and trace; `dense`: one full-attention group, a bounded pool, no
-    drafter (what sim/vllm/dense.py replays); `hybrid`: a sparse group, a bounded pool or
-    copies, any drafter (what sim/vllm/hybrid.py replays)."""
+    drafter (what sim/vllm/compiled/dense.py replays); `hybrid`: a sparse group, a bounded pool or
+    copies, any drafter (what sim/vllm/compiled/hybrid.py replays)."""
     block = rng.choice([2, 4, 8, 16, 32])
     groups = rng.choice(
         [

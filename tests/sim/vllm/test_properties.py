@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest, result_columns
 from analyzer.sim.vllm import VllmReplay, replay, replay_from_shared
-from analyzer.sim.vllm.fast import attention_results
+from analyzer.sim.vllm.compiled.fast import attention_results
 from analyzer.sim.vllm.layout import make_layout
 from tests.sim.engine_checks import _common, _computed, oracle_matches
 from tests.sim.strategies import policies, traces
@@ -73,8 +73,8 @@ def test_deterministic(requests, policy_counts):
 @given(traces(max_requests=14), policies(bounded=False, spec=False))
 def test_fast_path_equals_block_level_replay(requests, policy_counts):
     policy, _ = policy_counts
-    fast = list(VllmReplay(policy).run(requests))
-    blocks = list(VllmReplay(policy, fast=False).run(requests))
+    fast = list(replay(requests, policy))  # the entry point: closed form or compiled here
+    blocks = list(VllmReplay(policy).run(requests))  # the reference
     assert fast == blocks
 
 

@@ -11,7 +11,7 @@ block's keys (`N_SIB`); a free entry's `N_SIB` is the next free one.
 
 from __future__ import annotations
 
-from analyzer.sim.vllm.loop_fields import (
+from analyzer.sim.vllm.compiled.loop_fields import (
     C_BOUNDED,
     C_G,
     C_TRACK_EVICTED,

@@ -1,4 +1,5 @@
-"""The compiled hybrid replay (sim/vllm/hybrid.py) against the block-level replay in Python,
+"""The compiled hybrid replay (sim/vllm/compiled/hybrid.py) against the reference, the
+block-level replay in Python,
 request by request: every field (hits, the miss split, junctions, chunks, errors), on
 random traces, layouts (full attention with sliding-window and Mamba groups, copies of
 each), retention intervals, budgets and pools small enough to evict, refuse and stop
@@ -13,9 +14,11 @@ from hypothesis import strategies as st
 from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import VllmReplay
-from analyzer.sim.vllm import hybrid as hybrid_module
-from analyzer.sim.vllm.hybrid import HybridReplay, fresh_caches, hybrid_applies
+from analyzer.sim.vllm.compiled import fast_replay
+from analyzer.sim.vllm.compiled import hybrid as hybrid_module
+from analyzer.sim.vllm.compiled.hybrid import HybridReplay, fresh_caches, hybrid_applies
 from analyzer.sim.vllm.layout import make_layout
+from analyzer.sim.vllm.replay import NOT_SCHEDULABLE
 from tests.sim.strategies import traces
 
 MANY = settings(max_examples=500, deadline=None)
@@ -53,9 +56,9 @@ def hybrid_policies(draw):
 
 
 def _both(requests: list[SimRequest], policy, counts) -> tuple[list, list]:
-    compiled = VllmReplay(policy, num_groups=counts)
-    assert isinstance(compiled._loop, HybridReplay)
-    python = VllmReplay(policy, num_groups=counts, fast=False)
+    compiled = fast_replay(make_layout(policy, counts), NOT_SCHEDULABLE)
+    assert isinstance(compiled, HybridReplay)
+    python = VllmReplay(policy, num_groups=counts)
     return list(compiled.run(requests)), list(python.run(requests))
 
 

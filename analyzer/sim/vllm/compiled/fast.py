@@ -20,19 +20,15 @@ hashes each group holds, and those follow from the chunk ends alone:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.records import ResultColumns, SimRequest, SimResult
 from analyzer.sim.vllm.layout import CacheLayout, cdiv
+from analyzer.sim.vllm.replay import failed
 from analyzer.sim.vllm.scheduler import chunk_tokens
-
-
-def failed(request_id: str, prompt: int, error: str) -> SimResult:
-    """The result of a request vLLM never admitted: no counters, no chunks."""
-    return SimResult(request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), error)
 
 
 def fast_path_applies(layout: CacheLayout) -> bool:
@@ -92,6 +88,10 @@ class UnboundedReplay:
         self.attention: set[int] = set()
         self.mamba: set[int] | None = set() if layout.has_mamba else None
         self.block = layout.block_size
+
+    def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
+        for request in requests:
+            yield self.replay_one(request)
 
     def replay_one(self, sim: SimRequest) -> SimResult:
         B = self.block

@@ -9,9 +9,9 @@ entries at unit boundaries, and a hit ending inside a block is copied before it 
 
 from __future__ import annotations
 
-from analyzer.sim.vllm import lookup_loop as lk
-from analyzer.sim.vllm import pool_loop as pl
-from analyzer.sim.vllm.loop_fields import (
+from analyzer.sim.vllm.compiled import lookup_loop as lk
+from analyzer.sim.vllm.compiled import pool_loop as pl
+from analyzer.sim.vllm.compiled.loop_fields import (
     C_B,
     C_BOUNDED,
     C_BUDGET,

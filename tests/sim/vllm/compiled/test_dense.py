@@ -1,4 +1,4 @@
-"""The compiled bounded full-attention replay (sim/vllm/dense.py) against the block-level
+"""The compiled bounded full-attention replay (sim/vllm/compiled/dense.py) against the block-level
 replay in Python, request by request: hits, chunks and errors, on random traces and pools
 small enough to evict, refuse and stop mid-request; and which layouts it takes."""
 
@@ -16,10 +16,12 @@ from analyzer.sim.common.block_ids import CompiledBlockIds, LookaheadIds
 from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import VllmReplay
-from analyzer.sim.vllm import dense as dense_module
-from analyzer.sim.vllm.compiled_input import _laid_out
-from analyzer.sim.vllm.dense import dense_applies
+from analyzer.sim.vllm.compiled import dense as dense_module
+from analyzer.sim.vllm.compiled import fast_replay
+from analyzer.sim.vllm.compiled.compiled_input import _laid_out
+from analyzer.sim.vllm.compiled.dense import DenseReplay, dense_applies
 from analyzer.sim.vllm.layout import make_layout
+from analyzer.sim.vllm.replay import NOT_SCHEDULABLE
 from tests.sim.strategies import traces
 
 MANY = settings(max_examples=400, deadline=None)
@@ -39,9 +41,9 @@ def dense_policies(draw):
 
 
 def _both(requests: list[SimRequest], policy) -> tuple[list, list]:
-    compiled = VllmReplay(policy)
-    assert compiled._loop is not None
-    return list(compiled.run(requests)), list(VllmReplay(policy, fast=False).run(requests))
+    compiled = fast_replay(make_layout(policy, None), NOT_SCHEDULABLE)
+    assert isinstance(compiled, DenseReplay)
+    return list(compiled.run(requests)), list(VllmReplay(policy).run(requests))
 
 
 @MANY

@@ -6,8 +6,8 @@ match had nothing been evicted), SHADOWS (some entry's plain key: EAGLE's diagno
 
 from __future__ import annotations
 
-from analyzer.sim.vllm import pool_loop as pl
-from analyzer.sim.vllm.loop_fields import (
+from analyzer.sim.vllm.compiled import pool_loop as pl
+from analyzer.sim.vllm.compiled.loop_fields import (
     C_B,
     C_DROP,
     C_FINE,

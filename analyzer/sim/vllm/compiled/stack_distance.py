@@ -56,8 +56,8 @@ import numpy as np
 from analyzer.sim.common.block_hash import HashInterner
 from analyzer.sim.common.serial import budget_chunks
 from analyzer.sim.records import SimRequest, SimResult
-from analyzer.sim.vllm.compiled_input import StepInput
-from analyzer.sim.vllm.fast import failed
+from analyzer.sim.vllm.compiled.compiled_input import StepInput
+from analyzer.sim.vllm.replay import failed
 
 INF = np.iinfo(np.int64).max
 
