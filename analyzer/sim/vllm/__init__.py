@@ -10,7 +10,7 @@ from analyzer.sim.vllm.compiled import fast_replay
 from analyzer.sim.vllm.compiled.fast import attention_columns, shared_form_applies
 from analyzer.sim.vllm.concurrent import ConcurrentReplay
 from analyzer.sim.vllm.layout import make_layout
-from analyzer.sim.vllm.replay import NOT_SCHEDULABLE, VllmReplay
+from analyzer.sim.vllm.reference import NOT_SCHEDULABLE, VllmReplay
 
 __all__ = [
     "ConcurrentReplay",

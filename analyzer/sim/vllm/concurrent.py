@@ -31,7 +31,7 @@ from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
 from analyzer.sim.vllm.flight import Admission, Flight
 from analyzer.sim.vllm.managers import ReqState
-from analyzer.sim.vllm.replay import NOT_SCHEDULABLE, VllmReplay
+from analyzer.sim.vllm.reference import NOT_SCHEDULABLE, VllmReplay
 from analyzer.sim.vllm.scheduled import ScheduledPrefixes
 from analyzer.sim.vllm.scheduler import mamba_split
 from analyzer.sim.vllm.sleepers import SleepingDecoders

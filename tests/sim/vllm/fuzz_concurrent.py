@@ -3,7 +3,7 @@
 A dev tool, not collected by pytest (it needs the oracle's 2 GB venv and minutes). Each case
 is a seeded random trace and a random layout; the trace goes through the oracle's
 `--concurrent` mode (`oracle/vllm_oracle.py`, one real `Scheduler` on a simulated clock) and
-through `analyzer.sim.vllm.replay` with `schedule: concurrent`, and every request must agree:
+through `analyzer.sim.vllm.reference` with `schedule: concurrent`, and every request must agree:
 
     .venv/bin/python -m tests.sim.vllm.fuzz_concurrent --cases 100 --seed 1 [--jobs 2]
     .venv/bin/python -m tests.sim.vllm.fuzz_concurrent --rerun /tmp/hpa_fuzz_concurrent/s1-c17

@@ -1,9 +1,9 @@
-"""The `vllm` engine's fast paths: the reference's results (`sim/vllm/replay.py`, block by block
+"""The `vllm` engine's fast paths: the reference's results (`sim/vllm/reference.py`, block by block
 in plain Python), computed in closed form (`fast.py`: an unbounded cache without sliding
 windows or a drafter) or by compiled loops over arrays (`dense.py`: full attention alone in a
 bounded pool; `hybrid.py` over `hybrid_loop.py`, `lookup_loop.py` and `pool_loop.py`: every
 other serial layout; `stack_distance.py`: the one-pass LRU capacity curve of `hpa sweep`).
-Only the engine's entry point (`analyzer.sim.vllm.replay`) chooses one; the reference never
+Only the engine's entry point (`analyzer.sim.vllm.reference`) chooses one; the reference never
 imports them, and each has a test that compares it with the reference on random traces.
 """
 

@@ -32,7 +32,7 @@ from analyzer.sim.common.block_hash import HashInterner
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.compiled.compiled_input import StepInput, grown, in_steps
 from analyzer.sim.vllm.layout import FULL, CacheLayout
-from analyzer.sim.vllm.replay import failed
+from analyzer.sim.vllm.reference import failed
 
 # Requests handed to the compiled loop at once: results come out in these steps, so the
 # caller sees progress; the answers never depend on it.

@@ -27,7 +27,7 @@ import numpy as np
 from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.records import ResultColumns, SimRequest, SimResult
 from analyzer.sim.vllm.layout import CacheLayout, cdiv
-from analyzer.sim.vllm.replay import failed
+from analyzer.sim.vllm.reference import failed
 from analyzer.sim.vllm.scheduler import chunk_tokens
 
 

@@ -36,7 +36,7 @@ from analyzer.sim.vllm.compiled import hybrid_loop, lookup_loop, pool_loop
 from analyzer.sim.vllm.compiled import loop_fields as f
 from analyzer.sim.vllm.compiled.compiled_input import StepInput, in_steps
 from analyzer.sim.vllm.layout import FULL, MAMBA, SWA, CacheLayout, cdiv, decode_events
-from analyzer.sim.vllm.replay import failed
+from analyzer.sim.vllm.reference import failed
 
 # Requests handed to the compiled loop at once (results come out in these steps).
 STEP_REQUESTS = 4096

@@ -57,7 +57,7 @@ from analyzer.sim.common.block_hash import HashInterner
 from analyzer.sim.common.serial import budget_chunks
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.compiled.compiled_input import StepInput
-from analyzer.sim.vllm.replay import failed
+from analyzer.sim.vllm.reference import failed
 
 INF = np.iinfo(np.int64).max
 

@@ -21,7 +21,7 @@ from analyzer.sim.vllm.compiled import fast_replay
 from analyzer.sim.vllm.compiled.compiled_input import _laid_out
 from analyzer.sim.vllm.compiled.dense import DenseReplay, dense_applies
 from analyzer.sim.vllm.layout import make_layout
-from analyzer.sim.vllm.replay import NOT_SCHEDULABLE
+from analyzer.sim.vllm.reference import NOT_SCHEDULABLE
 from tests.sim.strategies import traces
 
 MANY = settings(max_examples=400, deadline=None)

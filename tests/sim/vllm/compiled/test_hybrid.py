@@ -18,7 +18,7 @@ from analyzer.sim.vllm.compiled import fast_replay
 from analyzer.sim.vllm.compiled import hybrid as hybrid_module
 from analyzer.sim.vllm.compiled.hybrid import HybridReplay, fresh_caches, hybrid_applies
 from analyzer.sim.vllm.layout import make_layout
-from analyzer.sim.vllm.replay import NOT_SCHEDULABLE
+from analyzer.sim.vllm.reference import NOT_SCHEDULABLE
 from tests.sim.strategies import traces
 
 MANY = settings(max_examples=500, deadline=None)
