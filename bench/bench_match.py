@@ -286,7 +286,7 @@ def _compare(results: dict, contenders: list[str]) -> int:
         memory = stats["peak_mib"] / ref_stats["peak_mib"]
         print(
             f"{name} vs {ref_name}: results {'identical' if same else 'DIFFERENT'}; "
-            f"{speed:.1f}x the tokens/s, {memory:.2f}x the peak memory "
+            f"{speed:.3g}x the tokens/s, {memory:.2f}x the peak memory "
             f"(this machine: {os.cpu_count()} cores)"
         )
     return 0 if ok else 1

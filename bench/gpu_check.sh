@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check for the prefix matcher (`make bench-gpu`): the CuPy tests, then CuPy vs NumPy on
+# GPU check for the prefix matcher (`make bench-gpu`): the CuPy tests, then the CPU radix tree
+# (what `hpa match` does by default) vs the NumPy and CuPy vectorised matchers on
 # one generated trace (answers must be identical) with each backend's throughput.
 #
 # Installs nothing from the network. What the machine's Python lacks (CuPy; duckdb and orjson,
@@ -42,6 +43,6 @@ PYEOF
 echo "== CuPy tests (pytest -m gpu)"
 time "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/prefixes
 
-echo "== CuPy vs NumPy on a generated trace (sequences preloaded: matcher time only)"
-time "$PY" bench/bench_match.py --tokens "$TOKENS" --backends numpy,cupy --no-trie \
+echo "== radix (CPU), NumPy and CuPy matchers on a generated trace (sequences preloaded: matcher time only)"
+time "$PY" bench/bench_match.py --tokens "$TOKENS" --backends radix,numpy,cupy --no-trie \
     --source memory --chunk-tokens "$CHUNK_TOKENS"

@@ -39,6 +39,15 @@ def test_auto_falls_back_to_numpy_without_cupy(monkeypatch):
     assert get_xp("auto") is np
 
 
+def test_auto_is_numpy_even_where_cupy_would_work(monkeypatch):
+    # the radix trees on the CPU beat the GPU matcher on an H200 (docs/benchmarks.md)
+    import analyzer.prefixes.backend as backend
+
+    monkeypatch.setattr(backend, "_cupy_namespace", lambda: "a usable cupy")
+    assert get_xp("auto") is np
+    assert get_xp("cupy") == "a usable cupy"
+
+
 def test_demanding_cupy_without_it_says_what_to_do(monkeypatch):
     _no_cupy(monkeypatch)
     with pytest.raises(BackendUnavailable) as err:
