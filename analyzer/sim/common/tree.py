@@ -13,7 +13,7 @@ Units: `end` and edge lengths are in pages (multiply by the page size for tokens
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 # Per-node fields a clone copies besides the topology.
 COPIED_FIELDS = ("state", "stamp", "state_stamp", "lock", "state_lock", "mamba", "mamba_stamp")
@@ -85,6 +85,9 @@ class RadixTree:
         self.next_uid = 1
         self.root = Node(None, [], 0, 0)
         self.num_pages = 0
+        # called as on_split(upper, lower) after every split, for a cache whose LRU
+        # stamps a split (SGLang's unified cache); None: the stamps stay as they were
+        self.on_split: Callable[[Node, Node], None] | None = None
 
     def walk(self, keys: Sequence[int]) -> tuple[list[Node], int, Node | None]:
         """Match `keys` from the root without changing the tree.
@@ -122,6 +125,8 @@ class RadixTree:
         node.pages = node.pages[k:]
         node.parent = upper
         upper.children[node.pages[0]] = node
+        if self.on_split is not None:
+            self.on_split(upper, node)
         return upper
 
     def insert(self, keys: Sequence[int]) -> tuple[list[Node], int]:

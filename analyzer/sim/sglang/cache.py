@@ -5,8 +5,8 @@ Pools: KV in tokens (`kv_tokens`, None = unbounded) and recurrent states in slot
 the KV pool; tree states and the running request's own slots (`reserved`) share the state pool.
 
 LRU orders are logical stamps kept in two lazy heaps (stale entries are skipped on pop):
-- full LRU over unlocked leaves: evicting one frees its KV and state, then deletes every
-  childless, unlocked tombstone parent above it (tombstone = node without a state);
+- full LRU over unlocked leaves: evicting one frees its KV and state; its parent, now a leaf,
+  stays (SGLang's unified cache deletes a node only when its full KV goes);
 - state LRU over unlocked nodes holding a state: an internal node becomes a tombstone (its KV
   stays), a leaf is deleted as above (leaves are never tombstones).
 Without a recurrent group (`stateful` False) every node counts as holding state: plain
@@ -38,6 +38,7 @@ class MambaRadixCache:
         self.clock = 0
         self.full_heap: list[tuple[int, int, Node]] = []
         self.state_heap: list[tuple[int, int, Node]] = []
+        self.tree.on_split = self._stamp_split
 
     # --- stamps -----------------------------------------------------------------------
     def tick(self) -> int:
@@ -50,6 +51,15 @@ class MambaRadixCache:
             node.stamp = self.tick()
             if not node.children:
                 heapq.heappush(self.full_heap, (node.stamp, node.uid, node))
+
+    def _stamp_split(self, upper: Node, lower: Node) -> None:
+        """SGLang's split (unified_tree_core._split_node) makes a new upper node, stamped
+        when it is made, then stamps the lower part as just accessed: a split counts as a
+        use of both, and the lower part is the more recent."""
+        upper.stamp = self.tick()
+        lower.stamp = self.tick()
+        if not lower.children:
+            heapq.heappush(self.full_heap, (lower.stamp, lower.uid, lower))
 
     def touch_state(self, node: Node) -> None:
         """State-LRU refresh of the one node whose state was used or stored."""
@@ -184,15 +194,18 @@ class MambaRadixCache:
             self.states -= self.units(node)
 
     def _keeps(self, node: Node) -> bool:
-        """Whether a node that just became a leaf stays (else it is deleted too)."""
-        return bool(node.lock or node.state or not self.stateful)
+        """Whether a node that just became a leaf stays. SGLang's unified cache lets the full
+        KV alone decide (unified_tree_core._iteratively_delete_tombstone_ancestors), and
+        every node here holds its KV, so a parent left childless stays, with or without a
+        state; the legacy MambaRadixCache deleted it when it had none."""
+        return True
 
     def state_locked(self, node: Node) -> bool:
         """A state in use by the running request (a locked leaf cannot be deleted either)."""
         return node.state_lock > 0 or (node.lock > 0 and not node.children)
 
     def _delete(self, node: Node) -> None:
-        """Delete a leaf (KV and state), then childless unlocked tombstones above it."""
+        """Delete a leaf (KV and state), then the childless parents `_keeps` refuses."""
         tree = self.tree
         while True:
             parent = node.parent

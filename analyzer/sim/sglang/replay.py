@@ -80,12 +80,15 @@ class SGLangReplay(SerialReplay):
         pos = node.end * g.page
         branch = branch_point(g, kv_hit, pos)
         chunks = budget_chunks(pos, (), prompt, g.budget)
+        # no_buffer, finished with its prefill: the last chunk's state is the live one,
+        # which release_kv_cache donates below, not a copy made while it runs
+        donated = prompt if g.strategy == "no_buffer" and total == prompt else None
         for c in chunks:
             ok = cache.alloc_kv(c)
             assert ok, "a request that fits the pool always finds evictable KV"
             track = track_point(g, pos, c, branch)
             pos += c
-            if track is not None:
+            if track is not None and pos != donated:
                 run.cache_at(track)
         ok = cache.alloc_kv(total - prompt)  # decode: one slot per fed token
         assert ok, "a request that fits the pool always finds evictable KV"

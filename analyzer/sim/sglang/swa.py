@@ -48,6 +48,10 @@ class SWARadixCache(MambaRadixCache):
         upper.state_stamp = node.state_stamp
         return upper
 
+    def _keeps(self, node: Node) -> bool:
+        """The legacy SWARadixCache deletes a childless parent whose SWA KV is gone."""
+        return bool(node.lock or node.state)
+
     def state_locked(self, node: Node) -> bool:
         if node.lock == 0:
             return False

@@ -51,7 +51,7 @@ def test_cli_side_by_side_with_vllm(tmp_path):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     table = result.output.split("side by side (measured requests):")[1].strip().splitlines()
-    # vLLM keeps a state at the 1088 branch point for the third request; SGLang no_buffer
-    # keeps states only at chunk and sequence ends, so nothing is hit.
+    # vLLM keeps a state at the 1088 branch point for the third request, and so does
+    # SGLang's default strategy (extra_buffer: the second request tracks its branch point).
     assert table[2].split()[:5] == ["vllm-default", "1", "6,528", "1,088", "1,088"]
-    assert table[3].split()[:5] == ["sglang-default", "2", "6,528", "0", "2,176"]
+    assert table[3].split()[:5] == ["sglang-default", "2", "6,528", "1,088", "1,088"]

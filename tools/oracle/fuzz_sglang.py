@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Fuzz hpa's `sglang` engine against SGLang 0.5.23's own cache code (the oracle in
+tools/oracle/sglang/): random small traces and settings, every request compared.
+
+    .venv/bin/python tools/oracle/fuzz_sglang.py --cases 300 --seed 1
+    .venv/bin/python tools/oracle/fuzz_sglang.py --family mamba --cases 100
+
+Families: `mamba` (full attention + Mamba, unbounded pools), `mamba-bounded` (small KV and
+state pools), `swa` (full attention + sliding window on the unified cache). Prints the count
+of cases and of cases (and requests) where the two differ, per family, and the first
+differing cases with a command that replays them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sglang_cases import DEFAULT_PYTHON, compare, hpa_rows, run_oracle  # noqa: E402
+
+FAMILIES = ("mamba", "mamba-bounded", "swa")
+
+
+def random_trace(rng: np.random.Generator) -> list[dict]:
+    """5-30 requests over a few shared trunks: exact repeats, extensions, branches,
+    multi-turn continuations (prompt + output + message), with and without outputs."""
+    vocab = int(rng.choice([4, 50, 30000]))
+    trunks = [rng.integers(0, vocab, int(rng.integers(1, 700))).tolist() for _ in range(3)]
+    history: list[list[int]] = []
+    out = []
+    for i in range(int(rng.integers(5, 31))):
+        roll = rng.random()
+        if history and roll < 0.15:
+            prompt = list(history[int(rng.integers(len(history)))])
+        elif history and roll < 0.45:
+            base = history[int(rng.integers(len(history)))]
+            prompt = base[: int(rng.integers(1, len(base) + 1))] + _tail(rng, vocab, 400)
+        else:
+            trunk = trunks[int(rng.integers(len(trunks)))]
+            prompt = trunk[: int(rng.integers(1, len(trunk) + 1))] + _tail(rng, vocab, 500)
+        outputs = _tail(rng, vocab, 400) if rng.random() < 0.6 else []
+        history.append(prompt + outputs)
+        record = {"request_id": f"q{i:02d}", "prompt_token_ids": prompt}
+        if outputs:
+            record["output_token_ids"] = outputs
+        out.append(record)
+    return out
+
+
+def _tail(rng: np.random.Generator, vocab: int, most: int) -> list[int]:
+    return rng.integers(0, vocab, int(rng.integers(0, most + 1))).tolist()
+
+
+def random_args(rng: np.random.Generator, family: str) -> dict:
+    strategy = str(rng.choice(["no_buffer", "extra_buffer"])) if family != "swa" else "no_buffer"
+    page = 1 if strategy == "no_buffer" else int(rng.choice([1, 16, 64]))
+    args = {
+        "layout": "swa" if family == "swa" else "mamba",
+        "strategy": strategy,
+        "page": page,
+        "chunk": int(rng.choice([64, 128, 512, 8192])) // page * page or page,
+        "track-interval": int(rng.choice([64, 128, 256])),
+    }
+    if family == "swa":
+        args["window"] = int(rng.choice([16, 64, 256]))
+    if family == "mamba-bounded":
+        args["kv-tokens"] = int(rng.choice([2048, 4096, 8192])) // page * page
+        args["num-states"] = int(rng.integers(6, 16))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=100, help="cases per family")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--family", action="append", choices=FAMILIES)
+    ap.add_argument("--show", type=int, default=3, help="differing cases printed per family")
+    a = ap.parse_args(argv)
+    python = os.environ.get("HPA_SGLANG_ORACLE_PYTHON", DEFAULT_PYTHON)
+    worst = 0
+    for family in a.family or FAMILIES:
+        rng = np.random.default_rng([a.seed, FAMILIES.index(family)])
+        cases = []
+        for k in range(a.cases):
+            args = random_args(rng, family)
+            cases.append({"name": f"{family}-{k}", "args": args, "requests": random_trace(rng)})
+        answers = run_oracle(cases, python)
+        refused = differing = requests = differing_requests = hit_requests = 0
+        hit_delta = 0
+        shown = []
+        for case in cases:
+            rows = answers[case["name"]]
+            if "oracle_error" in rows[0]:
+                refused += 1
+                continue
+            ours = hpa_rows(case["requests"], case["args"])
+            diffs = compare(rows, ours)
+            theirs = [r for r in rows if "request_id" in r]
+            hit_requests += sum(w["hit"] != g["hit"] for w, g in zip(theirs, ours, strict=True))
+            hit_delta += sum(g["hit"] - w["hit"] for w, g in zip(theirs, ours, strict=True))
+            requests += len(case["requests"])
+            differing_requests += len(diffs)
+            differing += bool(diffs)
+            if diffs and len(shown) < a.show:
+                shown.append(f"  {case['name']} {case['args']}: {diffs[0]}")
+        ran = len(cases) - refused
+        print(
+            f"{family}: {ran} cases ({requests} requests) run, {refused} refused by SGLang; "
+            f"{differing} cases differ ({differing_requests} requests; {hit_requests} in hit "
+            f"tokens, hpa - SGLang = {hit_delta:+,} hit tokens)"
+        )
+        print("\n".join(shown))
+        worst = max(worst, differing)
+    return 1 if worst else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
