@@ -69,13 +69,21 @@ class MambaRadixCache:
         heapq.heappush(self.state_heap, (node.state_stamp, node.uid, node))
 
     # --- match and insert -------------------------------------------------------------
-    def match(self, keys: Sequence[int]) -> tuple[list[Node], int]:
-        """Walk `keys` (split where the match ends inside an edge); returns (path, pages)."""
+    def match(self, keys: Sequence[int], *, touch: bool = True) -> tuple[list[Node], int]:
+        """Walk `keys` (split where the match ends inside an edge); returns (path, pages).
+        `touch=False` leaves the stamps to the caller (`touch_to`)."""
         path, matched, partial = self.tree.walk(keys)
         if partial is not None:
             path.append(self.split(partial, matched - partial.start))
-        self.touch(path)
+        if touch:
+            self.touch(path)
         return path, matched
+
+    def touch_to(self, path: list[Node], node: Node) -> None:
+        """Refresh the matched path down to the hit `node` only: SGLang's unified cache
+        stamps the path of its best match, where every component validates
+        (UnifiedTreeCore._match_post_processor), so KV matched past the hit ages."""
+        self.touch(path[: path.index(node) + 1] if node in path else [])
 
     def split(self, node: Node, k: int) -> Node:
         """Split `node` after `k` pages; a recurrent state stays on the lower part."""

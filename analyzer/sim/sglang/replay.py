@@ -51,8 +51,9 @@ class SGLangReplay(SerialReplay):
         if self.swa is not None:
             hit, kept, matched, chunks, error = self.swa.serve(keys, prompt, total)
         else:
-            path, matched = cache.match(keys[: (prompt - 1) // g.page])
+            path, matched = cache.match(keys[: (prompt - 1) // g.page], touch=False)
             node = cache.hit_node(path)
+            cache.touch_to(path, node)
             cache.touch_state(node)
             hit = node.end
             kept = deepest_stored(keys, hit, matched, self.stored) if g.stateful else hit
@@ -80,20 +81,25 @@ class SGLangReplay(SerialReplay):
         pos = node.end * g.page
         branch = branch_point(g, kv_hit, pos)
         chunks = budget_chunks(pos, (), prompt, g.budget)
-        # no_buffer, finished with its prefill: the last chunk's state is the live one,
-        # which release_kv_cache donates below, not a copy made while it runs
-        donated = prompt if g.strategy == "no_buffer" and total == prompt else None
+        # A request that finishes with its prefill keeps its last chunk's state at release
+        # (no_buffer: the live slot; extra_buffer: the ping-pong slot holding the track),
+        # handed to the tree, not copied into a new slot while the request still holds its own
+        finishes = total == prompt
+        last_track = None
         for c in chunks:
             ok = cache.alloc_kv(c)
             assert ok, "a request that fits the pool always finds evictable KV"
             track = track_point(g, pos, c, branch)
             pos += c
-            if track is not None and pos != donated:
+            if track is not None and finishes and pos == prompt:
+                last_track = track
+            elif track is not None:
                 run.cache_at(track)
         ok = cache.alloc_kv(total - prompt)  # decode: one slot per fed token
         assert ok, "a request that fits the pool always finds evictable KV"
         cache.reserved -= reserve  # the live / ping-pong slot is donated to the tree
-        run.cache_at(final_depth(g, prompt, total, run.tracked))
+        tracked = run.tracked if last_track is None else max(run.tracked, last_track)
+        run.cache_at(final_depth(g, prompt, total, tracked))
         cache.private_tokens = 0  # the unaligned / untracked tail's KV is freed
         cache.lock(run.node, -1)
         return chunks

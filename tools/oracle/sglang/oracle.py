@@ -312,7 +312,11 @@ class Engine:
             decode_steps=decode_steps,
             track_seqlens=[t for t in tracks if t is not None],
             evicted={k: self.evicted[k] - before[k] for k in self.evicted},
+            free_kv_tokens=int(self.alloc.available_size()),
         )
+        mamba = getattr(self.r2t, "mamba_allocator", None)
+        if mamba is not None:
+            record["free_states"] = int(mamba.available_size())
         return record
 
     def _decode(self, req, batch: ScheduleBatch, tokens: list[int]) -> int:
