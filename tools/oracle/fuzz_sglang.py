@@ -6,7 +6,8 @@ tools/oracle/sglang/): random small traces and settings, every request compared.
     .venv/bin/python tools/oracle/fuzz_sglang.py --family mamba --cases 100
 
 Families: `mamba` (full attention + Mamba, unbounded pools), `mamba-bounded` (small KV and
-state pools), `swa` (full attention + sliding window on the unified cache). Prints the count
+state pools), `swa` (full attention + sliding window on the unified cache) and
+`swa-bounded` (small full and SWA KV pools). Prints the count
 of cases and of cases (and requests) where the two differ, per family, and the first
 differing cases with a command that replays them.
 """
@@ -23,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sglang_cases import DEFAULT_PYTHON, compare, hpa_rows, run_oracle  # noqa: E402
 
-FAMILIES = ("mamba", "mamba-bounded", "swa")
+FAMILIES = ("mamba", "mamba-bounded", "swa", "swa-bounded")
 
 
 def random_trace(rng: np.random.Generator) -> list[dict]:
@@ -57,20 +58,25 @@ def _tail(rng: np.random.Generator, vocab: int, most: int) -> list[int]:
 
 
 def random_args(rng: np.random.Generator, family: str) -> dict:
-    strategy = str(rng.choice(["no_buffer", "extra_buffer"])) if family != "swa" else "no_buffer"
-    page = 1 if strategy == "no_buffer" else int(rng.choice([1, 16, 64]))
+    swa = family.startswith("swa")
+    strategy = "no_buffer" if swa else str(rng.choice(["no_buffer", "extra_buffer"]))
+    # SGLang's no_buffer Mamba cache needs page 1; the SWA cache takes any page
+    page = 1 if strategy == "no_buffer" and not swa else int(rng.choice([1, 16, 64]))
     args = {
-        "layout": "swa" if family == "swa" else "mamba",
+        "layout": "swa" if swa else "mamba",
         "strategy": strategy,
         "page": page,
         "chunk": int(rng.choice([64, 128, 512, 8192])) // page * page or page,
         "track-interval": int(rng.choice([64, 128, 256])),
     }
-    if family == "swa":
+    if swa:
         args["window"] = int(rng.choice([16, 64, 256]))
-    if family == "mamba-bounded":
+    if family.endswith("-bounded"):
         args["kv-tokens"] = int(rng.choice([2048, 4096, 8192])) // page * page
+    if family == "mamba-bounded":
         args["num-states"] = int(rng.integers(6, 16))
+    if family == "swa-bounded":
+        args["swa-tokens"] = int(args["kv-tokens"] * rng.choice([0.5, 0.8])) // page * page
     return args
 
 

@@ -149,8 +149,8 @@ class SWAReplay:
         node = cache.hit_node(path)
         cache.touch_window(node)
         kept = self._kept(keys, node.end, matched)
-        run = WindowRun(self, keys, node)
-        chunks = run.prefill(prompt)
+        run = SWARun(self, keys, node, matched * self.page)
+        chunks = run.prefill(prompt, total)
         error = run.finish(prompt, total) if chunks is not None else run.abort()
         return node.end, kept, matched, chunks or [], error
 
@@ -249,3 +249,83 @@ class WindowRun:
         cache.private_tokens = cache.private_swa = 0
         cache.lock(self.node, -1)
         cache.current_end = 0
+
+
+# SGLang frees a decoding request's slid-out SWA KV once this many tokens have slid out
+# (SGLANG_SWA_EVICTION_INTERVAL; ScheduleBatch._swa_eviction_trigger)
+DECODE_EVICTION_INTERVAL = 128
+
+
+class SWARun(WindowRun):
+    """The running request of FA + SWA on SGLang's unified cache (UnifiedRadixCache with the
+    FULL and SWA components). Its SWA KV below `evicted` tokens is freed; it frees only at
+    a checkpoint of an unfinished request and during decode, keeping ceil_P(max(W, P))
+    tokens (common.free_swa_out_of_window_slots), never while a chunk is computed. The
+    SWA branch point: where the full-KV match passes the hit, the first insert that
+    reaches its page floor stops there (components/swa.py, prepare_for_caching_req)."""
+
+    def __init__(self, replay: SWAReplay, keys: list[int], node: Node, kv_hit: int) -> None:
+        super().__init__(replay, keys, node)
+        page = replay.page
+        self.evicted = self.owned
+        branch = kv_hit - kv_hit % page
+        self.branch = branch if branch > self.owned else None
+        keep = max(replay.window, page)
+        self.keep = -(-keep // page) * page
+
+    def free(self, pre_len: int, interval: int = 1) -> None:
+        """Free the SWA KV that slid out of the window at `pre_len` tokens."""
+        if pre_len - self.replay.window < self.evicted + interval:
+            return
+        low = max(self.evicted, self.owned)
+        new = max(low, pre_len - self.keep)
+        self.evicted = max(low, new - new % self.replay.page)
+        self.release_slid()
+
+    def release_slid(self) -> None:
+        self.cache.private_swa = self.pos - max(self.owned, self.evicted)
+
+    def checkpoint(self, key_len: int, finished: bool) -> None:
+        """cache_unfinished_req (`finished` False) or cache_finished_req of `key_len` tokens."""
+        depth = key_len - key_len % self.replay.page
+        branch = self.branch
+        at_branch = branch is not None and self.owned < branch <= depth
+        if at_branch:
+            depth = branch
+        if not finished:
+            self.free(depth - 1)
+        self.cache_to(depth, self.evicted)
+        if at_branch:
+            self.branch = None
+            if not finished:
+                self.free(self.pos - 1)
+
+    def prefill(self, prompt: int, total: int) -> list[int] | None:
+        """Prefill chunks (None when a pool cannot hold the request); a checkpoint after
+        each, but the last of a request that finishes with it."""
+        chunks = []
+        while self.pos < prompt:
+            c = min(prompt - self.pos, self.replay.budget or prompt)
+            if not self.grow(self.pos + c, release=False):
+                return None
+            chunks.append(c)
+            if self.pos < prompt or total > prompt:
+                self.checkpoint(self.pos, finished=False)
+        return chunks
+
+    def finish(self, prompt: int, total: int) -> str | None:
+        """Decode to `total` (SWA freed every DECODE_EVICTION_INTERVAL slid-out tokens from
+        the second step on), then cache the finished sequence."""
+        if not self.grow(total, release=False):
+            return self.abort()
+        seq = prompt + 2  # the second decode step's sequence length
+        while seq <= total:
+            need = self.evicted + DECODE_EVICTION_INTERVAL + self.replay.window + 1
+            seq = max(seq, need)
+            if seq > total:
+                break
+            self.free(seq - 1)
+            seq += 1
+        self.checkpoint(total, finished=True)
+        self.release()
+        return None

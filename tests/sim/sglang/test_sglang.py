@@ -75,16 +75,23 @@ CASES = [
         [0, 20, 20],
     ),
     ("no_buffer_ignores_branch_point", BRANCHES, {}, [0, 0, 0], [0, 20, 20]),
-    # SWARadixCache, W = 8: the request frees the window's slid-out pages, so a's insert is a
-    # tombstone [0, 20) and a live [20, 28): b and c match 20 with no window there.
-    ("swa_branch_in_slid_part", BRANCHES, SWA, [0, 0, 0], [0, 20, 20]),
+    # FA + SWA on the unified cache, W = 8: a request frees its slid-out SWA KV only at a
+    # checkpoint of an unfinished request and in decode, so a, finished with its one prefill
+    # chunk, is live throughout: b and c hit 20 (SGLang's own cache agrees, at page 4).
+    ("swa_finished_prefill_stays_live", BRANCHES, SWA, [0, 20, 20], [0, 20, 20]),
     # The next turn ends on a live run [12, 24) >= W: it hits.
     ("swa_turn_hits", TURNS, SWA, [0, 24], [0, 24]),
-    # b (6 tokens, all in its window) recovers the tombstone page [0, 4) it recomputed; c hits it.
+    # The SWA branch point, W = 4, chunks of 16: a's checkpoint at 16 frees [0, 8), a
+    # tombstone. b shares 6 tokens: KV matches 4 but no window there, so b's first insert
+    # stops at 4 with its window live, and c hits 4 (SGLang's own cache agrees, at page 4).
     (
-        "swa_recovers_a_tombstone",
-        [req("a", S), req("b", S[:6]), req("c", cat(S[:5], toks(900, 905)))],
-        SWA,
+        "swa_branch_point",
+        [
+            req("a", BRANCHES[0].prompt_token_ids),
+            req("b", cat(BRANCHES[0].prompt_token_ids[:6], toks(300, 322))),
+            req("c", cat(BRANCHES[0].prompt_token_ids[:6], toks(400, 422))),
+        ],
+        {**SWA, "sliding_window": 4, "max_num_batched_tokens": 16},
         [0, 0, 4],
         [0, 4, 4],
     ),
@@ -106,7 +113,7 @@ CASES = [
     ),
     # W = 8: a's insert left [0, 20) a tombstone. b's SWA branch insert at 20 publishes the
     # window [12, 20) (tombstone revived) before the chunk frees it; with extra_buffer C = 4
-    # the state goes there too and c hits 20 (the SWA-only cache: 0, "swa_branch_in_slid_part").
+    # the state goes there too and c hits 20.
     # no_buffer: the insert at 20 carries no state (b's is at its end), c misses.
     ("unified_swa_branch_no_state", BRANCHES, UNI, [0, 0, 0], [0, 20, 20]),
     (
