@@ -287,14 +287,13 @@ class SWARun(WindowRun):
 
     def checkpoint(self, key_len: int, finished: bool) -> None:
         """cache_unfinished_req (`finished` False) or cache_finished_req of `key_len` tokens."""
-        depth = key_len - key_len % self.replay.page
         branch = self.branch
-        at_branch = branch is not None and self.owned < branch <= depth
+        at_branch = branch is not None and self.owned < branch <= key_len
         if at_branch:
-            depth = branch
-        if not finished:
-            self.free(depth - 1)
-        self.cache_to(depth, self.evicted)
+            key_len = branch
+        if not finished:  # the key before its page floor: the window ends at its last token
+            self.free(key_len - 1)
+        self.cache_to(key_len - key_len % self.replay.page, self.evicted)
         if at_branch:
             self.branch = None
             if not finished:
