@@ -6,7 +6,10 @@ keyed by its chained block hash (token-id and hash-id traces alike), split where
 insert diverges inside an edge. Only whole pages are cached (SGLang cuts keys to the page
 size); the match runs over the prompt less its last token.
 
-Groups full_attention + mamba (MambaRadixCache): a node may hold one recurrent state, taken
+Since 0.5.16 SGLang serves every hybrid model with one UnifiedRadixCache; these are its rules,
+checked request by request against its own code (tools/oracle/sglang/, docs/engines.md).
+
+Groups full_attention + mamba: a node may hold one recurrent state, taken
 after its last token; a node without one is a tombstone (KV kept). The hit is the depth of the
 deepest node on the matched path that holds a state; attention_match is the whole matched KV.
 States are placed by `sglang_strategy`:
@@ -21,8 +24,9 @@ States are placed by `sglang_strategy`:
   rule, so a decode state is always page aligned). The finished sequence is cached only up to
   its last tracked state: the tail after it is not cached (its KV is freed).
 Groups full_attention alone: the plain RadixCache (every node is a hit point, no state pool).
-Groups full_attention + sliding_window: SWARadixCache (swa.py): window validator, slid-out
-tombstones, full-then-SWA eviction; the SWA pool is sglang_swa_full_tokens_ratio x the KV pool.
+Groups full_attention + sliding_window (swa.py, SWARun): window validator; a request frees its
+slid-out SWA KV only at checkpoints of an unfinished request and in decode, and keeps a live
+window at the SWA branch point; the SWA pool is sglang_swa_full_tokens_ratio x the KV pool.
 All three groups: SGLang's unified radix cache with both components (unified.py): one tree, a
 hit where every validator passes (KV, SWA window, Mamba state), per-component LRU with the
 cascade SWA > MAMBA on internal nodes, Mamba and SWA branch points (reference 1.3).
@@ -34,18 +38,18 @@ to their own pool of `sglang_num_states` slots (null = unbounded), which also ho
 request's own slots (1 live slot for no_buffer, 3 for extra_buffer: live + 2 ping-pong) - SGLang
 sizes the two pools separately (--mamba-full-memory-ratio). A request larger than the KV pool
 gets `error` and is not cached.
-LRU (the unified cache's refresh rules): a match refreshes the full LRU stamp of every node on
-the matched path and the state stamp of the hit node only; an insert refreshes the full stamps
-of the nodes it walks and the state stamp of the node that gets the state. Eviction on a failed
-allocation: KV -> least recent unlocked leaf (its KV and state), then childless unlocked
-tombstone parents; a state slot -> least recent unlocked state (internal node -> tombstone,
-leaf -> deleted as above). Locks: the running request's current node (hit node, then its last
-cached node) with its path to the root.
+LRU (the unified cache's refresh rules): a match refreshes the full LRU stamp of the matched
+path down to the hit node, and the state stamp of the hit node only; a split stamps both
+halves; an insert refreshes the full stamps of the nodes it walks and the state stamp of the
+node that gets the state. Eviction on a failed allocation: KV -> least recent unlocked leaf
+(its KV and state; a parent left childless stays with its KV); a state slot -> least recent
+unlocked state (internal node -> tombstone, leaf -> deleted as above). A request that
+finishes with its prefill hands its last state to the tree. Locks: the running request's
+current node (hit node, then its last cached node) with its path to the root.
 
 Not modelled: speculative decoding (spec_decode must be none), HiCache, the path state cap,
-extra_buffer_lazy, SWA recompute, the SWA leaf split on insert, the SWA branch point in the
-two-group SWA cache (legacy SWARadixCache has none; only the unified cache uses it), overlap
-scheduling, batching of concurrent requests.
+extra_buffer_lazy, SWA recompute, the node splits SGLang makes at a window's edge on insert,
+overlap scheduling, batching of concurrent requests.
 """
 
 from analyzer.sim.sglang.replay import SGLangReplay, replay

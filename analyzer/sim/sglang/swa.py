@@ -1,5 +1,6 @@
-"""SGLang's SWARadixCache (full attention + sliding window; reference/hybrid-policies.md 1.2,
-1.3), replayed serially. Units: tokens unless a name says pages.
+"""SGLang's sliding-window component (full attention + sliding window on the unified cache;
+reference/hybrid-policies.md 1.2, 1.3), replayed serially. Units: tokens unless a name says
+pages.
 
 A node's `state` means "its sliding-window KV is resident"; without it the node is an SWA
 tombstone (full KV kept). Two pools: full KV (`full_tokens`) and SWA KV (`swa_tokens`), each
@@ -7,14 +8,15 @@ shared by the tree and the running request.
 
 - Hit (window validator): the deepest node on the matched path such that the path has no
   tombstone, or the live (non-tombstone) run ending at the node is >= W tokens.
-- Write: a running request frees the SWA KV of whole pages that slid out of its window
-  (below floor_P(position - W)); inserting its tokens then makes [.., that point) a tombstone
-  and the rest a live leaf (a tail entirely out of the window is not inserted), and recovers
-  tombstones of the tree beyond its own prefix whose tokens it still holds in its window.
-  Inserts happen after every prefill chunk and when the request finishes, like Mamba no_buffer.
-- Eviction: full side first (least recent unlocked leaf, then childless unlocked tombstone
-  parents), then the SWA LRU (internal node -> tombstone, leaf -> deleted). The running request
-  locks its path; SWA-locked are its path's nodes within W tokens of its current node.
+- Write (SWARun): a running request frees the SWA KV that slid out of its window only at the
+  checkpoint of an unfinished request and during decode (SWARun's docstring); inserting its
+  tokens makes what it freed a tombstone and the rest live, and recovers tombstones of the
+  tree beyond its own prefix whose tokens it still holds. Where its full-KV match passes its
+  hit, its first insert reaching the match's page floor stops there (the SWA branch point).
+  WindowRun, the base class, frees as it computes; the all-three cache (unified.py) uses it.
+- Eviction: full side first (least recent unlocked leaf), then the SWA LRU (internal node ->
+  tombstone, leaf -> deleted, with childless tombstone parents). The running request locks its
+  path; SWA-locked are its path's nodes within W tokens of its current node.
 - LRU refresh: a match refreshes the whole matched path (full) and, in the SWA order, the live
   nodes within W + page tokens above the hit node; an insert does the same from its end.
 """
