@@ -19,6 +19,7 @@ from analyzer.cli.base import (
     shard_tokens_option,
     workers_option,
 )
+from analyzer.config.routers import routing_help
 from analyzer.errors import ConfigError
 
 
@@ -103,7 +104,7 @@ def match_cmd(
         click.echo(line)
 
 
-@cli.command()
+@cli.command(epilog=routing_help())
 @db_option
 @policy_options
 @out_file_option("Also export this run's replay_requests (.parquet, .jsonl or .csv).")

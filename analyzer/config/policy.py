@@ -18,6 +18,7 @@ from analyzer.config.bundled import preset_names, preset_text
 from analyzer.config.engines import BOUNDS, ENGINE_NAMES, ENGINES
 from analyzer.config.models import load_model
 from analyzer.config.options import OPTIONS, resolve
+from analyzer.config.routers import ROUTER_KEYS, ROUTER_NAMES, resolve_router, router
 from analyzer.config.schedule import (
     CONCURRENT_KEYS,
     SCHEDULE_KEYS,
@@ -29,7 +30,7 @@ from analyzer.errors import ConfigError
 
 GROUPS = ("full_attention", "sliding_window", "mamba")
 SPEC_DECODE = ("none", "eagle_lookahead", "eagle_drop")
-ROUTING = ("trace", "round_robin", "session", "prefix_aware")
+ROUTING = ROUTER_NAMES  # the router table (analyzer/config/routers.py)
 # One cache per model revision on each replica (as deployments run), or one shared by all
 # revisions (to ask what a single deployment for the whole traffic would reuse).
 CACHE_SCOPES = ("revision", "shared")
@@ -86,6 +87,19 @@ class Policy:
     step_token_us: float = CONCURRENT_KEYS["step_token_us"].default
     time_scale: float = CONCURRENT_KEYS["time_scale"].default
     options: tuple[tuple[str, Any], ...] = ()  # the engine's options (analyzer/config/options.py)
+    # A live router's knobs (analyzer/config/routers.py); () for a static one.
+    router_options: tuple[tuple[str, Any], ...] = ()
+
+    def router_option(self, key: str) -> Any:
+        """The value of router knob `key` (KeyError when the policy's router has none)."""
+        return dict(self.router_options)[key]
+
+    @property
+    def live_routing(self) -> bool:
+        """Whether the router reads the replicas' state: the fleet replays on one clock (a
+        router that can also run load-blind does so under the serial schedule)."""
+        row = router(self.routing)
+        return row.live and not (row.serial_static and self.schedule == "serial")
 
     def option(self, key: str) -> Any:
         """The value of engine option `key` (its default when the policy did not set it)."""
@@ -120,11 +134,12 @@ class Policy:
         if self.cache_scope == "revision":
             del values["cache_scope"]  # the default, left out like the serial schedule
         values.update(values.pop("options"))  # flat, as the user writes them
+        values.update(values.pop("router_options"))  # () for a static router: as before
         return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
 
-BASE_KEYS = tuple(f.name for f in fields(Policy) if f.name != "options")
-KEYS = BASE_KEYS + tuple(OPTIONS)
+BASE_KEYS = tuple(f.name for f in fields(Policy) if f.name not in ("options", "router_options"))
+KEYS = BASE_KEYS + tuple(OPTIONS) + ROUTER_KEYS
 
 
 def _integer(values: dict[str, Any], key: str) -> int | None:
@@ -158,7 +173,7 @@ def build_policy(values: dict[str, Any]) -> Policy:
     unknown = sorted(set(values) - set(KEYS))
     if unknown:
         raise ConfigError(f"unknown policy key {unknown[0]!r}; known: {', '.join(KEYS)}")
-    base = {k: v for k, v in values.items() if k not in OPTIONS}
+    base = {k: v for k, v in values.items() if k not in OPTIONS and k not in ROUTER_KEYS}
     v = {**asdict(Policy()), **base}
     groups = v["groups"]
     if isinstance(groups, str):
@@ -191,6 +206,9 @@ def build_policy(values: dict[str, Any]) -> Policy:
         model=v["model"],
         **check_schedule({k: v[k] for k in SCHEDULE_KEYS}),
         options=resolve(v["engine"], {k: x for k, x in values.items() if k in OPTIONS}),
+        router_options=resolve_router(
+            v["routing"], {k: x for k, x in values.items() if k in ROUTER_KEYS}
+        ),
     )
     _check_consistency(policy)
     # vLLM lays a Mamba state in one page of the shared pool (other engines keep states
@@ -206,6 +224,11 @@ def build_policy(values: dict[str, Any]) -> Policy:
 
 
 def _check_consistency(p: Policy) -> None:
+    if p.live_routing and p.schedule != "concurrent":
+        raise ConfigError(
+            f"policy key 'routing': {p.routing} reads the replicas' load as requests arrive, "
+            "so it needs schedule: concurrent (static routers: trace, round_robin, session)"
+        )
     if p.schedule not in ENGINES[p.engine].schedules:
         raise ConfigError(
             f"policy key 'schedule': engine {p.engine} has no {p.schedule} replay; only "

@@ -17,6 +17,7 @@ from typing import Any
 from analyzer.config.engines import ENGINES
 from analyzer.config.options import OPTIONS, Option
 from analyzer.config.policy import BASE_KEYS, CHOICES, MAXIMUMS, MINIMUMS, Policy
+from analyzer.config.routers import COMMON_KEYS, ROUTER_OPTIONS
 from analyzer.config.schedule import CONCURRENT_KEYS, SCHEDULES
 
 # A stable name, not a location: it stayed when the file moved into the package.
@@ -44,9 +45,11 @@ BASE_DOCS = {
     "spec_decode": "eagle_lookahead = vLLM 0.33 default for EAGLE/MTP (lookahead hashes, "
     "no drop); eagle_drop = legacy last-block drop.",
     "replicas": "Engine replicas, each with its own cache of num_blocks.",
-    "routing": "Which replica serves a request: trace = the record's replica; round_robin = "
-    "in arrival order; session = a conversation's requests to one replica; prefix_aware = "
-    "the replica whose earlier requests share the longest prefix.",
+    "routing": "Which replica serves a request (the router table, docs/engines.md). Static, "
+    "decided before the replay: trace = the record's replica; round_robin = in arrival "
+    "order; session = a conversation's requests to one replica. Live, as requests arrive "
+    "(schedule concurrent; knobs router_* and <router>_*): least_loaded, prefix_aware (also "
+    "load-blind under schedule serial), llm-d, dynamo, sglang, chwbl.",
     "cache_scope": "revision = one cache per model revision on each replica (as deployments "
     "run); shared = one cache for every revision (what one deployment for all the traffic "
     "would reuse).",
@@ -80,6 +83,8 @@ def policy_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a policy file."""
     properties = {key: _base_property(key) for key in BASE_KEYS}
     properties.update({key: _option_property(option) for key, option in OPTIONS.items()})
+    routers = {**COMMON_KEYS, **ROUTER_OPTIONS}
+    properties.update({key: _option_property(option, "routing") for key, option in routers.items()})
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
@@ -148,7 +153,7 @@ def _base_property(key: str) -> dict[str, Any]:
     return prop
 
 
-def _option_property(option: Option) -> dict[str, Any]:
+def _option_property(option: Option, owner: str = "engine") -> dict[str, Any]:
     if option.kind == "choice":
         prop: dict[str, Any] = {"enum": list(option.choices)}
     elif option.kind == "bool":
@@ -160,7 +165,8 @@ def _option_property(option: Option) -> dict[str, Any]:
         prop = {"type": [kind, "null"] if option.nullable else kind, "minimum": option.minimum}
         prop["maximum"] = option.maximum
     prop["default"] = option.default
-    prop["description"] = f"engine {option.engine}: {option.doc}"
+    who = "a live router" if option.engine == "*" else f"{owner} {option.engine}"
+    prop["description"] = f"{who}: {option.doc}"
     return prop
 
 

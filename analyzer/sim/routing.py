@@ -5,10 +5,12 @@
 - `round_robin`: request i (arrival order) -> replica i mod n;
 - `session`: every request of a conversation to one replica; conversations (and requests
   without one) take replicas round robin in order of first appearance;
-- `prefix_aware`: the replica whose earlier requests share the longest prefix with this
-  prompt, counted in whole match units; ties go to the replica with fewer requests so
-  far, then the lowest number (a cache-blind, eviction-blind router, like a gateway that
-  tracks prefixes it has sent where).
+- `prefix_aware` under the serial schedule (no clock, so no load to read; under the
+  concurrent one it routes live, `sim/routers/prefix_aware.py`): the replica whose earlier
+  requests share the longest prefix with this prompt, counted in whole match units (a
+  hash-id trace's sequences hold one id per trace block: the unit counts in those); ties
+  go to the replica with fewer requests so far, then the lowest number (a cache-blind,
+  eviction-blind router, like a gateway that tracks prefixes it has sent where).
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ def route(
     sequences: Sequence[np.ndarray] | None = None,
     namespaces: Sequence[object] | None = None,
     unit_tokens: int = 1,
+    item_tokens: Sequence[int | None] | None = None,
 ) -> list[str]:
-    """The replica label of every request, in arrival order."""
+    """The replica label of every request, in arrival order. `item_tokens`: per request, the
+    tokens one item of its sequence stands for (a hash-id trace's block size; None: a token)."""
     n = len(trace_replicas)
     if routing == "trace":
         return [r if r is not None else "0" for r in trace_replicas]
@@ -39,7 +43,9 @@ def route(
     if routing == "prefix_aware":
         if sequences is None or namespaces is None:
             raise ValueError("prefix_aware routing needs the prompt token sequences")
-        return _prefix_aware(sequences, namespaces, num_replicas, unit_tokens)
+        items = item_tokens or [None] * len(sequences)
+        units = [max(1, unit_tokens // (t or 1)) for t in items]
+        return _prefix_aware(sequences, namespaces, num_replicas, units)
     raise ValueError(f"unknown routing {routing!r}")
 
 
@@ -59,14 +65,14 @@ def _session(conversation_ids: Sequence[str | None], num_replicas: int) -> list[
     return out
 
 
-def _prefix_aware(sequences, namespaces, num_replicas: int, unit: int) -> list[str]:
+def _prefix_aware(sequences, namespaces, num_replicas: int, units: list[int]) -> list[str]:
     # One set of chained unit-block ids per replica: a block id stands for the whole
     # prefix up to its end, so "replica holds id" means "replica saw that prefix".
     ids: dict[tuple, int] = {}
     held: list[set[int]] = [set() for _ in range(num_replicas)]
     load = [0] * num_replicas
     out = []
-    for seq, ns in zip(sequences, namespaces, strict=True):
+    for seq, ns, unit in zip(sequences, namespaces, units, strict=True):
         chain = _chain_ids(np.asarray(seq), ns, unit, ids)
         best = min(range(num_replicas), key=lambda r: (-_depth(chain, held[r]), load[r], r))
         held[best].update(chain)

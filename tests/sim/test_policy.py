@@ -157,7 +157,26 @@ BAD = [
     ),
     (
         {"block_size": 544, "routing": "random"},
-        "policy key 'routing': 'random' is not one of trace, round_robin, session, prefix_aware",
+        "policy key 'routing': 'random' is not one of trace, round_robin, session, "
+        "least_loaded, prefix_aware, llm-d, dynamo, sglang, chwbl",
+    ),
+    (
+        {"block_size": 544, "routing": "dynamo"},
+        "policy key 'routing': dynamo reads the replicas' load as requests arrive, so it "
+        "needs schedule: concurrent (static routers: trace, round_robin, session)",
+    ),
+    (
+        {"block_size": 544, "routing": "round_robin", "router_seed": 3},
+        "policy key 'router_seed' applies to a live router; routing 'round_robin' is decided "
+        "before the replay",
+    ),
+    (
+        {"block_size": 544, "schedule": "concurrent", "routing": "dynamo", "llmd_kv_weight": 1},
+        "policy key 'llmd_kv_weight' applies to routing llm-d, not dynamo",
+    ),
+    (
+        {"block_size": 544, "schedule": "concurrent", "routing": "llm-d", "llmd_prefix": "x"},
+        "policy key 'llmd_prefix': 'x' is not one of approximate, precise",
     ),
     (
         {"block_size": 544, "num_blocks": "many"},

@@ -28,6 +28,7 @@ from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
 from analyzer.sim.common.block_hash import request_hashes
 from analyzer.sim.records import SimRequest, SimResult
+from analyzer.sim.routers.base import ReplicaLoad
 from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
 from analyzer.sim.vllm.flight import Admission, Flight
 from analyzer.sim.vllm.managers import ReqState
@@ -35,6 +36,8 @@ from analyzer.sim.vllm.reference import NOT_SCHEDULABLE, VllmReplay
 from analyzer.sim.vllm.scheduled import ScheduledPrefixes
 from analyzer.sim.vllm.scheduler import mamba_split
 from analyzer.sim.vllm.sleepers import SleepingDecoders
+
+INF = float("inf")
 
 
 class ConcurrentReplay(SleepingDecoders, VllmReplay):
@@ -78,23 +81,119 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
         self.wake: dict[int, list[Flight]] = {}  # step count -> sleepers to wake before it
         self.flights: list[Flight] = []
         self.waiting: deque[Flight] = deque()
+        self.arrivals: deque[Flight] = deque()  # routed here, queued at the next step start
+        self.step_end_s: float | None = None  # the step in flight's end
+        self.in_step: tuple | None = None  # its (scheduled, skipped)
+        # A fleet's replica: (flight, first token or finished, time) as its steps end, for
+        # the router's hooks (None: nobody listens)
+        self.hooks: list[tuple[Flight, bool, float]] | None = None
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
-        flights = self.flights = self._flights(list(requests))
-        self.prefixes = self._scheduled_prefixes()
-        arrivals = deque(sorted(flights, key=lambda f: (f.arrival_s, f.index)))
-        while arrivals or self.running or self.waiting:
-            while arrivals and arrivals[0].arrival_s <= self.clock:
-                f = arrivals.popleft()
-                f.added = (self.num_steps, self.num_tokens, self.clock)
-                self.waiting.append(f)
-            if not self.running and not self.waiting:
-                self.clock = arrivals[0].arrival_s  # idle until the next arrival
-                continue
-            if not self._quiet_steps(arrivals):
-                self._step()
+        flights = self.start(list(requests))
+        for f in sorted(flights, key=lambda f: (f.arrival_s, f.index)):
+            self.arrivals.append(f)
+        while True:
+            start_s = self.next_start_s()
+            if start_s is None:
+                break
+            self.start_step(start_s)
+            if self.step_end_s is not None:
+                self.end_step()
         for f in flights:
             yield f.result()
+
+    # -- the replica on a clock (one of a fleet: analyzer.sim.fleet) ----------------------------
+
+    def start(self, requests: list[SimRequest]) -> list[Flight]:
+        """The flights of `requests` (arrival times from the earliest one), hashed; this
+        replica then serves those `push`ed to it. A fleet starts one replica with every request
+        (the others share its interner: `share`)."""
+        flights = self.flights = self._flights(requests)
+        self.prefixes = self._scheduled_prefixes()
+        return flights
+
+    def share(self, first: ConcurrentReplay) -> None:
+        """Serve flights `first` made: its interner's ids (the ids are content: equal ids,
+        equal prefixes, in every replica's pool) and what they had hashed."""
+        self.interner = first.interner
+        self.flights = []
+        self.prefixes = self._scheduled_prefixes()
+
+    def push(self, f: Flight) -> None:
+        """A request routed here at its arrival; it joins the waiting queue at the next step
+        start (vLLM adds it to `waiting` at once; it is scheduled no sooner)."""
+        self.arrivals.append(f)
+        if self.hooks is not None:  # a fleet's replica: it serves those routed to it
+            self.flights.append(f)
+
+    def next_start_s(self) -> float | None:
+        """When this replica's next step starts: at once when it has requests, at the next
+        arrival routed to it when idle, None with a step in flight or nothing to do."""
+        if self.step_end_s is not None:
+            return None
+        if self.running or self.waiting:
+            return self.clock
+        if self.arrivals:
+            return max(self.clock, self.arrivals[0].arrival_s)
+        return None
+
+    def start_step(self, start_s: float, horizon_s: float | None = None) -> None:
+        """At `start_s` (`next_start_s`): queue the arrivals due, then run quiet steps (only
+        while they start before `horizon_s`, the next arrival anywhere; default: the next one
+        pushed here) or start one step; its end is `step_end_s` (None: it took no time)."""
+        self.clock = start_s
+        arrivals = self.arrivals
+        while arrivals and arrivals[0].arrival_s <= self.clock:
+            f = arrivals.popleft()
+            f.added = (self.num_steps, self.num_tokens, self.clock)
+            self.waiting.append(f)
+        if not self.running and not self.waiting:
+            return
+        if horizon_s is None:
+            horizon_s = arrivals[0].arrival_s if arrivals else INF
+        if not self._quiet_steps(horizon_s):
+            self._start_step()
+
+    def load(self) -> ReplicaLoad:
+        """What this replica's metrics report now: requests waiting (with those routed here
+        and not yet queued) and running, the prompt tokens the waiting still have to compute,
+        its pool's blocks in use and usable (vLLM's usage leaves the null block out)."""
+        waiting = [*self.waiting, *self.arrivals]
+        pool = self.coord.pool
+        total = self.layout.num_blocks - 1 if pool.bounded else None
+        if pool.bounded:
+            used = total - pool.num_free()
+        else:  # no free queue to count: the running requests' attention blocks
+            B = self.block_size
+            used = sum(-(-f.req.computed // B) for f in self.running)
+        return ReplicaLoad(
+            len(waiting),
+            len(self.running),
+            sum(f.req.num_tokens - f.req.computed for f in waiting),
+            used,
+            total,
+        )
+
+    def cached_blocks(self, blocks) -> int:
+        """How many leading blocks of a prompt (full-attention block ids, `Request.blocks`)
+        this replica's pool holds now."""
+        attention = self.coord.spec_groups[0][0]
+        groups, gid = self.coord.pool.num_groups, attention.gid
+        get = self.coord.pool.cached.get
+        n = 0
+        for h in blocks:
+            if get(h * groups + gid) is None:
+                break
+            n += 1
+        return n
+
+    def router_blocks(self, f: Flight) -> tuple[int, ...]:
+        """`f`'s prompt as a router sees it: the ids of its full blocks (those its pool keys
+        full attention's blocks with)."""
+        B, s = self.block_size, self.layout.block_size // self.layout.hash_block_size
+        ids = f.req.hashes
+        count = min(f.req.prompt // B, len(ids) // s)
+        return tuple(ids[s - 1 : count * s : s])
 
     def ttft_terms(self) -> list[tuple[float, int, int] | None]:
         """Per request (after `run`): its TTFT as lead_s + step_base_s x steps + step_token_s x
@@ -161,16 +260,17 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
 
     # -- one step ------------------------------------------------------------------------------
 
-    def _step(self) -> None:
+    def _start_step(self) -> None:
+        """Schedule one step at the clock; its outputs wait for `end_step` (at
+        `step_end_s`). A step that scheduled nothing takes no time and has no end."""
         coord = self.coord
         self._wake_up()
         coord.new_step()
-        start_s = self.clock
         scheduled: list[tuple[Flight, int]] = []
         budget, sleepers, skipped = self._schedule_running(scheduled)
         self.skipped_now = skipped
         if budget >= 0:
-            self._schedule_waiting(scheduled, budget, start_s)
+            self._schedule_waiting(scheduled, budget, self.clock)
         coord.end_step()
         if not scheduled and not sleepers:
             if budget >= 0 and not self.running and self.waiting:
@@ -179,7 +279,15 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
         total = sum(n for _, n in scheduled) + sleepers
         self.num_steps += 1
         self.num_tokens += total
-        self.clock = self.clock + (self.step_base_s + self.step_token_s * total)
+        self.step_end_s = self.clock + (self.step_base_s + self.step_token_s * total)
+        self.in_step = (scheduled, skipped)
+
+    def end_step(self) -> None:
+        """The step in flight ends: the clock moves to its end and its outputs are processed
+        (tokens sampled, requests finished and their blocks freed)."""
+        self.clock = self.step_end_s
+        scheduled, skipped = self.in_step
+        self.step_end_s = self.in_step = None
         for f in skipped:  # left out of this step: asleep as before, one step later
             f.synced_step = self.num_steps
             f.wake_step += 1
@@ -385,6 +493,8 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
             f.first_token_s = self.clock
             steps, tokens, _ = f.added
             f.to_first = (self.num_steps - steps, self.num_tokens - tokens)
+            if self.hooks is not None:
+                self.hooks.append((f, False, self.clock))
         if self.quiet:
             req.num_tokens = req.computed + 1
             if (req.num_tokens - self.hash_lookahead) // self.hash_block > len(req.hashes):
@@ -394,6 +504,8 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
             self._sampled(req, f.boundaries)
         if f.num_output >= f.max_tokens:
             f.finished_s = self.clock
+            if self.hooks is not None:
+                self.hooks.append((f, True, self.clock))
             self.running.remove(f)
             del self.active[f]
             self.coord.bind(req)
@@ -415,6 +527,8 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
         """A request that cannot fit even alone: vLLM's engine aborts it (a preempted one too:
         its sequence grew by its outputs; its first admission's figures stay)."""
         f.finished_s = self.clock
+        if self.hooks is not None:
+            self.hooks.append((f, True, self.clock))
         if f.first is None:
             f.error = NOT_SCHEDULABLE.format(self.layout.num_blocks)
         else:

@@ -10,8 +10,6 @@ steps are only clock ticks (`_quiet_steps`).
 
 from __future__ import annotations
 
-from collections import deque
-
 from analyzer.sim.vllm.flight import Flight
 
 
@@ -19,17 +17,17 @@ class SleepingDecoders:
     """The ConcurrentReplay methods that keep its sleepers; they use its `running`,
     `active`, `wake`, `waiting`, step counters, clock and time model."""
 
-    def _quiet_steps(self, arrivals: deque[Flight]) -> int:
-        """Run the next steps at once while every running request sleeps (nobody waits or
-        arrives). The clock still adds each step's time, one at a time (the same doubles).
-        Returns the number of steps run."""
+    def _quiet_steps(self, horizon_s: float) -> int:
+        """Run the next steps at once while every running request sleeps (nobody waits, and
+        each starts before `horizon_s`, the next arrival). The clock still adds each step's
+        time, one at a time (the same doubles). Returns the number of steps run."""
         running = self.running
         if self.waiting or self.active or not running or len(running) > self.budget:
             return 0
         count = min(f.wake_step for f in running) - self.num_steps
         step_s = self.step_base_s + self.step_token_s * len(running)
         done = 0
-        while done < count and not (arrivals and arrivals[0].arrival_s <= self.clock):
+        while done < count and self.clock < horizon_s:
             self.clock = self.clock + step_s
             done += 1
         self.num_steps += done
