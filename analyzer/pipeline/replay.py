@@ -1,15 +1,18 @@
 """`hpa replay`: route, match, replay each (model revision, replica) partition, account.
 
-Stages: requests (`pipeline.inputs`, `pipeline.trace`) -> routing (sim.routing) -> shared
-prefixes L1/L2 (`pipeline.shared_prefixes`) -> the cache replay per partition (sim, on an
-executor: `pipeline.partitions`) -> the waterfall (metrics) -> tables (store.runs).
+Stages, for a static router: requests (`access.inputs`, `access.trace`) -> routing
+(sim.routing) -> shared prefixes L1/L2 (`access.shared_prefixes`) -> the cache replay per
+partition (sim, on an executor: `access.partitions`) -> the waterfall (metrics) -> tables
+(store.runs). A live router (`Policy.live_routing`) decides as requests arrive: one fleet per
+model revision replays on one clock (`sim.fleet`), and L2 follows from where each request
+was actually sent.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +28,8 @@ from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
 from analyzer.metrics.waterfall import build_levels
 from analyzer.sim.dispatch import hit_alignment, load_policy, replay, replay_from_shared
-from analyzer.sim.records import ResultColumns, result_columns
+from analyzer.sim.fleet import replay_fleet
+from analyzer.sim.records import ResultColumns, SimResult, result_columns
 from analyzer.sim.routing import route
 from analyzer.store.caveats import block_size_caveat, timestamp_caveats
 from analyzer.store.db import DEFAULT_DB, stored_trace_block
@@ -99,6 +103,7 @@ def streams_tokens(policy: Policy, spec: ExecutorSpec) -> bool:
     return (
         spec.is_local
         and policy.routing != "prefix_aware"
+        and not policy.live_routing
         and replay_from_shared(policy, num_groups=num_groups(policy)) is not None
     )
 
@@ -150,6 +155,7 @@ def routed_partitions(trace: Trace, policy: Policy) -> tuple[list, list[str], li
         sequences=trace.prompts,
         namespaces=ns,
         unit_tokens=policy.hash_block_tokens,
+        item_tokens=c["block_size"],
     )
     return ns, replicas, cache_keys(policy, c["model_revision"], replicas)
 
@@ -162,9 +168,21 @@ def replay_rows(
     `executor` runs the partitions (default: in this process)."""
     c = trace.columns
     spec = as_spec(executor)
-    ns, replicas, partitions = routed_partitions(trace, policy)
+    routed = None
+    if policy.live_routing:
+        if replayer is not None:
+            raise ValueError(f"routing {policy.routing} replays live: no partition replayer")
+        ns = namespaces(trace)
+        routed = replay_fleets(trace, policy, ns, progress)
+        replicas = [str(k) for k in routed.replicas]
+        partitions = cache_keys(policy, c["model_revision"], replicas)
+    else:
+        ns, replicas, partitions = routed_partitions(trace, policy)
     shared_any, shared_replica = shared_prefixes(trace, ns, partitions, spec)
-    results = None if replayer else _from_shared(trace, policy, shared_replica, progress)
+    if routed is not None:
+        results = result_columns(routed.results)
+    else:
+        results = None if replayer else _from_shared(trace, policy, shared_replica, progress)
     if results is None:
         results = result_columns(
             _replay_partitions(
@@ -208,7 +226,63 @@ def replay_rows(
     rows["note"] = list(results["note"])
     rows.update(levels.causes())
     rows["fresh_prefill_tokens"] = prompt_tokens - levels.hit_tokens
+    rows.update(route_load_columns(routed.loads if routed is not None else None, trace.n))
     return rows
+
+
+ROUTE_LOAD = ("route_waiting", "route_running", "route_kv_blocks_used")
+
+
+def route_load_columns(loads, n: int) -> dict[str, list]:
+    """What a live router saw of the replica it chose, per request: its waiting and running
+    requests and KV blocks in use (None under a static router)."""
+    if loads is None:
+        return {name: [None] * n for name in ROUTE_LOAD}
+    return {
+        "route_waiting": [x.num_waiting for x in loads],
+        "route_running": [x.num_running for x in loads],
+        "route_kv_blocks_used": [x.kv_blocks_used for x in loads],
+    }
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A live replay's outcome, per request in arrival order."""
+
+    results: list[SimResult]
+    replicas: list[int]
+    loads: list
+
+
+def replay_fleets(trace: Trace, policy: Policy, ns: list[tuple], progress=None) -> Routed:
+    """One fleet per model revision (one for all under cache_scope shared), each on its own
+    clock from its earliest arrival, routed live (`sim.fleet`)."""
+    c = trace.columns
+    keys = [None] * trace.n if policy.cache_scope == "shared" else c["model_revision"]
+    members: dict = {}
+    for i, key in enumerate(keys):
+        members.setdefault(key, []).append(i)
+    results: list = [None] * trace.n
+    replicas = [0] * trace.n
+    loads: list = [None] * trace.n
+    groups = num_groups(policy)
+    done = 0
+    for indices in members.values():
+        rows, local = trace.partition(indices)
+        requests = [rows.sim_request(k, ns[i]) for k, i in zip(local, indices, strict=True)]
+        run = replay_fleet(
+            requests,
+            policy,
+            num_groups=groups,
+            conversation_ids=[c["conversation_id"][i] for i in indices],
+            trace_replicas=[c["replica"][i] for i in indices],
+        )
+        for k, i in enumerate(indices):
+            results[i], replicas[i], loads[i] = run.results[k], run.replicas[k], run.loads[k]
+        done += len(indices)
+        if progress is not None:
+            progress(done, trace.n)
+    return Routed(results, replicas, loads)
 
 
 def _from_shared(

@@ -107,24 +107,36 @@ def replay_fleet(
     chosen = [0] * n
     loads: list[ReplicaLoad | None] = [None] * n
     at = 0
+    # Each replica's next step end and next step start (INF: none), kept as they change.
+    ends = [INF] * len(replicas)
+    starts = [INF] * len(replicas)
+
+    def refresh(k: int) -> None:
+        r = replicas[k]
+        end = r.step_end_s
+        if end is not None:
+            ends[k], starts[k] = end, INF
+        else:
+            start = r.next_start_s()
+            ends[k], starts[k] = INF, (INF if start is None else start)
+
+    stale = view.refresh_s > 0
     while True:
         t_arrival = pending[at].arrival_s if at < n else INF
-        t_end, t_start = INF, INF
-        for r in replicas:
-            end = r.step_end_s
-            if end is not None:
-                t_end = min(t_end, end)
-            else:
-                start = r.next_start_s()
-                if start is not None:
-                    t_start = min(t_start, start)
+        t_end, t_start = min(ends), min(starts)
         if t_end <= t_arrival and t_end <= t_start:
             if t_end == INF:
                 break
-            view.scrape_before(t_end, inclusive=False)
-            _end_steps(replicas, t_end, router, seen)
+            if stale:
+                view.scrape_before(t_end, inclusive=False)
+            for k, end in enumerate(ends):
+                if end == t_end:
+                    replicas[k].end_step()
+                    refresh(k)
+            _heard(replicas, router, seen)
         elif t_arrival <= t_start:
-            view.scrape_before(t_arrival, inclusive=True)
+            if stale:
+                view.scrape_before(t_arrival, inclusive=True)
             view.now_s = t_arrival
             while at < n and pending[at].arrival_s == t_arrival:
                 f = pending[at]
@@ -135,23 +147,17 @@ def replay_fleet(
                 loads[f.index] = view.load(k)
                 chosen[f.index] = k
                 replicas[k].push(f)
+                refresh(k)
         else:
-            view.scrape_before(t_start, inclusive=True)
+            if stale:
+                view.scrape_before(t_start, inclusive=True)
             horizon = pending[at].arrival_s if at < n else INF
-            for r in replicas:
-                if r.step_end_s is None and r.next_start_s() == t_start:
-                    r.start_step(t_start, horizon)
+            for k, start in enumerate(starts):
+                if start == t_start:
+                    replicas[k].start_step(t_start, horizon)
+                    refresh(k)
             _heard(replicas, router, seen)  # requests aborted as their step was scheduled
     return FleetRun([f.result() for f in flights], chosen, loads)
-
-
-def _end_steps(replicas: list[ConcurrentReplay], t_s: float, router, seen) -> None:
-    """Every step ending at `t_s` ends (replica order); the router hears of the first tokens
-    and finishes they produced."""
-    for r in replicas:
-        if r.step_end_s == t_s:
-            r.end_step()
-    _heard(replicas, router, seen)
 
 
 def _heard(replicas: list[ConcurrentReplay], router, seen) -> None:

@@ -111,27 +111,56 @@ class ScheduledPrefixes:
         parent = source.ids[j * self.s - 1] if j else source.root
         item, per = source.item_bytes, source.item_tokens
         lo, mine = j * B // per * item, rest // per * item
-        best = 0
-        whole = self.whole.get(parent)
-        if whole:
-            contents, values = whole
-            block = source.data[lo : lo + mine]
-            at = bisect_left(contents, block)
-            value = int.from_bytes(block, "big")
-            for k in range(max(at - 1, 0), min(at + 1, len(contents))):
-                size = min(mine, len(contents[k]))
-                a = value >> 8 * (mine - size)
-                b = values[k] >> 8 * (len(contents[k]) - size)
-                best = max(best, _agreeing(a, b, size))
-        for other in self.moving.get(parent, ()):
-            if other is f:
-                continue
-            ahead = (self.scheduled_tokens(other) - j * B) // per * item
-            data = other.req.source.data
-            size = min(mine, ahead, len(data) - lo)
-            if size > best:
-                best = max(best, _common_bytes(source.data, data, lo, size))
+        best = self._best_whole(parent, source.data[lo : lo + mine], mine)
+        moving = self.moving.get(parent)
+        if moving:
+            whole_bytes = B // per * item
+            kept = []
+            for other in moving:
+                ahead = (self.scheduled_tokens(other) - j * B) // per * item
+                if ahead >= whole_bytes and other is not f:
+                    self._settle(parent, other, lo, whole_bytes)  # moved on: a whole block
+                    ahead = 0  # compared below, as whole blocks are
+                else:
+                    kept.append(other)
+                if other is f:
+                    continue
+                data = other.req.source.data
+                size = min(mine, ahead, len(data) - lo)
+                if size > best:
+                    best = max(best, _common_bytes(source.data, data, lo, size))
+            if len(kept) < len(moving):
+                self.moving[parent] = kept
+                best = max(best, self._best_whole(parent, source.data[lo : lo + mine], mine))
         return j * B + min(best // item * per, rest)
+
+    def _best_whole(self, parent: int, block: bytes, mine: int) -> int:
+        """The most leading bytes of `block` (`mine` long) any block scheduled whole under
+        `parent` agrees on."""
+        whole = self.whole.get(parent)
+        if not whole:
+            return 0
+        contents, values = whole
+        at = bisect_left(contents, block)
+        value = int.from_bytes(block, "big")
+        best = 0
+        for k in range(max(at - 1, 0), min(at + 1, len(contents))):
+            size = min(mine, len(contents[k]))
+            a = value >> 8 * (mine - size)
+            b = values[k] >> 8 * (len(contents[k]) - size)
+            best = max(best, _agreeing(a, b, size))
+        return best
+
+    def _settle(self, parent: int, other: Flight, lo: int, size: int) -> None:
+        """`other` has scheduled its whole block under `parent` since its frontier was kept
+        there: keep that block among the whole ones (the same bytes compare the same way) and
+        stop walking it (a frontier list under a common parent grew with every request)."""
+        block = other.req.source.data[lo : lo + size]
+        contents, values = self.whole.setdefault(parent, ([], []))
+        at = bisect_left(contents, block)
+        if at == len(contents) or contents[at] != block:
+            contents.insert(at, block)
+            values.insert(at, int.from_bytes(block, "big"))
 
 
 def _common_bytes(a: bytes, b: bytes, lo: int, size: int) -> int:

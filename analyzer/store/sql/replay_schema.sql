@@ -89,6 +89,11 @@ ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS lost_in_flight_tokens BIGIN
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS lost_in_flight_tokens BIGINT DEFAULT 0;
 -- Pool blocks in use right after a concurrent request's admission (bounded pools).
 ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS held_blocks BIGINT;
+-- A live router's view of the replica it chose, at the request's arrival (NULL when the
+-- routing was decided before the replay): waiting and running requests, KV blocks in use.
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS route_waiting BIGINT;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS route_running BIGINT;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS route_kv_blocks_used BIGINT;
 -- The concurrent schedule's figures per group (simulated seconds; NULL for a serial run).
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS ttft_p50_s DOUBLE;
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS ttft_p90_s DOUBLE;

@@ -88,3 +88,56 @@ def test_a_serial_replay_leaves_it_unset():
     requests = [_request("p", PROMPT, OUTPUTS, 0.0), _request("c", PROMPT, [1], 5.0)]
     serial = make_policy({"engine": "vllm", "groups": ["full_attention"], "block_size": 4})
     assert list(replay(requests, serial))[1].shared_scheduled_tokens is None
+
+
+class _Checked:
+    """Wraps the replay's ScheduledPrefixes: every `shared` answer is checked against the
+    definition, the best over every earlier request r of min(common prefix of the prompt and
+    r's sequence, tokens r had scheduled), capped at the prompt."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.seen = {}
+
+    def record(self, f, start, end):
+        self.seen[f.index] = f
+        self.inner.record(f, start, end)
+
+    def scheduled_blocks(self, f, resident):
+        return self.inner.scheduled_blocks(f, resident)
+
+    def shared(self, f, j):
+        got = self.inner.shared(f, j)
+        mine = np.frombuffer(f.req.source.data, np.int32)[: f.req.prompt]
+        want = 0
+        for other in self.seen.values():
+            if other is f:
+                continue
+            theirs = np.frombuffer(other.req.source.data, np.int32)
+            size = min(len(mine), len(theirs))
+            differ = np.flatnonzero(mine[:size] != theirs[:size])
+            common = int(differ[0]) if len(differ) else size
+            want = max(want, min(common, self.inner.scheduled_tokens(other)))
+        assert got == min(want, f.req.prompt), (f.index, got, want)
+        return got
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_shared_is_its_definition_on_random_traffic(seed, monkeypatch):
+    import analyzer.sim.vllm.concurrent as concurrent
+
+    made = concurrent.ScheduledPrefixes
+    monkeypatch.setattr(concurrent, "ScheduledPrefixes", lambda *a: _Checked(made(*a)))
+    rng = np.random.default_rng(seed)
+    heads = [rng.integers(0, 4, size=int(rng.integers(1, 24))).tolist() for _ in range(4)]
+    requests = []
+    for i in range(40):
+        head = heads[int(rng.integers(0, len(heads)))]
+        prompt = head[: int(rng.integers(0, len(head) + 1))]
+        prompt = prompt + rng.integers(0, 4, size=int(rng.integers(1, 20))).tolist()
+        outputs = rng.integers(0, 4, size=int(rng.integers(1, 6))).tolist()
+        requests.append(_request(f"r{i}", prompt, outputs, float(rng.uniform(0, 0.05))))
+    requests.sort(key=lambda r: r.timestamp_s)
+    policy = _policy(int(rng.choice([2, 4, 8])), step_base_ms=1.0, max_num_batched_tokens=16)
+    results = list(replay(requests, policy))
+    assert len(results) == 40
