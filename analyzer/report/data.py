@@ -79,6 +79,11 @@ class ReportData:
     # `hpa compare`'s comparison of two windows (`hpa report --window --baseline`), or None:
     # the summary then leads with its run and sentence, the time chart shades its windows.
     incident: Any | None = None
+    # The runs over several replicas (None: none is): per run and replica, the run's own
+    # row last (report_routing_replicas.sql), and per replica and arrival window
+    # (report_routing_windows.sql, with each run's clock and window width).
+    routing: pl.DataFrame | None = None
+    routing_windows: pl.DataFrame | None = None
 
 
 def load_report_data(
@@ -107,6 +112,7 @@ def load_report_data(
         groups = _groups(con, run_frame, labels)
         windows, unit = _windows(con, ids, labels, bin_s)
         load, load_windows = _load(con, run_frame, labels)
+        routing, routing_windows = _routing(con, ids, labels, bin_s)
         junctions, junction_note = None, None
         if {"junctions", "prefix_matches"} <= present:
             junctions, junction_note = _fresh_junctions(con, run_frame, labels)
@@ -128,6 +134,8 @@ def load_report_data(
             *_summary_inputs(con, run_frame),
             None,
             *_validations(con, present, ids),
+            routing=routing,
+            routing_windows=routing_windows,
         )
     finally:
         con.close()
@@ -357,6 +365,50 @@ def _rounded(frame: pl.DataFrame) -> pl.DataFrame:
     floats = [c for c, t in frame.schema.items() if t.is_float()]
     sums = [c for c, t in frame.schema.items() if isinstance(t, pl.Decimal)]
     return frame.with_columns(pl.col(floats).round(6), pl.col(sums).cast(pl.Int64))
+
+
+# --- routing (runs over several replicas) ---------------------------------------------
+
+
+def _routing(con, ids: list[int], labels: dict[int, str], bin_s: float | None):
+    """(per-replica figures, per replica and arrival window) of the runs shown that routed
+    to more than one replica, or (None, None). A concurrent run's windows are its load
+    windows (simulated arrival_s); a serial run's are the time windows (the trace's
+    timestamps, `bin_s` wide), or of arrival order without timestamps."""
+    frame = pl.from_arrow(query_arrow(con, load_sql("report_routing_replicas"), {"runs": ids}))
+    frame = _rounded(frame.with_columns(pl.col("replica").is_null().alias("is_overall")))
+    counts = frame.filter(~pl.col("is_overall")).group_by("run_id").len()
+    multi = sorted(counts.filter(pl.col("len") > 1)["run_id"].to_list())
+    if not multi:
+        return None, None
+    frames = []
+    for run_id in multi:
+        clock, t0, width = _routing_clock(con, run_id, bin_s)
+        params = {"run_id": run_id, "clock": clock, "t0": t0, "width": width}
+        part = pl.from_arrow(query_arrow(con, load_sql("report_routing_windows"), params))
+        frames.append(
+            _rounded(part).with_columns(
+                pl.lit(run_id, dtype=pl.Int32).alias("run_id"),
+                pl.lit(clock).alias("clock"),
+                pl.lit(width).alias("window_width"),
+                (pl.col("window_idx") * width).alias("window_start"),
+                (pl.col("window_idx") * width + width).alias("window_end"),
+            )
+        )
+    frame = frame.filter(pl.col("run_id").is_in(multi))
+    return _with_labels(frame, labels), _with_labels(pl.concat(frames), labels)
+
+
+def _routing_clock(con, run_id: int, bin_s: float | None) -> tuple[str, float, float]:
+    """(clock, first window's start, window width) of a run's routing windows: the Load
+    section's for a concurrent run, the time windows' for a serial one."""
+    [(t_arrival,)] = con.execute(load_sql("report_load_span"), {"runs": [run_id]}).fetchall()
+    if t_arrival is not None:
+        return "arrival", 0.0, window_width(float(t_arrival))
+    [(t_min, t_max, n)] = con.execute(load_sql("report_window_span"), {"runs": [run_id]}).fetchall()
+    if t_min is None:
+        return "order", 0.0, float(max(1, -(-int(n) // TARGET_WINDOWS)))
+    return "trace", float(t_min), float(bin_s) if bin_s else window_width(t_max - t_min)
 
 
 # --- junctions -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 
 from plotly.offline import get_plotlyjs
 
-from analyzer.report import load
+from analyzer.report import load, routing
 from analyzer.report.data import ReportData, load_report_data
 from analyzer.report.incident import incident_section
 from analyzer.report.sections import (
@@ -33,14 +33,16 @@ from analyzer.report.waterfall_sections import groups_section, waterfall_runs_se
 from analyzer.store.export import write_atomic
 
 # Figure ids in page order (the load figure, after fig-windows, only when a run is
-# concurrent; the engine figure only with several engines; the sweep figure only when
-# sweep_points exists).
+# concurrent; the routing figure only when a run has several replicas, as the mixed
+# sample's runs have; the engine figure only with several engines; the sweep figure only
+# when sweep_points exists).
 FIGURE_IDS = (
     "fig-waterfall-runs-tokens",
     "fig-waterfall-runs-shares",
     "fig-waterfall-groups-tokens",
     "fig-waterfall-groups-shares",
     "fig-windows",
+    "fig-routing",
     "fig-junctions",
     "fig-policy-compare",
     "fig-weighting",
@@ -135,6 +137,7 @@ SECTIONS: tuple[tuple[str, str, Section], ...] = (
     ("groups", "Families × revisions", groups_section),
     ("windows", "Over time", windows_section),
     ("load", "Load", load.load_section),
+    ("routing", "Routing", routing.routing_section),
     ("junctions", "Junctions", junctions_section),
     ("policies", "Policies", policy_section),
     ("engines", "Engines", engines_section),

@@ -32,7 +32,8 @@ from analyzer.config.policy import Policy
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.routers import make_router
 from analyzer.sim.routers.base import ReplicaLoad, Request
-from analyzer.sim.vllm.concurrent import INF, ConcurrentReplay
+from analyzer.sim.vllm.concurrent import ConcurrentReplay
+from analyzer.sim.vllm.replica import INF
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ def test_run_selection_and_cli(report_db, tmp_path):
         cli, ["report", "--db", str(report_db), "--run", "2", "-o", str(out)]
     )
     assert result.exit_code == 0, result.output
-    assert "runs 2, 8 figures" in result.output
+    assert f"runs 2, {len(FIGURE_IDS)} figures" in result.output
     text = out.read_text(encoding="utf-8")
     assert "replay runs 2." in text and "run 1 · vllm" not in text
     bad = CliRunner().invoke(cli, ["report", "--db", str(report_db), "--run", "9", "-o", str(out)])

@@ -28,19 +28,17 @@ from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
 from analyzer.sim.common.block_hash import request_hashes
 from analyzer.sim.records import SimRequest, SimResult
-from analyzer.sim.routers.base import ReplicaLoad
 from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
 from analyzer.sim.vllm.flight import Admission, Flight
 from analyzer.sim.vllm.managers import ReqState
 from analyzer.sim.vllm.reference import NOT_SCHEDULABLE, VllmReplay
+from analyzer.sim.vllm.replica import ReplicaClock
 from analyzer.sim.vllm.scheduled import ScheduledPrefixes
 from analyzer.sim.vllm.scheduler import mamba_split
 from analyzer.sim.vllm.sleepers import SleepingDecoders
 
-INF = float("inf")
 
-
-class ConcurrentReplay(SleepingDecoders, VllmReplay):
+class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
     """One replica's scheduler and cache; `run` yields one result per request, in the
     order the requests were given."""
 
@@ -101,99 +99,6 @@ class ConcurrentReplay(SleepingDecoders, VllmReplay):
                 self.end_step()
         for f in flights:
             yield f.result()
-
-    # -- the replica on a clock (one of a fleet: analyzer.sim.fleet) ----------------------------
-
-    def start(self, requests: list[SimRequest]) -> list[Flight]:
-        """The flights of `requests` (arrival times from the earliest one), hashed; this
-        replica then serves those `push`ed to it. A fleet starts one replica with every request
-        (the others share its interner: `share`)."""
-        flights = self.flights = self._flights(requests)
-        self.prefixes = self._scheduled_prefixes()
-        return flights
-
-    def share(self, first: ConcurrentReplay) -> None:
-        """Serve flights `first` made: its interner's ids (the ids are content: equal ids,
-        equal prefixes, in every replica's pool) and what they had hashed."""
-        self.interner = first.interner
-        self.flights = []
-        self.prefixes = self._scheduled_prefixes()
-
-    def push(self, f: Flight) -> None:
-        """A request routed here at its arrival; it joins the waiting queue at the next step
-        start (vLLM adds it to `waiting` at once; it is scheduled no sooner)."""
-        self.arrivals.append(f)
-        if self.hooks is not None:  # a fleet's replica: it serves those routed to it
-            self.flights.append(f)
-
-    def next_start_s(self) -> float | None:
-        """When this replica's next step starts: at once when it has requests, at the next
-        arrival routed to it when idle, None with a step in flight or nothing to do."""
-        if self.step_end_s is not None:
-            return None
-        if self.running or self.waiting:
-            return self.clock
-        if self.arrivals:
-            return max(self.clock, self.arrivals[0].arrival_s)
-        return None
-
-    def start_step(self, start_s: float, horizon_s: float | None = None) -> None:
-        """At `start_s` (`next_start_s`): queue the arrivals due, then run quiet steps (only
-        while they start before `horizon_s`, the next arrival anywhere; default: the next one
-        pushed here) or start one step; its end is `step_end_s` (None: it took no time)."""
-        self.clock = start_s
-        arrivals = self.arrivals
-        while arrivals and arrivals[0].arrival_s <= self.clock:
-            f = arrivals.popleft()
-            f.added = (self.num_steps, self.num_tokens, self.clock)
-            self.waiting.append(f)
-        if not self.running and not self.waiting:
-            return
-        if horizon_s is None:
-            horizon_s = arrivals[0].arrival_s if arrivals else INF
-        if not self._quiet_steps(horizon_s):
-            self._start_step()
-
-    def load(self) -> ReplicaLoad:
-        """What this replica's metrics report now: requests waiting (with those routed here
-        and not yet queued) and running, the prompt tokens the waiting still have to compute,
-        its pool's blocks in use and usable (vLLM's usage leaves the null block out)."""
-        waiting = [*self.waiting, *self.arrivals]
-        pool = self.coord.pool
-        total = self.layout.num_blocks - 1 if pool.bounded else None
-        if pool.bounded:
-            used = total - pool.num_free()
-        else:  # no free queue to count: the running requests' attention blocks
-            B = self.block_size
-            used = sum(-(-f.req.computed // B) for f in self.running)
-        return ReplicaLoad(
-            len(waiting),
-            len(self.running),
-            sum(f.req.num_tokens - f.req.computed for f in waiting),
-            used,
-            total,
-        )
-
-    def cached_blocks(self, blocks) -> int:
-        """How many leading blocks of a prompt (full-attention block ids, `Request.blocks`)
-        this replica's pool holds now."""
-        attention = self.coord.spec_groups[0][0]
-        groups, gid = self.coord.pool.num_groups, attention.gid
-        get = self.coord.pool.cached.get
-        n = 0
-        for h in blocks:
-            if get(h * groups + gid) is None:
-                break
-            n += 1
-        return n
-
-    def router_blocks(self, f: Flight) -> tuple[int, ...]:
-        """`f`'s prompt as a router sees it: the ids of its full blocks (those its pool keys
-        full attention's blocks with)."""
-        B, s = self.block_size, self.layout.block_size // self.layout.hash_block_size
-        ids = f.req.hashes
-        count = min(f.req.prompt // B, len(ids) // s)
-        return tuple(ids[s - 1 : count * s : s])
 
     def ttft_terms(self) -> list[tuple[float, int, int] | None]:
         """Per request (after `run`): its TTFT as lead_s + step_base_s x steps + step_token_s x
