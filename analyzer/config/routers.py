@@ -14,6 +14,7 @@ the replicas' load and caches at each arrival, so one fleet replays on one clock
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -267,14 +268,18 @@ def routing_help() -> str:
     lines = ["\b", "Routing (--set routing=NAME; docs/engines.md cites each router's code):"]
     for row in _ROWS:
         if not row.live:
-            lines.append(f"  {row.name}: static, {row.follows}")
-            continue
-        knobs = [
-            f"{k}={_shown(o.default)}" for k, o in ROUTER_OPTIONS.items() if o.engine == row.name
-        ]
-        lines.append(f"  {row.name}: live{', ' + ', '.join(knobs) if knobs else ''}")
+            text = f"{row.name}: static, {row.follows}"
+        else:
+            knobs = [
+                f"{k}={_shown(o.default)}"
+                for k, o in ROUTER_OPTIONS.items()
+                if o.engine == row.name
+            ]
+            text = f"{row.name}: live{'; ' + ', '.join(knobs) if knobs else ''}"
+        lines += textwrap.wrap(text, 78, initial_indent="  ", subsequent_indent="      ")
     common = ", ".join(f"{k}={_shown(o.default)}" for k, o in COMMON_KEYS.items())
-    lines.append(f"  every live router: {common} (schedule concurrent)")
+    text = f"every live router: {common}; schedule concurrent"
+    lines += textwrap.wrap(text, 78, initial_indent="  ", subsequent_indent="      ")
     return "\n".join(lines)
 
 
