@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HPA := $(VENV)/bin/hpa
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint wheel-check bench bench-process bench-e2e bench-ingest bench-replay bench-peer bench-plan schemas samples clean
+.PHONY: install demo test lint wheel-check bench bench-process bench-e2e bench-ingest bench-replay bench-peer bench-fleet bench-plan schemas samples clean
 
 NATIVE := analyzer/native.h analyzer/prefixes/radix_loop.c analyzer/traces/token_scan_loop.c
 
@@ -36,7 +36,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 # Every benchmark, each against a peer or a naive baseline in the same run.
-bench: bench-process bench-e2e bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent bench-plan
+bench: bench-process bench-e2e bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent bench-fleet bench-plan
 
 # Whole processes as a user times them, beside the in-process figures: start-up, each
 # command's fixed cost and peak RSS above its base, the peers as processes, and the first
@@ -51,6 +51,13 @@ bench-process: $(STAMP)
 E2E_TOKENS ?= 28000000 70000000
 bench-e2e: $(STAMP)
 	for tokens in $(E2E_TOKENS); do $(PY) bench/bench_e2e.py --tokens $$tokens || exit 1; done
+
+# A fleet behind a router: hpa's concurrent replay (every router) vs NVIDIA Dynamo's offline
+# replay (round_robin, kv_router) on the Mooncake trace at 2, 4 and 8 replicas, each a whole
+# process, 3 runs (median wall; ~5 min). Needs Dynamo's venv (bench/dynamo_replay.py says how;
+# without it, hpa's rows only).
+bench-fleet: $(STAMP)
+	$(PY) bench/bench_fleet.py --runs $(or $(FLEET_RUNS),3)
 
 bench-ingest: $(STAMP)
 	$(PY) bench/bench_ingest.py

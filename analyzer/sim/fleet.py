@@ -55,7 +55,7 @@ class _View:
         self.now_s = 0.0
         self.refresh_s = refresh_s
         self.scraped: list[ReplicaLoad] | None = None
-        self.next_scrape_s = 0.0 if refresh_s > 0 else INF
+        self.scraped_at_s = -INF
 
     def load(self, replica: int) -> ReplicaLoad:
         if self.scraped is not None:
@@ -65,18 +65,10 @@ class _View:
     def cached_blocks(self, replica: int, blocks: Sequence[int]) -> int:
         return self.replicas[replica].cached_blocks(blocks)
 
-    def scrape_before(self, t_s: float, inclusive: bool) -> None:
-        """An event at `t_s` is next: the scrape due at or before it (strictly before, for a
-        step end: the scrape at an end's instant sees it) reads the state as it is now."""
-        due = self.next_scrape_s
-        if not (due < t_s or (inclusive and due <= t_s)):
-            return
+    def scrape(self, t_s: float) -> None:
+        """The scrape at `t_s` (every replica advanced to it) reads the load as it is."""
         self.scraped = [r.load() for r in self.replicas]
-        # the state holds until this event: the next scrape that can differ is at or after it
-        k = math.floor(t_s / self.refresh_s)
-        if k * self.refresh_s < t_s or (inclusive and k * self.refresh_s <= t_s):
-            k += 1
-        self.next_scrape_s = k * self.refresh_s
+        self.scraped_at_s = t_s
 
 
 def replay_fleet(
@@ -88,7 +80,12 @@ def replay_fleet(
     trace_replicas: Sequence[str | None] | None = None,
 ) -> FleetRun:
     """Replay `requests` (one model revision, arrival order) on `policy.replicas` replicas
-    of vLLM's scheduler, each routed as it arrives by `policy.routing`."""
+    of vLLM's scheduler, each routed as it arrives by `policy.routing`.
+
+    Replicas meet only where a request is routed (or the router's view is scraped): between
+    two such instants each replica runs on alone, its step ends up to the instant and its
+    step starts before it; the router then hears of the first tokens and finishes in time
+    order, and routes."""
     n = len(requests)
     replicas = [ConcurrentReplay(policy, num_groups=num_groups) for _ in range(policy.replicas)]
     first = replicas[0]
@@ -108,69 +105,44 @@ def replay_fleet(
     chosen = [0] * n
     loads: list[ReplicaLoad | None] = [None] * n
     at = 0
-    # Each replica's next step end and next step start (INF: none), kept as they change.
-    ends = [INF] * len(replicas)
-    starts = [INF] * len(replicas)
-
-    def refresh(k: int) -> None:
-        r = replicas[k]
-        end = r.step_end_s
-        if end is not None:
-            ends[k], starts[k] = end, INF
-        else:
-            start = r.next_start_s()
-            ends[k], starts[k] = INF, (INF if start is None else start)
-
-    stale = view.refresh_s > 0
-    while True:
-        t_arrival = pending[at].arrival_s if at < n else INF
-        t_end, t_start = min(ends), min(starts)
-        if t_end <= t_arrival and t_end <= t_start:
-            if t_end == INF:
-                break
-            if stale:
-                view.scrape_before(t_end, inclusive=False)
-            for k, end in enumerate(ends):
-                if end == t_end:
-                    replicas[k].end_step()
-                    refresh(k)
-            _heard(replicas, router, seen)
-        elif t_arrival <= t_start:
-            if stale:
-                view.scrape_before(t_arrival, inclusive=True)
-            view.now_s = t_arrival
-            while at < n and pending[at].arrival_s == t_arrival:
-                f = pending[at]
-                at += 1
-                req = _request(f, first, convs, traced)
-                seen[f.index] = req
-                k = router.route(req, view)
-                loads[f.index] = view.load(k)
-                chosen[f.index] = k
-                replicas[k].push(f)
-                refresh(k)
-        else:
-            if stale:
-                view.scrape_before(t_start, inclusive=True)
-            horizon = pending[at].arrival_s if at < n else INF
-            for k, start in enumerate(starts):
-                if start == t_start:
-                    replicas[k].start_step(t_start, horizon)
-                    refresh(k)
-            _heard(replicas, router, seen)  # requests aborted as their step was scheduled
+    while at < n:
+        t_s = pending[at].arrival_s
+        if view.refresh_s > 0:
+            due_s = math.floor(t_s / view.refresh_s) * view.refresh_s
+            if due_s > view.scraped_at_s:  # the last scrape before this arrival
+                _advance(replicas, due_s, router, seen)
+                view.scrape(due_s)
+        _advance(replicas, t_s, router, seen)
+        view.now_s = t_s
+        while at < n and pending[at].arrival_s == t_s:
+            f = pending[at]
+            at += 1
+            req = _request(f, first, convs, traced)
+            seen[f.index] = req
+            k = router.route(req, view)
+            loads[f.index] = view.load(k)
+            chosen[f.index] = k
+            replicas[k].push(f)
+    _advance(replicas, INF, router, seen)
     return FleetRun([f.result() for f in flights], chosen, loads)
 
 
-def _heard(replicas: list[ConcurrentReplay], router, seen) -> None:
-    """Tell the router what its requests did since it last heard (replica order)."""
+def _advance(replicas: list[ConcurrentReplay], t_s: float, router, seen) -> None:
+    """Every replica processes its step ends at times <= `t_s` and its step starts before
+    it; then the router hears what its requests did, in time order (replica order at equal
+    times)."""
+    heard = []
     for k, r in enumerate(replicas):
+        r.advance_to(t_s)
         if r.hooks:
-            for f, finished, when in r.hooks:
-                if finished:
-                    router.on_finished(seen[f.index], k, when)
-                else:
-                    router.on_first_token(seen[f.index], k, when)
+            heard += [(when, k, finished, f) for f, finished, when in r.hooks]
             r.hooks.clear()
+    heard.sort(key=lambda e: (e[0], e[1]))
+    for when, k, finished, f in heard:
+        if finished:
+            router.on_finished(seen[f.index], k, when)
+        else:
+            router.on_first_token(seen[f.index], k, when)
 
 
 def _request(f, replica: ConcurrentReplay, convs, traced) -> Request:

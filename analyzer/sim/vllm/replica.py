@@ -69,6 +69,21 @@ class ReplicaClock:
         if not self._quiet_steps(horizon_s):
             self._start_step()
 
+    def advance_to(self, t_s: float) -> None:
+        """Run on alone up to `t_s`: every step end at times <= t_s and every step start
+        before it (a start at t_s waits for what is routed here at t_s)."""
+        while True:
+            end_s = self.step_end_s
+            if end_s is not None:
+                if end_s > t_s:
+                    return
+                self.end_step()
+                continue
+            start_s = self.next_start_s()
+            if start_s is None or start_s >= t_s:
+                return
+            self.start_step(start_s, t_s)
+
     def load(self) -> ReplicaLoad:
         """What this replica's metrics report now: requests waiting (with those routed here
         and not yet queued) and running, the prompt tokens the waiting still have to compute,
