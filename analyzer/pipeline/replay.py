@@ -10,6 +10,7 @@ was actually sent.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -96,6 +97,29 @@ def run_replay(
     return replace(outcome, notes=notes, num_caches=num_caches(policy, rows))
 
 
+@dataclass(frozen=True)
+class ReplaySetup:
+    """What a replay resolves once from its policy, so that no stage asks again: KV-cache
+    groups per type (the model preset), the alignment every hit is a multiple of, the
+    closed form of its results (None: requests replay one by one) and whether its router is
+    live (one fleet per model revision on one clock)."""
+
+    policy: Policy
+    num_groups: dict[str, int] | None
+    align_tokens: int
+    closed: Callable | None
+    live: bool
+
+
+@functools.lru_cache(maxsize=64)
+def replay_setup(policy: Policy) -> ReplaySetup:
+    """The setup of `policy` (kept for the policies a sweep or a plan replays again)."""
+    groups = num_groups(policy)
+    live = policy.live_routing
+    closed = None if live else replay_from_shared(policy, num_groups=groups)
+    return ReplaySetup(policy, groups, hit_alignment(policy), closed, live)
+
+
 def streams_tokens(policy: Policy, spec: ExecutorSpec) -> bool:
     """Whether a replay in this process needs no token id once L1/L2 are known: its results
     follow from them (`replay_from_shared`) and no routing reads prompts. Its driver may
@@ -103,8 +127,7 @@ def streams_tokens(policy: Policy, spec: ExecutorSpec) -> bool:
     return (
         spec.is_local
         and policy.routing != "prefix_aware"
-        and not policy.live_routing
-        and replay_from_shared(policy, num_groups=num_groups(policy)) is not None
+        and replay_setup(policy).closed is not None
     )
 
 
@@ -168,12 +191,13 @@ def replay_rows(
     `executor` runs the partitions (default: in this process)."""
     c = trace.columns
     spec = as_spec(executor)
+    setup = replay_setup(policy)
     routed = None
-    if policy.live_routing:
+    if setup.live:
         if replayer is not None:
             raise ValueError(f"routing {policy.routing} replays live: no partition replayer")
         ns = namespaces(trace)
-        routed = replay_fleets(trace, policy, ns, progress)
+        routed = replay_fleets(trace, setup, ns, progress)
         replicas = [str(k) for k in routed.replicas]
         partitions = cache_keys(policy, c["model_revision"], replicas)
     else:
@@ -182,11 +206,11 @@ def replay_rows(
     if routed is not None:
         results = result_columns(routed.results)
     else:
-        results = None if replayer else _from_shared(trace, policy, shared_replica, progress)
+        results = None if replayer else _from_shared(trace, setup, shared_replica, progress)
     if results is None:
         results = result_columns(
             _replay_partitions(
-                trace, policy, ns, partitions, replayer or replay, progress, executor=spec
+                trace, setup, ns, partitions, replayer or replay, progress, executor=spec
             )
         )
     prompt_tokens = np.asarray(c["prompt_tokens"], dtype=np.int64)
@@ -194,7 +218,7 @@ def replay_rows(
         prompt_tokens=prompt_tokens,
         shared_any_tokens=shared_any,
         shared_replica_tokens=shared_replica,
-        align_tokens=hit_alignment(policy),
+        align_tokens=setup.align_tokens,
         attention_match_tokens=results["attention_match_tokens"],
         sparse_retention_miss_tokens=results["sparse_retention_miss_tokens"],
         hit_tokens=results["hit_tokens"],
@@ -254,10 +278,11 @@ class Routed:
     loads: list
 
 
-def replay_fleets(trace: Trace, policy: Policy, ns: list[tuple], progress=None) -> Routed:
+def replay_fleets(trace: Trace, setup: ReplaySetup, ns: list[tuple], progress=None) -> Routed:
     """One fleet per model revision (one for all under cache_scope shared), each on its own
     clock from its earliest arrival, routed live (`sim.fleet`)."""
     c = trace.columns
+    policy = setup.policy
     keys = [None] * trace.n if policy.cache_scope == "shared" else c["model_revision"]
     members: dict = {}
     for i, key in enumerate(keys):
@@ -265,7 +290,7 @@ def replay_fleets(trace: Trace, policy: Policy, ns: list[tuple], progress=None) 
     results: list = [None] * trace.n
     replicas = [0] * trace.n
     loads: list = [None] * trace.n
-    groups = num_groups(policy)
+    groups = setup.num_groups
     done = 0
     for indices in members.values():
         rows, local = trace.partition(indices)
@@ -286,15 +311,13 @@ def replay_fleets(trace: Trace, policy: Policy, ns: list[tuple], progress=None) 
 
 
 def _from_shared(
-    trace: Trace, policy: Policy, shared_replica: np.ndarray, progress
+    trace: Trace, setup: ReplaySetup, shared_replica: np.ndarray, progress
 ) -> ResultColumns | None:
     """Every request's result at once from L2 (its shared prefix in its own cache), where
     the engine's results follow from it (`sim.dispatch.replay_from_shared`) and every
     request is token ids; None where requests must replay one by one."""
-    if not trace.token_ids_only:
-        return None
-    closed = replay_from_shared(policy, num_groups=num_groups(policy))
-    if closed is None:
+    closed = setup.closed
+    if not trace.token_ids_only or closed is None:
         return None
     # the namespace is in L2 already: it matched within each cache namespace
     prompt_tokens = np.asarray(trace.columns["prompt_tokens"], dtype=np.int64)
@@ -339,13 +362,13 @@ def _elapsed(starts: list, ends: list) -> list[float | None]:
 
 
 def _replay_partitions(
-    trace: Trace, policy: Policy, ns, partitions, replayer=replay, progress=None, executor=LOCAL
+    trace: Trace, setup: ReplaySetup, ns, partitions, replayer=replay, progress=None, executor=LOCAL
 ) -> list:
     """Per request: its SimResult; the (revision, replica) partitions run on `executor`."""
     members: dict[tuple, list[int]] = {}
     for i, key in enumerate(partitions):
         members.setdefault(key, []).append(i)
-    shared = ReplayShared(trace, policy, ns, replayer, num_groups(policy))
+    shared = ReplayShared(trace, setup.policy, ns, replayer, setup.num_groups)
     return replay_partitions(executor, shared, members, progress)
 
 
