@@ -121,3 +121,45 @@ def test_hooks_come_in_time_order_before_the_next_route(recorder):
     }
     at = log.index(next(e for e in log if e[0] == "route" and e[1] == 2))
     assert {e[1] for e in log[:at] if e[0] == "finished"} == {0, 1}  # both done by 0.5
+
+
+class RoundRobin(Router):
+    """A live router that reads nothing: request i to replica i mod n."""
+
+    def route(self, request, view):
+        return request.index % self.num_replicas
+
+
+@pytest.mark.skipif(not CASES, reason="no concurrent goldens")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_replicas_that_share_nothing_replay_as_alone(name, monkeypatch):
+    """Routed by a rule that reads nothing, each replica of the fleet replays what it got
+    exactly as a concurrent replay of those requests alone (hits, chunks, preemptions), its
+    times shifted by its first arrival."""
+    monkeypatch.setattr(
+        fleet, "make_router", lambda name, n, knobs: RoundRobin(n, knobs, Ties(None))
+    )
+    case = CASES[name]
+    requests = _requests(GOLDEN / case["trace"])
+    policy = make_policy({**case["policy"], "routing": "least_loaded", "replicas": 3})
+    run = fleet.replay_fleet(requests, policy)
+    scale = policy.time_scale
+    t0 = min(r.timestamp_s for r in requests)
+    for k in range(3):
+        mine = [i for i in range(len(requests)) if i % 3 == k]
+        if not mine:
+            continue
+        alone = list(replay([requests[i] for i in mine], make_policy(case["policy"])))
+        shift = (min(requests[i].timestamp_s for i in mine) - t0) * scale
+        for i, want in zip(mine, alone, strict=True):
+            got = run.results[i]
+            assert got._replace(
+                arrival_s=None, first_scheduled_s=None, first_token_s=None, finished_s=None
+            ) == want._replace(
+                arrival_s=None, first_scheduled_s=None, first_token_s=None, finished_s=None
+            ), (name, i)
+            for field in ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s"):
+                a, b = getattr(got, field), getattr(want, field)
+                assert (a is None) == (b is None)
+                if a is not None:
+                    assert a == pytest.approx(b + shift, abs=1e-6), (name, i, field)
