@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.sim.dispatch import make_policy
-from analyzer.sim.records import SimRequest
+from tests.sim.vllm.test_concurrent_golden import _requests
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "oracle_fleet"
 CASES = json.loads((GOLDEN / "cases.json").read_text())["cases"] if GOLDEN.exists() else {}
@@ -23,19 +23,6 @@ TIMES = ("arrival_s", "first_token_s", "finished_s")
 # Differences the goldens show that the fleet does not model yet: strict, so a fix that makes
 # one pass must say so here.
 KNOWN: dict[str, str] = {}
-
-
-def _requests(trace: Path) -> list[SimRequest]:
-    out = []
-    for line in trace.read_text().splitlines():
-        rec = json.loads(line)
-        outputs = rec.get("output_token_ids") or [0]  # the oracle samples token 0
-        out.append(
-            SimRequest(
-                rec["request_id"], rec["prompt_token_ids"], outputs, timestamp_s=rec["timestamp"]
-            )
-        )
-    return out
 
 
 def _params():
