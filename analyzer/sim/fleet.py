@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analyzer.config.policy import Policy
+from analyzer.sim.common.collector import collector_paused
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.routers import make_router
 from analyzer.sim.routers.base import ReplicaLoad, Request
@@ -86,6 +87,11 @@ def replay_fleet(
     two such instants each replica runs on alone, its step ends up to the instant and its
     step starts before it; the router then hears of the first tokens and finishes in time
     order, and routes."""
+    with collector_paused():
+        return _fleet(requests, policy, num_groups, conversation_ids, trace_replicas)
+
+
+def _fleet(requests, policy: Policy, num_groups, conversation_ids, trace_replicas) -> FleetRun:
     n = len(requests)
     replicas = [ConcurrentReplay(policy, num_groups=num_groups) for _ in range(policy.replicas)]
     first = replicas[0]
@@ -104,6 +110,15 @@ def replay_fleet(
     seen: list[Request | None] = [None] * n
     chosen = [0] * n
     loads: list[ReplicaLoad | None] = [None] * n
+    _run(replicas, router, view, pending, (first, convs, traced), (seen, chosen, loads))
+    return FleetRun([f.result() for f in flights], chosen, loads)
+
+
+def _run(replicas, router, view: _View, pending: list, about: tuple, out: tuple) -> None:
+    """Route the `pending` flights (arrival order) as they arrive; run every replica out."""
+    first, convs, traced = about
+    seen, chosen, loads = out
+    n = len(pending)
     at = 0
     while at < n:
         t_s = pending[at].arrival_s
@@ -124,7 +139,6 @@ def replay_fleet(
             chosen[f.index] = k
             replicas[k].push(f)
     _advance(replicas, INF, router, seen)
-    return FleetRun([f.result() for f in flights], chosen, loads)
 
 
 def _advance(replicas: list[ConcurrentReplay], t_s: float, router, seen) -> None:

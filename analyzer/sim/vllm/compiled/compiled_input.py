@@ -10,14 +10,13 @@ prompt), the blocks past its known tokens fresh. Units: tokens, blocks.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 
 import numpy as np
 
 from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.common.block_ids import CompiledBlockIds, LookaheadIds
+from analyzer.sim.common.collector import collector_paused
 from analyzer.sim.records import SimRequest, SimResult
 
 
@@ -95,21 +94,6 @@ def grown(array: np.ndarray, size: int, fill: int) -> np.ndarray:
         return array
     extra = max(size, 2 * len(array)) - len(array)
     return np.concatenate([array, np.full(extra, fill, array.dtype)])
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while a step lays its requests out and builds their
-    results: acyclic tuples, and a collection started by thousands of new objects walks
-    every live one (the first 10,000 results of a process took 80 ms instead of 15, and
-    10,000 requests' (prompt, output) pairs 47 ms instead of 1)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _laid_out(seqs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
