@@ -17,6 +17,8 @@ from analyzer.cli.base import (
     policy_options,
     progress_bar,
     shard_tokens_option,
+    step_options,
+    with_step,
     workers_option,
 )
 from analyzer.config.routers import routing_help
@@ -107,6 +109,7 @@ def match_cmd(
 @cli.command(epilog=routing_help())
 @db_option
 @policy_options
+@step_options
 @out_file_option("Also export this run's replay_requests (.parquet, .jsonl or .csv).")
 @measure_from_option
 @name_option("the run (with several policies: NAME · POLICY each)")
@@ -118,6 +121,8 @@ def replay(
     db_path: str,
     policy_source: str,
     overrides: tuple[str, ...],
+    step_gpu: str | None,
+    tensor_parallel: int | None,
     out: str | None,
     measure_from: float,
     name: str | None,
@@ -145,7 +150,7 @@ def replay(
     names = [part.strip() for part in policy_source.split(",")]
     if not all(names):
         raise ConfigError(f"--policy {policy_source!r}: an empty name in the list")
-    policies = load_policies(names, list(overrides))
+    policies = load_policies(names, with_step(overrides, step_gpu, tensor_parallel))
     if out is not None and len(policies) > 1:
         raise ConfigError("--out: exports one run; give a single --policy")
     if out is not None:
@@ -205,6 +210,7 @@ def _print_replay(policy, result, render) -> None:
     )
     if result.load is not None:
         click.echo(_load_line(result.load))
+        click.echo(_steps_line(result.policy or policy))
     else:
         click.echo(_serial_line(result.policy or policy))
     if result.num_caches > 1:
@@ -231,6 +237,13 @@ def _serial_line(policy) -> str:
         "schedule: serial (each request after the previous one finished: no queueing, no "
         f"prefix still in flight, the no-contention bound{hint})"
     )
+
+
+def _steps_line(policy) -> str:
+    """What the simulated times rest on: the step model in force."""
+    from analyzer.config.step_models import describe_steps
+
+    return f"steps: {describe_steps(policy)}"
 
 
 def _load_line(load: dict) -> str:

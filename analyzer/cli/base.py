@@ -54,6 +54,37 @@ def policy_options(command):
     )(command)
 
 
+def step_options(command):
+    """--gpu and --tensor-parallel: the step model's GPU (replay, sweep): shortcuts of
+    `--set gpu=NAME --set tensor_parallel=N` (the roofline step from the model and the GPU)."""
+    command = click.option(
+        "--tensor-parallel",
+        "tensor_parallel",
+        default=None,
+        type=click.IntRange(min=1),
+        help="GPUs a replica is split over (with --gpu) [default: 1].",
+    )(command)
+    return click.option(
+        "--gpu",
+        "step_gpu",
+        default=None,
+        metavar="NAME",
+        help="Price each step of a concurrent replay on this GPU from the model's figures "
+        "(the roofline; docs/latency.md) [default: none: step_base_ms + step_token_us per "
+        "token].",
+    )(command)
+
+
+def with_step(overrides, gpu: str | None, tensor_parallel: int | None) -> list[str]:
+    """The --set overrides with --gpu and --tensor-parallel appended as policy keys."""
+    out = list(overrides)
+    if gpu is not None:
+        out.append(f"gpu={gpu}")
+    if tensor_parallel is not None:
+        out.append(f"tensor_parallel={tensor_parallel}")
+    return out
+
+
 def executor_options(command):
     """--executor, --workers and --ray-address, shared by match, replay, sweep and plan."""
     command = click.option(

@@ -19,6 +19,8 @@ from analyzer.cli.base import (
     out_file_option,
     policy_options,
     progress_bar,
+    step_options,
+    with_step,
     workers_option,
 )
 
@@ -26,6 +28,7 @@ from analyzer.cli.base import (
 @cli.command("sweep")
 @db_option
 @policy_options
+@step_options
 @click.option(
     "--vary",
     "varies",
@@ -52,6 +55,8 @@ def sweep_cmd(
     db_path,
     policy_source,
     overrides,
+    step_gpu,
+    tensor_parallel,
     varies,
     grid,
     jobs,
@@ -76,7 +81,7 @@ def sweep_cmd(
     with progress_bar("sweep", "points") as update:
         outcomes = run_sweeps(
             policy_source,
-            list(overrides),
+            with_step(overrides, step_gpu, tensor_parallel),
             list(varies),
             grid=grid,
             jobs=jobs,

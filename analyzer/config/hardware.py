@@ -1,6 +1,8 @@
-"""Accelerators, and the arithmetic that turns a KV-cache pool into GPUs: how many GPUs of
-one kind a replica needs to hold the model's weights and its cache pool, and how many the
-whole deployment takes (`hpa plan` answers in blocks and GiB; a buyer needs GPUs).
+"""Accelerators (their memory, and the peaks the step-time roofline of
+`analyzer.config.step_time` divides by), and the arithmetic that turns a KV-cache pool into
+GPUs: how many GPUs of one kind a replica needs to hold the model's weights and its cache
+pool, and how many the whole deployment takes (`hpa plan` answers in blocks and GiB; a buyer
+needs GPUs).
 
 Pure arithmetic on bytes, with vLLM's memory rules as far as they can be stated without
 running it; what is not modelled is said in `NOTE` and in each function's docstring.
@@ -31,22 +33,57 @@ NOTE = (
 @dataclass(frozen=True)
 class Gpu:
     """One accelerator: `name` as printed, `hbm_gib` its memory in GiB (the vendor's
-    nominal size; the driver reports somewhat less, not modelled)."""
+    nominal size; the driver reports somewhat less, not modelled).
+
+    The step-time roofline's peaks (None for a GPU known by its memory alone): dense tensor
+    throughput in TFLOP/s for BF16 (`bf16_tflops`) and FP8 (`fp8_tflops`, None without FP8
+    tensor cores), memory bandwidth (`hbm_tb_s`, TB/s = 1e12 B/s) and the tensor-parallel
+    interconnect (`interconnect_gb_s`, GB/s = 1e9 B/s per GPU in each direction, what a ring
+    all-reduce moves at)."""
 
     name: str
     hbm_gib: float
+    bf16_tflops: float | None = None
+    fp8_tflops: float | None = None
+    hbm_tb_s: float | None = None
+    interconnect_gb_s: float | None = None
 
     @property
     def usable_bytes(self) -> float:
         """Bytes vLLM's default gpu_memory_utilization lets one engine use on this GPU."""
         return GPU_MEMORY_UTILIZATION * self.hbm_gib * GIB
 
+    @property
+    def has_peaks(self) -> bool:
+        """Whether the table gives the compute, memory and interconnect peaks."""
+        return None not in (self.bf16_tflops, self.hbm_tb_s, self.interconnect_gb_s)
 
+
+# Dense (not "with sparsity") peaks from the vendors' datasheets; the values BLIS's
+# hardware_config.json (inference-sim/inference-sim) has agree where it has them (H100,
+# A100-SXM, L40S BF16 and bandwidth). NVLink and Infinity Fabric are quoted as totals of
+# both directions; the table halves them.
 _ROWS = (
-    Gpu("H100", 80.0),
-    Gpu("H200", 141.0),
-    Gpu("B200", 192.0),
-    Gpu("MI300X", 192.0),
+    # NVIDIA H100 SXM5 80 GB datasheet (nvidia.com/en-us/data-center/h100): BF16 1,979 and
+    # FP8 3,958 TFLOPS with sparsity, HBM3 3.35 TB/s, NVLink 4 900 GB/s. BLIS: 989.5, 1979,
+    # 3.35.
+    Gpu("H100", 80.0, 989.5, 1979.0, 3.35, 450.0),
+    # NVIDIA H200 SXM 141 GB datasheet (nvidia.com/en-us/data-center/h200): the H100's
+    # tensor cores (BF16 1,979, FP8 3,958 with sparsity), HBM3e 4.8 TB/s, NVLink 900 GB/s.
+    Gpu("H200", 141.0, 989.5, 1979.0, 4.8, 450.0),
+    # NVIDIA HGX B200 datasheet (nvidia.com/en-us/data-center/hgx): 8 GPUs give FP16/BF16
+    # 36 and FP8 72 PFLOPS with sparsity, 64 TB/s HBM3e; NVLink 5 1.8 TB/s per GPU.
+    Gpu("B200", 192.0, 2250.0, 4500.0, 8.0, 900.0),
+    # AMD Instinct MI300X data sheet (amd.com): BF16 1,307.4 and FP8 2,614.9 TFLOPS dense,
+    # HBM3 5.3 TB/s, 7 Infinity Fabric links of 128 GB/s (896 GB/s) to the 7 peers.
+    Gpu("MI300X", 192.0, 1307.4, 2614.9, 5.3, 448.0),
+    # NVIDIA A100 SXM4 80 GB datasheet (nvidia.com/en-us/data-center/a100): BF16 312
+    # TFLOPS dense, no FP8, HBM2e 2,039 GB/s, NVLink 3 600 GB/s. BLIS "A100-SXM": 312, 2.039.
+    Gpu("A100", 80.0, 312.0, None, 2.039, 300.0),
+    # NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s): BF16 362.05 and FP8 733
+    # TFLOPS dense (733 / 1,466 with sparsity; BLIS's TFlopsFP8 1466 is the sparse figure),
+    # GDDR6 864 GB/s, no NVLink: PCIe Gen4 x16, 64 GB/s both ways. BLIS: 362.05, 0.864.
+    Gpu("L40S", 48.0, 362.05, 733.0, 0.864, 32.0),
 )
 # Keyed by the lower-case name: `--gpu h100` and `--gpu H100` are the same GPU.
 GPUS: dict[str, Gpu] = {row.name.lower(): row for row in _ROWS}

@@ -1,14 +1,20 @@
 """Model presets (`analyzer/schemas/models/<name>.json`, package data: `config.bundled`): a
 model's cache groups, block size in tokens, KV-cache groups per type and, where derived, bytes
-per pool block and the BF16 weights' bytes."""
+per pool block and the BF16 weights' bytes; or the same derived from a Hugging Face
+`config.json` (`analyzer.config.hf_config`, docs/models.md)."""
 
 from __future__ import annotations
 
+import copy
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from analyzer.config.bundled import preset_names, preset_text
+from analyzer.config.hf_config import derive_model
+from analyzer.config.hf_read import is_hf_config, read_json
+from analyzer.config.model_figures import ModelFigures
 from analyzer.errors import ConfigError
 
 # Whose cache groups and block size a search without --model assumes (SPEC 6's geometry).
@@ -21,25 +27,40 @@ def model_names() -> list[str]:
 
 
 def load_model(name: str) -> dict[str, Any]:
-    """A model preset from `analyzer/schemas/models/<name>.json`, or a model file (a path
-    ending in .json, in the presets' layout: at least `block_size` and `groups`)."""
-    if name.endswith(".json"):
-        return _model_file(Path(name))
+    """A model preset from `analyzer/schemas/models/<name>.json`, or a model file: a path
+    ending in .json (or a folder holding config.json) in the presets' layout (at least
+    `block_size` and `groups`) or a Hugging Face config.json (it has `architectures` or
+    `model_type`), from which vLLM 0.33's geometry and the model's figures are derived."""
+    path = Path(name)
+    if name.endswith(".json") or (path.is_dir() and (path / "config.json").is_file()):
+        if path.is_dir():
+            path = path / "config.json"
+        stat = _stat(path)
+        return copy.deepcopy(_model_file(path, *stat))
     known = model_names()
     if name not in known:
         raise ConfigError(
-            f"unknown model preset {name!r}; known: {', '.join(known)} (or a .json model file)"
+            f"unknown model preset {name!r}; known: {', '.join(known)} (or a .json model "
+            "file: a preset's layout or a Hugging Face config.json)"
         )
     return json.loads(preset_text("models", name))
 
 
-def _model_file(path: Path) -> dict[str, Any]:
+def _stat(path: Path) -> tuple[int, int]:
     try:
-        model = json.loads(path.read_text())
+        stat = path.stat()
     except OSError as exc:
         raise ConfigError(f"model file {path}: cannot read ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise ConfigError(f"model file {path}: not JSON ({exc})") from None
+    return stat.st_mtime_ns, stat.st_size
+
+
+@lru_cache(maxsize=32)
+def _model_file(path: Path, mtime_ns: int = 0, size: int = 0) -> dict[str, Any]:
+    """The model of file `path` (cached per path, modification time and size: a command
+    loads its model several times). Callers get a copy (`load_model`)."""
+    model = read_json(path)
+    if is_hf_config(model):
+        return derive_model(path, model)
     if not isinstance(model, dict):
         raise ConfigError(f"model file {path}: expected a JSON object like a model preset")
     block, groups = model.get("block_size"), model.get("groups")
@@ -54,3 +75,15 @@ def _model_file(path: Path) -> dict[str, Any]:
     if weights is not None and (type(weights) is not int or weights < 1):
         raise ConfigError(f"model file {path}: 'weights_bytes' must be an integer >= 1")
     return model
+
+
+def model_figures(name: str) -> ModelFigures:
+    """The compute and memory figures of a model (preset or config.json) for the step model;
+    ConfigError for a preset-layout file that has none."""
+    figures = load_model(name).get("figures")
+    if figures is None:
+        raise ConfigError(
+            f"model {name!r} has no compute figures (a preset-layout file): give its "
+            "Hugging Face config.json to price steps from the model and the GPU"
+        )
+    return ModelFigures.from_dict(figures)

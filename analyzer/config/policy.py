@@ -16,6 +16,7 @@ from typing import Any
 
 from analyzer.config.bundled import preset_names, preset_text
 from analyzer.config.engines import BOUNDS, ENGINE_NAMES, ENGINES
+from analyzer.config.hardware import GPU_NAMES, GPUS
 from analyzer.config.models import load_model
 from analyzer.config.options import OPTIONS, resolve
 from analyzer.config.routers import ROUTER_KEYS, ROUTER_NAMES, resolve_router, router
@@ -29,6 +30,8 @@ from analyzer.config.schedule import (
 from analyzer.errors import ConfigError
 
 GROUPS = ("full_attention", "sliding_window", "mamba")
+STEP_MODELS = ("auto", "linear", "roofline", "aic")
+STEP_DEFAULTS = {"step_model": "auto", "gpu": None, "tensor_parallel": 1}
 SPEC_DECODE = ("none", "eagle_lookahead", "eagle_drop")
 ROUTING = ROUTER_NAMES  # the router table (analyzer/config/routers.py)
 # One cache per model revision on each replica (as deployments run), or one shared by all
@@ -40,6 +43,7 @@ CHOICES = {
     "routing": ROUTING,
     "schedule": SCHEDULES,
     "cache_scope": CACHE_SCOPES,
+    "step_model": STEP_MODELS,
 }
 MINIMUMS = {  # integer keys (null allowed but for replicas) and their smallest value
     "block_size": 1,
@@ -49,6 +53,7 @@ MINIMUMS = {  # integer keys (null allowed but for replicas) and their smallest 
     "max_num_batched_tokens": 1,
     "num_blocks": 2,
     "replicas": 1,
+    "tensor_parallel": 1,
 }
 # The replay's block pool holds a few Python objects per block: 2^24 blocks (16.7 M, far above
 # any GPU's pool) is about 2 GB; beyond it a pool is a MemoryError, not an answer. Token sizes
@@ -58,7 +63,8 @@ MAX_TOKENS = (1 << 31) - 1
 MAXIMUMS = {
     "num_blocks": 1 << 24,
     "replicas": 1 << 16,
-    **{k: MAX_TOKENS for k in MINIMUMS if k not in ("num_blocks", "replicas")},
+    "tensor_parallel": 64,
+    **{k: MAX_TOKENS for k in MINIMUMS if k not in ("num_blocks", "replicas", "tensor_parallel")},
 }
 
 
@@ -86,6 +92,11 @@ class Policy:
     step_base_ms: float = CONCURRENT_KEYS["step_base_ms"].default
     step_token_us: float = CONCURRENT_KEYS["step_token_us"].default
     time_scale: float = CONCURRENT_KEYS["time_scale"].default
+    # The step's time from the model and the GPU (analyzer/config/step_models.py): auto is
+    # the roofline when a GPU is named, else step_base_ms + step_token_us per token.
+    step_model: str = "auto"
+    gpu: str | None = None
+    tensor_parallel: int = 1
     options: tuple[tuple[str, Any], ...] = ()  # the engine's options (analyzer/config/options.py)
     # A live router's knobs (analyzer/config/routers.py); () for a static one.
     router_options: tuple[tuple[str, Any], ...] = ()
@@ -93,6 +104,13 @@ class Policy:
     def router_option(self, key: str) -> Any:
         """The value of router knob `key` (KeyError when the policy's router has none)."""
         return dict(self.router_options)[key]
+
+    @property
+    def step_time(self) -> str:
+        """The step model in force: linear, roofline or aic (auto: roofline with a gpu)."""
+        if self.step_model == "auto":
+            return "roofline" if self.gpu is not None else "linear"
+        return self.step_model
 
     @property
     def live_routing(self) -> bool:
@@ -133,6 +151,11 @@ class Policy:
                 del values[key]
         if self.cache_scope == "revision":
             del values["cache_scope"]  # the default, left out like the serial schedule
+        for key, default in STEP_DEFAULTS.items():  # left out at their defaults, as above
+            if values[key] == default:
+                del values[key]
+        if self.step_time != "linear":  # the linear step's keys do not apply
+            del values["step_base_ms"], values["step_token_us"]
         values.update(values.pop("options"))  # flat, as the user writes them
         values.update(values.pop("router_options"))  # () for a static router: as before
         return json.dumps(values, sort_keys=True, separators=(",", ":"))
@@ -205,6 +228,9 @@ def build_policy(values: dict[str, Any]) -> Policy:
         cache_scope=_choice("cache_scope", v["cache_scope"], CACHE_SCOPES),
         model=v["model"],
         **check_schedule({k: v[k] for k in SCHEDULE_KEYS}),
+        step_model=_choice("step_model", v["step_model"], STEP_MODELS),
+        gpu=_gpu(v["gpu"]),
+        tensor_parallel=_integer(v, "tensor_parallel") or 1,
         options=resolve(v["engine"], {k: x for k, x in values.items() if k in OPTIONS}),
         router_options=resolve_router(
             v["routing"], {k: x for k, x in values.items() if k in ROUTER_KEYS}
@@ -223,7 +249,45 @@ def build_policy(values: dict[str, Any]) -> Policy:
     return policy
 
 
+def _gpu(value: Any) -> str | None:
+    """A GPU of the table (its printed name), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value.lower() not in GPUS:
+        raise ConfigError(f"policy key 'gpu': {value!r} is not one of {', '.join(GPU_NAMES)}")
+    return GPUS[value.lower()].name
+
+
+def _check_step_model(p: Policy) -> None:
+    """A step model from the model and the GPU needs both, and the concurrent schedule; it
+    replaces step_base_ms and step_token_us, which then stay at their defaults."""
+    if p.step_time == "linear":
+        if p.step_model == "linear" and p.gpu is not None:
+            raise ConfigError("policy key 'gpu': step_model linear takes no GPU")
+        if p.tensor_parallel != 1 and p.gpu is None:
+            raise ConfigError("policy key 'tensor_parallel': give a gpu (the step model's)")
+        return
+    what = "gpu" if p.gpu is None else ("model" if p.model is None else None)
+    if what is not None:
+        raise ConfigError(
+            f"policy key {what!r}: a step time from the model and the GPU needs both "
+            "(--set model=... --set gpu=...)"
+        )
+    if p.schedule != "concurrent":
+        raise ConfigError(
+            "policy key 'gpu': a step time needs schedule: concurrent (a serial replay has "
+            "no clock)"
+        )
+    for key in ("step_base_ms", "step_token_us"):
+        if getattr(p, key) != CONCURRENT_KEYS[key].default:
+            raise ConfigError(
+                f"policy key {key!r}: the linear step's; with a gpu the step time comes from "
+                "the model and the GPU (set step_model: linear without a gpu to use it)"
+            )
+
+
 def _check_consistency(p: Policy) -> None:
+    _check_step_model(p)
     if p.live_routing and p.schedule != "concurrent":
         raise ConfigError(
             f"policy key 'routing': {p.routing} reads the replicas' load as requests arrive, "

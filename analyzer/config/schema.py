@@ -64,6 +64,13 @@ BASE_DOCS = {
     "step_base_ms/1e3 + step_token_us/1e6 x (tokens scheduled in it) seconds.",
     "step_token_us": "schedule concurrent: time per token scheduled in a step, in "
     "microseconds (see step_base_ms).",
+    "step_model": "schedule concurrent: how long a step lasts. linear = step_base_ms + "
+    "step_token_us per token; roofline = from the model's config and the GPU (compute against "
+    "memory traffic, docs/latency.md); aic = NVIDIA AIConfigurator's measured tables (the aic "
+    "extra); auto = roofline when a gpu is named, else linear.",
+    "gpu": "The GPU the step model prices a step on (schedule concurrent; needs model).",
+    "tensor_parallel": "GPUs a replica's model is split over (tensor parallelism), for the "
+    "step model.",
     "time_scale": "schedule concurrent: a request arrives at (timestamp - earliest "
     "timestamp) x time_scale seconds; < 1 compresses the trace (more contention).",
 }

@@ -134,19 +134,33 @@ def test_not_fitting_says_why_in_one_line(args, message):
     assert not plan.fits and plan.message == message
 
 
-@pytest.mark.parametrize("name", ["h100", "H100", "H200", "b200", "Mi300X", "MI300X"])
+@pytest.mark.parametrize(
+    "name", ["h100", "H100", "H200", "b200", "Mi300X", "MI300X", "a100", "L40s"]
+)
 def test_gpu_names_are_case_insensitive(name):
     assert gpu_memory(name, None) is GPUS[name.lower()]
 
 
 def test_the_table():
-    assert GPU_NAMES == ("H100", "H200", "B200", "MI300X")
-    assert {g.name: g.hbm_gib for g in GPUS.values()} == {
-        "H100": 80.0,
-        "H200": 141.0,
-        "B200": 192.0,
-        "MI300X": 192.0,
+    assert GPU_NAMES == ("H100", "H200", "B200", "MI300X", "A100", "L40S")
+    # name: (HBM GiB, BF16 and FP8 dense TFLOP/s, HBM TB/s, interconnect GB/s each way)
+    assert {
+        g.name: (g.hbm_gib, g.bf16_tflops, g.fp8_tflops, g.hbm_tb_s, g.interconnect_gb_s)
+        for g in GPUS.values()
+    } == {
+        "H100": (80.0, 989.5, 1979.0, 3.35, 450.0),
+        "H200": (141.0, 989.5, 1979.0, 4.8, 450.0),
+        "B200": (192.0, 2250.0, 4500.0, 8.0, 900.0),
+        "MI300X": (192.0, 1307.4, 2614.9, 5.3, 448.0),
+        "A100": (80.0, 312.0, None, 2.039, 300.0),
+        "L40S": (48.0, 362.05, 733.0, 0.864, 32.0),
     }
+    assert all(g.has_peaks for g in GPUS.values())
+
+
+def test_a_gpu_by_memory_has_no_peaks():
+    gpu = gpu_memory(None, 96)
+    assert not gpu.has_peaks and gpu.bf16_tflops is None and gpu.hbm_tb_s is None
 
 
 def test_any_other_accelerator_by_memory():
@@ -156,14 +170,15 @@ def test_any_other_accelerator_by_memory():
 
 GPU_ERRORS = [
     (
-        ("a100", None),
-        "--gpu 'a100': unknown GPU; known: H100, H200, B200, MI300X "
+        ("v100", None),
+        "--gpu 'v100': unknown GPU; known: H100, H200, B200, MI300X, A100, L40S "
         "(or --gpu-memory-gib X for another)",
     ),
     (("h100", 80.0), "give --gpu NAME or --gpu-memory-gib X, not both"),
     (
         (None, None),
-        "give --gpu NAME (H100, H200, B200, MI300X) or --gpu-memory-gib X for another GPU",
+        "give --gpu NAME (H100, H200, B200, MI300X, A100, L40S) or --gpu-memory-gib X for "
+        "another GPU",
     ),
     ((None, 0), "--gpu-memory-gib 0: expected a positive number of GiB"),
     ((None, -8.0), "--gpu-memory-gib -8.0: expected a positive number of GiB"),

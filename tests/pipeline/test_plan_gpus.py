@@ -88,8 +88,8 @@ def _without_weights(tmp_path) -> str:
         (["--tensor-parallel", "2"], "Error: --tensor-parallel needs --gpu or --gpu-memory-gib"),
         (["--gpu", "h100", "--tensor-parallel", "0"],
          "Error: --tensor-parallel 0: expected an integer >= 1"),
-        (["--gpu", "a100"], "Error: --gpu 'a100': unknown GPU; known: H100, H200, B200, "
-         "MI300X (or --gpu-memory-gib X for another)"),
+        (["--gpu", "v100"], "Error: --gpu 'v100': unknown GPU; known: H100, H200, B200, "
+         "MI300X, A100, L40S (or --gpu-memory-gib X for another)"),
         (["--gpu", "h100", "--gpu-memory-gib", "80"],
          "Error: give --gpu NAME or --gpu-memory-gib X, not both"),
         (["--gpu-memory-gib", "0"], "Error: --gpu-memory-gib 0.0: expected a positive number "

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from analyzer.config.policy import Policy
+from analyzer.config.step_models import step_model
 from analyzer.errors import ConfigError
 from analyzer.sim.common.block_hash import request_hashes
 from analyzer.sim.records import SimRequest, SimResult
@@ -58,6 +59,11 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
             min((e - r) % B for e in self.events) if self.events else B for r in range(B)
         ]
         self.quiet = not self.layout.speculative  # a drafter re-caches at every sample
+        # The step's time from the model and the GPU (None: step_base + step_token x tokens),
+        # which prices each decode by its context (the sleepers' in one sum).
+        self.step_model = step_model(policy)
+        self.asleep_base = 0  # the sleepers' contexts (sleepers.py `_asleep`)
+        self.num_asleep = 0
         self.hash_block = self.layout.hash_block_size
         self.hash_lookahead = self.layout.hash_lookahead
         self.budget = budget
@@ -182,10 +188,30 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
                 self._abort(self.waiting.popleft())
             return  # an empty step takes no time
         total = sum(n for _, n in scheduled) + sleepers
+        if self.step_model is None:
+            self.step_end_s = self.clock + (self.step_base_s + self.step_token_s * total)
+        else:
+            self.step_end_s = self.clock + self._priced(scheduled, sleepers, skipped)
         self.num_steps += 1
         self.num_tokens += total
-        self.step_end_s = self.clock + (self.step_base_s + self.step_token_s * total)
         self.in_step = (scheduled, skipped)
+
+    def _priced(self, scheduled: list[tuple[Flight, int]], sleepers: int, skipped) -> float:
+        """The step's time by the step model: its prefill chunks (new tokens, tokens already
+        computed before them) and its decodes (how many, their contexts in all: the sleepers'
+        from their sum, less those the budget left out, caught up)."""
+        prefill = []
+        decodes = sleepers
+        context = self.asleep_base + self.num_asleep * self.num_steps
+        context -= sum(f.req.computed for f in skipped)
+        for f, n in scheduled:
+            done = f.req.computed
+            if n == 1 and done >= f.req.num_tokens - 1:
+                decodes += 1
+                context += done
+            else:
+                prefill.append((n, done))
+        return self.step_model.step_s(prefill, decodes, context)
 
     def end_step(self) -> None:
         """The step in flight ends: the clock moves to its end and its outputs are processed
@@ -194,6 +220,7 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
         scheduled, skipped = self.in_step
         self.step_end_s = self.in_step = None
         for f in skipped:  # left out of this step: asleep as before, one step later
+            self.asleep_base -= 1  # its context: one token fewer than the step count says
             f.synced_step = self.num_steps
             f.wake_step += 1
             self.wake.setdefault(f.wake_step, []).append(f)
@@ -421,6 +448,7 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
         if f.asleep:
             self._catch_up(f)
             f.asleep = False
+            self._asleep(f, -1)
         else:
             del self.active[f]
         self.coord.bind(f.req)

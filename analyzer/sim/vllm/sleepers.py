@@ -25,11 +25,18 @@ class SleepingDecoders:
         if self.waiting or self.active or not running or len(running) > self.budget:
             return 0
         count = min(f.wake_step for f in running) - self.num_steps
-        step_s = self.step_base_s + self.step_token_s * len(running)
+        n = len(running)
         done = 0
-        while done < count and self.clock < horizon_s:
-            self.clock = self.clock + step_s
-            done += 1
+        if self.step_model is None:
+            step_s = self.step_base_s + self.step_token_s * n
+            while done < count and self.clock < horizon_s:
+                self.clock = self.clock + step_s
+                done += 1
+        else:  # each decode's context grows a token a step
+            price, base = self.step_model.step_s, self.asleep_base
+            while done < count and self.clock < horizon_s:
+                self.clock = self.clock + price((), n, base + n * (self.num_steps + done))
+                done += 1
         self.num_steps += done
         self.num_tokens += done * len(running)
         return done
@@ -52,6 +59,7 @@ class SleepingDecoders:
         del self.active[f]
         f.asleep = True
         f.synced_step = self.num_steps
+        self._asleep(f, 1)
         f.wake_step = self.num_steps + steps
         self.wake.setdefault(f.wake_step, []).append(f)
 
@@ -74,4 +82,12 @@ class SleepingDecoders:
             if f.asleep and f.wake_step == now:
                 self._catch_up(f)
                 f.asleep = False
+                self._asleep(f, -1)
                 self.active[f] = None
+
+    def _asleep(self, f: Flight, sign: int) -> None:
+        """`f` falls asleep (1) or wakes (-1): the sleepers' contexts, kept as one sum for a
+        step model: a sleeper's context at step s is computed - synced_step + s, a figure
+        its catching up leaves as it is (`asleep_base` sums it, `num_asleep` counts them)."""
+        self.asleep_base += sign * (f.req.computed - f.synced_step)
+        self.num_asleep += sign
