@@ -139,7 +139,7 @@ def replay(
     revision), then prints the summary. `--policy a,b,c` replays several policies (each
     with the --set overrides) one after another and prints them side by side.
     """
-    from analyzer.pipeline.replay import load_policies, run_replay
+    from analyzer.pipeline.replay import load_policies, replay_session, run_replay
     from analyzer.report.tables import render
     from analyzer.store.export import check_export_path
     from analyzer.store.runs import check_measure_from, check_name, side_by_side
@@ -156,20 +156,21 @@ def replay(
     if out is not None:
         check_export_path(out)
     outcomes = []
-    for policy, policy_name in zip(policies, names, strict=True):
-        run_name = name if name is None or len(names) == 1 else f"{name} · {policy_name}"
-        with progress_bar("replay", "requests") as update:
-            result = run_replay(
-                policy,
-                db_path=db_path,
-                out=out,
-                progress=update,
-                measure_from=measure_from,
-                executor=spec,
-                dataset=dataset,
-                name=run_name,
-            )
-        outcomes.append(result)
+    with replay_session(db_path, dataset) as session:  # every run stored, or none
+        for policy, policy_name in zip(policies, names, strict=True):
+            run_name = name if name is None or len(names) == 1 else f"{name} · {policy_name}"
+            with progress_bar("replay", "requests") as update:
+                result = run_replay(
+                    policy,
+                    out=out,
+                    progress=update,
+                    measure_from=measure_from,
+                    executor=spec,
+                    name=run_name,
+                    session=session,
+                )
+            outcomes.append(result)
+    for policy, result in zip(policies, outcomes, strict=True):
         _print_replay(policy, result, render)
     if len(outcomes) > 1:
         click.echo("\nside by side (measured requests):")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from analyzer.sim.fleet import replay_fleet
 from analyzer.sim.records import ResultColumns, SimResult, result_columns
 from analyzer.sim.routing import route
 from analyzer.store.caveats import block_size_caveat, timestamp_caveats
-from analyzer.store.db import DEFAULT_DB, stored_trace_block
+from analyzer.store.db import DEFAULT_DB, stored_trace_block, transaction
 from analyzer.store.runs import ReplayOutcome, check_measure_from, check_name, store_run
 
 
@@ -47,9 +48,11 @@ def run_replay(
     executor: ExecutorSpec | str | None = None,
     dataset: str | Path | None = None,
     name: str | None = None,
+    session: ReplaySession | None = None,
 ) -> ReplayOutcome:
     """Replay the stored trace under `policy`; store and return the run (`name`: what the
-    report calls it; default: its engine and what its policy changes).
+    report calls it; default: its engine and what its policy changes). Within a `session`
+    (`replay_session`) the run is stored with the session's other runs, all or none.
 
     `progress(requests replayed, requests)` is called as they replay (analyzer.pipeline.
     partitions: every 64 in this process, as each partition finishes elsewhere).
@@ -68,8 +71,8 @@ def run_replay(
     check_measure_from(measure_from)
     check_name(name)
     spec = as_spec(executor)
-    source = request_input(db_path, dataset)
-    con = source.connect()
+    source = session.source if session is not None else request_input(db_path, dataset)
+    con = session.con if session is not None else source.connect()
     try:
         # the geometry first: a policy the trace cannot express fails before it loads
         policy, fitted = fit_policy(policy, stored_trace_block(con))
@@ -92,9 +95,33 @@ def run_replay(
         # arrival times drive a concurrent replay: say which of them an adapter made
         timed = timestamp_caveats(con) if policy.schedule == "concurrent" else []
     finally:
-        con.close()
+        if session is None:
+            con.close()
     notes = (*([mixed] if mixed else []), *([fitted] if fitted else []), *outcome.notes, *timed)
     return replace(outcome, notes=notes, num_caches=num_caches(policy, rows))
+
+
+@dataclass(frozen=True)
+class ReplaySession:
+    """Several replays of one command on one connection, stored as one write."""
+
+    source: object
+    con: object
+
+
+@contextmanager
+def replay_session(
+    db_path: str | Path = DEFAULT_DB, dataset: str | Path | None = None
+) -> Iterator[ReplaySession]:
+    """One connection and one transaction for the runs of `hpa replay --policy a,b,...`:
+    every run is stored, or (an error, a kill) none is."""
+    source = request_input(db_path, dataset)
+    con = source.connect()
+    try:
+        with transaction(con):
+            yield ReplaySession(source, con)
+    finally:
+        con.close()
 
 
 @dataclass(frozen=True)

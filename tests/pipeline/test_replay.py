@@ -238,3 +238,28 @@ def test_a_serial_replay_says_what_its_figures_are(diag_db):
     )
     assert out.exit_code == 0, out.output
     assert "the no-contention bound)" in out.output  # no schedule option for other engines
+
+
+def test_several_policies_are_stored_all_or_none(diag_db, monkeypatch):
+    """`hpa replay --policy a,b`: a failure in b leaves no run of a either (one write)."""
+    import analyzer.pipeline.replay as replay_module
+
+    real, calls = replay_module.replay_rows, []
+
+    def second_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("disk went away")
+        return real(*args, **kwargs)
+
+    both = ("--policy", "vllm-default,attention-only", "--set", "model=qwen3-next-80b-a3b")
+    monkeypatch.setattr(replay_module, "replay_rows", second_fails)
+    assert run("replay", "--db", diag_db, *both).exit_code != 0
+    runs = "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'replay_runs'"
+    assert rows(diag_db, runs) == [(0,)] or rows(diag_db, "SELECT count(*) FROM replay_runs") == [
+        (0,)
+    ]
+    monkeypatch.setattr(replay_module, "replay_rows", real)
+    ok = run("replay", "--db", diag_db, *both)
+    assert ok.exit_code == 0, ok.output
+    assert rows(diag_db, "SELECT count(*) FROM replay_runs") == [(2,)]
