@@ -130,32 +130,111 @@ def sweep_cmd(
 @cli.command("calibrate")
 @db_option
 @policy_options
-@out_file_option("Write the fitted policy (JSON, a policy file) to FILE.")
-def calibrate_cmd(db_path, policy_source, overrides, out):
-    """Fit the concurrent schedule's step time (step_base_ms, step_token_us) to the trace's
-    observed ttft_ms.
+@step_options
+@click.option(
+    "--fit",
+    "fit",
+    multiple=True,
+    type=click.Choice(["compute", "memory", "overhead"]),
+    help="With --gpu: a group of the roofline's efficiency factors to fit, each scaled by one "
+    "factor (repeat the option) [default: compute and memory].",
+)
+@click.option(
+    "--max-requests",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --gpu: the search replays the trace's first N requests [default: 2000].",
+)
+@click.option(
+    "--max-replays",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --gpu: stop the search after N replays [default: 120].",
+)
+@click.option(
+    "--max-seconds",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="With --gpu: stop the search after S seconds [default: 600].",
+)
+@out_file_option(
+    "Write the fit to FILE as JSON: the fitted policy, or with --gpu the fitted efficiency "
+    "factors and the errors before and after."
+)
+def calibrate_cmd(db_path, policy_source, overrides, step_gpu, tensor_parallel, out, **search):
+    """Fit the concurrent schedule's step time to the trace's observed ttft_ms.
 
-    The policy is replayed concurrently; each request's simulated TTFT is linear in the two
-    parameters for a given schedule, so they are fitted by least squares and the replay is
-    repeated with the fit until they settle. Prints the fit and its quality (R^2, absolute
-    errors) over the requests that carry ttft_ms."""
+    Without a GPU: the linear step (step_base_ms, step_token_us). Each request's simulated
+    TTFT is linear in the two for a given schedule, so they are fitted by least squares and
+    the replay is repeated with the fit until they settle.
+
+    With --gpu (and a model with compute figures: --set model=CONFIG.json): the roofline's
+    efficiency factors, each group (compute: the MFUs; memory: the bandwidth efficiencies;
+    overhead: the fixed times) scaled by one factor, by a search whose every step is a
+    concurrent replay of the trace's first requests, bounded by --max-replays and
+    --max-seconds.
+
+    Prints the fit and its quality (R^2, errors) over the requests that carry ttft_ms."""
     from analyzer.pipeline.calibrate import calibrate
 
-    fit = calibrate(policy_source, list(overrides), db_path=db_path, out=out)
-    p = fit.policy
+    roofline = {k: v for k, v in search.items() if v not in (None, ())}
+    fit = calibrate(
+        policy_source,
+        with_step(overrides, step_gpu, tensor_parallel),
+        db_path=db_path,
+        out=out,
+        roofline=roofline,
+    )
     for note in fit.notes:
         click.echo(f"note: {note}")
-    click.echo(
-        f"fitted step_base_ms={p.step_base_ms:g} step_token_us={p.step_token_us:g} "
-        f"({fit.replays} replays)"
-    )
-    click.echo(
-        f"quality over {fit.num_requests:,} requests with ttft_ms: R^2 {fit.r2:.3f}, median "
-        f"|error| {fit.median_abs_error_ms:.1f} ms, p90 {fit.p90_abs_error_ms:.1f} ms; mean "
-        f"observed {fit.mean_observed_ms:.1f} ms, simulated {fit.mean_simulated_ms:.1f} ms"
-    )
+    if hasattr(fit, "efficiency"):
+        _echo_roofline_fit(fit)
+    else:
+        p = fit.policy
+        click.echo(
+            f"fitted step_base_ms={p.step_base_ms:g} step_token_us={p.step_token_us:g} "
+            f"({fit.replays} replays)"
+        )
+        click.echo(
+            f"quality over {fit.num_requests:,} requests with ttft_ms: R^2 {fit.r2:.3f}, median "
+            f"|error| {fit.median_abs_error_ms:.1f} ms, p90 {fit.p90_abs_error_ms:.1f} ms; mean "
+            f"observed {fit.mean_observed_ms:.1f} ms, simulated {fit.mean_simulated_ms:.1f} ms"
+        )
     if out is not None:
         click.echo(f"wrote {out}")
+
+
+def _echo_roofline_fit(fit) -> None:
+    """The roofline's fit: the factors, how the search went, the errors before and after,
+    and the policy keys that replay with it."""
+    import json
+
+    from analyzer.pipeline.calibrate_roofline import GROUPS
+
+    e, start = fit.efficiency.as_dict(), fit.start.as_dict()
+    click.echo(f"step model: {fit.step_model}")
+    for name in fit.fitted:
+        fields = ", ".join(f"{k} {start[k]:.4g} -> {e[k]:.4g}" for k in GROUPS[name])
+        click.echo(f"fitted {name} x{fit.scales[name]:.3f}: {fields}")
+    click.echo(
+        f"search: {fit.replays} replays ({fit.replays - 2} of the first "
+        f"{fit.search_requests:,} requests), stopped: {fit.stopped}; {fit.seconds:.1f} s "
+        "(bounded by --max-replays and --max-seconds)"
+    )
+    for label, q in (("before (defaults)", fit.before), ("after (fitted)", fit.after)):
+        click.echo(
+            f"{label}: median |error| {q.median_abs_error_pct:.1f} % "
+            f"({q.median_abs_error_ms:.1f} ms), p90 {q.p90_abs_error_ms:.1f} ms, R^2 "
+            f"{q.r2:.3f}; mean simulated {q.mean_simulated_ms:.1f} ms, observed "
+            f"{q.mean_observed_ms:.1f} ms over {q.num_requests:,} requests with ttft_ms"
+        )
+    keys = fit.policy_keys()
+    rounded = {k: float(f"{v:.4g}") for k, v in keys.pop("step_efficiency").items()}
+    click.echo(
+        "policy keys: "
+        + " ".join(f"{k}={v}" for k, v in keys.items())
+        + f" step_efficiency={json.dumps(rounded, separators=(',', ':'))}"
+    )
 
 
 SCHEDULE_LINES = {

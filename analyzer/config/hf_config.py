@@ -176,4 +176,8 @@ def _figures(cfg, layers, counts, kv_per_token, state, params) -> ModelFigures:
         kv_bytes_per_element=cfg.dtype_bytes(),
         mtp_params=params.mtp,
         vision_params=params.vision,
+        routed_expert_params=params.routed_experts,
+        expert_bytes_per_param=(
+            params.expert_bytes / params.routed_experts if params.routed_experts else None
+        ),
     )

@@ -32,6 +32,8 @@ class Params:
     vision: int
     weights_bytes: int
     vocab_size: int
+    routed_experts: int = 0  # of `total`: the routed experts of every MoE layer (biases too)
+    expert_bytes: float = 0.0  # their bytes
 
 
 def attention_params(cfg: HfConfig) -> int:
@@ -212,7 +214,10 @@ def count_params(cfg: HfConfig, layers: list[Layer]) -> Params:
     weights += vision * cfg.dtype_bytes()
     mtp_total = sum(mtp.values())
     total = sum(lm.values()) + mtp_total + vision
-    return Params(total, active_lm, mtp_total, vision, int(weights), vocab)
+    routed = ("expert", "expert_bias")
+    experts = sum(lm[cat] for cat in routed)
+    expert_bytes = sum(lm[cat] * per_param(cat) for cat in routed)
+    return Params(total, active_lm, mtp_total, vision, int(weights), vocab, experts, expert_bytes)
 
 
 def _bytes_per_param(cfg: HfConfig):

@@ -51,6 +51,16 @@ class ModelFigures:
     # (loaded only for speculative decoding) and the vision encoder
     mtp_params: int = 0
     vision_params: int = 0
+    # of total_params, the routed experts of every MoE layer (0: none, or not known, when the
+    # step model takes 3 x hidden x moe_intermediate_size an expert and layer, SwiGLU's), and
+    # their bytes per parameter (gpt-oss: MXFP4 experts, BF16 the rest; None: the model's
+    # weight_bytes_per_param)
+    routed_expert_params: int = 0
+    expert_bytes_per_param: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.expert_bytes_per_param is None:
+            object.__setattr__(self, "expert_bytes_per_param", self.weight_bytes_per_param)
 
     @property
     def weights_bytes(self) -> int:

@@ -27,11 +27,12 @@ from analyzer.config.schedule import (
     VLLM_SERVE_MAX_NUM_BATCHED_TOKENS,
     check_schedule,
 )
+from analyzer.config.step_time import Efficiency, default_efficiency
 from analyzer.errors import ConfigError
 
 GROUPS = ("full_attention", "sliding_window", "mamba")
 STEP_MODELS = ("auto", "linear", "roofline", "aic")
-STEP_DEFAULTS = {"step_model": "auto", "gpu": None, "tensor_parallel": 1}
+STEP_DEFAULTS = {"step_model": "auto", "gpu": None, "tensor_parallel": 1, "step_efficiency": ()}
 SPEC_DECODE = ("none", "eagle_lookahead", "eagle_drop")
 ROUTING = ROUTER_NAMES  # the router table (analyzer/config/routers.py)
 # One cache per model revision on each replica (as deployments run), or one shared by all
@@ -97,6 +98,9 @@ class Policy:
     step_model: str = "auto"
     gpu: str | None = None
     tensor_parallel: int = 1
+    # The roofline's efficiency factors that differ from the GPU's defaults (`hpa calibrate`
+    # fits them): (field of step_time.Efficiency, value), sorted.
+    step_efficiency: tuple[tuple[str, float], ...] = ()
     options: tuple[tuple[str, Any], ...] = ()  # the engine's options (analyzer/config/options.py)
     # A live router's knobs (analyzer/config/routers.py); () for a static one.
     router_options: tuple[tuple[str, Any], ...] = ()
@@ -156,6 +160,8 @@ class Policy:
                 del values[key]
         if self.step_time != "linear":  # the linear step's keys do not apply
             del values["step_base_ms"], values["step_token_us"]
+        if "step_efficiency" in values:
+            values["step_efficiency"] = dict(values["step_efficiency"])
         values.update(values.pop("options"))  # flat, as the user writes them
         values.update(values.pop("router_options"))  # () for a static router: as before
         return json.dumps(values, sort_keys=True, separators=(",", ":"))
@@ -231,6 +237,7 @@ def build_policy(values: dict[str, Any]) -> Policy:
         step_model=_choice("step_model", v["step_model"], STEP_MODELS),
         gpu=_gpu(v["gpu"]),
         tensor_parallel=_integer(v, "tensor_parallel") or 1,
+        step_efficiency=_step_efficiency(v["step_efficiency"]),
         options=resolve(v["engine"], {k: x for k, x in values.items() if k in OPTIONS}),
         router_options=resolve_router(
             v["routing"], {k: x for k, x in values.items() if k in ROUTER_KEYS}
@@ -249,6 +256,12 @@ def build_policy(values: dict[str, Any]) -> Policy:
     return policy
 
 
+def efficiency(policy: Policy) -> Efficiency:
+    """The roofline's efficiency factors: the GPU's defaults with the policy's own."""
+    base = default_efficiency(GPUS[policy.gpu.lower()]).as_dict()
+    return Efficiency(**{**base, **dict(policy.step_efficiency)})
+
+
 def _gpu(value: Any) -> str | None:
     """A GPU of the table (its printed name), or None."""
     if value is None:
@@ -258,9 +271,35 @@ def _gpu(value: Any) -> str | None:
     return GPUS[value.lower()].name
 
 
+def _step_efficiency(value: Any) -> tuple[tuple[str, float], ...]:
+    """An object of the roofline's efficiency factors (docs/latency.md), each a number."""
+    known = tuple(f.name for f in fields(Efficiency))
+    if isinstance(value, tuple):  # the default, or a policy's own (factor, value) pairs
+        value = dict(value)
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"policy key 'step_efficiency': expected an object of {', '.join(known)}, got {value!r}"
+        )
+    for key, x in value.items():
+        if key not in known:
+            raise ConfigError(
+                f"policy key 'step_efficiency': unknown factor {key!r}; known: {', '.join(known)}"
+            )
+        if type(x) not in (int, float):
+            raise ConfigError(f"policy key 'step_efficiency': {key} {x!r} is not a number")
+    return tuple(sorted((k, float(x)) for k, x in value.items()))
+
+
 def _check_step_model(p: Policy) -> None:
     """A step model from the model and the GPU needs both, and the concurrent schedule; it
     replaces step_base_ms and step_token_us, which then stay at their defaults."""
+    if p.step_efficiency:
+        if p.step_time != "roofline":
+            raise ConfigError("policy key 'step_efficiency': the roofline's (give a gpu)")
+        try:
+            efficiency(p)  # each factor in its range
+        except ConfigError as exc:
+            raise ConfigError(f"policy key 'step_efficiency': {exc}") from None
     if p.step_time == "linear":
         if p.step_model == "linear" and p.gpu is not None:
             raise ConfigError("policy key 'gpu': step_model linear takes no GPU")

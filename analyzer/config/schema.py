@@ -11,7 +11,7 @@ engine options), so the schema a user's editor checks against cannot drift from 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 from analyzer.config.engines import ENGINES
@@ -19,6 +19,7 @@ from analyzer.config.options import OPTIONS, Option
 from analyzer.config.policy import BASE_KEYS, CHOICES, MAXIMUMS, MINIMUMS, Policy
 from analyzer.config.routers import COMMON_KEYS, ROUTER_OPTIONS
 from analyzer.config.schedule import CONCURRENT_KEYS, SCHEDULES
+from analyzer.config.step_time import Efficiency
 
 # A stable name, not a location: it stayed when the file moved into the package.
 SCHEMA_ID = "https://github.com/hybrid-prefix-analyzer/hpa/schemas/policy.schema.json"
@@ -71,6 +72,8 @@ BASE_DOCS = {
     "gpu": "The GPU the step model prices a step on (schedule concurrent; needs model).",
     "tensor_parallel": "GPUs a replica's model is split over (tensor parallelism), for the "
     "step model.",
+    "step_efficiency": "The roofline's efficiency factors that differ from the GPU's "
+    "defaults, an object of step_time.Efficiency's fields (hpa calibrate --gpu fits them).",
     "time_scale": "schedule concurrent: a request arrives at (timestamp - earliest "
     "timestamp) x time_scale seconds; < 1 compresses the trace (more contention).",
 }
@@ -140,6 +143,11 @@ def _base_property(key: str) -> dict[str, Any]:
             "items": {"enum": list(CHOICES["groups"])},
         }
         default = list(default)
+    elif key == "step_efficiency":
+        names = [f.name for f in fields(Efficiency)]
+        prop = {"type": "object", "propertyNames": {"enum": names}}
+        prop["additionalProperties"] = {"type": "number"}
+        default = {}
     elif key in CHOICES:
         prop = {"enum": list(CHOICES[key])}
     elif key in CONCURRENT_KEYS:

@@ -19,7 +19,7 @@ from typing import Any
 
 from analyzer.config.hardware import GPUS
 from analyzer.config.models import model_figures
-from analyzer.config.policy import Policy
+from analyzer.config.policy import Policy, efficiency
 from analyzer.config.step_time import RooflineStep
 
 
@@ -31,7 +31,9 @@ def step_model(policy: Policy) -> Any | None:
     gpu = GPUS[policy.gpu.lower()]
     if kind == "roofline":
         figures = model_figures(policy.model)
-        return RooflineStep(figures, gpu, policy.tensor_parallel, name=_named(policy.model))
+        return RooflineStep(
+            figures, gpu, policy.tensor_parallel, efficiency(policy), name=_named(policy.model)
+        )
     from analyzer.config.aic_tables import tabulated  # its tabulation imports the extra
 
     return tabulated(policy.model, gpu, policy.tensor_parallel)

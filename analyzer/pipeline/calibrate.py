@@ -1,7 +1,9 @@
 """`hpa calibrate`: fit the concurrent schedule's step-time model to a trace's observed TTFT.
 
-A step lasts step_base_ms/1e3 + step_token_us/1e6 x (tokens it schedules) seconds. For a fixed
-schedule every request's simulated TTFT is linear in the two parameters:
+With a GPU named (the roofline step), the roofline's efficiency factors: see
+`calibrate_roofline`. Without one, the linear step: a step lasts step_base_ms/1e3 +
+step_token_us/1e6 x (tokens it schedules) seconds. For a fixed schedule every request's
+simulated TTFT is linear in the two parameters:
 
     ttft = lead + step_base x steps + step_token x tokens
 
@@ -26,6 +28,7 @@ from analyzer.access.geometry import fit_policy
 from analyzer.access.trace import LoadedTrace, load_trace
 from analyzer.config.policy import Policy, policy_values
 from analyzer.errors import ConfigError
+from analyzer.pipeline.calibrate_roofline import RooflineCalibration, fit_roofline
 from analyzer.pipeline.replay import num_groups, routed_partitions
 from analyzer.sim.dispatch import make_policy
 from analyzer.sim.vllm import ConcurrentReplay
@@ -62,14 +65,38 @@ def calibrate(
     *,
     db_path: str | Path = DEFAULT_DB,
     out: str | Path | None = None,
-) -> Calibration:
-    """Fit step_base_ms and step_token_us of the policy (made concurrent) to the stored
-    trace's `ttft_ms`; with `out`, write the fitted policy there as JSON."""
+    roofline: dict | None = None,
+) -> Calibration | RooflineCalibration:
+    """Fit the policy's (made concurrent) step time to the stored trace's `ttft_ms`: the linear
+    step's step_base_ms and step_token_us, or with a GPU the roofline's efficiency factors
+    (`calibrate_roofline.fit_roofline`, which takes `roofline`'s keyword arguments: fit,
+    max_requests, max_replays, max_seconds). With `out`, write the fit there as JSON: the
+    fitted policy (linear), or the fitted efficiency and its quality (roofline)."""
     values = {**policy_values(policy_source, list(overrides)), "schedule": "concurrent"}
-    make_policy(values)  # a bad policy fails before the trace is read
+    policy = make_policy(values)  # a bad policy fails before the trace is read
+    if policy.step_time == "linear" and roofline:
+        raise ConfigError(
+            f"{', '.join('--' + k.replace('_', '-') for k in sorted(roofline))}: the roofline's "
+            "fit only; name a GPU (--gpu) to fit the roofline's efficiency factors"
+        )
     trace, observed_ms = _load(db_path)
-    fitted, note = fit_policy(make_policy(values), trace_block_tokens(trace.columns["block_size"]))
-    values = json.loads(fitted.to_json())
+    fitted, note = fit_policy(policy, trace_block_tokens(trace.columns["block_size"]))
+    notes = (note,) if note else ()
+    if fitted.step_time != "linear":
+        result = fit_roofline(trace, fitted, observed_ms, notes=notes, **(roofline or {}))
+        if out is not None:
+            write_atomic(out, json.dumps(result.as_dict(), indent=2) + "\n")
+        return result
+    result = replace(_fit_linear(trace, fitted, observed_ms), notes=notes)
+    if out is not None:
+        _write(out, result.policy)
+    return result
+
+
+def _fit_linear(trace: LoadedTrace, policy: Policy, observed_ms: np.ndarray) -> Calibration:
+    """step_base_ms and step_token_us: the grid, the searches from its best points, and the
+    polish by least squares on the best one's schedule."""
+    values = json.loads(policy.to_json())
     replays = 0
 
     def evaluate(x: np.ndarray) -> Evaluation:
@@ -89,10 +116,7 @@ def calibrate(
         if fit[0].sse_ms2 >= best[0].sse_ms2:
             break
         best = fit
-    result = replace(best[0], replays=replays, notes=(note,) if note else ())
-    if out is not None:
-        _write(out, result.policy)
-    return result
+    return replace(best[0], replays=replays)
 
 
 def _search(evaluate, start: Evaluation, evaluations: int = 60) -> Evaluation:

@@ -1,21 +1,32 @@
-"""`hpa calibrate`: the step-time fit recovers a known time model, writes a usable policy,
-and refuses a trace without observed TTFT in one line."""
+"""`hpa calibrate`: the step-time fit recovers a known time model (the linear step's two
+constants; with --gpu the roofline's efficiency factors), writes a usable policy or the fitted
+factors, and refuses a trace without observed TTFT in one line."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import fields
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import analyzer.sim.vllm.concurrent as concurrent
 from analyzer.cli import cli
+from analyzer.config.step_models import step_model
+from analyzer.config.step_time import Efficiency, RooflineStep
 from analyzer.pipeline.calibrate import calibrate
+from analyzer.pipeline.calibrate_roofline import GROUPS, KEPT, _efficiency
 from analyzer.pipeline.replay import run_replay
 from analyzer.sim.dispatch import load_policy, make_policy
 from analyzer.store.ingest import ingest
+from analyzer.traces.synth import generate, write_jsonl
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "gemma-3-27b-it.json"
+SCALES = {"compute": 0.7, "memory": 0.8}  # the roofline's true factors on the H200 defaults
 TRUTH = {"block_size": 64, "schedule": "concurrent", "step_base_ms": 12.0, "step_token_us": 40.0}
 
 
@@ -80,4 +91,106 @@ def test_a_trace_without_ttft_is_a_one_line_error(tmp_path):
     assert r.output == (
         "Error: the trace has no ttft_ms: calibrate fits the step time model to observed "
         "TTFT; ingest records that carry ttft_ms\n"
+    )
+
+
+def _true_roofline(policy):
+    """The policy's roofline with its compute and memory efficiencies at SCALES x defaults."""
+    model = step_model(policy)
+    truth = _efficiency(model.efficiency, np.log(list(SCALES.values())), tuple(SCALES))
+    return RooflineStep(model.figures, model.gpu, model.tensor_parallel, truth, name=model.name)
+
+
+@pytest.fixture(scope="module")
+def roofline_fit(tmp_path_factory) -> tuple[str, dict]:
+    """300 requests of the mixed scenario (4 a second) whose ttft_ms is what hpa's concurrent
+    replay gives with Gemma 3 27B on an H200 at SCALES; calibrated once by the CLI: (its
+    output, the --out file)."""
+    tmp = tmp_path_factory.mktemp("calibrate_roofline")
+    write_jsonl(generate("mixed", num_requests=300, arrays=True), tmp / "mixed.jsonl")
+    db = tmp / "m.duckdb"
+    ingest([tmp / "mixed.jsonl"], db_path=db)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(concurrent, "step_model", _true_roofline)
+        run_replay(
+            make_policy({"model": str(CONFIG), "schedule": "concurrent", "gpu": "H200"}), db_path=db
+        )
+    con = duckdb.connect(str(db))
+    try:
+        con.execute(
+            "UPDATE requests SET ttft_ms = r.ttft_s * 1000 FROM replay_requests AS r "
+            "WHERE r.request_id = requests.request_id"
+        )
+    finally:
+        con.close()
+    out = tmp / "fit.json"
+    r = CliRunner().invoke(
+        cli,
+        ["calibrate", "--db", str(db), "--set", f"model={CONFIG}", "--gpu", "H200"]
+        + ["--out", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    return r.output, json.loads(out.read_text())
+
+
+def test_the_roofline_fit_recovers_known_efficiency_factors(roofline_fit):
+    """Both scales within 5 % (found: compute 0.703, memory 0.797); a request's own TTFT
+    still moves by a step's worth with any change of the factors (which step its arrival
+    falls in), so the replayed TTFTs match within a few percent, not exactly."""
+    _, written = roofline_fit
+    assert set(written["scales"]) == {"compute", "memory"}
+    for name, truth in SCALES.items():
+        assert written["scales"][name] == pytest.approx(truth, rel=0.05)
+    fitted, defaults = written["step_efficiency"], written["defaults"]
+    for key, value in fitted.items():  # the groups scaled, the rest kept
+        name = next((n for n in SCALES if key in GROUPS[n]), None)
+        expected = min(1.0, defaults[key] * written["scales"][name]) if name else defaults[key]
+        assert value == pytest.approx(expected)
+    Efficiency(**fitted)  # a valid Efficiency
+    before, after = written["before"], written["after"]
+    assert before["num_requests"] == after["num_requests"] == 300
+    assert before["median_abs_error_pct"] > 20 and after["median_abs_error_pct"] < 10
+    assert after["r2"] > 0.95 and after["r2"] > before["r2"]
+    assert written["stopped"] == "settled" and written["replays"] <= 120
+
+
+def test_the_cli_prints_the_roofline_fit_and_its_policy_keys(roofline_fit):
+    output, written = roofline_fit
+    lines = output.splitlines()
+    assert lines[0] == "step model: roofline: gemma-3-27b-it on 1 x H200, BF16"
+    assert lines[1].startswith("fitted compute x0.") and "mfu_prefill" in lines[1]
+    assert lines[2].startswith("fitted memory x0.") and "kv_bandwidth" in lines[2]
+    assert lines[3].startswith(f"search: {written['replays']} replays (")
+    assert "stopped: settled" in lines[3] and "--max-seconds" in lines[3]
+    assert lines[4].startswith("before (defaults): median |error| ")
+    assert lines[5].startswith("after (fitted): median |error| ")
+    assert lines[6].startswith("policy keys: gpu=H200 tensor_parallel=1 step_efficiency={")
+    keys = json.loads(lines[6].split("step_efficiency=", 1)[1])
+    assert keys == pytest.approx(written["step_efficiency"], rel=1e-3)
+    assert lines[7].startswith("wrote ")
+
+
+def test_the_groups_cover_the_efficiency_factors():
+    """Every field of Efficiency is fitted in one group or kept (by its name: a new field
+    named otherwise needs a place; a multiplier on another fraction is kept, or the fit would
+    scale it twice)."""
+    names = [f.name for f in fields(Efficiency)]
+    grouped = [k for group in GROUPS.values() for k in group]
+    assert sorted(grouped + list(KEPT)) == sorted(names)
+    assert {"mfu_prefill", "mfu_attention", "mfu_moe"} <= set(GROUPS["compute"])
+    assert {"bandwidth", "kv_bandwidth", "moe_bandwidth"} <= set(GROUPS["memory"])
+    assert {"layer_us", "request_us"} <= set(GROUPS["overhead"])
+    assert {"interconnect", "fp8", "fp8_bandwidth", "gemm_half_tokens"} <= set(KEPT)
+
+
+def test_roofline_options_need_a_gpu(observed_db):
+    r = CliRunner().invoke(
+        cli,
+        ["calibrate", "--db", str(observed_db), "--set", "block_size=64"]
+        + ["--fit", "overhead", "--max-replays", "5"],
+    )
+    assert r.exit_code == 2
+    assert r.output == (
+        "Error: --fit, --max-replays: the roofline's fit only; name a GPU (--gpu) to fit the "
+        "roofline's efficiency factors\n"
     )

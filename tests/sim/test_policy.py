@@ -179,6 +179,46 @@ BAD = [
         "policy key 'llmd_prefix': 'x' is not one of approximate, precise",
     ),
     (
+        {"block_size": 544, "schedule": "concurrent", "gpu": "H200"},
+        "policy key 'model': a step time from the model and the GPU needs both "
+        "(--set model=... --set gpu=...)",
+    ),
+    (
+        {"model": "qwen3-next-80b-a3b", "gpu": "H200"},
+        "policy key 'gpu': a step time needs schedule: concurrent (a serial replay has no clock)",
+    ),
+    (
+        {"model": "qwen3-next-80b-a3b", "schedule": "concurrent", "gpu": "H9"},
+        "policy key 'gpu': 'H9' is not one of H100, H200, B200, MI300X, A100, L40S",
+    ),
+    (
+        {"model": "qwen3-next-80b-a3b", "schedule": "concurrent", "gpu": "H200", "step_base_ms": 9},
+        "policy key 'step_base_ms': the linear step's; with a gpu the step time comes from the "
+        "model and the GPU (set step_model: linear without a gpu to use it)",
+    ),
+    (
+        {"model": "qwen3-next-80b-a3b", "schedule": "concurrent", "step_efficiency": {"fp8": 1}},
+        "policy key 'step_efficiency': the roofline's (give a gpu)",
+    ),
+    (
+        {
+            "model": "qwen3-next-80b-a3b",
+            "schedule": "concurrent",
+            "gpu": "H200",
+            "step_efficiency": {"speed": 1},
+        },
+        "policy key 'step_efficiency': unknown factor 'speed'",
+    ),
+    (
+        {
+            "model": "qwen3-next-80b-a3b",
+            "schedule": "concurrent",
+            "gpu": "H200",
+            "step_efficiency": {"bandwidth": 2},
+        },
+        "policy key 'step_efficiency': step efficiency bandwidth 2.0: expected 0 < x <= 1",
+    ),
+    (
         {"block_size": 544, "num_blocks": "many"},
         "policy key 'num_blocks': expected an integer >= 2 or null, got 'many'",
     ),

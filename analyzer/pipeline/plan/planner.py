@@ -59,6 +59,7 @@ class Planner:
         )
         if ask.time_scale is not None:
             values["time_scale"] = ask.time_scale
+        priced = _priced_on(ask, schedule, self.preset, values)
         self.trace_block = trace_block_tokens(trace.columns["block_size"])
         fitted, fit_note = fit_policy(make_policy(values), self.trace_block)
         self.base = {**values, "block_size": fitted.block_size}
@@ -66,6 +67,8 @@ class Planner:
         self.notes = [fit_note] if fit_note else []
         if self.preset is None:
             self.notes.append(_no_model_note(self.block, defaulted))
+        if priced is not None:
+            self.notes.append(priced)
         self.per_block = bytes_per_block(self.model, self.block) if self.preset else None
         self.ev = Evaluator(trace, ask.family, progress, executor, ask.measure_from)
         self.progress = progress
@@ -265,6 +268,24 @@ def plan(
     spec = as_spec(executor)
     trace = request_input(db_path, dataset).read_only_trace(spec)
     return Planner(ask, trace, spec, progress).run()
+
+
+def _priced_on(ask, schedule: str, preset: dict | None, values: dict) -> str | None:
+    """Under the concurrent schedule, --gpu with --tensor-parallel prices every replay's
+    steps on that GPU (the roofline from the model's figures), unless the policy names its
+    own step model; a note says which step time the latencies rest on."""
+    if schedule != "concurrent" or ask.gpu is None or values.get("gpu") is not None:
+        return None
+    if values.get("step_model") not in (None, "auto"):
+        return None
+    if ask.tensor_parallel is None or not (preset or {}).get("figures"):
+        return (
+            f"steps priced by step_base_ms + step_token_us, not on the {ask.gpu}: give "
+            "--tensor-parallel and a --model with compute figures (a config.json) to price "
+            "them from the model and the GPU"
+        )
+    values.update(gpu=ask.gpu, tensor_parallel=ask.tensor_parallel)
+    return f"steps priced on {ask.tensor_parallel} x {ask.gpu} from the model (the roofline)"
 
 
 def _no_model_note(block: int, defaulted: list[str]) -> str:

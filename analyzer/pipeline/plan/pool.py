@@ -79,6 +79,29 @@ def floor_blocks(ev: Evaluator, policy: Policy, cap: int) -> int | None:
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return _whole_fits_from(ev, policy, hi, cap)
+
+
+def _whole_fits_from(ev: Evaluator, policy: Policy, floor: int, cap: int) -> int | None:
+    """The heaviest requests alone can need fewer blocks than with the others: a hybrid
+    request that hits a cached prefix holds the hit's blocks and its Mamba state's copies
+    (an example: 6 blocks alone, 8 in the trace). The whole trace confirms the floor, or
+    the search climbs from it to the smallest pool where every request schedules."""
+
+    def fits(n: int) -> bool:
+        rows = ev.rows(replace(policy, num_blocks=n), None, f"floor: num_blocks={n:,}, all")
+        return all(e is None for e in rows["error"])
+
+    if fits(floor):
+        return floor
+    lo, hi = floor, floor
+    while not fits(hi):
+        if hi >= cap:
+            return None
+        lo, hi = hi, min(hi * 2, cap)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
     return hi
 
 
