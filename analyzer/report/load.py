@@ -128,10 +128,11 @@ def load_figure(frame: pl.DataFrame) -> go.Figure:
 def _clock(policy: dict) -> str:
     """The run's simulated clock in words; a key its policy lacks has the schedule's default."""
     value = {key: policy.get(key, spec.default) for key, spec in CONCURRENT_KEYS.items()}
-    return (
-        f"{value['step_base_ms']:g} ms + {value['step_token_us']:g} µs per token; "
-        f"arrivals × {value['time_scale']:g}"
-    )
+    steps = f"{value['step_base_ms']:g} ms + {value['step_token_us']:g} µs per token"
+    if policy.get("gpu") is not None:  # the step model's: from the model and the GPU
+        kind = "AIConfigurator's tables" if policy.get("step_model") == "aic" else "roofline"
+        steps = f"{kind} on {policy.get('tensor_parallel', 1)} × {policy['gpu']}"
+    return f"{steps}; arrivals × {value['time_scale']:g}"
 
 
 def _table(data: ReportData) -> str:

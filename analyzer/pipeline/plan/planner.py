@@ -13,6 +13,7 @@ from analyzer.config.hardware import gpu_memory
 from analyzer.config.memory import bytes_per_block, parse_size
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import Policy
+from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec
 from analyzer.pipeline.plan.answer import Framing, answer_for, unreachable_above_bound
@@ -274,10 +275,17 @@ def _priced_on(ask, schedule: str, preset: dict | None, values: dict) -> str | N
     """Under the concurrent schedule, --gpu with --tensor-parallel prices every replay's
     steps on that GPU (the roofline from the model's figures), unless the policy names its
     own step model; a note says which step time the latencies rest on."""
-    if schedule != "concurrent" or ask.gpu is None or values.get("gpu") is not None:
+    if schedule != "concurrent" or values.get("gpu") is not None:
         return None
     if values.get("step_model") not in (None, "auto"):
         return None
+    if ask.gpu is None:
+        base = values.get("step_base_ms", CONCURRENT_KEYS["step_base_ms"].default)
+        token = values.get("step_token_us", CONCURRENT_KEYS["step_token_us"].default)
+        return (
+            f"steps priced at {base:g} ms + {token:g} us per scheduled token (no GPU "
+            "named: --gpu G --tensor-parallel N prices them from the model and the GPU)"
+        )
     if ask.tensor_parallel is None or not (preset or {}).get("figures"):
         return (
             f"steps priced by step_base_ms + step_token_us, not on the {ask.gpu}: give "

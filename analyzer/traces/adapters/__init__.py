@@ -22,7 +22,16 @@ if TYPE_CHECKING:
     from analyzer.traces.batches import Batch, SourceInfo
 
 # Module names (= format names), in detection order; `--format` lists them in this order.
-NAMES = ("weka", "ragpulse", "bailian", "tracelab", "vllm_log", "sglang_log", "mooncake")
+NAMES = (
+    "weka",
+    "ragpulse",
+    "bailian",
+    "tracelab",
+    "vllm_bench",
+    "vllm_log",
+    "sglang_log",
+    "mooncake",
+)
 
 
 @dataclass(frozen=True)
