@@ -72,14 +72,8 @@ def floor_blocks(ev: Evaluator, policy: Policy, cap: int) -> int | None:
     lo = MIN_POOL - 1  # below the smallest pool a policy can name: fails by definition
     if hi - 1 > lo and not fits(hi - 1):
         lo = hi - 1
-    while not fits(hi):
-        if hi >= cap:
-            return None
-        lo, hi = hi, min(hi * 2, cap)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return _whole_fits_from(ev, policy, hi, cap)
+    floor = _climb(fits, lo, hi, cap)
+    return None if floor is None else _whole_fits_from(ev, policy, floor, cap)
 
 
 def _whole_fits_from(ev: Evaluator, policy: Policy, floor: int, cap: int) -> int | None:
@@ -94,7 +88,12 @@ def _whole_fits_from(ev: Evaluator, policy: Policy, floor: int, cap: int) -> int
 
     if fits(floor):
         return floor
-    lo, hi = floor, floor
+    return None if floor >= cap else _climb(fits, floor, min(floor * 2, cap), cap)
+
+
+def _climb(fits, lo: int, hi: int, cap: int) -> int | None:
+    """The smallest n in (lo, cap] with fits(n), `lo` known not to fit: galloping up from
+    `hi` (doubling), then bisecting; None when not even `cap` fits."""
     while not fits(hi):
         if hi >= cap:
             return None

@@ -80,12 +80,7 @@ class ScheduledPrefixes:
         size = source.item_bytes * (B // source.item_tokens)
         for parent in kept:
             k = first + parents.index(parent)
-            block = source.data[k * size : (k + 1) * size]
-            contents, values = self.whole.setdefault(parent, ([], []))
-            at = bisect_left(contents, block)
-            if at == len(contents) or contents[at] != block:
-                contents.insert(at, block)
-                values.insert(at, int.from_bytes(block, "big"))
+            self._keep_whole(parent, source.data[k * size : (k + 1) * size])
 
     def scheduled_blocks(self, f: Flight, resident_tokens: int) -> int:
         """How many leading blocks of `f`'s prompt had been scheduled (hashed) by anybody;
@@ -155,7 +150,10 @@ class ScheduledPrefixes:
         """`other` has scheduled its whole block under `parent` since its frontier was kept
         there: keep that block among the whole ones (the same bytes compare the same way) and
         stop walking it (a frontier list under a common parent grew with every request)."""
-        block = other.req.source.data[lo : lo + size]
+        self._keep_whole(parent, other.req.source.data[lo : lo + size])
+
+    def _keep_whole(self, parent: int, block: bytes) -> None:
+        """Keep `block`, scheduled whole under `parent`, among the sorted whole blocks."""
         contents, values = self.whole.setdefault(parent, ([], []))
         at = bisect_left(contents, block)
         if at == len(contents) or contents[at] != block:
