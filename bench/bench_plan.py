@@ -53,6 +53,7 @@ from analyzer.access.inputs import request_input
 from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.planner import Planner
 from analyzer.pipeline.plan.pool import TOLERANCE
+from analyzer.pipeline.plan.evaluate import Targets
 from analyzer.config.policy import MAXIMUMS, MINIMUMS
 from analyzer.executors import as_spec
 
@@ -63,11 +64,11 @@ ev, search = planner.ev, planner.search
 cap = MAXIMUMS["num_blocks"]
 
 def meets(policy, n):
-    return ev.measure(replace(policy, num_blocks=n)).meets(TARGET, None)
+    return ev.measure(replace(policy, num_blocks=n)).meets(Targets(TARGET))
 
 best = None
 for policy in planner._settings():
-    if not ev.measure(replace(policy, num_blocks=None)).meets(TARGET, None):
+    if not ev.measure(replace(policy, num_blocks=None)).meets(Targets(TARGET)):
         continue
     low, hi = MINIMUMS["num_blocks"] - 1, MINIMUMS["num_blocks"]
     while not meets(policy, hi):
@@ -105,6 +106,7 @@ def check(db: Path, setting: dict, num_blocks: int, target: float) -> tuple[floa
     """The useful hit ratio of a plain replay at `num_blocks` and what one at 0.8x gives."""
     from analyzer.access.inputs import request_input
     from analyzer.pipeline.plan import Evaluator
+    from analyzer.pipeline.plan.evaluate import Targets
     from analyzer.sim.dispatch import make_policy
 
     trace = request_input(db, None).read_only_trace(None)
@@ -112,9 +114,9 @@ def check(db: Path, setting: dict, num_blocks: int, target: float) -> tuple[floa
     base = {**setting, "model": MODEL}
     at = ev.measure(make_policy({**base, "num_blocks": num_blocks}))
     low = ev.measure(make_policy({**base, "num_blocks": max(1, int(0.8 * num_blocks))}))
-    if not at.meets(target, None):
+    if not at.meets(Targets(target)):
         raise SystemExit(f"{db}: the answer {num_blocks} blocks misses {target}")
-    if low.meets(target, None):
+    if low.meets(Targets(target)):
         raise SystemExit(f"{db}: 0.8x the answer ({int(0.8 * num_blocks)} blocks) reaches it")
     below = "not schedulable" if not low.schedulable else f"{low.useful_hit_ratio:.3f}"
     return at.useful_hit_ratio, below

@@ -284,8 +284,34 @@ SCHEDULE_LINES = {
     type=float,
     default=None,
     metavar="SECONDS",
-    help="With --schedule concurrent: also meet this TTFT p99, searching the number of "
-    "replicas and the routing (round_robin, prefix_aware) for the least memory in all.",
+    help="With --schedule concurrent: also meet this TTFT p99 (seconds), searching fleets "
+    "(tensor parallel with --gpu, replicas, router, pool per replica) for the fewest GPUs.",
+)
+@click.option(
+    "--tpot-p99",
+    "tpot_p99_s",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="With --schedule concurrent: also meet this p99 time per output token (after the "
+    "first), searching fleets as --ttft-p99 does.",
+)
+@click.option(
+    "--routers",
+    default=None,
+    metavar="A,B,...",
+    callback=lambda ctx, param, value: (
+        None if value is None else tuple(v.strip() for v in value.split(",") if v.strip())
+    ),
+    help="With --ttft-p99 or --tpot-p99: the routers searched [default: dynamo, "
+    "prefix_aware, llm-d, sglang, least_loaded, round_robin].",
+)
+@click.option(
+    "--max-replicas",
+    type=int,
+    default=None,
+    metavar="N",
+    help="With --ttft-p99 or --tpot-p99: the most replicas a fleet searched has [default: 64].",
 )
 @click.option(
     "--gpu",
@@ -383,6 +409,8 @@ def _print_plan(r) -> None:
     if best is not None and best.gpus is not None:
         click.echo(_gpu_line(best.gpus))
     click.echo(f"{r.message} [{r.replays} replays]")
+    if r.check:
+        click.echo(r.check)
 
 
 def _candidate_columns(r) -> dict:
@@ -401,9 +429,15 @@ def _candidate_columns(r) -> dict:
         f"total_{r.cost_unit.lower()}": [float(x.cost) for x in c],
         "sized_by": [x.sized_by for x in c],
     }
+    latency = r.ttft_p99_target_s is not None or r.tpot_p99_target_s is not None
+    if latency:
+        columns["num_blocks"] = [_null(x.num_blocks) for x in c]
     if r.schedule == "concurrent":
         loads = [x.load for x in c]
-        for key in ("ttft_p50_s", "ttft_p99_s", "queue_mean_s", "max_in_flight", "saturated"):
+        keys = ["ttft_p50_s", "ttft_p99_s", "queue_mean_s", "max_in_flight", "saturated"]
+        if latency:
+            keys[2:2] = ["tpot_p99_s", "goodput_rps"]
+        for key in keys:
             columns[key] = [None if load is None else getattr(load, key) for load in loads]
     if c[0].gpus is not None:
         columns["tensor_parallel"] = [x.gpus.tensor_parallel for x in c]

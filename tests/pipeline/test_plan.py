@@ -17,6 +17,7 @@ from analyzer.access.trace import load_trace
 from analyzer.cli import cli
 from analyzer.pipeline.plan import Evaluator, plan
 from analyzer.pipeline.plan.answer import _seconds
+from analyzer.pipeline.plan.evaluate import Targets
 from analyzer.pipeline.plan.load import load_figures, max_overlap
 from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import connect
@@ -107,7 +108,7 @@ def test_a_replay_at_the_answer_reaches_the_target_and_at_0_8x_does_not(tmp_path
     assert at.useful_hit_ratio == pytest.approx(best.useful_hit_ratio)
     below = int(0.8 * best.num_blocks)
     if below >= 2:
-        assert not _measure(db, best, below).meets(target, None)
+        assert not _measure(db, best, below).meets(Targets(target))
     # The floor is exact: every request schedules there, not one block below.
     assert _measure(db, best, best.floor_blocks).schedulable
     if best.floor_blocks > 2:
@@ -209,18 +210,19 @@ def test_a_plan_under_load_says_what_load_does(tmp_path):
     assert quick.reachable and quick.best.replicas > 1
     assert quick.best.load.ttft_p99_s <= 3.0
     m = _measure(db, quick.best, quick.best.num_blocks, **{**keys, "schedule": "concurrent"})
-    assert m.meets(0.5, 3.0)
+    assert m.meets(Targets(0.5, 3.0))
     assert m.load == quick.best.load
     never = plan(0.5, db_path=db, policy=keys, schedule="concurrent", ttft_p99_s=1e-6)
     assert not never.reachable  # below one step's time: no replica count meets it
     said = re.search(
-        r"with TTFT p99 <= 1e-06 s \(up to 64 replicas; the nearest: 64 replicas \((\w+) "
-        r"routing, no pool limit\) reach (\d\.\d{3}) with TTFT p99 ([\d.]+) s and a mean queue",
+        r"no fleet meets useful hit ratio 0.500, TTFT p99 <= 1e-06 s \(up to 64 replicas, "
+        r"routers [a-z_, -]+\); the nearest: 64 replicas, (\w+) routing \(TTFT p99 ([\d.]+) "
+        r"s, TPOT p99 [\d.]+ s, hit ratio (\d\.\d{3})\)",
         never.message,
     )
     assert said, never.message
-    assert float(said[3]) > 1e-6  # what it missed by
-    assert said[1] == "prefix_aware" and float(said[2]) >= 0.5  # one that reaches the hit target
+    assert float(said[2]) > 1e-6  # what it missed by
+    assert said[1] == "dynamo" and float(said[3]) >= 0.5  # one that reaches the hit target
 
 
 def run(*args: str):

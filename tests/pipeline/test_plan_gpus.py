@@ -16,7 +16,7 @@ from analyzer.config.hardware import GPUS, gpu_memory, gpu_plan
 from analyzer.config.models import load_model
 from analyzer.pipeline.plan.answer import Framing, answer_for
 from analyzer.pipeline.plan.ask import PlanAsk
-from analyzer.pipeline.plan.evaluate import Measure
+from analyzer.pipeline.plan.evaluate import Measure, Targets
 from analyzer.pipeline.plan.pool import Found
 from analyzer.pipeline.plan.search import Outcome, Search
 from analyzer.sim.dispatch import make_policy
@@ -112,7 +112,7 @@ def _search(memory_gib: float, tensor_parallel: int | None = None) -> Search:
     return Search(
         trace=None,
         family=None,
-        target=0.5,
+        targets=Targets(0.5),
         budget_blocks=None,
         per_block=GIB,
         num_revisions=1,
@@ -145,7 +145,7 @@ def test_gpus_rank_before_cache():
     plain = Framing(
         PlanAsk(0.5),
         16,
-        Search(None, None, 0.5, None, GIB, 1),
+        Search(None, None, Targets(0.5), None, GIB, 1),
         "GiB",
         make_policy({"block_size": 16}),
     )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from analyzer.config.memory import pool_gib
 from analyzer.config.policy import Policy
 from analyzer.pipeline.plan.ask import PlanAsk
+from analyzer.pipeline.plan.evaluate import Measure
+from analyzer.pipeline.plan.fleet import Fleet, FleetOutcome, FleetSearch, Shape
 from analyzer.pipeline.plan.result import Candidate
-from analyzer.pipeline.plan.search import MAX_REPLICAS, Outcome, Search
+from analyzer.pipeline.plan.search import Outcome, Search
 
 
 @dataclass(frozen=True)
@@ -34,19 +36,32 @@ class Answer:
     candidates: list[Candidate]
     message: str
     load_warning: str | None = None
+    check: str | None = None  # a latency plan: the answer and the fleet one step smaller
 
 
 def unreachable_above_bound(plan: Framing, c) -> str:
     shared = c.ceiling + c.granularity
+    unit = f"{plan.block}-token blocks" if c.unit is None else f"match units of {c.unit} tokens"
+    others = ""
+    if c.others:
+        others = (
+            " (the other match units searched: "
+            + ", ".join(f"{_unit(u, plan.block)} {b:.3f}" for u, b in c.others)
+            + ")"
+        )
     return (
         f"unreachable: target {plan.ask.target:.3f} is above the attention-only bound "
-        f"{c.bound:.3f} (an unbounded full-attention-only cache; the model's groups with every "
-        f"sparse state kept reach {c.dense:.3f}); the shared-prefix ceiling is {c.ceiling:.3f} "
-        f"(matchable tokens / queries; {shared:.3f} is shared at token level, "
-        f"{c.granularity:.3f} of it below whole {plan.block}-token blocks or match units). "
-        f"No pool size or retention can reuse more than that; a finer match unit or "
-        f"block only can."
+        f"{c.bound:.3f} at the best match unit searched, {unit}{others} (an unbounded "
+        f"full-attention-only cache; the model's groups with every sparse state kept reach "
+        f"{c.dense:.3f}); the shared-prefix ceiling is {c.ceiling:.3f} (matchable tokens / "
+        f"queries; {shared:.3f} is shared at token level, {c.granularity:.3f} of it below "
+        f"whole {unit}). No pool size or retention can reuse more than that; a finer match "
+        f"unit or block only can."
     )
+
+
+def _unit(unit: int | None, block: int) -> str:
+    return f"{block} (the block)" if unit is None else str(unit)
 
 
 def answer_for(plan: Framing, ceilings, outcomes: list[Outcome]) -> Answer:
@@ -120,32 +135,13 @@ def _none_reached(plan: Framing, c, outcomes: list[Outcome]) -> str:
             f"holds {search.budget_blocks:,} blocks per cache, and the longest request needs "
             f"{need:,} ({plan.pool_gib(need):,.2f} GiB per cache) to be scheduled at all"
         )
-    latency = ""
-    if plan.ask.ttft_p99_s is not None:
-        latency = f" with TTFT p99 <= {plan.ask.ttft_p99_s:g} s (up to {MAX_REPLICAS} replicas"
-        latency += f"{_closest(plan.ask.target, outcomes)})"
     budget = ""
     if search.budget_blocks is not None:
         budget = f" within the memory budget {plan.ask.memory_budget}"
     return (
         f"unreachable within the search: no candidate reaches {plan.ask.target:.3f}"
-        f"{latency}{budget} (attention-only bound {c.bound:.3f}, shared-prefix ceiling "
+        f"{budget} (attention-only bound {c.bound:.3f}, shared-prefix ceiling "
         f"{c.ceiling:.3f}, model groups with every state kept {c.dense:.3f})"
-    )
-
-
-def _closest(target: float, outcomes: list[Outcome]) -> str:
-    """What the nearest miss reached at the most replicas: of the settings that miss the
-    latency target, one reaching the hit-ratio target if any, then the lowest TTFT p99."""
-    unmet = [o for o in outcomes if o.unmet is not None and o.unmet.load is not None]
-    if not unmet:
-        return ""
-    o = min(unmet, key=lambda o: (o.unmet.useful_hit_ratio < target, o.unmet.load.ttft_p99_s))
-    load = o.unmet.load
-    return (
-        f"; the nearest: {o.policy.replicas} replicas ({o.policy.routing} routing, no pool "
-        f"limit) reach {o.unmet.useful_hit_ratio:.3f} with TTFT p99 "
-        f"{_seconds(load.ttft_p99_s)} s and a mean queue of {_seconds(load.queue_mean_s)} s"
     )
 
 
@@ -179,3 +175,139 @@ def _seconds(value: float) -> str:
 
 def _j(value) -> str:
     return "null" if value is None else str(value)
+
+
+# -- a latency plan ----------------------------------------------------------------------------
+
+
+def fleet_answer(plan: Framing, c, outcome: FleetOutcome, fs: FleetSearch) -> Answer:
+    """The fleets found (the answer first), the line that says the answer, and its check."""
+    candidates = [_fleet_candidate(plan, f, fs, outcome.floor_blocks) for f in outcome.fleets]
+    if not candidates:
+        return Answer([], _no_fleet(plan, c, outcome, fs))
+    best = candidates[0]
+    return Answer(
+        candidates,
+        _fewest(plan, best, outcome.fleets[0], fs),
+        _load_warning(plan, best),
+        _check_line(fs, outcome),
+    )
+
+
+def _fleet_candidate(plan: Framing, f: Fleet, fs: FleetSearch, floor: int | None) -> Candidate:
+    search = plan.search
+    tp = f.shape.tensor_parallel
+    found = f.found
+    blocks = found.num_blocks if found is not None else f.room_blocks
+    measure = found.measure if found is not None else f.measure
+    gpus = None
+    if blocks is not None and tp is not None:
+        gpus = replace(search, tensor_parallel=tp).gpus(f.policy, blocks)
+    return Candidate(
+        f.policy.retention_interval,
+        f.policy.prefix_match_unit,
+        f.shape.replicas,
+        f.shape.routing,
+        blocks,
+        measure.useful_hit_ratio,
+        None if blocks is None else plan.pool_gib(blocks),
+        search.cost(f.policy, blocks) if blocks is not None else float("inf"),
+        found.sized_by if found is not None else ("gpus' room" if tp else "unbounded"),
+        search.caches(f.policy),
+        floor or 0,
+        measure.load,
+        gpus,
+        tensor_parallel=tp,
+        room_blocks=f.room_blocks,
+        total_gpus=fs.gpus(f.shape) if tp is not None else None,
+    )
+
+
+def _fewest(plan: Framing, best: Candidate, fleet: Fleet, fs: FleetSearch) -> str:
+    load = best.load
+    figures = f"useful hit ratio {best.useful_hit_ratio:.3f}"
+    if load is not None:
+        figures += f", TTFT p50 {_seconds(load.ttft_p50_s)} s p99 {_seconds(load.ttft_p99_s)} s"
+        if load.tpot_p99_s is not None:
+            figures += f", TPOT p99 {_seconds(load.tpot_p99_s)} s"
+        figures += f", goodput {load.goodput_rps:,.2f} requests/s within the targets"
+    pool = _pool_said(plan, best)
+    if best.tensor_parallel is not None:
+        gpu = plan.search.gpu.name
+        head = f"fewest GPUs: {best.total_gpus} x {gpu} ({_routed(fleet.shape)}, {pool})"
+    else:
+        head = f"fewest replicas: {fs.gpus(fleet.shape)} ({_routed(fleet.shape)}, {pool})"
+    return f"{head} -> {figures}"
+
+
+def _routed(shape: Shape) -> str:
+    said = shape.said()
+    return said if shape.replicas == 1 else f"{said} routing"
+
+
+def _pool_said(plan: Framing, c: Candidate) -> str:
+    if c.num_blocks is None:
+        return "no pool limit"
+    gib = f" ({c.memory_gib:,.2f} GiB)" if c.memory_gib is not None else ""
+    room = ""
+    if c.room_blocks is not None and c.room_blocks != c.num_blocks:
+        room = (
+            f" of the {c.room_blocks:,} its GPUs hold"
+            if c.tensor_parallel
+            else (f" of the {c.room_blocks:,} the budget allows")
+        )
+    return f"{c.num_blocks:,} blocks a replica{gib}{room}"
+
+
+def _check_line(fs: FleetSearch, outcome: FleetOutcome) -> str | None:
+    """The answer and the fleet one step smaller, each replayed to its end."""
+    check = outcome.check
+    if check is None:
+        return None
+    answer = outcome.fleets[0].shape
+    line = f"checked: {answer.said()} meets every target ({_figures(check.answer)})"
+    if check.smaller is None:
+        return f"{line}; {check.why}"
+    missed = ", ".join(check.smaller_measure.misses(fs.targets))
+    return f"{line}; {check.smaller.said()} misses {missed} ({_figures(check.smaller_measure)})"
+
+
+def _figures(m: Measure) -> str:
+    if m.load is None:
+        return f"hit ratio {m.useful_hit_ratio:.3f}"
+    out = f"TTFT p99 {_seconds(m.load.ttft_p99_s)} s"
+    if m.load.tpot_p99_s is not None:
+        out += f", TPOT p99 {_seconds(m.load.tpot_p99_s)} s"
+    return out + f", hit ratio {m.useful_hit_ratio:.3f}"
+
+
+def _no_fleet(plan: Framing, c, outcome: FleetOutcome, fs: FleetSearch) -> str:
+    """Why no fleet met the targets, with the nearest miss."""
+    ask = plan.ask
+    wants = [f"useful hit ratio {ask.target:.3f}"]
+    if ask.ttft_p99_s is not None:
+        wants.append(f"TTFT p99 <= {ask.ttft_p99_s:g} s")
+    if ask.tpot_p99_s is not None:
+        wants.append(f"TPOT p99 <= {ask.tpot_p99_s:g} s")
+    if outcome.floor_blocks is None:
+        return "unreachable: no pool a replay can hold schedules the heaviest requests"
+    if not outcome.searched_tp:
+        return (
+            f"unreachable: no tensor parallel up to {max(8, ask.tensor_parallel or 0)} of "
+            f"{plan.search.gpu.name} holds the weights and the {outcome.floor_blocks:,}-block "
+            "floor"
+        )
+    tps = ", ".join(str(t) for t in outcome.searched_tp if t is not None)
+    shape = f"tensor parallel {tps}, " if tps else ""
+    nearest = ""
+    if outcome.nearest is not None:
+        s, m = outcome.nearest
+        nearest = f"; the nearest: {_routed(s)} ({_figures(m)})"
+    return (
+        f"unreachable within the search: no fleet meets {', '.join(wants)} ({shape}up to "
+        f"{fs.max_replicas} replicas, routers {', '.join(fs.routers)}){nearest} (attention-only "
+        f"bound {c.bound:.3f})"
+    )
+
+
+__all__ = ["Answer", "Framing", "Shape", "answer_for", "fleet_answer", "unreachable_above_bound"]

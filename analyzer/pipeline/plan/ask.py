@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from analyzer.config.routers import ROUTERS, router
 from analyzer.errors import ConfigError
 from analyzer.store.runs import check_measure_from
 
@@ -26,6 +27,14 @@ class PlanAsk:
     gpu: str | None = None  # a name of config.hardware.GPUS
     gpu_memory_gib: float | None = None  # any other accelerator's memory
     tensor_parallel: int | None = None  # GPUs per replica (None: the fewest that fit)
+    tpot_p99_s: float | None = None
+    routers: tuple[str, ...] | None = None  # searched under a latency target (None: ROUTERS)
+    max_replicas: int | None = None  # the most replicas a latency search tries
+
+    @property
+    def latency(self) -> bool:
+        """Whether a latency target is asked (the plan then searches fleets)."""
+        return self.ttft_p99_s is not None or self.tpot_p99_s is not None
 
     @property
     def in_gpus(self) -> bool:
@@ -38,9 +47,21 @@ class PlanAsk:
             raise ConfigError(
                 f"--target-useful-hit-ratio {self.target}: expected a number in (0, 1]"
             )
-        ttft = self.ttft_p99_s
-        if ttft is not None and not (math.isfinite(ttft) and ttft > 0):
-            raise ConfigError(f"--ttft-p99 {ttft}: expected a number of seconds > 0")
+        for flag, value in (("--ttft-p99", self.ttft_p99_s), ("--tpot-p99", self.tpot_p99_s)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{flag} {value}: expected a number of seconds > 0")
+        top = self.max_replicas
+        if top is not None and (type(top) is not int or top < 1):
+            raise ConfigError(f"--max-replicas {top!r}: expected an integer >= 1")
+        if self.routers is not None:
+            if not self.latency:
+                raise ConfigError("--routers needs --ttft-p99 or --tpot-p99")
+            for name in self.routers:
+                if router(name).name == "trace":  # an unknown name lists the known ones
+                    raise ConfigError(
+                        "--routers trace: the trace's own replicas are not a fleet to size; "
+                        "searched routers: " + ", ".join(n for n in ROUTERS if n != "trace")
+                    )
         tp = self.tensor_parallel
         if tp is not None and not self.in_gpus:
             raise ConfigError("--tensor-parallel needs --gpu or --gpu-memory-gib")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -14,24 +14,62 @@ from analyzer.executors import LOCAL
 from analyzer.pipeline.plan.load import LoadFigures, load_figures
 from analyzer.pipeline.replay import replay_rows
 from analyzer.pipeline.sweep_points import rows_from_table, rows_table
+from analyzer.sim.watch import LateWatch, TargetMissed, stop_when_late
 
 # progress(replays so far, what the search is doing)
 Progress = Callable[[int, str], None]
 
 
 @dataclass(frozen=True)
+class Targets:
+    """What a plan must meet: a useful hit ratio, and under load a TTFT p99 and a TPOT p99
+    (seconds; None: no target)."""
+
+    hit_ratio: float
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+
+    @property
+    def latency(self) -> bool:
+        """Whether a latency target is set."""
+        return self.ttft_p99_s is not None or self.tpot_p99_s is not None
+
+
+@dataclass(frozen=True)
 class Measure:
-    """One replay's figures over the measured requests."""
+    """One replay's figures over the measured requests. `stopped`: the replay was cut short
+    once its TTFT p99 could no longer meet the target (`sim/watch.py`): it misses, and its
+    hit ratio and load are not known (nan, None)."""
 
     useful_hit_ratio: float
     schedulable: bool  # every request (measured or not) was scheduled
     load: LoadFigures | None = None  # a concurrent replay's latency figures
+    stopped: bool = False
 
-    def meets(self, target: float, ttft_p99_s: float | None) -> bool:
-        """Reaches the hit-ratio target (and the TTFT p99 target, when there is one)."""
-        if not self.schedulable or self.useful_hit_ratio < target:
-            return False
-        return ttft_p99_s is None or (self.load is not None and self.load.ttft_p99_s <= ttft_p99_s)
+    def meets(self, targets: Targets) -> bool:
+        """Reaches every target."""
+        return not self.misses(targets)
+
+    def misses(self, targets: Targets) -> tuple[str, ...]:
+        """The targets it misses, by name: "schedulable", "hit ratio", "ttft p99",
+        "tpot p99" (empty: it meets them all)."""
+        if self.stopped:
+            return ("ttft p99",)
+        out = []
+        if not self.schedulable:
+            out.append("schedulable")
+        if not self.useful_hit_ratio >= targets.hit_ratio:
+            out.append("hit ratio")
+        load = self.load
+        if targets.ttft_p99_s is not None and (
+            load is None or load.ttft_p99_s > targets.ttft_p99_s
+        ):
+            out.append("ttft p99")
+        if targets.tpot_p99_s is not None and (
+            load is None or load.tpot_p99_s is None or load.tpot_p99_s > targets.tpot_p99_s
+        ):
+            out.append("tpot p99")
+        return tuple(out)
 
 
 class Evaluator:
@@ -46,12 +84,17 @@ class Evaluator:
         progress: Progress | None = None,
         executor=LOCAL,
         measure_from: float = 0.0,
+        targets: Targets | None = None,
     ) -> None:
         self.trace = trace
         self.replays = 0
+        self.stopped = 0  # replays cut short once their TTFT p99 missed the target
         self.progress = progress
         self.executor = executor
         self.mask = _measured(trace.columns["prompt_family"], family, measure_from)
+        self.targets = targets
+        self.outputs = np.asarray([o or 0 for o in trace.columns["output_tokens"]], dtype=np.int64)
+        self.memo: dict[str, Measure] = {}
 
     def rows(self, policy: Policy, trace=None, what: str = "") -> dict:
         """One replay's rows (of `trace`, default the plan's)."""
@@ -61,11 +104,44 @@ class Evaluator:
         self.replays += 1
         return rows
 
-    def measure(self, policy: Policy, what: str = "") -> Measure:
-        rows = self.rows(policy, what=what)
-        ok = all(e is None for e in rows["error"])
-        load = load_figures(rows, self.mask) if policy.schedule == "concurrent" else None
-        return Measure(self.ratio(rows), ok, load)
+    def measure(self, policy: Policy, what: str = "", *, stop_early: bool = False) -> Measure:
+        """The replay's figures. `stop_early` (under a TTFT target, local replays): cut
+        the replay short once its TTFT p99 misses the target. A policy measured before is
+        not replayed again (a replay cut short is, when asked to run to its end)."""
+        key = _key(policy)
+        known = self.memo.get(key)
+        if known is not None and not (known.stopped and not stop_early):
+            return known
+        watch = self._watch() if stop_early and policy.schedule == "concurrent" else None
+        try:
+            with stop_when_late(watch):
+                rows = self.rows(policy, what=what)
+        except TargetMissed:
+            self.stopped += 1
+            measured = Measure(float("nan"), True, None, stopped=True)
+        else:
+            ok = all(e is None for e in rows["error"])
+            load = None
+            if policy.schedule == "concurrent":
+                load = load_figures(rows, self.mask, self.outputs, self.targets)
+            measured = Measure(self.ratio(rows), ok, load)
+        self.memo[key] = measured
+        return measured
+
+    def memo_of(self, policy: Policy) -> Measure | None:
+        """The figures of `policy` if it was measured (None: not yet)."""
+        return self.memo.get(_key(policy))
+
+    def _watch(self) -> LateWatch | None:
+        """A watch on the TTFT target, for replays in this process."""
+        limit = None if self.targets is None else self.targets.ttft_p99_s
+        if limit is None or not self.executor.is_local:
+            return None
+        ids = self.trace.columns["request_id"]
+        if self.mask is None:
+            return LateWatch(limit, len(ids), None)
+        measured = [r for r, m in zip(ids, self.mask, strict=True) if m]
+        return LateWatch(limit, len(measured), measured)
 
     def ceilings(self, policies: list[Policy]) -> list[dict]:
         """Each policy's rows: replayed here, or (a non-local executor) each replay one task
@@ -99,6 +175,14 @@ class Evaluator:
         """sum(name) / sum(prompt_tokens) over the measured requests."""
         q = self._sum(rows, "prompt_tokens")
         return self._sum(rows, name) / q if q else 0.0
+
+
+def _key(policy: Policy) -> str:
+    """Policies that replay alike have one key: with one replica every router sends every
+    request to it (its knobs read nothing)."""
+    if policy.replicas == 1 and policy.routing not in ("trace",):
+        policy = replace(policy, routing="round_robin", router_options=())
+    return policy.to_json()
 
 
 def _measured(families: list, family: str | None, measure_from: float) -> np.ndarray | None:

@@ -13,12 +13,19 @@ from analyzer.config.hardware import gpu_memory
 from analyzer.config.memory import bytes_per_block, parse_size
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import Policy
+from analyzer.config.routers import ROUTER_KEYS
 from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec
-from analyzer.pipeline.plan.answer import Framing, answer_for, unreachable_above_bound
+from analyzer.pipeline.plan.answer import (
+    Framing,
+    answer_for,
+    fleet_answer,
+    unreachable_above_bound,
+)
 from analyzer.pipeline.plan.ask import PlanAsk
-from analyzer.pipeline.plan.evaluate import Evaluator, Progress
+from analyzer.pipeline.plan.evaluate import Evaluator, Progress, Targets
+from analyzer.pipeline.plan.fleet import MAX_REPLICAS, FleetSearch
 from analyzer.pipeline.plan.result import PlanResult
 from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
 from analyzer.sim.dispatch import make_policy
@@ -26,7 +33,13 @@ from analyzer.store.db import DEFAULT_DB, trace_block_tokens
 
 # The keys the search sets itself (a --set of one of them is replaced).
 SEARCHED = ("retention_interval", "prefix_match_unit", "replicas", "routing", "num_blocks")
-LATENCY_ROUTINGS = ("round_robin", "prefix_aware")  # searched with --ttft-p99
+# Policy keys of the step time (the concurrent schedule's), left out of serial replays.
+STEP_KEYS = ("step_model", "gpu", "tensor_parallel", "step_efficiency")
+# The keys a latency plan searches (the cache settings are the policy's).
+FLEET_SEARCHED = ("replicas", "routing", "num_blocks")
+# The routers a latency plan searches unless --routers names others, the likeliest to need
+# the fewest replicas first (a fleet found early bounds the later ones' searches).
+PLANNED_ROUTERS = ("dynamo", "prefix_aware", "llm-d", "sglang", "least_loaded", "round_robin")
 
 
 class Planner:
@@ -37,12 +50,14 @@ class Planner:
     ) -> None:
         ask.check()
         self.ask, self.trace, self.spec = ask, trace, executor
-        values = {k: v for k, v in (ask.policy or {}).items() if k not in SEARCHED}
+        searched = FLEET_SEARCHED if ask.latency else SEARCHED
+        values = {k: v for k, v in (ask.policy or {}).items() if k not in searched}
         self.model = ask.model if ask.model is not None else values.get("model")
         schedule = ask.schedule or values.get("schedule", "serial")
-        if ask.ttft_p99_s is not None and schedule != "concurrent":
+        if ask.latency and schedule != "concurrent":
+            flag = "--ttft-p99" if ask.ttft_p99_s is not None else "--tpot-p99"
             raise ConfigError(
-                "--ttft-p99 needs --schedule concurrent (a serial replay has no queue, so no "
+                f"{flag} needs --schedule concurrent (a serial replay has no queue, so no "
                 "latency to plan for)"
             )
         self.preset = load_model(self.model) if self.model is not None else None
@@ -70,38 +85,89 @@ class Planner:
             self.notes.append(_no_model_note(self.block, defaulted))
         if priced is not None:
             self.notes.append(priced)
+        self.priced_tp = values.get("gpu") is not None and ask.latency and ask.in_gpus
         self.per_block = bytes_per_block(self.model, self.block) if self.preset else None
-        self.ev = Evaluator(trace, ask.family, progress, executor, ask.measure_from)
+        self.targets = Targets(ask.target, ask.ttft_p99_s, ask.tpot_p99_s)
+        self.ev = Evaluator(trace, ask.family, progress, executor, ask.measure_from, self.targets)
         self.progress = progress
         self.cost_unit = "GiB" if self.per_block else "blocks"
         self.search = self._search_spec()  # checks the GPU options before any replay
+        self.units = self._units()
 
     def run(self) -> PlanResult:
-        attention, dense = self.ev.ceilings(
-            [
-                self._policy(groups=["full_attention"], retention_interval=None),
-                self._policy(retention_interval=None),
-            ]
-        )
-        ceilings = _Ceilings(
-            bound=self.ev.ratio(attention),
-            ceiling=self.ev.ratio(attention, "matchable_tokens"),
-            granularity=self.ev.ratio(attention, "lost_granularity_tokens"),
-            dense=self.ev.ratio(dense),
-        )
+        ceilings = self._ceilings()
         framing = Framing(self.ask, self.block, self.search, self.cost_unit, self._policy())
         if self.ask.target > ceilings.bound:
             return self._result(ceilings, unreachable_above_bound(framing, ceilings), [])
+        if self.ask.latency:
+            return self._run_fleet(framing, ceilings)
         answer = answer_for(framing, ceilings, self._search(self._settings()))
         return self._result(
             ceilings, answer.message, answer.candidates, load_warning=answer.load_warning
         )
 
+    def _ceilings(self) -> _Ceilings:
+        """The ceilings at each match unit the plan searches, the highest kept: what no
+        pool size or retention can exceed at that unit (a latency plan's from the serial
+        schedule on one replica: contention and more replicas only lower them)."""
+        make = self._serial_policy if self.ask.latency else self._policy
+        policies = []
+        for unit in self.units:
+            # full attention alone matches at its block: at a finer unit, blocks of that size
+            attention = {"groups": ["full_attention"], "retention_interval": None}
+            if unit is not None:
+                attention["block_size"] = unit
+            policies += [make(**attention), make(retention_interval=None, prefix_match_unit=unit)]
+        rows = self.ev.ceilings(policies)
+        each = [
+            _Ceilings(
+                bound=self.ev.ratio(attention),
+                ceiling=self.ev.ratio(attention, "matchable_tokens"),
+                granularity=self.ev.ratio(attention, "lost_granularity_tokens"),
+                dense=self.ev.ratio(dense),
+                unit=unit,
+            )
+            for unit, attention, dense in zip(self.units, rows[::2], rows[1::2], strict=True)
+        ]
+        best = max(each, key=lambda c: c.bound)  # the first of equal bounds
+        return replace(best, others=tuple((c.unit, c.bound) for c in each if c is not best))
+
+    def _run_fleet(self, framing: Framing, ceilings: _Ceilings) -> PlanResult:
+        """A latency target: the fewest GPUs (replicas without a GPU) meeting every target."""
+        fs = FleetSearch(
+            self.search,
+            self.ev,
+            self._policy,
+            self.ask.routers or PLANNED_ROUTERS,
+            self.ask.max_replicas or MAX_REPLICAS,
+            priced=self.priced_tp,
+        )
+        outcome = fs.run()
+        self.notes.extend(outcome.notes)
+        answer = fleet_answer(framing, ceilings, outcome, fs)
+        return self._result(
+            ceilings,
+            answer.message,
+            answer.candidates,
+            load_warning=answer.load_warning,
+            check=answer.check,
+        )
+
     def _policy(self, **keys) -> Policy:
         return make_policy({**self.base, **keys})
 
-    def _settings(self) -> list[Policy]:
-        """Retention {0, null} x match unit {block, block/4 on Mamba} x placement."""
+    def _serial_policy(self, **keys) -> Policy:
+        """The base policy on one replica under the serial schedule (no clock, no step
+        time, no router knobs)."""
+        clock = {*CONCURRENT_KEYS, *ROUTER_KEYS, *STEP_KEYS}
+        values = {k: v for k, v in self.base.items() if k not in clock}
+        return make_policy({**values, "schedule": "serial", "replicas": 1, **keys})
+
+    def _units(self) -> list[int | None]:
+        """The match units searched: the block (None) and on a Mamba model a quarter block;
+        a latency plan keeps the policy's."""
+        if self.ask.latency:
+            return [self.base.get("prefix_match_unit")]
         groups = self.base["groups"]
         units: list[int | None] = [None]
         if "mamba" in groups and "sliding_window" not in groups and self.block % 4 == 0:
@@ -112,21 +178,24 @@ class Planner:
                 )
             else:
                 units.append(self.block // 4)
+        return units
+
+    def _settings(self) -> list[Policy]:
+        """Retention {0, null} x match unit {block, block/4 on Mamba} x placement."""
+        groups = self.base["groups"]
         retentions: list[int | None] = [0, None] if len(groups) > 1 else [None]
         return [
             self._policy(
                 retention_interval=r, prefix_match_unit=u, replicas=replicas, routing=routing
             )
             for r in retentions
-            for u in units
+            for u in self.units
             for replicas, routing in self._placements()
         ]
 
     def _placements(self) -> list[tuple[int, str]]:
-        """(replicas, routing): the trace's, prefix-aware over its replicas and one replica;
-        under a latency target each routing with the replica count searched (1 to start)."""
-        if self.ask.ttft_p99_s is not None:
-            return [(1, routing) for routing in LATENCY_ROUTINGS]
+        """(replicas, routing): the trace's, prefix-aware over its replicas and one
+        replica."""
         replicas = len({r for r in self.trace.columns["replica"] if r is not None}) or 1
         placements = [(replicas, "trace")]
         if replicas > 1:
@@ -138,12 +207,11 @@ class Planner:
         return Search(
             trace=self.trace.for_workers(),
             family=self.ask.family,
-            target=self.ask.target,
+            targets=self.targets,
             budget_blocks=None if self.budget is None else self.budget // per_block,
             per_block=per_block,
             num_revisions=len(set(self.trace.columns["model_revision"])),
             measure_from=self.ask.measure_from,
-            ttft_p99_s=self.ask.ttft_p99_s,
             **self._gpus(),
         )
 
@@ -207,6 +275,9 @@ class Planner:
             tuple(self.notes),
             ceilings.ceiling + ceilings.granularity,
             ttft_p99_target_s=self.ask.ttft_p99_s,
+            tpot_p99_target_s=self.ask.tpot_p99_s,
+            best_unit=ceilings.unit,
+            unit_bounds=ceilings.others,
             max_num_batched_tokens=self._policy().step_token_budget,
             block_size=self.block,
             **more,
@@ -219,6 +290,8 @@ class _Ceilings:
     ceiling: float  # the shared-prefix ceiling: matchable tokens / queries
     granularity: float  # what whole blocks or match units lose of the token-level share
     dense: float  # the model's groups, every sparse state kept, unbounded
+    unit: int | None = None  # the match unit they are at (None: the block)
+    others: tuple[tuple[int | None, float], ...] = ()  # (unit, bound) at the other units
 
 
 def _hints(outcomes: list[Outcome]) -> tuple[tuple[int, str, int], ...]:
@@ -256,8 +329,8 @@ def plan(
 ) -> PlanResult:
     """Search the cheapest settings that reach `target` (useful hit ratio); see the package
     doc. `asked`: the other fields of `PlanAsk` (model, memory_budget, family, schedule,
-    time_scale, policy, measure_from, ttft_p99_s, gpu, gpu_memory_gib,
-    tensor_parallel).
+    time_scale, policy, measure_from, ttft_p99_s, tpot_p99_s, gpu, gpu_memory_gib,
+    tensor_parallel, routers, max_replicas).
     The requests come from the store at `db_path`, or from a Parquet `dataset` (nothing is
     created or written). `progress(replays so far, what)` is called before each replay
     (with a non-local `executor`: as each setting's search finishes)."""
@@ -279,7 +352,16 @@ def _priced_on(ask, schedule: str, preset: dict | None, values: dict) -> str | N
         return None
     if values.get("step_model") not in (None, "auto"):
         return None
-    if ask.gpu is None:
+    linear = any(k in values for k in ("step_base_ms", "step_token_us"))
+    if ask.latency and ask.gpu is not None and (preset or {}).get("figures") and not linear:
+        values.update(gpu=ask.gpu, tensor_parallel=ask.tensor_parallel or 1)
+        at = (
+            f"{ask.tensor_parallel} x {ask.gpu}"
+            if ask.tensor_parallel is not None
+            else f"{ask.gpu} at each tensor parallel searched"
+        )
+        return f"steps priced on {at} from the model (the roofline)"
+    if ask.gpu is None or linear:
         base = values.get("step_base_ms", CONCURRENT_KEYS["step_base_ms"].default)
         token = values.get("step_token_us", CONCURRENT_KEYS["step_token_us"].default)
         return (

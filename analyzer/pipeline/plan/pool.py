@@ -22,7 +22,7 @@ import numpy as np
 
 from analyzer.config.models import load_model
 from analyzer.config.policy import MINIMUMS, Policy
-from analyzer.pipeline.plan.evaluate import Evaluator, Measure
+from analyzer.pipeline.plan.evaluate import Evaluator, Measure, Targets
 
 TOLERANCE = 0.05  # the answer is at most this far above the smallest pool reaching the targets
 NUM_HEAVIEST = 8  # requests of each kind (longest prompt, longest prompt + outputs) tried alone
@@ -36,7 +36,7 @@ class Found:
     num_blocks: int
     measure: Measure
     floor_blocks: int
-    sized_by: str  # "target", "ttft p99" or "longest request"
+    sized_by: str  # "target", "ttft p99", "tpot p99" or "longest request"
 
 
 def attention_blocks(policy: Policy, trace) -> int:
@@ -59,9 +59,10 @@ def heaviest(trace) -> list[int]:
     return sorted(picked)
 
 
-def floor_blocks(ev: Evaluator, policy: Policy, cap: int) -> int | None:
+def floor_blocks(ev: Evaluator, policy: Policy, cap: int, whole: bool = True) -> int | None:
     """The smallest pool (num_blocks per cache) in which the heaviest requests, replayed
-    alone, are all scheduled; None when not even `cap` blocks are enough."""
+    alone, are all scheduled, confirmed on the whole trace (`whole`; else a lower bound);
+    None when not even `cap` blocks are enough."""
     alone = ev.trace.take(heaviest(ev.trace))
 
     def fits(n: int) -> bool:
@@ -73,7 +74,9 @@ def floor_blocks(ev: Evaluator, policy: Policy, cap: int) -> int | None:
     if hi - 1 > lo and not fits(hi - 1):
         lo = hi - 1
     floor = _climb(fits, lo, hi, cap)
-    return None if floor is None else _whole_fits_from(ev, policy, floor, cap)
+    if floor is None or not whole:
+        return floor
+    return _whole_fits_from(ev, policy, floor, cap)
 
 
 def _whole_fits_from(ev: Evaluator, policy: Policy, floor: int, cap: int) -> int | None:
@@ -107,47 +110,50 @@ def _climb(fits, lo: int, hi: int, cap: int) -> int | None:
 def smallest_pool(
     ev: Evaluator,
     policy: Policy,
-    target: float,
-    ttft_p99_s: float | None,
+    targets: Targets,
     floor: int,
     cap: int,
     hint: int | None = None,
+    stop_early: bool = False,
 ) -> Found | None:
     """The smallest pool from `floor` up to `cap` reaching the targets, within TOLERANCE
     (None when `cap` does not). `hint`: a pool near the answer (a like setting's), where
     the search starts, stepping TOLERANCE x hint away from it and doubling each step;
-    without one it starts at the floor and doubles."""
+    without one it starts at the floor and doubles. `stop_early`: replays that miss the
+    TTFT target are cut short (`Evaluator.measure`)."""
 
     def measure(n: int) -> Measure:
-        return ev.measure(replace(policy, num_blocks=n), f"search: num_blocks={n:,}")
+        return ev.measure(
+            replace(policy, num_blocks=n), f"search: num_blocks={n:,}", stop_early=stop_early
+        )
 
     start = floor if hint is None else min(max(hint, floor), cap)
     step = start if hint is None else max(1, int(start * TOLERANCE))
-    bracket = _bracket(measure, target, ttft_p99_s, start, step, floor, cap)
+    bracket = _bracket(measure, targets, start, step, floor, cap)
     if bracket is None:
         return None
     (low, below), (hi, at_hi) = bracket
     while hi - low > max(1, int(hi * TOLERANCE)):
         mid = (low + hi) // 2
         m = measure(mid)
-        if m.meets(target, ttft_p99_s):
+        if m.meets(targets):
             hi, at_hi = mid, m
         else:
             low, below = mid, m
-    return Found(hi, at_hi, floor, _sized_by(hi, floor, below, target))
+    return Found(hi, at_hi, floor, "longest request" if hi == floor else sized_by(below, targets))
 
 
-def _bracket(measure, target, ttft_p99_s, start, step, floor, cap):
+def _bracket(measure, targets: Targets, start, step, floor, cap):
     """((low, its measure or None), (hi, its measure)): a pool that misses the targets (or
     floor - 1) and one that reaches them, found by galloping from `start` (down from it when
     it reaches them, else up), `step` doubling; None when `cap` misses them."""
     at = measure(start)
-    if at.meets(target, ttft_p99_s):
+    if at.meets(targets):
         hi, at_hi = start, at
         while hi > floor:
             n = max(floor, hi - step)
             m = measure(n)
-            if not m.meets(target, ttft_p99_s):
+            if not m.meets(targets):
                 return (n, m), (hi, at_hi)
             hi, at_hi, step = n, m, step * 2
         return (floor - 1, None), (hi, at_hi)
@@ -155,15 +161,18 @@ def _bracket(measure, target, ttft_p99_s, start, step, floor, cap):
     while low < cap:
         n = min(cap, low + step)
         m = measure(n)
-        if m.meets(target, ttft_p99_s):
+        if m.meets(targets):
             return (low, below), (n, m)
         low, below, step = n, m, step * 2
     return None
 
 
-def _sized_by(num_blocks: int, floor: int, below: Measure | None, target: float) -> str:
-    if num_blocks == floor:
-        return "longest request"
-    if below is not None and below.schedulable and below.useful_hit_ratio >= target:
-        return "ttft p99"  # the pool below reached the hit ratio, not the latency
-    return "target"
+def sized_by(below: Measure | None, targets: Targets) -> str:
+    """What set a pool above the floor: the hit ratio ("target"), or the latency target the
+    pool below it missed (it reached the hit ratio)."""
+    if below is None:
+        return "target"
+    missed = below.misses(targets)
+    if "schedulable" in missed or "hit ratio" in missed:
+        return "target"
+    return missed[0] if missed else "target"

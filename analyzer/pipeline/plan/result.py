@@ -17,7 +17,7 @@ class Candidate:
     prefix_match_unit: int | None
     replicas: int
     routing: str
-    num_blocks: int
+    num_blocks: int | None  # None: a latency plan's fleet without a pool limit
     useful_hit_ratio: float
     memory_gib: float | None  # per cache
     cost: float  # GiB (or blocks when the preset has no bytes_per_block), every cache
@@ -29,6 +29,11 @@ class Candidate:
     floor_blocks: int = 0  # the smallest pool per cache in which every request schedules
     load: LoadFigures | None = None  # concurrent schedule: at num_blocks
     gpus: GpuPlan | None = None  # with --gpu or --gpu-memory-gib: at num_blocks
+    # A latency plan's fleet: GPUs a replica (None: no GPU named), the pool they hold (None:
+    # unbounded) and GPUs in all.
+    tensor_parallel: int | None = None
+    room_blocks: int | None = None
+    total_gpus: int | None = None
 
     def setting(self) -> dict[str, Any]:
         """The policy keys the search chose (as `--set` writes them)."""
@@ -47,21 +52,28 @@ class Candidate:
             "memory_gib": self.memory_gib,
             "caches": self.num_caches,
             "total_gib": None if self.memory_gib is None else self.cost,
-            "total_blocks": self.num_blocks * self.num_caches,
+            "total_blocks": None if self.num_blocks is None else self.num_blocks * self.num_caches,
             "sized_by": self.sized_by,
             "floor_blocks": self.floor_blocks,
+            "tensor_parallel": self.tensor_parallel,
+            "room_blocks": self.room_blocks,
+            "total_gpus": self.total_gpus,
         }
         out.update(_load_keys(self.load))
         out["gpus"] = None if self.gpus is None else self.gpus.as_dict()
         return out
 
 
-LOAD_KEYS = ("ttft_p50_s", "ttft_p99_s", "queue_mean_s", "max_in_flight", "saturated")
+LOAD_KEYS = (
+    *("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "goodput_rps"),
+    *("queue_mean_s", "max_in_flight", "saturated"),
+)
 # Candidate.as_dict's keys (a plan with no answer gives each as null).
 CANDIDATE_KEYS = (
     *("retention_interval", "prefix_match_unit", "replicas", "routing", "num_blocks"),
     *("useful_hit_ratio", "memory_gib", "caches", "total_gib", "total_blocks", "sized_by"),
     "floor_blocks",
+    *("tensor_parallel", "room_blocks", "total_gpus"),
     *LOAD_KEYS,
     "gpus",
 )
@@ -94,6 +106,11 @@ class PlanResult:
     load_warning: str | None = None
     max_num_batched_tokens: int | None = None  # the step token budget every replay used
     block_size: int | None = None  # tokens per block in every replay (fitted to the trace)
+    tpot_p99_target_s: float | None = None
+    # A latency plan: the answer and the fleet one step smaller, each replayed to its end.
+    check: str | None = None
+    best_unit: int | None = None  # the match unit of the ceilings (None: the block)
+    unit_bounds: tuple[tuple[int | None, float], ...] = ()  # the other units' bounds
 
     @property
     def best(self) -> Candidate | None:
@@ -108,6 +125,7 @@ class PlanResult:
             "reachable": self.reachable,
             "target_useful_hit_ratio": self.target,
             "target_ttft_p99_s": self.ttft_p99_target_s,
+            "target_tpot_p99_s": self.tpot_p99_target_s,
             "schedule": self.schedule,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "block_size": self.block_size,
@@ -118,10 +136,15 @@ class PlanResult:
                 "shared_prefix_ceiling": self.shared_prefix_ceiling,
                 "attention_only_bound": self.attention_only_bound,
                 "unbounded_ratio": self.unbounded_ratio,
+                "prefix_match_unit": self.best_unit,
+                "other_units": [
+                    {"prefix_match_unit": u, "attention_only_bound": b} for u, b in self.unit_bounds
+                ],
             },
             "cost_unit": self.cost_unit,
             "candidates": [c.as_dict() for c in self.candidates],
             "notes": list(self.notes),
             "message": self.message,
+            "check": self.check,
             "replays": self.replays,
         }

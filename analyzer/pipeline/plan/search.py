@@ -3,10 +3,7 @@
 A setting is the policy keys the plan varies (retention interval, match unit, placement);
 its search finds the smallest pool reaching the targets: first the unbounded replay (a
 setting that misses there misses at any pool), then the floor, then the pool (`pool.py`).
-Under a TTFT target the placement's replica count is searched too: doubling from one
-replica until the unbounded replay meets the latency target, then that count and twice it,
-the cheaper kept (more replicas split the queue, each with a pool of its
-own).
+A plan with a latency target searches fleets instead (`fleet.py`).
 """
 
 from __future__ import annotations
@@ -17,10 +14,8 @@ from typing import Any
 from analyzer.config.hardware import Gpu, GpuPlan, gpu_plan
 from analyzer.config.memory import pool_gib
 from analyzer.config.policy import MAXIMUMS, Policy
-from analyzer.pipeline.plan.evaluate import Evaluator, Measure
+from analyzer.pipeline.plan.evaluate import Evaluator, Targets
 from analyzer.pipeline.plan.pool import Found, floor_blocks, smallest_pool
-
-MAX_REPLICAS = 64  # the most replicas a latency search tries
 
 
 @dataclass(frozen=True)
@@ -30,12 +25,11 @@ class Search:
 
     trace: Any
     family: str | None
-    target: float
+    targets: Targets
     budget_blocks: int | None  # per cache (--memory-budget / bytes per block)
     per_block: int | None  # bytes per pool block (None: costs in blocks)
     num_revisions: int  # caches per replica under cache_scope revision
     measure_from: float = 0.0
-    ttft_p99_s: float | None = None
     # With --gpu / --gpu-memory-gib: the GPUs each replica runs on, the model's weights
     # (bytes, held by every replica) and a fixed tensor parallel (None: the fewest that fit).
     gpu: Gpu | None = None
@@ -95,8 +89,6 @@ class Outcome:
     replays: int
     floor_replays: int = 0
     skipped: bool = False  # dearer at its floor than `cheapest`: not searched further
-    # Under a latency target no replica count met: the unbounded replay at the most tried.
-    unmet: Measure | None = None
 
     def skip_at(self, search: Search, cheapest: tuple[float, ...] | None) -> Outcome:
         """This outcome as a search told `cheapest` (the best rank found, None: none)
@@ -116,9 +108,9 @@ class Outcome:
 def search_setting(
     search: Search, policy: Policy, ev: Evaluator, cheapest: tuple[float, ...] | None = None
 ) -> Outcome:
-    """The setting's smallest pool reaching the targets (its replica count too, under a
-    latency target): the floor first, then (unless even the floor ranks worse than
-    `cheapest`, a setting found already) the unbounded replay and the pool."""
+    """The setting's smallest pool reaching the targets: the floor first, then (unless even
+    the floor ranks worse than `cheapest`, a setting found already) the unbounded replay and
+    the pool."""
     before = ev.replays
     floor = floor_blocks(ev, policy, MAXIMUMS["num_blocks"])
     taken = Outcome(policy, None, floor, ev.replays - before, ev.replays - before)
@@ -128,57 +120,25 @@ def search_setting(
     if search.budget_blocks is not None:
         cap = min(cap, search.budget_blocks)
     if floor <= cap:
-        if search.ttft_p99_s is None:
-            taken = replace(taken, found=_search_pool(search, policy, ev, floor, cap))
-        else:
-            taken = replace(taken, **_search_replicas(search, policy, ev, floor, cap))
+        taken = replace(taken, found=_search_pool(search, policy, ev, floor, cap))
     return replace(taken, replays=ev.replays - before)
 
 
-def _search_replicas(
-    search: Search, policy: Policy, ev: Evaluator, floor: int, cap: int
-) -> dict[str, Any]:
-    """The fewest replicas (1, 2, 4, ...) whose unbounded replay meets both targets, and
-    twice as many: the better ranked of the two that reach the targets (Outcome fields:
-    policy and found; `unmet`, the replay at the most replicas, when no count meets them)."""
-    count = 1
-    while count <= MAX_REPLICAS:
-        tried = replace(policy, replicas=count, num_blocks=None)
-        measured = ev.measure(tried, f"replicas: {count}, unbounded")
-        if measured.meets(search.target, search.ttft_p99_s):
-            break
-        count *= 2
-    else:
-        return {"policy": tried, "found": None, "unmet": measured}
-    found = [
-        (
-            replace(policy, replicas=n),
-            _search_pool(search, replace(policy, replicas=n), ev, floor, cap, checked=n == count),
-        )
-        for n in (count, 2 * count)
-    ]
-    reached = [(p, f) for p, f in found if f is not None]
-    if not reached:
-        return {"policy": found[0][0], "found": None}
-    chosen, pool = min(reached, key=lambda pf: search.rank(pf[0], pf[1].num_blocks))
-    return {"policy": chosen, "found": pool}
-
-
 def _search_pool(
-    search: Search, policy: Policy, ev: Evaluator, floor: int, cap: int, checked: bool = False
+    search: Search, policy: Policy, ev: Evaluator, floor: int, cap: int
 ) -> Found | None:
     """The smallest pool reaching the targets (None: none up to `cap`), after the unbounded
-    replay (unless `checked`): a setting that misses the targets there misses at any pool."""
-    if not checked:
-        unbounded = ev.measure(replace(policy, num_blocks=None), "unbounded")
-        if not unbounded.meets(search.target, search.ttft_p99_s):
-            return None
-    hint = search.hint(policy)
-    return smallest_pool(ev, policy, search.target, search.ttft_p99_s, floor, cap, hint)
+    replay: a setting that misses the targets there misses at any pool."""
+    unbounded = ev.measure(replace(policy, num_blocks=None), "unbounded")
+    if not unbounded.meets(search.targets):
+        return None
+    return smallest_pool(ev, policy, search.targets, floor, cap, search.hint(policy))
 
 
 def search_worker(search: Search, policy: Policy) -> Outcome:
     """A worker's search of one setting (a dataset: read once per setting)."""
     search = replace(search, trace=search.trace.whole())
-    ev = Evaluator(search.trace, search.family, measure_from=search.measure_from)
+    ev = Evaluator(
+        search.trace, search.family, measure_from=search.measure_from, targets=search.targets
+    )
     return search_setting(search, policy, ev)

@@ -37,6 +37,7 @@ from analyzer.sim.vllm.replica import ReplicaClock
 from analyzer.sim.vllm.scheduled import ScheduledPrefixes
 from analyzer.sim.vllm.scheduler import mamba_split
 from analyzer.sim.vllm.sleepers import SleepingDecoders
+from analyzer.sim.watch import current_watch
 
 
 class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
@@ -91,6 +92,8 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
         # A fleet's replica: (flight, first token or finished, time) as its steps end, for
         # the router's hooks (None: nobody listens)
         self.hooks: list[tuple[Flight, bool, float]] | None = None
+        # A plan's watch on first tokens (`sim/watch.py`; None: the replay runs to its end)
+        self.watch = current_watch()
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:
         flights = self.start(list(requests))
@@ -427,6 +430,8 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
             f.to_first = (self.num_steps - steps, self.num_tokens - tokens)
             if self.hooks is not None:
                 self.hooks.append((f, False, self.clock))
+            if self.watch is not None:
+                self.watch.first_token(f.sim.request_id, self.clock - f.arrival_s)
         if self.quiet:
             req.num_tokens = req.computed + 1
             if (req.num_tokens - self.hash_lookahead) // self.hash_block > len(req.hashes):
