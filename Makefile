@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HPA := $(VENV)/bin/hpa
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint wheel-check bench bench-process bench-e2e bench-ingest bench-replay bench-peer bench-fleet bench-plan schemas samples clean
+.PHONY: install demo test lint wheel-check bench bench-process bench-e2e bench-ingest bench-replay bench-peer bench-fleet bench-plan bench-plan-fleet schemas samples clean
 
 NATIVE := analyzer/native.h analyzer/prefixes/radix_loop.c analyzer/traces/token_scan_loop.c
 
@@ -36,7 +36,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 # Every benchmark, each against a peer or a naive baseline in the same run.
-bench: bench-process bench-e2e bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent bench-fleet bench-plan
+bench: bench-process bench-e2e bench-ingest bench-match bench-replay bench-peer bench-scale bench-concurrent bench-fleet bench-plan bench-plan-fleet
 
 # Whole processes as a user times them, beside the in-process figures: start-up, each
 # command's fixed cost and peak RSS above its base, the peers as processes, and the first
@@ -73,6 +73,9 @@ bench-peer: $(STAMP)
 # hpa plan against a naive plan (whole-trace replays only) on the sample and public traces.
 bench-plan: $(STAMP)
 	$(PY) bench/bench_plan.py
+
+bench-plan-fleet: $(STAMP)
+	$(PY) bench/bench_plan_fleet.py $(if $(NAIVE),--naive)
 
 # analyzer/schemas/policy.schema.json from the config tables (tests/config/test_schema.py checks it).
 schemas: $(STAMP)

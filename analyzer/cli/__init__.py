@@ -17,7 +17,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 gc.set_threshold(50_000, 20, 20)
 
-from analyzer.cli import analysis, checks, data, models, planning  # noqa: E402, F401  (registers commands)
+from analyzer.cli import analysis, checks, data, models, plan, planning  # noqa: E402, F401  (registers commands)
 from analyzer.cli.base import cli, main  # noqa: E402
 
 __all__ = ["cli", "main"]

@@ -214,16 +214,18 @@ def test_plan_says_what_the_geometry_loses_and_why_a_pool_is_its_size(ragpulse):
     args = ["plan", "--db", ragpulse, "--model", QWEN, "--target-useful-hit-ratio"]
     found = run(cli, [*args, "0.1"])
     assert found.exit_code == 0, found.output
+    # the ceilings of the best match unit searched (issue 45: a quarter block, 136 tokens)
     assert (
-        "ceilings: shared prefix 0.292 at token level, 0.137 in whole blocks or match units "
-        "(the geometry loses 0.155)" in found.output
+        "ceilings: shared prefix 0.292 at token level, 0.267 in whole blocks or match units "
+        "(the geometry loses 0.025)" in found.output
     )
     assert "sized_by" in found.output  # (the floor is 17 blocks, the target needs 22)
     missed = run(cli, [*args, "0.6"])
     assert missed.exit_code == 1
-    assert "0.292 is shared at token level, 0.155 of it below whole 544-token blocks" in (
-        missed.output
-    )
+    assert "the best match unit searched, match units of 136 tokens (the other match units " \
+        "searched: 544 (the block) 0.137)" in missed.output
+    assert "0.292 is shared at token level, 0.025 of it below whole match units of 136 tokens" \
+        in missed.output
 
 
 def test_plan_writes_null_and_sweep_takes_workers(ragpulse):

@@ -150,14 +150,20 @@ def _load_warning(plan: Framing, best: Candidate | None) -> str | None:
     if best is None or best.load is None or not best.load.saturated:
         return None
     load, p = best.load, plan.base
+    if p.step_time == "linear":
+        step = (
+            f"step time {p.step_base_ms:g} ms + {p.step_token_us:g} us a token, the default "
+            "model unless set"
+        )
+    else:
+        step = f"steps priced on the {p.gpu} by the {p.step_time}"
     return (
         f"saturated: the simulated server cannot keep up: the last quarter of arrivals "
         f"queued {load.queue_last_quarter_s:,.1f} s on average, the first quarter "
         f"{load.queue_first_quarter_s:,.1f} s ({load.arrivals_per_s:,.2f} requests/s "
-        f"{_busiest(best.replicas)} at time_scale {p.time_scale:g}; step time "
-        f"{p.step_base_ms:g} ms + {p.step_token_us:g} us a token, the default model unless set: "
-        f"fit it to the trace's observed TTFT with `hpa calibrate`); more replicas "
-        f"(--ttft-p99) or a larger time_scale ask what would keep up"
+        f"{_busiest(best.replicas)} at time_scale {p.time_scale:g}; {step}: fit it to the "
+        f"trace's observed TTFT with `hpa calibrate`); more replicas (--ttft-p99) or a larger "
+        f"time_scale ask what would keep up"
     )
 
 
@@ -171,6 +177,13 @@ def _seconds(value: float) -> str:
     if 0 < value < 0.001:
         return "under 0.001"
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _fine(value: float) -> str:
+    """Seconds to four significant figures: a figure beside its target (1.999 s, not 2)."""
+    if 0 < value < 0.001:
+        return "under 0.001"
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.4g}"
 
 
 def _j(value) -> str:
@@ -227,9 +240,9 @@ def _fewest(plan: Framing, best: Candidate, fleet: Fleet, fs: FleetSearch) -> st
     load = best.load
     figures = f"useful hit ratio {best.useful_hit_ratio:.3f}"
     if load is not None:
-        figures += f", TTFT p50 {_seconds(load.ttft_p50_s)} s p99 {_seconds(load.ttft_p99_s)} s"
+        figures += f", TTFT p50 {_fine(load.ttft_p50_s)} s p99 {_fine(load.ttft_p99_s)} s"
         if load.tpot_p99_s is not None:
-            figures += f", TPOT p99 {_seconds(load.tpot_p99_s)} s"
+            figures += f", TPOT p99 {_fine(load.tpot_p99_s)} s"
         figures += f", goodput {load.goodput_rps:,.2f} requests/s within the targets"
     pool = _pool_said(plan, best)
     if best.tensor_parallel is not None:
@@ -275,9 +288,9 @@ def _check_line(fs: FleetSearch, outcome: FleetOutcome) -> str | None:
 def _figures(m: Measure) -> str:
     if m.load is None:
         return f"hit ratio {m.useful_hit_ratio:.3f}"
-    out = f"TTFT p99 {_seconds(m.load.ttft_p99_s)} s"
+    out = f"TTFT p99 {_fine(m.load.ttft_p99_s)} s"
     if m.load.tpot_p99_s is not None:
-        out += f", TPOT p99 {_seconds(m.load.tpot_p99_s)} s"
+        out += f", TPOT p99 {_fine(m.load.tpot_p99_s)} s"
     return out + f", hit ratio {m.useful_hit_ratio:.3f}"
 
 

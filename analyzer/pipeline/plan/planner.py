@@ -278,6 +278,7 @@ class Planner:
             tpot_p99_target_s=self.ask.tpot_p99_s,
             best_unit=ceilings.unit,
             unit_bounds=ceilings.others,
+            replays_cut_short=self.ev.stopped,
             max_num_batched_tokens=self._policy().step_token_budget,
             block_size=self.block,
             **more,

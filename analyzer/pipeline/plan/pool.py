@@ -2,16 +2,18 @@
 smallest pool that reaches the targets.
 
 The floor is what the engine's own admission needs, found by the replay itself: a bisection
-on "every request is scheduled". A request's need does not depend on the others (in a serial
-replay the pool it meets holds only evictable blocks and its own hit; under load a request
-that fits alone waits or preempts, and only one that does not fit alone is refused), so the
-bisection replays the heaviest requests (the longest prompts, and prompts plus outputs) on
-their own, a few thousand tokens, not the trace. The search then starts there: the floor
+on "every request is scheduled". Most of a request's need does not depend on the others (in
+a serial replay the pool it meets holds only evictable blocks and its own hit; under load a
+request that fits alone waits or preempts, and only one that does not fit alone is refused),
+so the bisection first replays the heaviest requests (the longest prompts, and prompts plus
+outputs) on their own, a few thousand tokens, not the trace. On a hybrid model the need
+also depends on the hit (the hit's blocks and its Mamba state's copies are held), which
+depends on what ran before, so the whole trace then settles it: replayed at that floor and
+one block below, it moves the floor down or up until the floor schedules every request and
+one block less does not (`_whole_fits_from`). The search then starts there: the floor
 reaches the target or it does not; if not, doubling to a pool that does, and bisection to
 within 5% of the smallest that does (`TOLERANCE`). A plan's later settings start from a
-like setting's answer instead (`hint`), a few replays from their own. A floor the whole
-trace does not schedule in (a need the heaviest requests alone do not show) is caught by
-the search's replay there, which continues above it.
+like setting's answer instead (`hint`), a few replays from their own.
 """
 
 from __future__ import annotations
@@ -80,18 +82,40 @@ def floor_blocks(ev: Evaluator, policy: Policy, cap: int, whole: bool = True) ->
 
 
 def _whole_fits_from(ev: Evaluator, policy: Policy, floor: int, cap: int) -> int | None:
-    """The heaviest requests alone can need fewer blocks than with the others: a hybrid
-    request that hits a cached prefix holds the hit's blocks and its Mamba state's copies
-    (an example: 6 blocks alone, 8 in the trace). The whole trace confirms the floor, or
-    the search climbs from it to the smallest pool where every request schedules."""
+    """The floor on the whole trace, from the heaviest requests' `floor`: a hybrid
+    request's need depends on its hit (it holds the hit's blocks and its Mamba state's
+    copies), and its hit on what ran before it, so the heaviest requests replayed together
+    can need more blocks than the trace (an example: 17 together, 16 in the trace, where a
+    request between evicts the prefix they share) or fewer (6 together, 8 in the trace).
+    The whole trace is replayed at the floor and one block below, and the search goes down
+    (galloping, then bisection) or up from there: the answer schedules every request and
+    one block less does not, both replayed. A replay here is the search's own measure (its
+    pool search starts at the floor: no second replay there)."""
 
     def fits(n: int) -> bool:
-        rows = ev.rows(replace(policy, num_blocks=n), None, f"floor: num_blocks={n:,}, all")
-        return all(e is None for e in rows["error"])
+        if n < MIN_POOL:
+            return False  # below the smallest pool a policy can name
+        m = ev.measure(replace(policy, num_blocks=n), f"floor: num_blocks={n:,}, all")
+        return m.schedulable
 
-    if fits(floor):
+    if not fits(floor):
+        return None if floor >= cap else _climb(fits, floor, min(floor * 2, cap), cap)
+    if not fits(floor - 1):
         return floor
-    return None if floor >= cap else _climb(fits, floor, min(floor * 2, cap), cap)
+    hi, step = floor - 1, 1  # fits
+    while True:
+        n = hi - step
+        if not fits(n):
+            return _bisect(fits, n, hi)
+        hi, step = n, step * 2
+
+
+def _bisect(fits, lo: int, hi: int) -> int:
+    """The smallest n in (lo, hi] with fits(n): lo does not fit, hi fits."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
 
 
 def _climb(fits, lo: int, hi: int, cap: int) -> int | None:
@@ -101,10 +125,7 @@ def _climb(fits, lo: int, hi: int, cap: int) -> int | None:
         if hi >= cap:
             return None
         lo, hi = hi, min(hi * 2, cap)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return hi
+    return _bisect(fits, lo, hi)
 
 
 def smallest_pool(

@@ -111,6 +111,7 @@ class PlanResult:
     check: str | None = None
     best_unit: int | None = None  # the match unit of the ceilings (None: the block)
     unit_bounds: tuple[tuple[int | None, float], ...] = ()  # the other units' bounds
+    replays_cut_short: int = 0  # replays stopped once their TTFT p99 missed the target
 
     @property
     def best(self) -> Candidate | None:
@@ -147,4 +148,5 @@ class PlanResult:
             "message": self.message,
             "check": self.check,
             "replays": self.replays,
+            "replays_cut_short": self.replays_cut_short,
         }
