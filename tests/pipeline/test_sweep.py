@@ -191,7 +191,7 @@ def test_plan_budget_too_small_cli(groups_db):
     assert r.output.splitlines()[-1] == (
         "unreachable within the memory budget: --memory-budget 100MiB holds 6 blocks per "
         "cache, and the longest request needs 12 (0.19 GiB per cache) to be scheduled at all "
-        "[36 replays]"  # floors confirmed on the whole trace (pool.py); ceilings at 2 units
+        "[40 replays]"  # floors exact on the whole trace (pool.py); ceilings at 2 units
     )
 
 
