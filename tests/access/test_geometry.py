@@ -222,10 +222,14 @@ def test_plan_says_what_the_geometry_loses_and_why_a_pool_is_its_size(ragpulse):
     assert "sized_by" in found.output  # (the floor is 17 blocks, the target needs 22)
     missed = run(cli, [*args, "0.6"])
     assert missed.exit_code == 1
-    assert "the best match unit searched, match units of 136 tokens (the other match units " \
+    assert (
+        "the best match unit searched, match units of 136 tokens (the other match units "
         "searched: 544 (the block) 0.137)" in missed.output
-    assert "0.292 is shared at token level, 0.025 of it below whole match units of 136 tokens" \
+    )
+    assert (
+        "0.292 is shared at token level, 0.025 of it below whole match units of 136 tokens"
         in missed.output
+    )
 
 
 def test_plan_writes_null_and_sweep_takes_workers(ragpulse):

@@ -301,16 +301,45 @@ class FleetSearch:
                     return None
                 hi, at_hi = top, m
         lo, below = floor - 1, None  # treated as missing: the floor is where pools start
+        if bound is not None:  # near a like fleet's pool: galloping down from it
+            step = max(1, int(hi * TOLERANCE))
+            while hi - step > lo:
+                m = self._measure(fleet.shape, hi - step)
+                if not m.meets(self.targets):
+                    lo, below = hi - step, m
+                    break
+                hi, at_hi, step = hi - step, m, 2 * step
         while hi - lo > max(1, int(hi * TOLERANCE)):
-            mid = min(hi - 1, max(lo + 1, round(math.sqrt(max(lo, 1) * hi))))
-            m = self._measure(fleet.shape, mid)
-            if m.meets(self.targets):
-                hi, at_hi = mid, m
-            else:
-                lo, below = mid, m
+            guess = self._guess(lo, below, hi, at_hi)
+            if guess is None:  # bisection on the pool's logarithm
+                tries = [round(math.sqrt(max(lo, 1) * hi))]
+            else:  # straddle the interpolated pool: above it, then below it
+                tries = [math.ceil(guess * (1 + TOLERANCE / 2)), int(guess * (1 - TOLERANCE / 2))]
+            for n in tries:
+                n = min(hi - 1, max(lo + 1, n))
+                if not lo < n < hi:
+                    break
+                m = self._measure(fleet.shape, n)
+                if m.meets(self.targets):
+                    hi, at_hi = n, m
+                else:
+                    lo, below = n, m
+                    break  # the pool below it would miss too
         sized = "longest request" if hi == floor else sized_by(below, self.targets)
         found = Found(hi, at_hi, floor, sized)
         return replace(fleet, policy=self.policy(fleet.shape, hi), found=found)
+
+    def _guess(self, lo: int, below: Measure | None, hi: int, at_hi: Measure) -> float | None:
+        """Where the hit ratio meets its target, interpolated linearly in the pool's
+        logarithm between a pool that missed only the hit ratio and one that met every
+        target; None where that is not the case (bisect)."""
+        if below is None or below.stopped or below.misses(self.targets) != ("hit ratio",):
+            return None
+        target, low, high = self.targets.hit_ratio, below.useful_hit_ratio, at_hi.useful_hit_ratio
+        if not low < target <= high:
+            return None
+        share = (target - low) / (high - low)
+        return math.exp(math.log(lo) + share * (math.log(hi) - math.log(lo)))
 
     def _bounded(self, fleet: Fleet, floor: int, cap: int) -> tuple[int, Measure | None]:
         """A pool that meets the targets, doubling from the floor ((cap, None): none)."""
