@@ -150,6 +150,7 @@ def test_replays_cut_short_change_no_answer(tmp_path, monkeypatch):
     monkeypatch.setattr(Evaluator, "_watch", lambda self: None)
     whole = plan(0.3, db_path=db, **asked)
     assert short.replays_cut_short > 0 and whole.replays_cut_short == 0
+    assert short.replays == whole.replays  # the same replays, some of them cut short
     same = {"replays": 0, "replays_cut_short": 0}
     assert short.as_dict() | same == whole.as_dict() | same
     assert short.reachable and short.best.replicas > 1

@@ -117,6 +117,7 @@ class Evaluator:
             with stop_when_late(watch):
                 rows = self.rows(policy, what=what)
         except TargetMissed:
+            self.replays += 1  # (rows() counts the replays that end)
             self.stopped += 1
             measured = Measure(float("nan"), True, None, stopped=True)
         else:
