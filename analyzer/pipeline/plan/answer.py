@@ -245,11 +245,13 @@ def _fewest(plan: Framing, best: Candidate, fleet: Fleet, fs: FleetSearch) -> st
             figures += f", TPOT p99 {_fine(load.tpot_p99_s)} s"
         figures += f", goodput {load.goodput_rps:,.2f} requests/s within the targets"
     pool = _pool_said(plan, best)
+    each = f" for each of {fs.revisions} model revisions" if fs.revisions > 1 else ""
+    shape = f"{_routed(fleet.shape)}{each}"
     if best.tensor_parallel is not None:
         gpu = plan.search.gpu.name
-        head = f"fewest GPUs: {best.total_gpus} x {gpu} ({_routed(fleet.shape)}, {pool})"
+        head = f"fewest GPUs: {best.total_gpus} x {gpu} ({shape}, {pool})"
     else:
-        head = f"fewest replicas: {fs.gpus(fleet.shape)} ({_routed(fleet.shape)}, {pool})"
+        head = f"fewest replicas: {fs.gpus(fleet.shape)} in all ({shape}, {pool})"
     return f"{head} -> {figures}"
 
 

@@ -395,8 +395,8 @@ class FleetSearch:
 
     def _nearest(self) -> tuple[Shape, Measure] | None:
         """Of the fleets that missed, the one nearest the targets: a full replay that met
-        the hit ratio first, then the lowest TTFT p99. When every replay was cut short, the
-        largest fleet tried is replayed to its end for its figures."""
+        the hit ratio first, then the least over its latency targets. When every replay was
+        cut short, the largest fleet tried is replayed to its end for its figures."""
         full = [(s, m) for s, m in self.missed if m.load is not None]
         if not full and self.missed:
             shape = max((s for s, _ in self.missed), key=self.gpus)  # the first of the largest
@@ -409,7 +409,17 @@ class FleetSearch:
             full,
             key=lambda sm: (
                 "hit ratio" in sm[1].misses(self.targets),
-                sm[1].load.ttft_p99_s,
+                self._excess(sm[1]),
                 -sm[0].replicas,
             ),
         )
+
+    def _excess(self, m: Measure) -> float:
+        """How far a replay is from its latency targets: the largest figure / target."""
+        t, load = self.targets, m.load
+        ratios = [0.0]
+        if t.ttft_p99_s is not None:
+            ratios.append(load.ttft_p99_s / t.ttft_p99_s)
+        if t.tpot_p99_s is not None and load.tpot_p99_s is not None:
+            ratios.append(load.tpot_p99_s / t.tpot_p99_s)
+        return max(ratios)
