@@ -63,6 +63,24 @@ def _burst_example() -> list[dict]:
     ]
 
 
+def _planned(tmp_path, records, share: float, ttft_s: float, **asked):
+    """The trace stored, a hit-ratio target `share` of its attention-only bound, and the
+    latency plan at it: (db, targets, plan)."""
+    db = _trace(tmp_path, records)
+    bound = plan(1.0, db_path=db, policy=SERIAL).attention_only_bound
+    target = max(0.001, np.floor(share * bound * 1000) / 1000)
+    r = plan(
+        target,
+        db_path=db,
+        policy=FA,
+        schedule="concurrent",
+        ttft_p99_s=ttft_s,
+        max_replicas=16,
+        **asked,
+    )
+    return db, Targets(target, ttft_s), r
+
+
 def _replayed(db: Path, candidate, keys: dict, targets: Targets, **changed):
     values = {**keys, "schedule": "concurrent", **candidate.setting(), **changed}
     ev = Evaluator(_loaded(db), None, targets=targets)
@@ -75,13 +93,7 @@ def _replayed(db: Path, candidate, keys: dict, targets: Targets, **changed):
 def test_the_answer_meets_every_target_and_one_replica_fewer_misses_one(
     tmp_path, records, share, ttft_s
 ):
-    db = _trace(tmp_path, records)
-    bound = plan(1.0, db_path=db, policy=SERIAL).attention_only_bound
-    target = max(0.001, np.floor(share * bound * 1000) / 1000)
-    targets = Targets(target, ttft_s)
-    r = plan(
-        target, db_path=db, policy=FA, schedule="concurrent", ttft_p99_s=ttft_s, max_replicas=16
-    )
+    db, targets, r = _planned(tmp_path, records, share, ttft_s)
     if not r.reachable:
         assert r.message.startswith("unreachable")
         return
@@ -108,20 +120,7 @@ def test_in_gpus_the_answer_meets_every_target_and_the_next_smaller_fleet_misses
     tmp_path, records, share, ttft_s
 ):
     """Steps priced on the GPU at each tensor parallel searched (the roofline)."""
-    db = _trace(tmp_path, records)
-    bound = plan(1.0, db_path=db, policy=SERIAL).attention_only_bound
-    target = max(0.001, np.floor(share * bound * 1000) / 1000)
-    targets = Targets(target, ttft_s)
-    r = plan(
-        target,
-        db_path=db,
-        policy=FA,
-        schedule="concurrent",
-        ttft_p99_s=ttft_s,
-        max_replicas=16,
-        model=GPU_MODEL,
-        gpu="L40S",
-    )
+    db, targets, r = _planned(tmp_path, records, share, ttft_s, model=GPU_MODEL, gpu="L40S")
     if not r.reachable:
         assert r.message.startswith("unreachable")
         return
