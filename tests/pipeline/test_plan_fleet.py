@@ -81,6 +81,34 @@ def _planned(tmp_path, records, share: float, ttft_s: float, **asked):
     return db, Targets(target, ttft_s), r
 
 
+def _unbounded_only_example() -> list[dict]:
+    """Found by a seed hunt: 3 replicas behind llm-d meet TTFT p99 0.2 s only with no pool
+    limit (its KV-utilization scorer tells any bounded pool, however large, from none); the
+    pool search doubled to 2^24 blocks and ran out of memory. 1 ms apart."""
+    rows = [
+            (0, 110, 113, 9), (0, 110, 53, 10), (0, 110, 35, 34), (1000, 137, 120, 5),
+            (2000, 80, 113, 34), (0, 110, 106, 21), (0, 110, 96, 7), (2000, 80, 45, 21),
+            (1000, 137, 59, 2), (2000, 80, 48, 21), (2000, 80, 104, 21), (1000, 137, 33, 39),
+            (2000, 80, 107, 33), (1000, 137, 7, 23), (1000, 137, 43, 22), (1000, 137, 4, 8),
+            (2000, 80, 96, 11), (2000, 80, 3, 31), (0, 110, 42, 7), (0, 110, 86, 13),
+            (0, 110, 51, 5), (1000, 137, 73, 1), (0, 110, 20, 28), (0, 110, 96, 9),
+            (1000, 137, 39, 3), (2000, 80, 37, 13), (2000, 80, 31, 36), (2000, 80, 69, 35),
+            (2000, 80, 46, 9), (1000, 137, 13, 12), (0, 110, 108, 9), (2000, 80, 41, 27),
+            (2000, 80, 106, 20), (0, 110, 11, 37), (2000, 80, 101, 14), (2000, 80, 115, 6),
+            (0, 110, 100, 32), (1000, 137, 94, 23),
+    ]  # fmt: skip
+    return [
+        {
+            "request_id": f"r{i}",
+            "timestamp": i * 0.001,
+            "prompt_token_ids": list(range(first, first + shared))
+            + list(range(100_000 + 500 * i, 100_000 + 500 * i + tail)),
+            "output_tokens": outputs,
+        }
+        for i, (first, shared, tail, outputs) in enumerate(rows)
+    ]
+
+
 def _replayed(db: Path, candidate, keys: dict, targets: Targets, **changed):
     values = {**keys, "schedule": "concurrent", **candidate.setting(), **changed}
     ev = Evaluator(_loaded(db), None, targets=targets)
@@ -90,6 +118,7 @@ def _replayed(db: Path, candidate, keys: dict, targets: Targets, **changed):
 @PROPERTY
 @given(records=bursts(), share=st.floats(0.2, 0.9), ttft_s=st.sampled_from([0.05, 0.2, 1.0]))
 @example(records=_burst_example(), share=0.5, ttft_s=0.2)
+@example(records=_unbounded_only_example(), share=0.6544421879545572, ttft_s=0.2)
 def test_the_answer_meets_every_target_and_one_replica_fewer_misses_one(
     tmp_path, records, share, ttft_s
 ):

@@ -40,6 +40,7 @@ from analyzer.config.policy import MAXIMUMS, Policy
 from analyzer.pipeline.plan.evaluate import Evaluator, Measure
 from analyzer.pipeline.plan.pool import TOLERANCE, Found, floor_blocks, sized_by
 from analyzer.pipeline.plan.search import Search
+from analyzer.pipeline.replay import num_groups
 
 MAX_SEARCHED_TP = 8  # one node: the most GPUs a searched replica takes
 MAX_REPLICAS = 64  # the most replicas a latency search tries (--max-replicas)
@@ -282,14 +283,13 @@ class FleetSearch:
         fleet met at; None when `bound` (the cache in all of a fleet found before) is given
         and no pool costing less meets them."""
         room = fleet.room_blocks
-        cap = MAXIMUMS["num_blocks"] if room is None else room
+        cap = self._all_blocks(fleet.policy) if room is None else room
         policy = self.policy(fleet.shape, None)
         hi, at_hi = cap, fleet.measure
         if room is None:  # met without a pool limit: the first bounded pool that meets
             hi, at_hi = self._bounded(fleet, floor, cap)
-            if at_hi is None:
-                found = Found(cap, fleet.measure, floor, "target")
-                return replace(fleet, policy=self.policy(fleet.shape, cap), found=found)
+            if at_hi is None:  # none up to a pool that holds the whole trace: unbounded
+                return fleet
         if bound is not None:
             per_cache = bound / max(1, self.search.caches(policy))
             top = self._blocks_within(per_cache)
@@ -340,6 +340,17 @@ class FleetSearch:
             return None
         share = (target - low) / (high - low)
         return math.exp(math.log(lo) + share * (math.log(hi) - math.log(lo)))
+
+    def _all_blocks(self, policy: Policy) -> int:
+        """A pool that holds the whole trace, four times over: every prompt and output in
+        blocks, for each KV-cache group. Beyond it a bounded pool caches nothing more; a
+        fleet that meets the targets only without a limit (a router that reads the pool's
+        usage can tell a huge pool from none) is answered unbounded."""
+        c = self.ev.trace.columns
+        tokens = sum(int(p) + int(o or 0) for p, o in zip(c["prompt_tokens"], c["output_tokens"]))
+        groups = sum((num_groups(policy) or {}).values()) or len(policy.groups)
+        blocks = 4 * groups * (-(-tokens // policy.block_size) + len(c["prompt_tokens"]))
+        return min(MAXIMUMS["num_blocks"], blocks)
 
     def _bounded(self, fleet: Fleet, floor: int, cap: int) -> tuple[int, Measure | None]:
         """A pool that meets the targets, doubling from the floor ((cap, None): none)."""
