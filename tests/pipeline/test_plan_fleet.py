@@ -341,3 +341,14 @@ def test_plan_fleet_option_errors(tmp_path, extra, message):
     result = run("plan", "--db", str(db), "--target-useful-hit-ratio", "0.3", *extra)
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1] == message
+
+
+def test_a_pool_far_above_the_trace_is_replayed_smaller(tmp_path):
+    """qwen3.5-4b's 16-token blocks on a B200: its GPU holds about 320,000 of them; the
+    replays use 2^18 (the trace needs a few hundred), and a note says so."""
+    db = _trace(tmp_path, _burst_example())
+    r = plan(0.3, db_path=db, policy=FA, schedule="concurrent", ttft_p99_s=1.0,
+             max_replicas=4, model="qwen3.5-4b", gpu="B200", tensor_parallel=1)  # fmt: skip
+    capped = [n for n in r.notes if "is replayed as 262,144" in n]
+    assert capped and "(what B200 x 1 holds)" in capped[0], r.notes
+    assert r.best.room_blocks == 262_144 and r.best.num_blocks <= 262_144

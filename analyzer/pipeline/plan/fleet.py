@@ -35,6 +35,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from analyzer.config.hardware import gpu_plan
 from analyzer.config.policy import MAXIMUMS, Policy
 from analyzer.pipeline.plan.evaluate import Evaluator, Measure
@@ -46,6 +48,7 @@ MAX_SEARCHED_TP = 8  # one node: the most GPUs a searched replica takes
 MAX_REPLICAS = 64  # the most replicas a latency search tries (--max-replicas)
 MAX_TIES = 3  # fleets with the fewest GPUs whose pools are searched
 MAX_DESCENTS = 8  # smaller fleets that turned out to meet, followed before giving up
+MIN_REPLAY_LIMIT = 1 << 18  # pools up to this many blocks are replayed as the GPUs hold them
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,9 @@ class FleetSearch:
         self.revisions = 1 if make().cache_scope == "shared" else search.num_revisions
         self.notes: list[str] = []
         self.missed: list[tuple[Shape, Measure]] = []
+        # The largest pool replayed (a pool's arrays take about 150 bytes a block a replica).
+        self.replay_limit = max(self._all_blocks(make()), MIN_REPLAY_LIMIT)
+        self.capped: set[int] = set()
 
     # -- the shapes ------------------------------------------------------------------------
 
@@ -154,6 +160,16 @@ class FleetSearch:
             room = min(held, MAXIMUMS["num_blocks"])
         if s.budget_blocks is not None:
             room = s.budget_blocks if room is None else min(room, s.budget_blocks)
+        if room is not None and room > self.replay_limit:
+            if room not in self.capped:
+                self.capped.add(room)
+                self.notes.append(
+                    f"a pool of {room:,} blocks (what {s.gpu.name if s.gpu else 'the budget'}"
+                    f"{f' x {tp}' if tp else ''} holds) is replayed as {self.replay_limit:,}: it "
+                    "holds the whole trace four times over, and a replay's memory grows with its "
+                    "pool"
+                )
+            room = self.replay_limit
         return room
 
     def tensor_parallels(self, floor: int) -> list[int | None]:
@@ -347,9 +363,10 @@ class FleetSearch:
         fleet that meets the targets only without a limit (a router that reads the pool's
         usage can tell a huge pool from none) is answered unbounded."""
         c = self.ev.trace.columns
-        tokens = sum(int(p) + int(o or 0) for p, o in zip(c["prompt_tokens"], c["output_tokens"]))
+        prompts = np.asarray(c["prompt_tokens"], dtype=np.int64)
+        tokens = int(prompts.sum()) + sum(int(o or 0) for o in c["output_tokens"])
         groups = sum((num_groups(policy) or {}).values()) or len(policy.groups)
-        blocks = 4 * groups * (-(-tokens // policy.block_size) + len(c["prompt_tokens"]))
+        blocks = 4 * groups * (-(-tokens // policy.block_size) + len(prompts))
         return min(MAXIMUMS["num_blocks"], blocks)
 
     def _bounded(self, fleet: Fleet, floor: int, cap: int) -> tuple[int, Measure | None]:
