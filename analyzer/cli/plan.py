@@ -201,8 +201,10 @@ def _print_plan(r) -> None:
 
 
 def _candidate_columns(r) -> dict:
-
+    """The table's columns: a setting a row; a latency plan's fleets have their own."""
     c = r.candidates
+    if r.ttft_p99_target_s is not None or r.tpot_p99_target_s is not None:
+        return _fleet_columns(r)
     columns = {
         "retention_interval": [_null(x.retention_interval) for x in c],
         "prefix_match_unit": [_null(x.prefix_match_unit) for x in c],
@@ -216,20 +218,38 @@ def _candidate_columns(r) -> dict:
         f"total_{r.cost_unit.lower()}": [float(x.cost) for x in c],
         "sized_by": [x.sized_by for x in c],
     }
-    latency = r.ttft_p99_target_s is not None or r.tpot_p99_target_s is not None
-    if latency:
-        columns["num_blocks"] = [_null(x.num_blocks) for x in c]
     if r.schedule == "concurrent":
         loads = [x.load for x in c]
-        keys = ["ttft_p50_s", "ttft_p99_s", "queue_mean_s", "max_in_flight", "saturated"]
-        if latency:
-            keys[2:2] = ["tpot_p99_s", "goodput_rps"]
-        for key in keys:
+        for key in ("ttft_p50_s", "ttft_p99_s", "queue_mean_s", "max_in_flight", "saturated"):
             columns[key] = [None if load is None else getattr(load, key) for load in loads]
     if c[0].gpus is not None:
         columns["tensor_parallel"] = [x.gpus.tensor_parallel for x in c]
         columns["total_gpus"] = [x.gpus.total_gpus for x in c]
         columns["fits"] = [x.gpus.fits for x in c]
+    return columns
+
+
+def _fleet_columns(r) -> dict:
+    """A fleet a row (the answer first): its shape, its pool, what it reached (the cache
+    settings are the policy's, the same in every row)."""
+    c = r.candidates
+    columns: dict = {}
+    if c[0].tensor_parallel is not None:
+        columns["total_gpus"] = [x.total_gpus for x in c]
+        columns["tensor_parallel"] = [x.tensor_parallel for x in c]
+    columns["replicas"] = [x.replicas for x in c]
+    columns["routing"] = [x.routing for x in c]
+    columns["num_blocks"] = [_null(x.num_blocks) for x in c]
+    if c[0].tensor_parallel is not None:
+        columns["room_blocks"] = [_null(x.room_blocks) for x in c]
+    columns[f"total_{r.cost_unit.lower()}"] = [
+        None if x.num_blocks is None else float(x.cost) for x in c
+    ]
+    columns["useful_hit_ratio"] = [x.useful_hit_ratio for x in c]
+    loads = [x.load for x in c]
+    for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "goodput_rps", "saturated"):
+        columns[key] = [None if load is None else getattr(load, key) for load in loads]
+    columns["sized_by"] = [x.sized_by for x in c]
     return columns
 
 
