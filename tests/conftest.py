@@ -4,12 +4,13 @@ helpers to write trace files and read rows."""
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import duckdb
 import orjson
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 SAMPLES = Path(__file__).parents[1] / "sample_traces"
 
@@ -19,7 +20,15 @@ SAMPLES = Path(__file__).parents[1] / "sample_traces"
 settings.register_profile(
     "hpa", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
-settings.load_profile("hpa")
+# CI (`.ci/run` sets HPA_NO_SHRINK): a property that fails is reported with the example that
+# failed, not after minutes of shrinking it (one such shrink took over 5 minutes, and make test
+# must stay under 15); every example found becomes an explicit @example all the same.
+settings.register_profile(
+    "hpa-ci",
+    parent=settings.get_profile("hpa"),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+)
+settings.load_profile("hpa-ci" if os.environ.get("HPA_NO_SHRINK") else "hpa")
 
 
 @pytest.fixture
