@@ -90,6 +90,23 @@ GPUS: dict[str, Gpu] = {row.name.lower(): row for row in _ROWS}
 GPU_NAMES: tuple[str, ...] = tuple(row.name for row in _ROWS)
 
 
+def batch_defaults(gpu: Gpu) -> tuple[int, int]:
+    """`vllm serve`'s (max_num_batched_tokens, max_num_seqs) on `gpu` when neither flag is
+    given: vLLM 0.33 `EngineArgs.get_batch_defaults` (vllm/engine/arg_utils.py), the
+    OPENAI_API_SERVER context: a GPU of at least 160 GiB (B200, MI300X) 16,384 tokens and
+    1,024 sequences; at least 70 GiB and not an A100 (H100, H200) 8,192 and 1,024; any other
+    (A100, L40S) 2,048 and 256. `_set_default_max_num_seqs_and_batched_tokens_args` then caps
+    the sequences at the tokens. By the table's nominal memory (the driver reports a little
+    less: H100 about 79 GiB, B200 about 178, on the same side of each threshold)."""
+    if gpu.hbm_gib >= 160:
+        tokens, seqs = 16384, 1024
+    elif gpu.hbm_gib >= 70 and "a100" not in gpu.name.lower():
+        tokens, seqs = 8192, 1024
+    else:
+        tokens, seqs = 2048, 256
+    return tokens, min(seqs, tokens)
+
+
 def gpu_memory(name: str | None, memory_gib: float | None) -> Gpu:
     """The GPU of `--gpu NAME` (a row of GPUS, any case) or of `--gpu-memory-gib X` (any
     other accelerator, X GiB of memory); exactly one of them. ConfigError otherwise, and for

@@ -16,7 +16,7 @@ from typing import Any
 
 from analyzer.config.bundled import preset_names, preset_text
 from analyzer.config.engines import BOUNDS, ENGINE_NAMES, ENGINES
-from analyzer.config.hardware import GPU_NAMES, GPUS
+from analyzer.config.hardware import GPU_NAMES, GPUS, batch_defaults
 from analyzer.config.models import load_model
 from analyzer.config.options import OPTIONS, resolve
 from analyzer.config.routers import ROUTER_KEYS, ROUTER_NAMES, resolve_router, router
@@ -203,7 +203,7 @@ def build_policy(values: dict[str, Any]) -> Policy:
     if unknown:
         raise ConfigError(f"unknown policy key {unknown[0]!r}; known: {', '.join(KEYS)}")
     base = {k: v for k, v in values.items() if k not in OPTIONS and k not in ROUTER_KEYS}
-    v = {**asdict(Policy()), **base}
+    v = {**asdict(Policy()), **_batch_defaults(base), **base}
     groups = v["groups"]
     if isinstance(groups, str):
         groups = [groups]
@@ -260,6 +260,19 @@ def efficiency(policy: Policy) -> Efficiency:
     """The roofline's efficiency factors: the GPU's defaults with the policy's own."""
     base = default_efficiency(GPUS[policy.gpu.lower()]).as_dict()
     return Efficiency(**{**base, **dict(policy.step_efficiency)})
+
+
+def _batch_defaults(given: dict[str, Any]) -> dict[str, int]:
+    """With a GPU named on the concurrent schedule, the batch keys `given` leaves out take
+    `vllm serve`'s defaults on that GPU (`hardware.batch_defaults`); else the Policy's."""
+    name = given.get("gpu")
+    if given.get("schedule") != "concurrent" or not isinstance(name, str):
+        return {}
+    gpu = GPUS.get(name.lower())
+    if gpu is None:
+        return {}  # _gpu says which GPUs there are
+    tokens, seqs = batch_defaults(gpu)
+    return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs}
 
 
 def _gpu(value: Any) -> str | None:

@@ -39,8 +39,10 @@ BASE_DOCS = {
     "sliding_window": "Window W in tokens; required exactly when groups has sliding_window.",
     "max_num_batched_tokens": "Per-step token budget (chunked prefill). The default, 8192, "
     "is vllm serve's on a GPU of >= 70 GiB other than an A100 (vLLM 0.33 "
-    "EngineArgs.get_batch_defaults); on a hybrid model chunk ends are where Mamba states "
-    "exist. null = a prompt is one chunk (schedule serial) or 8192 (schedule concurrent).",
+    "EngineArgs.get_batch_defaults); with a gpu named (schedule concurrent) vllm serve's on "
+    "that GPU: 16384 from 160 GiB (B200, MI300X), 2048 on an A100 or L40S. On a hybrid model "
+    "chunk ends are where Mamba states exist. null = a prompt is one chunk (schedule serial) "
+    "or 8192 (schedule concurrent).",
     "num_blocks": "Shared pool capacity in blocks, counted as vLLM counts num_gpu_blocks "
     "(all groups draw from it); null = unbounded.",
     "spec_decode": "eagle_lookahead = vLLM 0.33 default for EAGLE/MTP (lookahead hashes, "
@@ -60,7 +62,8 @@ BASE_DOCS = {
     "no-contention bound); concurrent = every request through vLLM 0.33's scheduler on a "
     "simulated clock (engine vllm only; the trace needs timestamps). The next four keys "
     "apply to concurrent only.",
-    "max_num_seqs": "schedule concurrent: most requests running at once (vLLM --max-num-seqs).",
+    "max_num_seqs": "schedule concurrent: most requests running at once (vLLM --max-num-seqs); "
+    "with a gpu named, vllm serve's on that GPU: 1024 from 70 GiB (not an A100), else 256.",
     "step_base_ms": "schedule concurrent: fixed time of a scheduler step in ms; a step lasts "
     "step_base_ms/1e3 + step_token_us/1e6 x (tokens scheduled in it) seconds.",
     "step_token_us": "schedule concurrent: time per token scheduled in a step, in "

@@ -19,12 +19,14 @@ from analyzer.config.hardware import (
     MAX_TENSOR_PARALLEL,
     Gpu,
     GpuPlan,
+    batch_defaults,
     gpu_memory,
     gpu_plan,
     model_weights_bytes,
 )
 from analyzer.config.models import load_model, model_names
 from analyzer.errors import ConfigError
+from analyzer.sim.dispatch import make_policy, policy_values
 
 G = 2**30
 H100, H200, B200, MI300X = (GPUS[n] for n in ("h100", "h200", "b200", "mi300x"))
@@ -270,3 +272,29 @@ def test_the_chosen_tensor_parallel_is_the_smallest_power_of_two_that_fits(
     else:
         assert tp == MAX_TENSOR_PARALLEL and chosen.message
         assert not any(plan(2**k).fits for k in range(7))
+
+
+@pytest.mark.parametrize(
+    ("gpu", "tokens", "seqs"),
+    [
+        ("B200", 16384, 1024),
+        ("MI300X", 16384, 1024),
+        ("H100", 8192, 1024),
+        ("H200", 8192, 1024),
+        ("A100", 2048, 256),
+        ("L40S", 2048, 256),
+    ],
+)
+def test_batch_defaults_are_vllm_serves_on_the_gpu(gpu, tokens, seqs):
+    """vLLM 0.33 EngineArgs.get_batch_defaults, OPENAI_API_SERVER (issue 46, item 2)."""
+    assert batch_defaults(GPUS[gpu.lower()]) == (tokens, seqs)
+    policy = make_policy(policy_values("vllm-concurrent", [f"gpu={gpu}", "model=qwen3.5-4b"]))
+    assert (policy.max_num_batched_tokens, policy.max_num_seqs) == (tokens, seqs)
+
+
+def test_batch_keys_given_win_over_the_gpus_defaults():
+    keys = ["gpu=B200", "model=qwen3.5-4b", "max_num_seqs=64", "max_num_batched_tokens=4096"]
+    policy = make_policy(policy_values("vllm-concurrent", keys))
+    assert (policy.max_num_batched_tokens, policy.max_num_seqs) == (4096, 64)
+    plain = make_policy(policy_values("vllm-concurrent", ["model=qwen3.5-4b"]))
+    assert (plain.max_num_batched_tokens, plain.max_num_seqs) == (8192, 256)  # no GPU named
