@@ -14,7 +14,7 @@ a library loop in a fresh process; each with its peak RSS. The plan's answer is 
 by plain replays (every replay to its end): at the answer it meets every target, and the
 fleet one step smaller misses one.
 
-Traces: the bundled `sample_traces/mixed.jsonl.gz` at five times its arrival rate (always),
+Traces: the bundled `sample_traces/mixed.jsonl.gz` at 50 times its arrival rate (always),
 and when present the public Mooncake conversation trace (qwen3-next-80b-a3b on H200, steps
 from the roofline, TTFT p99 2 s, useful hit ratio 0.05, up to 8 replicas).
 
@@ -45,7 +45,7 @@ TRACES = {
         ROOT / "sample_traces" / "mixed.jsonl.gz",
         0.3,
         2.0,
-        ["--time-scale", "0.05", "--max-replicas", "16"],
+        ["--time-scale", "0.02", "--max-replicas", "16"],
     ),
     "mooncake": (
         EXTERNAL / "mooncake" / "conversation_trace.jsonl",
