@@ -11,6 +11,7 @@ from analyzer.cli.base import (
     db_option,
     executor_options,
     executor_spec,
+    json_format_option,
     measure_from_option,
     name_option,
     out_file_option,
@@ -295,14 +296,7 @@ def metrics_cmd(db_path: str, run: int | None, out: str | None) -> None:
     multiple=True,
     help="With windows: the run [default: latest]. Twice (A then B): compare two runs.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    default="table",
-    show_default=True,
-    type=click.Choice(["table", "json"]),
-    help="Output format; json is one object with every figure.",
-)
+@json_format_option("Output format; json is one object with every figure.")
 def compare_cmd(
     db_path: str, window: str | None, baseline: str | None, runs: tuple[int, ...], fmt: str
 ) -> None:

@@ -31,6 +31,18 @@ db_option = click.option(
 )
 
 
+def json_format_option(help: str):
+    """`--format table|json` (as `fmt`), table by default; `help` says what json prints."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help=help,
+    )
+
+
 def out_file_option(help: str):
     """An optional `--out FILE` (a file path, not a folder; None when not given)."""
     return click.option("--out", type=click.Path(dir_okay=False), default=None, help=help)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from analyzer.cli.base import cli
+from analyzer.cli.base import cli, json_format_option
 
 
 @cli.group("model")
@@ -14,14 +14,7 @@ def model_group() -> None:
 
 @model_group.command("show")
 @click.argument("model")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="json: one JSON object with every figure.",
-)
+@json_format_option("json: one JSON object with every figure.")
 @click.option(
     "--gpu",
     default=None,

@@ -13,6 +13,7 @@ from analyzer.cli.base import (
     db_option,
     executor_options,
     executor_spec,
+    json_format_option,
     measure_from_option,
     policy_options,
     workers_option,
@@ -116,13 +117,8 @@ SCHEDULE_LINES = {
     help="GPUs per replica, with --gpu or --gpu-memory-gib [default: the fewest (a power "
     "of two) that hold the weights and the pool].",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="json: one JSON object on stdout (the cheapest setting's figures at the top level).",
+@json_format_option(
+    "json: one JSON object on stdout (the cheapest setting's figures at the top level)."
 )
 @click.option(
     "--dataset",
