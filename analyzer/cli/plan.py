@@ -43,7 +43,8 @@ SCHEDULE_LINES = {
 @click.option(
     "--memory-budget",
     default=None,
-    help="Cache memory per cache (model revision x replica), e.g. 40GiB.",
+    help="Cache memory per cache (model revision x replica), with a unit: e.g. 40GiB, "
+    "512MiB, 80GB.",
 )
 @click.option("--family", default=None, help="Measure one prompt family only.")
 @click.option(

@@ -9,15 +9,23 @@ from analyzer.config.models import load_model
 from analyzer.errors import ConfigError
 
 GIB = 2**30
-_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {"b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _UNITS.update({"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12})
+SIZE_UNITS = "B, KiB, MiB, GiB, TiB, or decimal KB, MB, GB, TB"
 
 
-def parse_size(text: str) -> int:
-    """`40GiB`, `512 MiB`, `1.5TiB`, `80GB` -> bytes."""
+def parse_size(text: str, option: str = "--memory-budget") -> int:
+    """`40GiB`, `512 MiB`, `1.5TiB`, `80GB` -> bytes. A number without a unit is an error
+    (`40` is not 40 bytes, nor 40 GiB): ConfigError naming `option` and the units."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if m and not m.group(2):
+        raise ConfigError(
+            f"{option} {text!r}: a size needs a unit: {SIZE_UNITS} (e.g. {m.group(1)}GiB)"
+        )
     if not m or m.group(2).lower() not in _UNITS:
-        raise ConfigError(f"--memory-budget {text!r}: expected a size such as 40GiB or 512MiB")
+        raise ConfigError(
+            f"{option} {text!r}: expected a size such as 40GiB or 512MiB (units: {SIZE_UNITS})"
+        )
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 

@@ -152,6 +152,34 @@ def test_parse_size():
     assert parse_size("40GiB") == 40 * 2**30
     assert parse_size("512 MiB") == 512 * 2**20
     assert parse_size("1.5TiB") == int(1.5 * 2**40)
+    assert parse_size("80GB") == 80 * 10**9
+    assert parse_size("4096B") == 4096
+
+
+UNITS = "B, KiB, MiB, GiB, TiB, or decimal KB, MB, GB, TB"
+BAD_BUDGETS = [
+    # (issue 47 item 9: `40` was read as 40 bytes and refused only after 40 replays)
+    ("40", f"Error: --memory-budget '40': a size needs a unit: {UNITS} (e.g. 40GiB)\n"),
+    ("1.5", f"Error: --memory-budget '1.5': a size needs a unit: {UNITS} (e.g. 1.5GiB)\n"),
+    (
+        "lots",
+        "Error: --memory-budget 'lots': expected a size such as 40GiB or 512MiB "
+        f"(units: {UNITS})\n",
+    ),
+    (
+        "40XB",
+        "Error: --memory-budget '40XB': expected a size such as 40GiB or 512MiB "
+        f"(units: {UNITS})\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("budget", "message"), BAD_BUDGETS)
+def test_a_budget_without_a_unit_is_refused_before_any_replay(tmp_path, budget, message):
+    # No database: the budget is refused before the trace is even opened.
+    r = run("plan", "--db", str(tmp_path / "none.duckdb"), "--target-useful-hit-ratio", "0.3",
+            "--model", "qwen3.5-4b", "--memory-budget", budget)  # fmt: skip
+    assert (r.exit_code, r.stderr) == (2, message)
 
 
 def test_plan_reachable_exact(groups_db):

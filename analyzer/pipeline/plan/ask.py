@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from analyzer.config.memory import parse_size
 from analyzer.config.routers import ROUTERS, router
 from analyzer.errors import ConfigError
 from analyzer.store.runs import check_measure_from
@@ -43,6 +44,8 @@ class PlanAsk:
 
     def check(self) -> None:
         check_measure_from(self.measure_from)
+        if self.memory_budget is not None:
+            parse_size(self.memory_budget)  # a size without a unit, before any replay
         if not 0.0 < self.target <= 1.0:
             raise ConfigError(
                 f"--target-useful-hit-ratio {self.target}: expected a number in (0, 1]"
