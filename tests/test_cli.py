@@ -302,3 +302,58 @@ def test_hash_id_traces_of_two_block_sizes_are_named_at_ingest_and_replay(tmp_pa
                  'groups=["full_attention"]', "--set", "block_size=16")  # fmt: skip
     assert replay.exit_code == 0, replay.output
     assert f"note: {said}\n" in replay.stdout
+
+
+@pytest.fixture(scope="module")
+def replayed_db(tmp_path_factory) -> Path:
+    """The groups sample ingested and replayed once (run 1), one database per module."""
+    db = tmp_path_factory.mktemp("replayed") / "r.duckdb"
+    sample = Path(__file__).parent.parent / "sample_traces" / "groups_1500.jsonl"
+    assert run("ingest", sample, "--db", db).exit_code == 0
+    assert run("replay", "--db", db, "--set", "model=qwen3.5-4b").exit_code == 0
+    return db
+
+
+MODEL = ["--set", "model=qwen3.5-4b"]
+# Every command that writes a file it is given: (arguments before the path, after it)
+WRITERS = [
+    (["report", "-o"], []),
+    (["query", "SELECT 1", "--out"], []),
+    (["match", "--out"], []),
+    (["replay", *MODEL, "--out"], []),
+    (["metrics", "--out"], []),
+    (["validate", "--out"], []),
+    (["calibrate", *MODEL, "--out"], []),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), WRITERS, ids=[w[0][0] for w in WRITERS])
+def test_a_file_in_a_missing_folder_is_refused_and_no_folder_made(
+    replayed_db, tmp_path, before, after
+):
+    """(issue 47 item 10: `hpa report -o /nonexistent/dir/r.html` made the folders)"""
+    out = tmp_path / "missing" / "dir" / "out.csv"
+    result = run(*before, out, *after, "--db", replayed_db)
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"Error: --out {out}: no such folder {out.parent}; make it first\n",
+    )
+    assert not (tmp_path / "missing").exists()
+
+
+def test_synth_and_probe_make_no_folder_above_theirs(tmp_path):
+    out = tmp_path / "missing" / "t.jsonl"
+    synth = run("synth", out, "--num-requests", "3")
+    assert (synth.exit_code, synth.stderr) == (
+        2,
+        f"Error: {out}: no such folder {out.parent}; make it first\n",
+    )
+    folder = tmp_path / "missing" / "probe"
+    probe = run("probe", *MODEL, "--out", folder)
+    assert (probe.exit_code, probe.stderr) == (
+        2,
+        f"Error: --out {folder}: no such folder {folder.parent}; make it first\n",
+    )
+    assert not (tmp_path / "missing").exists()
+    made = run("probe", *MODEL, "--out", tmp_path / "probe")  # its own folder is made
+    assert made.exit_code == 0 and (tmp_path / "probe" / "probe.jsonl").exists()

@@ -108,7 +108,8 @@ def validate_cmd(
     "out_dir",
     required=True,
     type=click.Path(file_okay=False),
-    help="Folder for probe.jsonl, expected.csv and trace.jsonl (created).",
+    help="Folder for probe.jsonl, expected.csv and trace.jsonl (created; not the folders "
+    "above it).",
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the token ids.")
 @click.option(

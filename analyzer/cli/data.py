@@ -159,8 +159,10 @@ def synth_cmd(
     block_size: int | None,
 ) -> None:
     """Write a seeded synthetic trace to OUT (JSONL; .gz/.zst compress)."""
+    from analyzer.store.export import check_out_folder
     from analyzer.traces.synth import generate, parse_params, write_jsonl
 
+    check_out_folder(out, option="")
     values = parse_params(scenario, params)
     if num_requests is not None:
         values["num_requests"] = num_requests

@@ -33,7 +33,7 @@ from analyzer.pipeline.replay import num_groups, routed_partitions
 from analyzer.sim.dispatch import make_policy
 from analyzer.sim.vllm import ConcurrentReplay
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow, trace_block_tokens
-from analyzer.store.export import write_atomic
+from analyzer.store.export import check_out_folder, write_atomic
 
 MAX_ITERATIONS = 8
 START_MS = (1.0, 3.0, 10.0, 30.0, 100.0)  # step_base_ms of the starting grid
@@ -72,6 +72,8 @@ def calibrate(
     (`calibrate_roofline.fit_roofline`, which takes `roofline`'s keyword arguments: fit,
     max_requests, max_replays, max_seconds). With `out`, write the fit there as JSON: the
     fitted policy (linear), or the fitted efficiency and its quality (roofline)."""
+    if out is not None:
+        check_out_folder(out)  # before the fit, which may take minutes
     values = {**policy_values(policy_source, list(overrides)), "schedule": "concurrent"}
     policy = make_policy(values)  # a bad policy fails before the trace is read
     if policy.step_time == "linear" and roofline:
@@ -85,7 +87,7 @@ def calibrate(
     if fitted.step_time != "linear":
         result = fit_roofline(trace, fitted, observed_ms, notes=notes, **(roofline or {}))
         if out is not None:
-            write_atomic(out, json.dumps(result.as_dict(), indent=2) + "\n")
+            write_atomic(out, json.dumps(result.as_dict(), indent=2) + "\n", option="--out")
         return result
     result = replace(_fit_linear(trace, fitted, observed_ms), notes=notes)
     if out is not None:
@@ -224,4 +226,4 @@ def _quality(policy: Policy, terms: np.ndarray, observed_ms: np.ndarray) -> Cali
 
 def _write(out: str | Path, policy: Policy) -> None:
     """The fitted policy as a policy file (its canonical JSON), written atomically."""
-    write_atomic(out, policy.to_json() + "\n")
+    write_atomic(out, policy.to_json() + "\n", option="--out")

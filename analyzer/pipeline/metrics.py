@@ -24,7 +24,7 @@ def write_metrics(text: str, path: str | Path) -> None:
     Raises:
         InputFileError: the file cannot be written.
     """
-    write_atomic(path, text)
+    write_atomic(path, text, option="--out")
 
 
 def prometheus_metrics(*, db_path: str | Path = DEFAULT_DB, run: int | None = None) -> MetricsText:

@@ -38,11 +38,11 @@ import pyarrow as pa
 
 from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
-from analyzer.errors import ConfigError
+from analyzer.errors import ConfigError, InputFileError
 from analyzer.report.tables import render
 from analyzer.sim.dispatch import replay
 from analyzer.sim.records import SimRequest
-from analyzer.store.export import write_atomic
+from analyzer.store.export import check_out_folder, write_atomic
 
 TOKEN_RANGE = (1000, 30000)  # [low, high): ordinary vocabulary ids in any modern tokenizer
 ROLES = ("cold", "repeat-1", "repeat-2")
@@ -166,24 +166,29 @@ def write_probe(
     policy: Policy, out_dir: str | Path, *, seed: int = 0, model: str | None = None
 ) -> Probe:
     """Design the probe for `policy`, replay it, and write probe.jsonl, expected.csv and
-    trace.jsonl under `out_dir` (created). `model` is the served model name put in each
-    body (default: the policy's model preset).
+    trace.jsonl under `out_dir` (created, but not the folders above it). `model` is the
+    served model name put in each body (default: the policy's model preset).
 
     Raises:
-        ConfigError: no model name. InputFileError: `out_dir` cannot be written.
+        ConfigError: no model name. InputFileError: `out_dir`'s parent folder does not
+            exist, or `out_dir` cannot be written.
     """
+    out = check_out_folder(out_dir)
 
     model = model if model is not None else policy.model
     if not model:
         raise ConfigError("--model: give the served model name (the policy names no model)")
     requests = design_requests(policy, seed)
     expected = expected_deltas(requests, policy)
-    out = Path(out_dir)
     texts = {
         "probe.jsonl": b"".join(_line(r, model) for r in requests),
         "expected.csv": render(expected, "csv").encode(),
         "trace.jsonl": b"".join(_record(i, r, model) for i, r in enumerate(requests, start=1)),
     }
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise InputFileError(f"--out {out}: cannot make it ({exc.strerror or exc})") from None
     for name, data in texts.items():
         write_atomic(out / name, data, option="--out")
     files = tuple(out / name for name in texts)

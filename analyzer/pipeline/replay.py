@@ -35,6 +35,7 @@ from analyzer.sim.records import ResultColumns, SimResult, result_columns
 from analyzer.sim.routing import route
 from analyzer.store.caveats import block_size_caveat, timestamp_caveats
 from analyzer.store.db import DEFAULT_DB, stored_trace_block, transaction
+from analyzer.store.export import check_export_path
 from analyzer.store.runs import ReplayOutcome, check_measure_from, check_name, store_run
 
 
@@ -70,6 +71,8 @@ def run_replay(
     """
     check_measure_from(measure_from)
     check_name(name)
+    if out is not None:
+        check_export_path(out)  # a bad suffix or a missing folder, before the replay
     spec = as_spec(executor)
     source = session.source if session is not None else request_input(db_path, dataset)
     con = session.con if session is not None else source.connect()

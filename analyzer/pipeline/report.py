@@ -14,6 +14,7 @@ from analyzer.errors import ConfigError
 from analyzer.pipeline.compare import compare
 from analyzer.report.html import ReportResult, render_report
 from analyzer.store.db import DEFAULT_DB
+from analyzer.store.export import check_out_folder
 
 
 def write_report(
@@ -35,8 +36,10 @@ def write_report(
 
     Raises:
         ConfigError: one window without the other, or a bad or empty window; what
-            `render_report` and `compare` raise.
+            `render_report` and `compare` raise. InputFileError: `out`'s folder does not
+            exist (checked first: no folder is made).
     """
+    check_out_folder(out)
     if bin_s is not None and not (math.isfinite(bin_s) and bin_s > 0):
         raise ConfigError(f"--bin {bin_s}: expected seconds > 0")
     if target is not None and not 0.0 < target <= 1.0:

@@ -18,15 +18,30 @@ EXPORT_SUFFIXES = (".parquet", ".jsonl", ".csv")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
+def check_out_folder(out: str | Path, option: str = "--out") -> Path:
+    """`out` as a Path, or InputFileError when the folder it goes in does not exist: a
+    command writes the file it is given, never the folders above it (a typo in a path makes
+    no tree of folders)."""
+    path = Path(out)
+    folder = path.parent
+    if not folder.is_dir():
+        where = f"{option} {path}" if option else str(path)
+        if folder.exists():
+            raise InputFileError(f"{where}: {folder} is not a folder")
+        raise InputFileError(f"{where}: no such folder {folder}; make it first")
+    return path
+
+
 def check_export_path(out: str | Path) -> Path:
-    """`out` as a Path, or ConfigError when its suffix names no export format."""
+    """`out` as a Path, or ConfigError when its suffix names no export format, or
+    InputFileError when its folder does not exist (`check_out_folder`)."""
     path = Path(out)
     if path.suffix not in EXPORT_SUFFIXES:
         raise ConfigError(
             f"--out {out}: unknown format {path.suffix or '(no suffix)'!r}; "
             f"use one of {', '.join(EXPORT_SUFFIXES)}"
         )
-    return path
+    return check_out_folder(path)
 
 
 def export_table(
@@ -46,7 +61,6 @@ def write_rows(table: pa.Table, out: str | Path) -> int:
     path = check_export_path(out)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq  # imported when written: every command imports us
 
@@ -69,15 +83,15 @@ def write_rows(table: pa.Table, out: str | Path) -> int:
 
 def write_atomic(out: str | Path, data: bytes | str, *, option: str = "") -> Path:
     """Write `data` (str: UTF-8) to `out` whole or not at all: a file beside it, renamed
-    over it, so a reader or a killed process never sees half a file; its folder is made.
+    over it, so a reader or a killed process never sees half a file.
 
     Raises:
-        InputFileError: `out` cannot be written ("`option` PATH: cannot write (why)").
+        InputFileError: its folder does not exist (`check_out_folder`: no folder is made),
+            or `out` cannot be written ("`option` PATH: cannot write (why)").
     """
-    path = Path(out)
+    path = check_out_folder(out, option)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
         tmp.replace(path)
     except OSError as exc:

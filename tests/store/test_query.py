@@ -116,6 +116,7 @@ def test_csv_neutralises_formulas_and_keeps_data_through_a_pipe(hostile):
     ],
 )
 def test_out_writes_the_rows_to_a_file(hostile, tmp_path, name, expected):
+    (tmp_path / "sub").mkdir()  # only the file is made (issue 47 item 10)
     out = tmp_path / "sub" / name
     result = CliRunner().invoke(cli, ["query", SQL, "--db", str(hostile), "--out", str(out)])
     assert (result.exit_code, result.output) == (0, f"wrote 1 row to {out}\n")
@@ -127,7 +128,8 @@ def test_out_writes_the_rows_to_a_file(hostile, tmp_path, name, expected):
     ("out", "message"),
     [
         ("rows.txt", "unknown format '.txt'; use one of .parquet, .jsonl, .csv"),
-        ("/proc/nope/rows.csv", "cannot write (No such file or directory)"),
+        ("/proc/nope/rows.csv", "no such folder /proc/nope; make it first"),
+        ("/proc/rows.jsonl", "cannot write (No such file or directory)"),
     ],
 )
 def test_out_errors_are_one_line(db, out, message):

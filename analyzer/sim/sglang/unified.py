@@ -197,7 +197,7 @@ class _Unified(WindowRun):
             self.cache.add_mamba(node, self.replay.points)
 
     def finish(self, prompt: int, total: int) -> str | None:
-        if not self.grow(total):
+        if not self.grow(total, decode=True):
             return self.abort()
         self.give_back()  # the live / ping-pong slot is donated to the tree
         self.cache_state(final_depth(self.replay.geo, prompt, total, self.tracked), True)
