@@ -3,6 +3,10 @@
 Pools: KV in tokens (`kv_tokens`, None = unbounded) and recurrent states in slots
 (`num_states`, None = unbounded). The tree's pages and the running request's private KV share
 the KV pool; tree states and the running request's own slots (`reserved`) share the state pool.
+The running request holds whole pages (its last one partly filled). Before an extend SGLang's
+paged allocator evicts for the extend plus one page, before each decode step for one page
+(allocation.py, alloc_paged_token_slots_extend / _decode): only the shortfall below the free
+pages, so a step that starts no page may still evict; at page 1 the exact need.
 
 LRU orders are logical stamps kept in two lazy heaps (stale entries are skipped on pop):
 - full LRU over unlocked leaves: evicting one frees its KV and state; its parent, now a leaf,
@@ -128,12 +132,41 @@ class MambaRadixCache:
             node = node.parent
 
     # --- pools ------------------------------------------------------------------------
-    def alloc_kv(self, tokens: int) -> bool:
-        """Make room for `tokens` of the running request's KV (full-LRU eviction)."""
-        cap = self.kv_tokens
-        while cap is not None and self.used_kv() + tokens > cap:
-            if not self._evict_full():
+    def alloc_kv(self, tokens: int, pos: int = 0) -> bool:
+        """An extend of the running request by `tokens` from position `pos`: evict for
+        SGLang's demand (`demand`), then take the whole pages the tokens start."""
+        self.make_room(self.demand(tokens))
+        return self._take(_pages_between(pos, pos + tokens, self.page))
+
+    def alloc_decode(self, pos: int, steps: int) -> bool:
+        """`steps` decode steps of the running request from position `pos`. Above page 1
+        every step evicts for one page (SGLang's paged decode assumes each request needs a
+        new one) and takes a page when its token starts one; at page 1 this is the exact
+        need, the same evictions at once."""
+        if self.page == 1 or self.kv_tokens is None:
+            return self.alloc_kv(steps, pos)
+        for p in range(pos, pos + steps):
+            self.make_room(self.page)
+            if p % self.page == 0 and not self._take(self.page):
                 return False
+        return True
+
+    def demand(self, tokens: int) -> int:
+        """What SGLang evicts for before an extend of `tokens`: the extend plus one page (its
+        paged allocator assumes each request starts a new page), the exact need at page 1."""
+        return tokens + self.page if self.page > 1 else tokens
+
+    def make_room(self, need: int) -> None:
+        """Evict (full LRU) until `need` tokens are free or nothing is evictable."""
+        cap = self.kv_tokens
+        while cap is not None and self.used_kv() + need > cap:
+            if not self._evict_full():
+                return
+
+    def _take(self, tokens: int) -> bool:
+        """The running request takes `tokens` of free KV (False: the pool is short)."""
+        if self.kv_tokens is not None and self.used_kv() + tokens > self.kv_tokens:
+            return False
         self.private_tokens += tokens
         return True
 
@@ -225,3 +258,8 @@ class MambaRadixCache:
             if self._keeps(node):  # a leaf now
                 heapq.heappush(self.full_heap, (node.stamp, node.uid, node))
                 break
+
+
+def _pages_between(start: int, end: int, page: int) -> int:
+    """Tokens of the whole pages a sequence growing from `start` to `end` tokens starts."""
+    return (-(-end // page) - -(-start // page)) * page

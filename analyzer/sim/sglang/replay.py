@@ -87,7 +87,7 @@ class SGLangReplay(SerialReplay):
         finishes = total == prompt
         last_track = None
         for c in chunks:
-            ok = cache.alloc_kv(c)
+            ok = cache.alloc_kv(c, pos)
             assert ok, "a request that fits the pool always finds evictable KV"
             track = track_point(g, pos, c, branch)
             pos += c
@@ -95,7 +95,7 @@ class SGLangReplay(SerialReplay):
                 last_track = track
             elif track is not None:
                 run.cache_at(track)
-        ok = cache.alloc_kv(total - prompt)  # decode: one slot per fed token
+        ok = cache.alloc_decode(prompt, total - prompt)  # decode: one slot per fed token
         assert ok, "a request that fits the pool always finds evictable KV"
         cache.reserved -= reserve  # the live / ping-pong slot is donated to the tree
         tracked = run.tracked if last_track is None else max(run.tracked, last_track)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analyzer.sim.common.tree import Node
-from analyzer.sim.sglang.cache import MambaRadixCache
+from analyzer.sim.sglang.cache import MambaRadixCache, _pages_between
 
 
 class SWARadixCache(MambaRadixCache):
@@ -85,15 +85,28 @@ class SWARadixCache(MambaRadixCache):
     def used_swa(self) -> int:
         return self.states * self.page + self.private_swa
 
-    def alloc(self, full: int, swa: int) -> bool:
-        """Room for `full` and `swa` more tokens of the running request: full side first."""
-        if not self.alloc_kv(full):
+    def alloc(self, pos: int, new_pos: int, window_low: int, decode: bool = False) -> bool:
+        """Room for the running request to grow from `pos` to `new_pos` tokens, its SWA KV
+        below `window_low` freed first (SGLang frees out-of-window SWA before it allocates):
+        full side first, each pool evicted for SGLang's demand (`demand`; above page 1 a
+        decode evicts for one page each step)."""
+        if not decode or self.page == 1:
+            return self._grow(pos, new_pos, window_low, self.demand(new_pos - pos))
+        return all(self._grow(p, p + 1, window_low, self.page) for p in range(pos, new_pos))
+
+    def _grow(self, pos: int, new_pos: int, window_low: int, need: int) -> bool:
+        self.make_room(need)
+        if not self._take(_pages_between(pos, new_pos, self.page)):
             return False
+        self.private_swa = max(_ceil(pos, self.page) - window_low, 0)
         cap = self.swa_tokens
-        while cap is not None and self.used_swa() + swa > cap:
+        while cap is not None and self.used_swa() + need > cap:
             if not self._evict_state():
-                return False
-        self.private_swa += swa
+                break
+        new = _pages_between(pos, new_pos, self.page)
+        if cap is not None and self.used_swa() + new > cap:
+            return False
+        self.private_swa += new
         return True
 
     def insert_window(
@@ -188,12 +201,12 @@ class WindowRun:
         low = max(0, pos - self.replay.window)
         return low - low % self.replay.page
 
-    def grow(self, new_pos: int, release: bool = True) -> bool:
+    def grow(self, new_pos: int, release: bool = True, decode: bool = False) -> bool:
         """Compute up to `new_pos`: KV of every layer for the new tokens, then (`release`)
         free the SWA KV that slid out of the window."""
         cache = self.cache
-        swa = new_pos - max(self.owned, self.slid(self.pos)) - cache.private_swa
-        if not cache.alloc(new_pos - self.pos, max(swa, 0)):
+        window_low = max(self.owned, self.slid(self.pos))
+        if not cache.alloc(self.pos, new_pos, window_low, decode):
             return False
         self.pos = new_pos
         if release:
@@ -202,7 +215,9 @@ class WindowRun:
 
     def release_slid(self) -> None:
         """Free the running request's SWA KV that slid out of its window."""
-        self.cache.private_swa = self.pos - max(self.owned, self.slid(self.pos))
+        self.cache.private_swa = _ceil(self.pos, self.replay.page) - max(
+            self.owned, self.slid(self.pos)
+        )
 
     def cache_to(self, depth: int, slid: int | None = None) -> Node | None:
         """Insert the sequence up to `depth` tokens (cache_(un)finished_req), its SWA KV
@@ -236,7 +251,7 @@ class WindowRun:
         return chunks
 
     def finish(self, prompt: int, total: int) -> str | None:
-        if not self.grow(total):
+        if not self.grow(total, decode=True):
             return self.abort()
         self.cache_to(total - total % self.replay.page)
         self.release()
@@ -285,7 +300,7 @@ class SWARun(WindowRun):
         self.release_slid()
 
     def release_slid(self) -> None:
-        self.cache.private_swa = self.pos - max(self.owned, self.evicted)
+        self.cache.private_swa = _ceil(self.pos, self.replay.page) - max(self.owned, self.evicted)
 
     def checkpoint(self, key_len: int, finished: bool) -> None:
         """cache_unfinished_req (`finished` False) or cache_finished_req of `key_len` tokens."""
@@ -315,10 +330,18 @@ class SWARun(WindowRun):
         return chunks
 
     def finish(self, prompt: int, total: int) -> str | None:
-        """Decode to `total` (SWA freed every DECODE_EVICTION_INTERVAL slid-out tokens from
-        the second step on), then cache the finished sequence."""
-        if not self.grow(total, release=False):
+        """Decode to `total`, then cache the finished sequence."""
+        if not self.decode(prompt, total):
             return self.abort()
+        self.checkpoint(total, finished=True)
+        self.release()
+        return None
+
+    def decode(self, prompt: int, total: int) -> bool:
+        """Decode steps to `total` (SWA freed every DECODE_EVICTION_INTERVAL slid-out tokens
+        from the second step on); False when a pool cannot hold them."""
+        if not self.grow(total, release=False, decode=True):
+            return False
         seq = prompt + 2  # the second decode step's sequence length
         while seq <= total:
             need = self.evicted + DECODE_EVICTION_INTERVAL + self.replay.window + 1
@@ -327,6 +350,9 @@ class SWARun(WindowRun):
                 break
             self.free(seq - 1)
             seq += 1
-        self.checkpoint(total, finished=True)
-        self.release()
-        return None
+        return True
+
+
+def _ceil(tokens: int, page: int) -> int:
+    """`tokens` rounded up to whole pages."""
+    return -(-tokens // page) * page

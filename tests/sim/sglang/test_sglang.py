@@ -154,14 +154,31 @@ def test_chunks_follow_the_page_aligned_budget_then_decode():
 
 
 def test_kv_lru_evicts_the_least_recent_leaf():
-    # Pool of 10 pages. a and b take 4 pages each; c (= a + 4) refreshes a and adds a leaf.
-    # d needs 6 pages: b (least recent) then c's leaf go. a + 4 still hits 16; b + 4 misses.
+    # Pool of 40 tokens. a and b take 16 each; c (= a + 4) refreshes a and adds a leaf.
+    # d needs 24 tokens: b (least recent) then c's leaf go. a + 4 still hits 16; b + 4 misses.
     a, b, d = toks(1, 17), toks(100, 116), toks(200, 224)
     reqs = [req("a", a), req("b", b), req("c", cat(a, toks(50, 54)))]
     reqs += [req("d", d), req("a2", cat(a, toks(60, 64))), req("b2", cat(b, toks(70, 74)))]
-    results = run(reqs, num_blocks=10)
+    results = run(reqs, num_blocks=40, block_size=1)
     assert [r.hit_tokens for r in results] == [0, 0, 16, 0, 16, 0]
     assert results[5].attention_match_tokens == 0
+    # Pages of 4 (10 pages): SGLang's paged allocator evicts for the extend plus one page
+    # (alloc_paged_token_slots_extend), 28 tokens where 4 are free: b, c's leaf, then a.
+    results = run(reqs, num_blocks=10)
+    assert [r.hit_tokens for r in results] == [0, 0, 16, 0, 0, 0]
+
+
+def test_paged_decode_evicts_a_page_every_step():
+    # Pool of 8 pages of 4. a caches 16 tokens (4 pages); b's prompt of 12 tokens leaves one
+    # page free after its extend (demand 16: nothing evicted). Its 4 decode steps each evict
+    # for one page while none is free: its first step finds the free page, the second (at
+    # 13 tokens, inside its last page) finds none and evicts a's leaf; at page 1 the
+    # decode steps need only their own slots and a stays.
+    a, b = toks(1, 17), toks(100, 112)
+    reqs = [req("a", a), req("b", b, toks(300, 305)), req("a2", cat(a, toks(60, 64)))]
+    assert [r.hit_tokens for r in run(reqs, num_blocks=8)] == [0, 0, 0]
+    paged_one = run(reqs, num_blocks=32, block_size=1)
+    assert [r.hit_tokens for r in paged_one] == [0, 0, 16]
 
 
 def test_state_lru_tombstones_an_internal_node():
