@@ -43,7 +43,7 @@ from analyzer.sim.sglang.placement import (
     final_depth,
     track_point,
 )
-from analyzer.sim.sglang.swa import SWARadixCache, SWAReplay, WindowRun
+from analyzer.sim.sglang.swa import SWARadixCache, SWAReplay, SWARun
 
 
 class UnifiedRadixCache(SWARadixCache):
@@ -141,31 +141,36 @@ class UnifiedReplay(SWAReplay):
         cache.touch_mamba(node)
         kept = self._kept(keys, node.end, matched, self.points)
         run = _Unified(self, keys, node, matched * page)
-        chunks = run.prefill(prompt)
+        chunks = run.prefill(prompt, total)
         error = run.finish(prompt, total) if chunks is not None else run.abort()
         return node.end, kept, matched, chunks or [], error
 
 
-class _Unified(WindowRun):
-    """The running request of the unified cache: WindowRun plus its state slots and the
-    depth of its last state (`tracked`)."""
+class _Unified(SWARun):
+    """The running request of the unified cache: SWARun's window rules (SWA freed only at
+    checkpoints of an unfinished request and in decode) with Mamba's insert lengths, its
+    state slots and the depth of its last state (`tracked`). With a Mamba component SGLang
+    lets Mamba choose every insert's length (the SWA component's prepare_for_caching_req
+    defers to it), so there is no SWA branch point here."""
 
     def __init__(self, replay: UnifiedReplay, keys: list[int], node: Node, kv_hit: int) -> None:
-        super().__init__(replay, keys, node)
+        super().__init__(replay, keys, node, kv_hit)
         g = replay.geo
+        self.branch = None  # no SWA branch point (above)
         self.tracked = node.end * g.page
-        self.branch = branch_point(g, kv_hit, self.tracked)  # Mamba branching_seqlen
-        self.swa_branch = kv_hit if kv_hit > self.tracked else None
+        self.mamba_branch = branch_point(g, kv_hit, self.tracked)  # Mamba branching_seqlen
+        self.last_track: int | None = None
         self.reserve = RESERVED_SLOTS[g.strategy]
         for _ in range(self.reserve):
             self.cache.alloc_mamba()
             self.cache.reserved += 1
 
-    def prefill(self, prompt: int) -> list[int] | None:
-        """Prefill chunks (None when a pool cannot hold the request). After each chunk one
-        insert, before the chunk's slid-out SWA KV is freed: to the chunk's Mamba track point
-        with the state, or to the SWA branch point without one when that lies in the chunk
-        and is shallower (SGLang truncates the insert there)."""
+    def prefill(self, prompt: int, total: int) -> list[int] | None:
+        """Prefill chunks (None when a pool cannot hold the request). After each chunk of an
+        unfinished request a checkpoint: the key is the chunk's end (no_buffer) or its Mamba
+        track point (extra_buffer; none, nothing); the SWA KV that slid out of the window at
+        the key's last token is freed, then the key is inserted with the state. A request
+        that finishes with its prefill hands its last chunk's state over at release."""
         g = self.replay.geo
         chunks = []
         while self.pos < prompt:
@@ -174,14 +179,15 @@ class _Unified(WindowRun):
             if not self.grow(start + c, release=False):
                 return None
             chunks.append(c)
-            depth = track_point(g, start, c, self.branch)
-            state = depth is not None
-            b = self.swa_branch
-            if b is not None and start < b <= self.pos and (depth is None or b < depth):
-                depth, state = b, False
-            if depth is not None:
-                self.cache_state(depth, state, max(self.slid(depth), self.slid(start)))
-            self.release_slid()
+            track = track_point(g, start, c, self.mamba_branch)
+            if self.pos == prompt and total == prompt:
+                self.last_track = track
+                break
+            if track is None:
+                continue
+            key_len = self.pos if g.strategy == "no_buffer" else track
+            self.free(key_len - 1)
+            self.cache_state(track, True, self.evicted)
         return chunks
 
     def cache_state(self, depth: int, state: bool, slid: int | None = None) -> None:
@@ -197,10 +203,12 @@ class _Unified(WindowRun):
             self.cache.add_mamba(node, self.replay.points)
 
     def finish(self, prompt: int, total: int) -> str | None:
-        if not self.grow(total, decode=True):
+        if not self.decode(prompt, total):
             return self.abort()
         self.give_back()  # the live / ping-pong slot is donated to the tree
-        self.cache_state(final_depth(self.replay.geo, prompt, total, self.tracked), True)
+        tracked = max(self.tracked, self.last_track or 0)
+        depth = final_depth(self.replay.geo, prompt, total, tracked)
+        self.cache_state(depth, True, self.evicted)
         self.release()
         return None
 

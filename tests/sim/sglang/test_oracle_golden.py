@@ -24,9 +24,7 @@ CASES = json.loads((GOLDEN / "cases.json").read_text())
 
 # Differences the goldens show that the engine does not model yet (docs/engines.md,
 # "Checked against SGLang's own code"): strict, so a fix that makes one pass must say so here.
-KNOWN = {
-    "chat_all_extra_p64_w256": "the unified cache's SWA validator, not the legacy SWARadixCache's",
-}
+KNOWN: dict[str, str] = {}
 
 
 def _requests(trace: Path) -> list[SimRequest]:

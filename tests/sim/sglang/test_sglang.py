@@ -231,19 +231,22 @@ def test_swa_lru_deletes_a_leaf_and_its_kv():
     assert tiny.error == "SWA pool of 8 tokens too small for this request"
 
 
-def _unified_after(a, **values) -> SGLangReplay:
+def _unified_after(a, outputs=None, **values) -> SGLangReplay:
     policy = make_policy({"engine": "sglang", "block_size": 4, **UNI, **values})
     engine = SGLangReplay(policy)
-    engine.replay_one(req("a", a))
+    engine.replay_one(req("a", a, outputs) if outputs else req("a", a))
     return engine
 
 
 def test_unified_state_lru_drops_only_the_state():
-    # 3 state slots (1 for the running request), W = 64, chunks of 8: a's states at 8, 16, 24;
-    # the one at 8 goes to store 24 (internal: state only, its SWA KV stays). b shares 10
-    # tokens: KV matches 8 with a live window but no state: hit 0, the miss "evicted".
+    # 3 state slots (1 for the running request), W = 64, chunks of 8: a's states at 8, 16, 24
+    # (a decodes after its prompt, so its last chunk is checkpointed while it holds its
+    # slot); the one at 8 goes to store 24 (internal: state only, its SWA KV stays). b shares
+    # 10 tokens: KV matches 8 with a live window but no state: hit 0, the miss "evicted".
     a = toks(1, 25)
-    engine = _unified_after(a, sliding_window=64, max_num_batched_tokens=8, sglang_num_states=3)
+    engine = _unified_after(
+        a, [7, 7], sliding_window=64, max_num_batched_tokens=8, sglang_num_states=3
+    )
     (top,) = engine.swa.cache.tree.root.children.values()
     assert (top.end, top.state, top.mamba, engine.swa.cache.mamba_states) == (2, True, False, 2)
     r = engine.replay_one(req("b", cat(a[:10], toks(100, 110))))
