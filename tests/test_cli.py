@@ -357,3 +357,18 @@ def test_synth_and_probe_make_no_folder_above_theirs(tmp_path):
     assert not (tmp_path / "missing").exists()
     made = run("probe", *MODEL, "--out", tmp_path / "probe")  # its own folder is made
     assert made.exit_code == 0 and (tmp_path / "probe" / "probe.jsonl").exists()
+
+
+def test_query_prints_what_the_query_returned(db):
+    """(issue 47 item 11: round(x, 5) printed as 0.926, and 0.92651 the same as 0.92649
+    to the eye)"""
+    sql = "SELECT round(x, 5) AS r, x FROM (VALUES (0.926492::DOUBLE), (0.92651), (0.5)) t(x)"
+    result = run("query", sql, "--db", db)
+    assert (result.exit_code, result.stdout) == (
+        0,
+        "      r         x\n"
+        "-------  --------\n"
+        "0.92649  0.926492\n"
+        "0.92651  0.926510\n"
+        "0.50000  0.500000\n",
+    )

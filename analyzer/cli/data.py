@@ -129,7 +129,9 @@ def query(sql: str, db_path: str, fmt: str, write: bool, files: bool, out: str |
         return
     tty = sys.stdout.isatty()
     # color=True: click would otherwise strip escape sequences from piped data silently.
-    click.echo(render(table, fmt, spreadsheet_safe=True, tty=tty), nl=False, color=True)
+    click.echo(
+        render(table, fmt, spreadsheet_safe=True, tty=tty, precise=True), nl=False, color=True
+    )
 
 
 @cli.command("synth")

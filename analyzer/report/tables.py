@@ -25,6 +25,7 @@ def _shown(text: str) -> str:
 
 SIGNIFICANT = 3  # a float shows at least this many significant digits
 MAX_DECIMALS = 12  # beyond, in exponent notation
+PRECISE_SIGNIFICANT = 6  # `hpa query`: what the query returned, to this many at most
 
 
 def _decimals(value: float) -> int:
@@ -38,10 +39,22 @@ def _decimals(value: float) -> int:
     return len(text) - text.index(".") - 1
 
 
-def _cell(value, decimals: int | None = None) -> str:
+def _precise_decimals(value: float) -> int:
+    """Decimals that show `value` as returned (its shortest repr: round(x, 5) -> 5) up to
+    PRECISE_SIGNIFICANT significant digits, and never fewer than `_decimals`."""
+    if value == 0:
+        return 0
+    exact = -Decimal(repr(value)).as_tuple().exponent
+    top = PRECISE_SIGNIFICANT - 1 - math.floor(math.log10(abs(value)))
+    text = f"{value:.{max(0, min(exact, top, MAX_DECIMALS))}f}"
+    shown = len(text.rstrip("0")) - text.index(".") - 1 if "." in text else 0
+    return max(_decimals(value), shown)
+
+
+def _cell(value, decimals: int | None = None, precise: bool = False) -> str:
     """One value as text; a float with `decimals` places (a column prints its floats with
     one number of places: the most any of them needs to a thousandth), or its own where it
-    needs more (a value under 0.01) or has no column."""
+    needs more (a value under 0.01) or has no column. `precise`: `_precise_decimals`."""
     if value is None:
         return ""
     if isinstance(value, Decimal) and value == value.to_integral_value():
@@ -49,8 +62,9 @@ def _cell(value, decimals: int | None = None) -> str:
     if isinstance(value, float):
         if not math.isfinite(value) or (value and abs(value) < 10.0**-MAX_DECIMALS):
             return f"{value:.{SIGNIFICANT}g}"
-        own = _decimals(value)
-        return f"{value:,.{own if own > 3 or decimals is None else decimals}f}"
+        own = _precise_decimals(value) if precise else _decimals(value)
+        shared = PRECISE_SIGNIFICANT if precise else 3
+        return f"{value:,.{own if own > shared or decimals is None else decimals}f}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     if isinstance(value, list | dict):
@@ -89,11 +103,19 @@ def _finite(value):
 
 
 def render(
-    table: pa.Table, fmt: str = "table", *, spreadsheet_safe: bool = False, tty: bool = False
+    table: pa.Table,
+    fmt: str = "table",
+    *,
+    spreadsheet_safe: bool = False,
+    tty: bool = False,
+    precise: bool = False,
 ) -> str:
     """`table` as aligned text (numbers right-aligned, control characters escaped), CSV, or
     JSON lines. `spreadsheet_safe`: CSV text cells that start like a formula (= + - @, tab,
-    carriage return) get a leading apostrophe. `tty`: CSV for a terminal, controls escaped."""
+    carriage return) get a leading apostrophe. `tty`: CSV for a terminal, controls escaped.
+    `precise` (`hpa query`): aligned floats show what was returned, up to
+    PRECISE_SIGNIFICANT significant digits (round(x, 5) keeps its 5 decimals), not the
+    thousandth the commands' own tables print."""
     if fmt == "json":
         return "".join(_json_line(row) + "\n" for row in table.to_pylist())
     if fmt == "csv":
@@ -103,7 +125,7 @@ def render(
         for row in table.to_pylist():
             writer.writerow([_csv_cell(v, spreadsheet_safe, tty) for v in row.values()])
         return out.getvalue()
-    return _aligned(table)
+    return _aligned(table, precise)
 
 
 def _csv_cell(value, spreadsheet_safe: bool, tty: bool):
@@ -116,18 +138,22 @@ def _csv_cell(value, spreadsheet_safe: bool, tty: bool):
     return _shown(value) if tty else value
 
 
-def _places(values: list) -> int | None:
+def _places(values: list, precise: bool = False) -> int | None:
     """The decimals a column's floats share (None when it holds none)."""
     floats = [v for v in values if isinstance(v, float) and math.isfinite(v)]
+    if precise:
+        return (
+            max(min(_precise_decimals(v), PRECISE_SIGNIFICANT) for v in floats) if floats else None
+        )
     return max(min(_decimals(v), 3) for v in floats) if floats else None
 
 
-def _aligned(table: pa.Table) -> str:
+def _aligned(table: pa.Table, precise: bool = False) -> str:
     names = [_shown(name) for name in table.column_names]
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    places = [_places(values) for values in columns]
+    places = [_places(values, precise) for values in columns]
     rows = [
-        [_cell(v, p) for v, p in zip(row, places, strict=True)]
+        [_cell(v, p, precise) for v, p in zip(row, places, strict=True)]
         for row in zip(*columns, strict=True)
     ]
     numeric = [
