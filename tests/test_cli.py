@@ -372,3 +372,43 @@ def test_query_prints_what_the_query_returned(db):
         "0.92651  0.926510\n"
         "0.50000  0.500000\n",
     )
+
+
+UNKNOWN_COLUMNS = [
+    # (issue 47 item 12: DuckDB's "column not found" named none of the stored columns)
+    (
+        "SELECT min(timestamp) FROM requests",
+        'Referenced column "timestamp" not found in FROM clause! '
+        "(closest stored columns: requests.timestamp_s)",
+    ),
+    (
+        "SELECT timestmp FROM requests JOIN replay_requests USING (request_id)",
+        'Referenced column "timestmp" not found in FROM clause! '
+        "(closest stored columns: replay_requests.timestamp_s, requests.timestamp_s)",
+    ),
+    (
+        "SELECT r.hit_token FROM replay_requests r",
+        'Table "r" does not have a column named "hit_token" (closest stored columns: '
+        "replay_requests.hit_tokens, replay_requests.first_token_s, "
+        "replay_requests.hit_total_tokens)",
+    ),
+    (
+        "SELECT run FROM replay_summary",
+        'Referenced column "run" not found in FROM clause! '
+        "(closest stored columns: replay_summary.run_id)",
+    ),
+    (
+        "SELECT foo FROM requests",
+        'Referenced column "foo" not found in FROM clause! '
+        "(no stored column is close to 'foo'; `DESCRIBE requests` lists a table's columns)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("sql", "message"), UNKNOWN_COLUMNS)
+def test_an_unknown_column_names_the_closest_stored_ones(replayed_db, sql, message):
+    result = run("query", sql, "--db", replayed_db)
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: query failed: Binder Error: {message}\n",
+    )

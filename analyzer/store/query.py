@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 
 import duckdb
@@ -37,9 +39,39 @@ def run_query(
             hint = " (pass --files to let the query read or write files)"
         elif "read-only mode" in message and not write:
             hint = " (pass --write to let the query change the database)"
+        elif isinstance(exc, duckdb.BinderException):
+            hint = _column_hint(con, message, sql)
         raise StoreError(f"query failed: {message}{hint}") from None
     finally:
         con.close()
+
+
+# How DuckDB names a column it cannot bind (unqualified, and qualified by a table or alias).
+_UNKNOWN_COLUMN = re.compile(r'(?:Referenced column|does not have a column named) "([^"]+)"')
+
+
+def _column_hint(con: duckdb.DuckDBPyConnection, message: str, sql: str) -> str:
+    """For an unknown column: the stored columns closest to its name (`table.column`), those
+    of the tables the statement names first; "" for any other binder error."""
+    m = _UNKNOWN_COLUMN.search(message)
+    if m is None:
+        return ""
+    name = m.group(1).lower()
+    try:
+        stored = con.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() WHERE NOT internal "
+            "ORDER BY table_name, column_index"
+        ).fetchall()
+    except duckdb.Error:
+        return ""
+    named = {t for t, _ in stored if re.search(rf"\b{re.escape(t)}\b", sql, re.IGNORECASE)}
+    for pool in ([r for r in stored if r[0] in named], stored):
+        close = difflib.get_close_matches(name, {c.lower() for _, c in pool}, n=3, cutoff=0.6)
+        if close:
+            found = [f"{t}.{c}" for c in close for t, col in pool if col.lower() == c]
+            return f" (closest stored columns: {', '.join(found)})"
+    where = f"DESCRIBE {sorted(named)[0]}" if len(named) == 1 else "DESCRIBE TABLE_NAME"
+    return f" (no stored column is close to {m.group(1)!r}; `{where}` lists a table's columns)"
 
 
 def _open(path: Path, write: bool, files: bool) -> duckdb.DuckDBPyConnection:
