@@ -26,10 +26,12 @@ States are placed by `sglang_strategy`:
 Groups full_attention alone: the plain RadixCache (every node is a hit point, no state pool).
 Groups full_attention + sliding_window (swa.py, SWARun): window validator; a request frees its
 slid-out SWA KV only at checkpoints of an unfinished request and in decode, and keeps a live
-window at the SWA branch point; the SWA pool is sglang_swa_full_tokens_ratio x the KV pool.
+window at the SWA branch point; a new live leaf longer than one window is split there (the
+older part's SWA can go alone); the SWA pool is sglang_swa_full_tokens_ratio x the KV pool.
 All three groups: SGLang's unified radix cache with both components (unified.py): one tree, a
 hit where every validator passes (KV, SWA window, Mamba state), per-component LRU with the
-cascade SWA > MAMBA on internal nodes, Mamba and SWA branch points (reference 1.3).
+cascade SWA > MAMBA on internal nodes, FA + SWA's window rules, Mamba branch points
+(reference 1.3).
 Placement (grids, track points, the pools) is shared by all of them (placement.py).
 
 Capacity: the KV pool is num_blocks x block_size tokens (null = unbounded), shared by the tree
@@ -37,19 +39,20 @@ and the running request's KV (a prefill chunk, a decode step); states are NOT ch
 to their own pool of `sglang_num_states` slots (null = unbounded), which also holds the running
 request's own slots (1 live slot for no_buffer, 3 for extra_buffer: live + 2 ping-pong) - SGLang
 sizes the two pools separately (--mamba-full-memory-ratio). A request larger than the KV pool
-gets `error` and is not cached.
+gets `error` and is not cached. The running request holds whole pages; above page 1 an
+extend evicts for its tokens plus one page and each decode step for one page (SGLang's paged
+allocator), at page 1 for the exact need.
 LRU (the unified cache's refresh rules): a match refreshes the full LRU stamp of the matched
 path down to the hit node, and the state stamp of the hit node only; a split stamps both
 halves; an insert refreshes the full stamps of the nodes it walks and the state stamp of the
-node that gets the state. Eviction on a failed allocation: KV -> least recent unlocked leaf
+node that gets the state. Eviction before an allocation: KV -> least recent unlocked leaf
 (its KV and state; a parent left childless stays with its KV); a state slot -> least recent
 unlocked state (internal node -> tombstone, leaf -> deleted as above). A request that
 finishes with its prefill hands its last state to the tree. Locks: the running request's
 current node (hit node, then its last cached node) with its path to the root.
 
 Not modelled: speculative decoding (spec_decode must be none), HiCache, the path state cap,
-extra_buffer_lazy, SWA recompute, the node splits SGLang makes at a window's edge on insert,
-overlap scheduling, batching of concurrent requests.
+extra_buffer_lazy, SWA recompute, overlap scheduling, batching of concurrent requests.
 """
 
 from analyzer.sim.sglang.replay import SGLangReplay, replay

@@ -14,15 +14,21 @@ shared by the tree and the running request.
   tree beyond its own prefix whose tokens it still holds. Where its full-KV match passes its
   hit, its first insert reaching the match's page floor stops there (the SWA branch point).
   WindowRun, the base class, frees as it computes; the all-three cache (unified.py) uses it.
+- New leaf split: a new live leaf longer than one window (W rounded up to whole pages) is cut
+  there, the older part its parent (SGLang's _maybe_split_leaf_for_swa_lock), so an SWA
+  eviction of that part tombstones it and keeps its full KV.
 - Eviction: full side first (least recent unlocked leaf), then the SWA LRU (internal node ->
-  tombstone, leaf -> deleted, with childless tombstone parents). The running request locks its
-  path; SWA-locked are its path's nodes within W tokens of its current node.
+  tombstone, leaf -> deleted); a parent left childless stays while it holds its full KV, live
+  or a tombstone (the unified cache deletes a node only when its full KV goes). The running
+  request locks its path; SWA-locked are its path's nodes within W tokens of its current node.
 - LRU refresh: a match refreshes the whole matched path (full) and, in the SWA order, the live
-  nodes within W + page tokens above the hit node; an insert does the same from its end.
+  nodes within W + page tokens above the hit node, the node itself the most recent; an insert
+  does the same from its end. A split puts the new upper part just behind the lower one.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from analyzer.sim.common.tree import Node
@@ -47,12 +53,12 @@ class SWARadixCache(MambaRadixCache):
     def split(self, node: Node, k: int) -> Node:
         upper = self.tree.split(node, k)
         upper.state = node.state  # SWA KV is per token: both halves keep it
-        upper.state_stamp = node.state_stamp
+        if node.state:
+            # SGLang places the new upper part right behind the lower one in the SWA LRU
+            # (unified_tree_core._split_node): just older, so it goes first
+            upper.state_stamp = node.state_stamp - 0.5
+            heapq.heappush(self.state_heap, (upper.state_stamp, upper.uid, upper))
         return upper
-
-    def _keeps(self, node: Node) -> bool:
-        """The legacy SWARadixCache deletes a childless parent whose SWA KV is gone."""
-        return bool(node.lock or node.state)
 
     def state_locked(self, node: Node) -> bool:
         if node.lock == 0:
@@ -78,9 +84,12 @@ class SWARadixCache(MambaRadixCache):
     def touch_window(self, node: Node) -> None:
         """SWA-LRU refresh of the live nodes within W + page tokens above `node`."""
         floor = node.end * self.page - self.window - self.page
+        nodes = []
         while node.parent is not None and node.end * self.page > floor:
-            self.touch_state(node)
+            nodes.append(node)
             node = node.parent
+        for node in reversed(nodes):  # the node itself the most recent
+            self.touch_state(node)
 
     def used_swa(self) -> int:
         return self.states * self.page + self.private_swa
@@ -130,6 +139,7 @@ class SWARadixCache(MambaRadixCache):
                 self.tree.insert(keys[: slid // page])  # a tombstone: state False
             leaf = self.tree.insert(keys)[0][-1]
             self._revive(leaf, stored)
+            self._cap_leaf(leaf)
         else:
             end = matched
         node = self.tree.root
@@ -139,6 +149,16 @@ class SWARadixCache(MambaRadixCache):
         self.touch(node.path())
         self.touch_window(node)
         return node, max(end * page, owned)
+
+    def _cap_leaf(self, leaf: Node) -> None:
+        """Split a new live leaf longer than one window (W rounded up to whole pages) so its
+        lower part is that window and the older part its parent: an SWA eviction of the
+        parent then keeps the parent's full KV (an internal node becomes a tombstone), where
+        evicting the whole leaf would delete it (SGLang caps a fresh SWA leaf so that
+        locking it pins one window: components/swa.py, _maybe_split_leaf_for_swa_lock)."""
+        tail = -(-self.window // self.page)
+        if len(leaf.pages) > tail:
+            self.split(leaf, len(leaf.pages) - tail)
 
     def _revive(self, node: Node, stored: set[int]) -> None:
         node.state = True

@@ -11,21 +11,23 @@ the node's last token), each with its own pool and LRU order.
   in the window revived) made at the Mamba placement points of `sglang_strategy`
   (placement.py); the insert's end node gets the state ("mamba_exist": an existing one wins);
   an insert that stops short (its tail wholly out of the window) drops the state.
-  After each prefill chunk one insert, made before the chunk's slid-out SWA KV is freed (SGLang
-  frees it when the next extend is prepared), so it publishes the window ending at its depth:
-  to the chunk's Mamba track point (placement.py; no_buffer: the chunk's end) with the state.
-  Branch points: Mamba branching_seqlen = the matched KV floored to the track grid
-  (extra_buffer's track rule); SWA branching_seqlen = the matched KV (page aligned) when deeper
-  than the hit: when it lies in the chunk, shallower than its track point (or the chunk has
-  none), the insert is truncated there and gets no state (the chunk's state is dropped: it is
-  not for that prefix). The finished sequence is inserted as in placement.py, its window freed
-  below the final position.
+  Window (SWARun's rules, swa.py): a request frees slid-out SWA KV only at a checkpoint of an
+  unfinished request and during decode, never while a chunk is computed. After each prefill
+  chunk of an unfinished request one checkpoint: its key is the chunk's end (no_buffer) or its
+  Mamba track point (extra_buffer; none, no checkpoint); the SWA KV that slid out before the
+  key's last token is freed (ceil_P(max(W, P)) and what the tree holds kept), then the key,
+  floored to whole pages, is inserted with the state. A request that finishes with its
+  prefill is not checkpointed after its last chunk: that chunk's state is handed over at
+  release. Branch points: Mamba branching_seqlen = the matched KV floored to the track grid
+  (extra_buffer's track rule); no SWA branch point (with a Mamba component SGLang lets Mamba
+  choose the insert length). The finished sequence is inserted as in placement.py, its SWA
+  freed below what decode freed.
 - Pools: full KV, SWA KV (swa.py), and `num_states` state slots which also hold the running
   request's 1 (no_buffer) or 3 (extra_buffer) slots.
 - Eviction, per component LRU: FULL -> the least recent unlocked leaf, deleted with all its
   data; SWA -> an internal node becomes an SWA tombstone and loses its state too (the cascade
   FULL > SWA > MAMBA), a leaf is deleted; MAMBA -> an internal node loses its state only, a leaf
-  is deleted. A node left a leaf without both SWA KV and a state is deleted too, upward.
+  is deleted. A parent left a leaf stays while it holds its full KV.
 - LRU refresh: FULL the matched path, SWA the live nodes within W + page above the hit, MAMBA
   the hit node only; an insert the same from its end, MAMBA the node that got the state.
 - Locks: FULL the running request's path, SWA its last W tokens, MAMBA its current node.
@@ -117,9 +119,6 @@ class UnifiedRadixCache(SWARadixCache):
         super()._free(node)
         if node.mamba:
             self._drop_mamba(node)
-
-    def _keeps(self, node: Node) -> bool:
-        return bool(node.lock or (node.state and node.mamba))
 
 
 class UnifiedReplay(SWAReplay):

@@ -216,15 +216,17 @@ def test_leaf_state_eviction_deletes_the_leaf_and_keeps_its_parent():
 
 def test_swa_lru_deletes_a_leaf_and_its_kv():
     # W = 16, SWA pool 0.3 x 80 = 24 tokens. a (12) and b (a's first 8 + 4) are all live: 16
-    # SWA tokens. c needs 12 more: the least recent live node is a's leaf, deleted with its
-    # KV, so a + 4 matches only 8 (the split above b's leaf).
+    # SWA tokens. c's extend asks for its 12 tokens plus a page (16) where 8 are free: the
+    # least recent live node is a's leaf, deleted with its KV; then the split [0, 8), older
+    # than b's leaf (an insert refreshes its own node last), an internal node: its SWA KV
+    # goes, its full KV stays. a + 4 matches 8 and hits nothing.
     a = toks(1, 13)
     reqs = [req("a", a), req("b", cat(a[:8], toks(100, 104))), req("c", toks(200, 212))]
     reqs.append(req("a2", cat(a, toks(300, 304))))
     values = {**SWA, "sliding_window": 16, "num_blocks": 20}
     bounded = run(reqs, **values, sglang_swa_full_tokens_ratio=0.3)
     assert [(r.hit_tokens, r.attention_match_tokens) for r in bounded] == [
-        (0, 0), (8, 8), (0, 0), (8, 8),
+        (0, 0), (8, 8), (0, 0), (0, 8),
     ]  # fmt: skip
     assert run(reqs, **values)[-1].hit_tokens == 12  # SWA pool 0.8 x 80 = 64: nothing evicted
     (tiny,) = run([req("x", toks(1, 30))], **values, sglang_swa_full_tokens_ratio=0.1)
@@ -272,18 +274,50 @@ def test_unified_swa_eviction_cascades_to_the_state():
     assert r.sparse_retention_miss_evicted_tokens == 8
 
 
-@pytest.mark.parametrize(("groups", "left_pages"), [(SWA, 5), (UNI, 0)])
-def test_full_eviction_deletes_state_less_leaves_upward(groups, left_pages):
+def test_a_new_swa_leaf_is_split_to_one_window():
+    # W = 8, one 24-token chunk: the request frees nothing while it computes, so its whole
+    # insert is live; SGLang caps the new leaf at one window (8 tokens), the older 16 its
+    # parent. The SWA LRU takes the parent first (just older than the leaf): an internal
+    # node, tombstoned, its full KV kept; b, sharing 20 tokens, still matches them.
+    policy = make_policy({"engine": "sglang", "block_size": 4, **SWA})
+    engine = SGLangReplay(policy)
+    a = toks(1, 25)
+    engine.replay_one(req("a", a))
+    cache = engine.swa.cache
+    (top,) = cache.tree.root.children.values()
+    (leaf,) = top.children.values()
+    assert (top.end, leaf.end, top.state, leaf.state, cache.states) == (4, 6, True, True, 6)
+    assert cache._evict_state()
+    assert (top.state, leaf.state, cache.tree.num_pages, cache.states) == (False, True, 6, 2)
+    r = engine.replay_one(req("b", cat(a[:20], toks(100, 110))))
+    assert (r.hit_tokens, r.attention_match_tokens) == (0, 20)
+
+
+def test_unified_prefill_frees_no_window_while_it_computes():
+    # All three groups, W = 8: a 24-token prompt in one chunk that finishes with it caches
+    # its whole window (6 live pages) and its state at 24. 32 tokens in chunks of 16 with
+    # outputs: each checkpoint first frees what slid out before the key's last token, keeping
+    # ceil_P(W) and what the tree holds: 4 at 16 ([0, 4) a tombstone), 20 at 32 ([16, 20)).
+    engine = _unified_after(toks(1, 25))
+    cache = engine.swa.cache
+    assert (cache.states, cache.mamba_states) == (6, 1)
+    engine = _unified_after(toks(1, 33), [7, 7], max_num_batched_tokens=16)
+    cache = engine.swa.cache
+    assert (cache.tree.num_pages, cache.states, cache.mamba_states) == (8, 6, 2)
+
+
+@pytest.mark.parametrize("groups", [SWA, UNI])
+def test_full_eviction_keeps_a_parent_left_a_leaf(groups):
     # a and b branch at 20 (W = 64: all live): the split [0, 20) has SWA KV but no state.
-    # Evicting both leaves leaves it a leaf: the SWA cache keeps it (live), the unified cache
-    # deletes it (a leaf without a state is a tombstone leaf).
+    # Evicting both leaves leaves it a leaf, which stays with its KV: SGLang's unified cache
+    # deletes a node only when its full KV goes (the legacy SWARadixCache deleted it).
     policy = make_policy({"engine": "sglang", "block_size": 4, **groups, "sliding_window": 64})
     engine = SGLangReplay(policy)
     for r in BRANCHES[:2]:
         engine.replay_one(r)
     cache = engine.swa.cache
     assert cache._evict_full() and cache._evict_full()
-    assert cache.tree.num_pages == left_pages and cache.states == left_pages
+    assert cache.tree.num_pages == 5 and cache.states == 5
 
 
 def test_namespaces_hash_ids_and_errors():
@@ -381,7 +415,6 @@ def test_pools_never_overflow_and_the_tree_adds_up(trace, policy):
             assert cache.private_swa == 0
             assert sum(len(n.pages) for n in nodes if n.state) == cache.states
             assert cache.swa_tokens is None or cache.used_swa() <= cache.swa_tokens
-            assert all(n.state for n in nodes if not n.children)  # no tombstone leaves
             if isinstance(cache, UnifiedRadixCache):
                 assert sum(n.mamba for n in nodes) == cache.mamba_states
                 assert cache.mamba_slots is None or cache.mamba_states <= cache.mamba_slots
