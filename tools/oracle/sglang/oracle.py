@@ -314,6 +314,9 @@ class Engine:
             evicted={k: self.evicted[k] - before[k] for k in self.evicted},
             free_kv_tokens=int(self.alloc.available_size()),
         )
+        if hasattr(self.alloc, "swa_available_size"):
+            record["free_full_tokens"] = int(self.alloc.full_available_size())
+            record["free_swa_tokens"] = int(self.alloc.swa_available_size())
         mamba = getattr(self.r2t, "mamba_allocator", None)
         if mamba is not None:
             record["free_states"] = int(mamba.available_size())
