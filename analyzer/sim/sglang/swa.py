@@ -315,9 +315,18 @@ class SWARun(WindowRun):
         if pre_len - self.replay.window < self.evicted + interval:
             return
         low = max(self.evicted, self.owned)
-        new = max(low, pre_len - self.keep)
+        threshold = pre_len - self.keep
+        floor = self.retain_floor(pre_len)
+        if floor is not None:
+            threshold = min(threshold, floor)
+        new = max(low, threshold)
         self.evicted = max(low, new - new % self.replay.page)
         self.release_slid()
+
+    def retain_floor(self, pre_len: int) -> int | None:
+        """The lowest position a free at `pre_len` may reach besides the window (None: no
+        other bound; the all-three cache keeps the window behind its last state)."""
+        return None
 
     def release_slid(self) -> None:
         self.cache.private_swa = _ceil(self.pos, self.replay.page) - max(self.owned, self.evicted)

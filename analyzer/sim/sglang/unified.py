@@ -21,7 +21,9 @@ the node's last token), each with its own pool and LRU order.
   release. Branch points: Mamba branching_seqlen = the matched KV floored to the track grid
   (extra_buffer's track rule); no SWA branch point (with a Mamba component SGLang lets Mamba
   choose the insert length). The finished sequence is inserted as in placement.py, its SWA
-  freed below what decode freed.
+  freed below what decode freed. extra_buffer: no free reaches the window behind the
+  request's last tracked state (the prefill's last track point, in decode the last decode
+  track), so the state there keeps a live window (swa_retain_floor).
 - Pools: full KV, SWA KV (swa.py), and `num_states` state slots which also hold the running
   request's 1 (no_buffer) or 3 (extra_buffer) slots.
 - Eviction, per component LRU: FULL -> the least recent unlocked leaf, deleted with all its
@@ -159,6 +161,8 @@ class _Unified(SWARun):
         self.tracked = node.end * g.page
         self.mamba_branch = branch_point(g, kv_hit, self.tracked)  # Mamba branching_seqlen
         self.last_track: int | None = None
+        self.prefill_track: int | None = None  # the prefill's last Mamba track point
+        self.prompt = 0
         self.reserve = RESERVED_SLOTS[g.strategy]
         for _ in range(self.reserve):
             self.cache.alloc_mamba()
@@ -171,6 +175,7 @@ class _Unified(SWARun):
         the key's last token is freed, then the key is inserted with the state. A request
         that finishes with its prefill hands its last chunk's state over at release."""
         g = self.replay.geo
+        self.prompt = prompt
         chunks = []
         while self.pos < prompt:
             start = self.pos
@@ -179,6 +184,8 @@ class _Unified(SWARun):
                 return None
             chunks.append(c)
             track = track_point(g, start, c, self.mamba_branch)
+            if track is not None:
+                self.prefill_track = track
             if self.pos == prompt and total == prompt:
                 self.last_track = track
                 break
@@ -188,6 +195,19 @@ class _Unified(SWARun):
             self.free(key_len - 1)
             self.cache_state(track, True, self.evicted)
         return chunks
+
+    def retain_floor(self, pre_len: int) -> int | None:
+        """extra_buffer: a free never reaches the window behind the request's last tracked
+        state (SGLang's swa_retain_floor: mamba_last_track_seqlen - W), the prefill's last
+        track point or, in decode, the last decode track at or below `pre_len`."""
+        g = self.replay.geo
+        if g.strategy != "extra_buffer":
+            return None
+        track = self.prefill_track
+        decode = pre_len - pre_len % g.decode_grid
+        if decode > self.prompt:
+            track = decode
+        return None if track is None else track - self.replay.window
 
     def cache_state(self, depth: int, state: bool, slid: int | None = None) -> None:
         """Insert up to `depth` tokens (SWA freed below `slid`), with a state there if

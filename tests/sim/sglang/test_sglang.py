@@ -236,7 +236,7 @@ def test_swa_lru_deletes_a_leaf_and_its_kv():
 def _unified_after(a, outputs=None, **values) -> SGLangReplay:
     policy = make_policy({"engine": "sglang", "block_size": 4, **UNI, **values})
     engine = SGLangReplay(policy)
-    engine.replay_one(req("a", a, outputs) if outputs else req("a", a))
+    engine.replay_one(req("a", a) if outputs is None else req("a", a, outputs))
     return engine
 
 
@@ -304,6 +304,21 @@ def test_unified_prefill_frees_no_window_while_it_computes():
     engine = _unified_after(toks(1, 33), [7, 7], max_num_batched_tokens=16)
     cache = engine.swa.cache
     assert (cache.tree.num_pages, cache.states, cache.mamba_states) == (8, 6, 2)
+
+
+def test_unified_decode_keeps_the_window_behind_the_last_state():
+    # All three groups, extra_buffer, W = 8, decode states every 16 tokens. a: 24 prompt
+    # tokens, 199 decoded. Its one decode free (at 148, 128 tokens past what it freed) would
+    # free below 140 (148 - 8), but SGLang keeps the window behind the last tracked state
+    # (144 - 8 = 136, swa_retain_floor): the sequence cached to 208 is live from 136.
+    values = {**EB, "sliding_window": 8, "sglang_chunk_tokens": 8, "sglang_track_interval": 16}
+    engine = _unified_after(toks(1, 25), toks(500, 700), **values)
+    nodes = []
+    node = engine.swa.cache.tree.root
+    while node.children:
+        (node,) = node.children.values()
+        nodes.append((node.end * 4, node.state))
+    assert nodes[-3:] == [(136, False), (200, True), (208, True)]
 
 
 @pytest.mark.parametrize("groups", [SWA, UNI])
