@@ -139,17 +139,20 @@ class MambaRadixCache:
         return self._take(_pages_between(pos, pos + tokens, self.page))
 
     def alloc_decode(self, pos: int, steps: int) -> bool:
-        """`steps` decode steps of the running request from position `pos`. Above page 1
-        every step evicts for one page (SGLang's paged decode assumes each request needs a
-        new one) and takes a page when its token starts one; at page 1 this is the exact
-        need, the same evictions at once."""
-        if self.page == 1 or self.kv_tokens is None:
-            return self.alloc_kv(steps, pos)
-        for p in range(pos, pos + steps):
-            self.make_room(self.page)
-            if p % self.page == 0 and not self._take(self.page):
-                return False
-        return True
+        """`steps` decode steps of the running request from position `pos` (`decode_demand`),
+        taking a page whenever a step's token starts one."""
+        self.make_room(self.decode_demand(pos, pos + steps))
+        return self._take(_pages_between(pos, pos + steps, self.page))
+
+    def decode_demand(self, pos: int, end: int) -> int:
+        """What decode steps from `pos` to `end` evict for, at once. Above page 1 each step
+        evicts for one page while none is free (SGLang's paged decode assumes every request
+        needs a new one), so the steps together need one page more than the pages started
+        before the last step; at page 1 each step needs its own slot. Nothing is refreshed
+        between the steps, so evicting once for this is evicting step by step."""
+        if self.page == 1:
+            return end - pos
+        return self.page + _pages_between(pos, end - 1, self.page)
 
     def demand(self, tokens: int) -> int:
         """What SGLang evicts for before an extend of `tokens`: the extend plus one page (its

@@ -97,11 +97,11 @@ class SWARadixCache(MambaRadixCache):
     def alloc(self, pos: int, new_pos: int, window_low: int, decode: bool = False) -> bool:
         """Room for the running request to grow from `pos` to `new_pos` tokens, its SWA KV
         below `window_low` freed first (SGLang frees out-of-window SWA before it allocates):
-        full side first, each pool evicted for SGLang's demand (`demand`; above page 1 a
-        decode evicts for one page each step)."""
-        if not decode or self.page == 1:
-            return self._grow(pos, new_pos, window_low, self.demand(new_pos - pos))
-        return all(self._grow(p, p + 1, window_low, self.page) for p in range(pos, new_pos))
+        full side first, each pool evicted for SGLang's demand (`demand`; decode steps as
+        `decode_demand`)."""
+        if decode:
+            return self._grow(pos, new_pos, window_low, self.decode_demand(pos, new_pos))
+        return self._grow(pos, new_pos, window_low, self.demand(new_pos - pos))
 
     def _grow(self, pos: int, new_pos: int, window_low: int, need: int) -> bool:
         self.make_room(need)
@@ -224,14 +224,16 @@ class WindowRun:
     def grow(self, new_pos: int, release: bool = True, decode: bool = False) -> bool:
         """Compute up to `new_pos`: KV of every layer for the new tokens, then (`release`)
         free the SWA KV that slid out of the window."""
-        cache = self.cache
-        window_low = max(self.owned, self.slid(self.pos))
-        if not cache.alloc(self.pos, new_pos, window_low, decode):
+        if not self.cache.alloc(self.pos, new_pos, self.window_low(), decode):
             return False
         self.pos = new_pos
         if release:
             self.release_slid()
         return True
+
+    def window_low(self) -> int:
+        """Where the running request's own SWA KV starts (below it: freed or the tree's)."""
+        return max(self.owned, self.slid(self.pos))
 
     def release_slid(self) -> None:
         """Free the running request's SWA KV that slid out of its window."""
@@ -366,19 +368,26 @@ class SWARun(WindowRun):
         self.release()
         return None
 
+    def window_low(self) -> int:
+        return max(self.owned, self.evicted)
+
     def decode(self, prompt: int, total: int) -> bool:
-        """Decode steps to `total` (SWA freed every DECODE_EVICTION_INTERVAL slid-out tokens
-        from the second step on); False when a pool cannot hold them."""
-        if not self.grow(total, release=False, decode=True):
-            return False
-        seq = prompt + 2  # the second decode step's sequence length
-        while seq <= total:
-            need = self.evicted + DECODE_EVICTION_INTERVAL + self.replay.window + 1
-            seq = max(seq, need)
-            if seq > total:
-                break
-            self.free(seq - 1)
-            seq += 1
+        """Decode steps to `total` (from the second step on, SWA freed once
+        DECODE_EVICTION_INTERVAL tokens more have slid out, before the step allocates);
+        False when a pool cannot hold them. Steps between two frees allocate at once (the
+        same evictions as step by step: nothing is refreshed in between)."""
+        window = self.replay.window
+        first = prompt + 1  # the second step computes this position
+        pos = self.pos
+        while pos < total:
+            due = max(pos, first, self.evicted + DECODE_EVICTION_INTERVAL + window)
+            if due == pos:
+                self.free(pos)
+                due = max(pos + 1, self.evicted + DECODE_EVICTION_INTERVAL + window)
+            end = min(due, total)
+            if not self.grow(end, release=False, decode=True):
+                return False
+            pos = end
         return True
 
 

@@ -233,6 +233,16 @@ def test_swa_lru_deletes_a_leaf_and_its_kv():
     assert tiny.error == "SWA pool of 8 tokens too small for this request"
 
 
+def test_swa_decode_frees_before_it_allocates():
+    # W = 8, SWA pool 0.5 x 400 = 200 tokens. b (8) is cached; a decodes 199 tokens after its
+    # 8: from its second step it frees what slid out once 128 more tokens have, before the
+    # step allocates, so it never holds more than 128 + a page of SWA and b stays.
+    b = toks(1000, 1008)
+    reqs = [req("b", b), req("a", toks(1, 9), toks(500, 700)), req("b2", cat(b, toks(9, 13)))]
+    values = {**SWA, "num_blocks": 100, "sglang_swa_full_tokens_ratio": 0.5}
+    assert [r.hit_tokens for r in run(reqs, **values)] == [0, 0, 8]
+
+
 def _unified_after(a, outputs=None, **values) -> SGLangReplay:
     policy = make_policy({"engine": "sglang", "block_size": 4, **UNI, **values})
     engine = SGLangReplay(policy)
