@@ -31,6 +31,16 @@ settings.register_profile(
 settings.load_profile("hpa-ci" if os.environ.get("HPA_NO_SHRINK") else "hpa")
 
 
+@pytest.fixture(autouse=True)
+def _no_progress_lines(monkeypatch):
+    """Progress lines on a pipe depend on how long a command takes: none in a test that
+    does not ask for them (set analyzer.cli.base.PROGRESS_QUIET_S), so a slow machine adds
+    no line to an exact stderr."""
+    from analyzer.cli import base
+
+    monkeypatch.setattr(base, "PROGRESS_QUIET_S", float("inf"))
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     """An empty store (a failed ingest leaves it as it was; into no store, it leaves none)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,15 @@ from tests.conftest import write_jsonl
 
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def every_update(monkeypatch):
+    """Progress lines from the start, one per count, and no heartbeat (exact stderr)."""
+    from analyzer.cli import base
+
+    monkeypatch.setattr(base, "PROGRESS_QUIET_S", 0.0)
+    monkeypatch.setattr(base, "PROGRESS_LINE_S", 0.0)
+    monkeypatch.setattr(base, "PROGRESS_HEARTBEAT_S", 1e9)
 
 
 def test_ingest_then_query(tmp_path, db):
@@ -76,9 +86,7 @@ WEKA = Path(__file__).parent / "fixtures" / "external" / "weka_claude_code"
 
 def test_a_folder_ingest_notes_once_and_counts_progress_over_every_file(tmp_path, db, monkeypatch):
     """(issue 33 item 6: the adapter's note after every file; progress from 0 at each)"""
-    from analyzer.cli import base
-
-    monkeypatch.setattr(base, "PROGRESS_LINE_S", 0.0)
+    every_update(monkeypatch)
     result = run("ingest", WEKA, "--db", db)
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stdout.splitlines() if line.startswith("note: ")]
@@ -256,9 +264,10 @@ def test_progress_on_a_pipe_is_a_line_now_and_then(tmp_path, monkeypatch):
     db = tmp_path / "p.duckdb"
     sample = Path(__file__).parent.parent / "sample_traces" / "groups_1500.jsonl"
     assert run("ingest", sample, "--db", db).exit_code == 0
+    monkeypatch.setattr(base, "PROGRESS_QUIET_S", 10.0)
     quick = run("sweep", "--db", db, "--set", "block_size=64", "--vary", "num_blocks=100,200")
-    assert quick.exit_code == 0 and quick.stderr == ""  # quick: no progress lines at all
-    monkeypatch.setattr(base, "PROGRESS_LINE_S", 0.0)  # every step is "long enough"
+    assert quick.exit_code == 0 and quick.stderr == ""  # done within 10 s: no line at all
+    every_update(monkeypatch)  # every step is "long enough"
     slow = run("sweep", "--db", db, "--set", "block_size=64", "--vary", "num_blocks=100,200")
     assert slow.exit_code == 0
     assert slow.stderr.splitlines() == ["sweep: 1 of 2 points", "sweep: 2 of 2 points"]
@@ -412,3 +421,50 @@ def test_an_unknown_column_names_the_closest_stored_ones(replayed_db, sql, messa
         1,
         f"Error: query failed: Binder Error: {message}\n",
     )
+
+
+def test_match_on_a_pipe_counts_requests(tmp_path, monkeypatch):
+    """(issue 47 item 13: `hpa match` printed no progress at all on a pipe)"""
+    db = tmp_path / "m.duckdb"
+    sample = Path(__file__).parent.parent / "sample_traces" / "groups_1500.jsonl"
+    assert run("ingest", sample, "--db", db).exit_code == 0
+    every_update(monkeypatch)
+    result = run("match", "--db", db)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[-1] == "match: 32 of 32 requests"
+
+
+def test_a_long_step_still_prints_a_line_every_few_seconds(monkeypatch):
+    """(issue 47 item 13: one long replay of a plan left 32 s without a line)"""
+    import io
+    import time
+
+    from analyzer.cli import base
+
+    monkeypatch.setattr(base, "PROGRESS_QUIET_S", 0.0)
+    monkeypatch.setattr(base, "PROGRESS_LINE_S", 0.0)
+    monkeypatch.setattr(base, "PROGRESS_HEARTBEAT_S", 0.05)
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    with base.counter("plan", "replays") as update:
+        update(3, "search: num_blocks=40")
+        time.sleep(0.4)  # one long replay, no count
+    with base.progress_bar("match", "requests") as update:
+        update(10, 20)
+        time.sleep(0.4)
+        update(20, 20)
+    with base.heartbeat("report"):
+        time.sleep(0.4)
+    lines = err.getvalue().splitlines()
+    plan = [line for line in lines if line.startswith("plan: ")]
+    assert plan[0] == "plan: 3 replays, 0 s: search: num_blocks=40"
+    assert len(plan) >= 3 and all(
+        re.fullmatch(r"plan: 3 replays, \d+ s: search: num_blocks=40", line) for line in plan
+    )
+    match = [line for line in lines if line.startswith("match: ")]
+    assert match[0] == "match: 10 of 20 requests" and match[-1] == "match: 20 of 20 requests"
+    assert len(match) >= 4 and all(
+        re.fullmatch(r"match: 10 of 20 requests, \d+ s so far", line) for line in match[1:-1]
+    )
+    report = [line for line in lines if line.startswith("report: ")]
+    assert len(report) >= 2 and all(re.fullmatch(r"report: \d+ s so far", x) for x in report)

@@ -91,7 +91,7 @@ def match_cmd(
     from analyzer.pipeline.match import match_prefixes
     from analyzer.prefixes.engine import MatchOptions
 
-    with progress_bar("match") as update:
+    with progress_bar("match", "requests") as update:
         summary = match_prefixes(
             db_path,
             backend=backend,

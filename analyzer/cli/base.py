@@ -8,7 +8,9 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import click
@@ -250,39 +252,109 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.ensure_object(dict)["debug"] = debug
 
 
-# On a pipe or a log, progress is a line at most this often (and at the end), flushed.
-PROGRESS_LINE_S = 10.0
+# On a pipe or a log (not a terminal), progress is lines on stderr, flushed: none within
+# PROGRESS_QUIET_S of the start (a quick command prints none); after, a line at most every
+# PROGRESS_LINE_S from the command's own counts, and at least every PROGRESS_HEARTBEAT_S
+# (the last count again with the time so far, from a thread, where one step takes long).
+PROGRESS_QUIET_S = 10.0
+PROGRESS_LINE_S = 5.0
+PROGRESS_HEARTBEAT_S = 5.0
+
+# Held while a progress line is written, and across a fork (the process pool forks): a
+# worker never starts with stderr's lock held by a thread it does not have.
+_ECHO_LOCK = threading.Lock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_ECHO_LOCK.acquire,
+        after_in_parent=_ECHO_LOCK.release,
+        after_in_child=_ECHO_LOCK.release,
+    )
 
 
-def _progress_lines(label: str, unit: str):
-    """update(done, total[, where]) writing `label: done of total unit (where)` to stderr,
-    flushed, once
-    PROGRESS_LINE_S seconds have passed since the last line (or the start), and at the end
-    of a count that printed before: a quick command prints none (bytes shown in MiB)."""
-    last, shown = [time.monotonic()], [False]
+class _Lines:
+    """Progress lines of one command on a pipe or a log (see PROGRESS_QUIET_S)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started = self.last = time.monotonic()
+        # the last count as a heartbeat line, from the time so far (None: no count yet)
+        self.beat: Callable[[float], str] | None = None
+        self.shown = False  # whether a line was printed
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def due(self, now: float, every: float) -> bool:
+        return now - self.started >= PROGRESS_QUIET_S and now - self.last >= every
+
+    def echo(self, text: str, now: float) -> None:
+        with _ECHO_LOCK:
+            self.last, self.shown = now, True
+            click.echo(text, err=True)
+            sys.stderr.flush()
+
+    def update(
+        self, text: str, beat: Callable[[float], str] | None = None, force: bool = False
+    ) -> None:
+        """The command's count now as `text`, printed when a line is due (or `force`: at
+        the end of a count that printed before); `beat(seconds so far)`: the heartbeat's
+        line while no other comes (default: `text, N s so far`)."""
+        self.beat = beat or (lambda elapsed: f"{text}, {elapsed:,.0f} s so far")
+        now = time.monotonic()
+        if self.due(now, PROGRESS_LINE_S) or (force and self.shown):
+            self.echo(text, now)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(PROGRESS_HEARTBEAT_S, 1.0)):
+            now = time.monotonic()
+            if self.due(now, PROGRESS_HEARTBEAT_S):
+                elapsed, beat = now - self.started, self.beat
+                self.echo(beat(elapsed) if beat else f"{self.label}: {elapsed:,.0f} s so far", now)
+
+    def __enter__(self) -> _Lines:
+        self._thread = threading.Thread(target=self._beat, name="hpa-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+@contextmanager
+def heartbeat(label: str):
+    """A command without counts of its own: on a pipe or a log, `label: N s so far` every
+    PROGRESS_HEARTBEAT_S once PROGRESS_QUIET_S have passed; nothing on a terminal."""
+    if sys.stderr.isatty():
+        yield
+        return
+    with _Lines(label):
+        yield
+
+
+def _progress_lines(lines: _Lines, unit: str):
+    """update(done, total[, where]) for `lines`: `label: done of total unit (where)` (bytes
+    shown in MiB), the last line at the end of a count that printed before."""
 
     def show(n: int) -> str:
         return f"{n / 2**20:,.1f}" if unit == "MiB" else f"{n:,}"
 
     def update(done: int, total: int, where: str = "") -> None:
-        now = time.monotonic()
-        if now - last[0] < PROGRESS_LINE_S and not (done >= total and shown[0]):
-            return
-        last[0], shown[0] = now, done < total
         at = f" ({where})" if where else ""
-        click.echo(f"{label}: {show(done)} of {show(total)} {unit}{at}", err=True)
-        sys.stderr.flush()
+        text = f"{lines.label}: {show(done)} of {show(total)} {unit}{at}"
+        lines.update(text, force=done >= total)
 
     return update
 
 
 @contextmanager
-def progress_bar(label: str, unit: str = ""):
+def progress_bar(label: str, unit: str):
     """Yields update(done, total) drawing a progress bar on a terminal; on a pipe or a log,
-    a line now and then (`_progress_lines`, `unit` naming what is counted: "MiB" for bytes);
-    the bar is closed on exit."""
+    lines (`_Lines`: `label: done of total unit`, `unit` naming what is counted: "MiB" for
+    bytes); the bar is closed on exit."""
     if not sys.stderr.isatty():
-        yield _progress_lines(label, unit) if unit else None
+        with _Lines(label) as lines:
+            yield _progress_lines(lines, unit)
         return
     state: dict = {}
 
@@ -305,22 +377,21 @@ def progress_bar(label: str, unit: str = ""):
 @contextmanager
 def counter(label: str, unit: str):
     """Yields update(n, what) showing a running count of steps of unknown number, and what
-    the command is doing: redrawn in place on a terminal; on a pipe or a log, a line once
-    PROGRESS_LINE_S seconds have passed since the last (or the start), flushed, with the
-    time so far (a quick command prints none)."""
+    the command is doing: redrawn in place on a terminal; on a pipe or a log, lines
+    (`_Lines`) with the time so far."""
     started = time.monotonic()
     if not sys.stderr.isatty():
-        last = [started]
+        with _Lines(label) as lines:
 
-        def line(n: int, what: str = "") -> None:
-            now = time.monotonic()
-            if now - last[0] >= PROGRESS_LINE_S:
-                last[0] = now
+            def line(n: int, what: str = "") -> None:
                 doing = f": {what}" if what else ""
-                click.echo(f"{label}: {n:,} {unit}, {now - started:,.0f} s{doing}", err=True)
-                sys.stderr.flush()
 
-        yield line
+                def text(elapsed: float) -> str:
+                    return f"{label}: {n:,} {unit}, {elapsed:,.0f} s{doing}"
+
+                lines.update(text(time.monotonic() - started), text)
+
+            yield line
         return
     shown = [False]
 

@@ -195,7 +195,7 @@ def demo(out_dir: str, samples_dir: str | None) -> None:
     from analyzer.pipeline.demo import run_demo
     from analyzer.report.tables import render
 
-    with progress_bar("demo") as update:
+    with progress_bar("demo", "stages") as update:
         result = run_demo(out_dir, samples_dir=samples_dir, progress=update)
     src = result.ingested.sources[0]
     click.echo(

@@ -11,6 +11,7 @@ from analyzer.cli.base import (
     db_option,
     executor_options,
     executor_spec,
+    heartbeat,
     measure_from_option,
     name_option,
     out_file_option,
@@ -174,13 +175,14 @@ def calibrate_cmd(db_path, policy_source, overrides, step_gpu, tensor_parallel, 
     from analyzer.pipeline.calibrate import calibrate
 
     roofline = {k: v for k, v in search.items() if v not in (None, ())}
-    fit = calibrate(
-        policy_source,
-        with_step(overrides, step_gpu, tensor_parallel),
-        db_path=db_path,
-        out=out,
-        roofline=roofline,
-    )
+    with heartbeat("calibrate"):
+        fit = calibrate(
+            policy_source,
+            with_step(overrides, step_gpu, tensor_parallel),
+            db_path=db_path,
+            out=out,
+            roofline=roofline,
+        )
     for note in fit.notes:
         click.echo(f"note: {note}")
     if hasattr(fit, "efficiency"):
@@ -288,15 +290,16 @@ def report_cmd(
     and --baseline, an incident section after the summary."""
     from analyzer.pipeline.report import write_report
 
-    result = write_report(
-        out,
-        db_path=db_path,
-        runs=list(runs) or None,
-        window=window,
-        baseline=baseline,
-        bin_s=bin_s,
-        target=target,
-    )
+    with heartbeat("report"):
+        result = write_report(
+            out,
+            db_path=db_path,
+            runs=list(runs) or None,
+            window=window,
+            baseline=baseline,
+            bin_s=bin_s,
+            target=target,
+        )
     click.echo(
         f"wrote {result.path} ({result.num_bytes:,} bytes): runs "
         f"{', '.join(map(str, result.run_ids))}, {len(result.figure_ids)} figures"

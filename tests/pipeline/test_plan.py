@@ -302,7 +302,9 @@ def test_plan_option_errors(groups_db, extra, message):
 def test_plan_progress_on_a_pipe(groups_db, monkeypatch):
     import analyzer.cli.base
 
+    monkeypatch.setattr(analyzer.cli.base, "PROGRESS_QUIET_S", 0.0)
     monkeypatch.setattr(analyzer.cli.base, "PROGRESS_LINE_S", 0.0)
+    monkeypatch.setattr(analyzer.cli.base, "PROGRESS_HEARTBEAT_S", 1e9)
     r = CliRunner().invoke(
         cli,
         [
