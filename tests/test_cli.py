@@ -468,3 +468,45 @@ def test_a_long_step_still_prints_a_line_every_few_seconds(monkeypatch):
     )
     report = [line for line in lines if line.startswith("report: ")]
     assert len(report) >= 2 and all(re.fullmatch(r"report: \d+ s so far", x) for x in report)
+
+
+HELP = "(hpa replay --help lists every key)"
+UNKNOWN_KEYS = [
+    # (issue 47 item 14: an unknown key listed all 60 keys, and suggested none)
+    (["replay", "--set", "replica=2"], "--set 'replica=2': unknown policy key 'replica'; "
+     f"did you mean 'replicas'? {HELP}"),
+    (["replay", "--set", "step_base=2"], "--set 'step_base=2': unknown policy key "
+     f"'step_base'; did you mean 'step_base_ms'? {HELP}"),
+    (["replay", "--set", "routng=dynamo"], "--set 'routng=dynamo': unknown policy key "
+     f"'routng'; did you mean 'routing'? {HELP}"),
+    (["replay", "--set", "llmd_kv_weigth=1"], "--set 'llmd_kv_weigth=1': unknown policy key "
+     f"'llmd_kv_weigth'; did you mean 'llmd_kv_weight'? {HELP}"),
+    (["sweep", "--vary", "num_block=1,2"], "--vary 'num_block=1,2': unknown policy key "
+     f"'num_block'; did you mean 'num_blocks'? {HELP}"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "message"), UNKNOWN_KEYS)
+def test_an_unknown_policy_key_suggests_the_closest(tmp_path, args, message):
+    result = run(*args, "--db", tmp_path / "none.duckdb")
+    assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")
+
+
+def test_replay_help_lists_every_policy_key_grouped_with_its_default():
+    """(issue 47 item 14: `hpa replay --help` listed no policy key)"""
+    from analyzer.config.policy import KEYS
+
+    text = run("replay", "--help").stdout
+    keys = text[text.index("Policy keys (--set KEY=VALUE") :]
+    flat = " ".join(keys.split())
+    for key in KEYS:
+        assert re.search(rf"(?<![\w-]){re.escape(key)}=", flat), key
+    for line in (
+        "fleet: replicas=1, routing=trace",
+        "schedule: schedule=serial, max_num_batched_tokens=8192 (or the gpu's)",
+        "concurrent clock: max_num_seqs=256 (or the gpu's), step_base_ms=5.0, "
+        "step_token_us=100.0, time_scale=1.0, async_scheduling=true",
+        "marconi only: marconi_alpha=1.0, marconi_bootstrap=5",
+        "every live router: router_seed=0, router_refresh_s=0.0",
+    ):
+        assert line in flat, line

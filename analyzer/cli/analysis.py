@@ -22,6 +22,7 @@ from analyzer.cli.base import (
     with_step,
     workers_option,
 )
+from analyzer.config.policy import policy_help
 from analyzer.config.routers import routing_help
 from analyzer.errors import ConfigError
 
@@ -107,7 +108,7 @@ def match_cmd(
         click.echo(line)
 
 
-@cli.command(epilog=routing_help())
+@cli.command(epilog=policy_help() + "\n\n" + routing_help())
 @db_option
 @policy_options
 @step_options

@@ -8,7 +8,9 @@ what is allowed, never a silent default.
 
 from __future__ import annotations
 
+import difflib
 import json
+import textwrap
 import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -87,12 +89,13 @@ class Policy:
     routing: str = "trace"
     cache_scope: str = "revision"
     model: str | None = None
-    # The schedule (analyzer/config/schedule.py); the other four keys are the concurrent one's.
+    # The schedule (analyzer/config/schedule.py); the other five keys are the concurrent one's.
     schedule: str = "serial"
     max_num_seqs: int = CONCURRENT_KEYS["max_num_seqs"].default
     step_base_ms: float = CONCURRENT_KEYS["step_base_ms"].default
     step_token_us: float = CONCURRENT_KEYS["step_token_us"].default
     time_scale: float = CONCURRENT_KEYS["time_scale"].default
+    async_scheduling: bool = CONCURRENT_KEYS["async_scheduling"].default
     # The step's time from the model and the GPU (analyzer/config/step_models.py): auto is
     # the roofline when a GPU is named, else step_base_ms + step_token_us per token.
     step_model: str = "auto"
@@ -170,6 +173,67 @@ class Policy:
 BASE_KEYS = tuple(f.name for f in fields(Policy) if f.name not in ("options", "router_options"))
 KEYS = BASE_KEYS + tuple(OPTIONS) + ROUTER_KEYS
 
+# The Policy's keys as `hpa replay --help` groups them (the routers' knobs: routing_help).
+KEY_GROUPS = {
+    "cache": (
+        "engine", "model", "groups", "block_size", "prefix_match_unit", "retention_interval",
+        "sliding_window", "num_blocks", "spec_decode", "cache_scope",
+    ),
+    "fleet": ("replicas", "routing"),
+    "schedule": ("schedule", "max_num_batched_tokens"),
+    "concurrent clock": tuple(CONCURRENT_KEYS),
+    "step time (concurrent)": ("step_model", "gpu", "tensor_parallel", "step_efficiency"),
+}  # fmt: skip
+# What a default means where its value alone does not say.
+_DEFAULT_NOTES = {
+    "block_size": "the model preset's",
+    "num_blocks": "unbounded",
+    "max_num_batched_tokens": "or the gpu's",
+    "max_num_seqs": "or the gpu's",
+    "step_efficiency": "the gpu's factors",
+}
+
+
+def unknown_key(key: str) -> str:
+    """The message for an unknown policy key: the closest known one where one is close
+    (`did you mean 'replicas'?`), else every known key."""
+    close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.6)
+    if close:
+        return (
+            f"unknown policy key {key!r}; did you mean {close[0]!r}? (hpa replay --help "
+            "lists every key)"
+        )
+    return f"unknown policy key {key!r}; known: {', '.join(KEYS)}"
+
+
+def _default(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif value is None:
+        text = "null"
+    elif isinstance(value, tuple | list):
+        text = "[" + ",".join(str(v) for v in value) + "]" if value else "{}"
+    else:
+        text = str(value)
+    note = _DEFAULT_NOTES.get(key)
+    return f"{key}={text}" + (f" ({note})" if note else "")
+
+
+def policy_help() -> str:
+    """Every policy key but the routers' knobs, grouped, with its default, for the `--help`
+    of the commands that build a policy (click epilog; `routing_help` lists the routers)."""
+    defaults = asdict(Policy())
+    lines = ["\b", "Policy keys (--set KEY=VALUE; defaults; docs/engines.md#replay-policies):"]
+    rows = [(name, [_default(k, defaults[k]) for k in keys]) for name, keys in KEY_GROUPS.items()]
+    engines = dict.fromkeys(o.engine for o in OPTIONS.values())
+    for engine in engines:
+        knobs = [_default(k, o.default) for k, o in OPTIONS.items() if o.engine == engine]
+        rows.append((f"{engine} only", knobs))
+    for name, knobs in rows:
+        text = f"{name}: {', '.join(knobs)}"
+        lines += textwrap.wrap(text, 78, initial_indent="  ", subsequent_indent="      ")
+    return "\n".join(lines)
+
 
 def _integer(values: dict[str, Any], key: str) -> int | None:
     """`values[key]`: null, or an integer of at least MINIMUMS[key] (and at most
@@ -201,7 +265,7 @@ def build_policy(values: dict[str, Any]) -> Policy:
     question (the engine's own checks live with the engine)."""
     unknown = sorted(set(values) - set(KEYS))
     if unknown:
-        raise ConfigError(f"unknown policy key {unknown[0]!r}; known: {', '.join(KEYS)}")
+        raise ConfigError(unknown_key(unknown[0]))
     base = {k: v for k, v in values.items() if k not in OPTIONS and k not in ROUTER_KEYS}
     v = {**asdict(Policy()), **_batch_defaults(base), **base}
     groups = v["groups"]
@@ -383,7 +447,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
     if key not in KEYS:
-        raise ConfigError(f"--set {item!r}: unknown policy key {key!r}; known: {', '.join(KEYS)}")
+        raise ConfigError(f"--set {item!r}: {unknown_key(key)}")
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.config.memory import policy_pool_gib
-from analyzer.config.policy import KEYS, Policy
+from analyzer.config.policy import KEYS, Policy, unknown_key
 from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import num_caches, replay_rows
 from analyzer.store.db import transaction
@@ -83,7 +83,7 @@ def parse_vary(item: str) -> tuple[str, list[Any]]:
     if not sep or not key or not raw.strip():
         raise ConfigError(f"--vary {item!r}: expected KEY=V1,V2,...")
     if key not in KEYS:
-        raise ConfigError(f"--vary {item!r}: unknown policy key {key!r}; known: {', '.join(KEYS)}")
+        raise ConfigError(f"--vary {item!r}: {unknown_key(key)}")
     parts = _split_top(raw)
     if any(not p.strip() for p in parts):
         raise ConfigError(f"--vary {item!r}: empty value in the list")
