@@ -21,6 +21,15 @@ from analyzer.cli.base import (
     with_step,
 )
 
+# A concurrent sweep point's load figures in the table: replay_load_summary's key -> column.
+SWEEP_LOAD_COLUMNS = {
+    "ttft_p50_s": "ttft_p50_s",
+    "ttft_p99_s": "ttft_p99_s",
+    "queue_mean_s": "queue_mean_s",
+    "queue_p99_s": "queue_p99_s",
+    "num_preemptions": "preemptions",
+}
+
 
 @cli.command("sweep")
 @db_option
@@ -113,6 +122,10 @@ def sweep_cmd(
                 "one_pass": [p.one_pass for p in s.points],
             }
         )
+        if any(p.load is not None for p in s.points):  # concurrent points: their load
+            for key, column in SWEEP_LOAD_COLUMNS.items():
+                values = [None if p.load is None else p.load[key] for p in s.points]
+                table = table.append_column(column, pa.array(values))
         click.echo(render(table), nl=False)
         n_one = sum(p.one_pass for p in s.points)
         how = f"; {n_one} from one stack-distance pass" if n_one else ""

@@ -35,6 +35,9 @@ class SweepPoint:
     memory_gib: float | None  # per cache
     one_pass: bool  # hits from the stack-distance pass (False: its own replay)
     num_caches: int = 1  # pools the point replayed (memory_gib is each one's)
+    # a concurrent point's TTFT, queueing and preemption figures (replay_load_summary.sql;
+    # None: a serial point)
+    load: dict | None = None
 
 
 @dataclass
@@ -205,6 +208,7 @@ def _store_sweep(
             policy_pool_gib(policy.model, policy.num_blocks, policy.block_size),
             from_curve,
             num_caches(policy, rows),
+            run.load,
         )
         insert_sweep_point(
             con,

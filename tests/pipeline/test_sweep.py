@@ -310,3 +310,29 @@ def test_plan_measures_after_a_warm_up(groups_db):
         "plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.3", "--measure-from", "1"
     )
     assert bad.exit_code == 2 and "--measure-from" in bad.output
+
+
+def test_a_concurrent_sweep_prints_each_points_ttft_and_queue(groups_db):
+    """(issue 47 item 15: the table had no TTFT or queue column; SQL was needed)"""
+    args = ["sweep", "--db", str(groups_db), "--set", "model=qwen3.5-4b", "--jobs", "1",
+            "--set", "schedule=concurrent", "--set", "time_scale=0.01"]  # fmt: skip
+    r = run(*args, "--vary", "num_blocks=20,40")
+    assert r.exit_code == 0, r.output
+    header = r.stdout.splitlines()[0].split()
+    load = ["ttft_p50_s", "ttft_p99_s", "queue_mean_s", "queue_p99_s", "preemptions"]
+    assert header[-6:] == ["one_pass", *load]
+    q = (
+        "SELECT quantile_cont(ttft_s, 0.5), quantile_cont(ttft_s, 0.99), avg(queue_s), "
+        "quantile_cont(queue_s, 0.99), sum(num_preemptions) FROM replay_requests "
+        "WHERE run_id = {} AND measured"
+    )
+    for line, run_id in zip(r.stdout.splitlines()[2:4], (1, 2), strict=True):
+        cells = line.split()
+        assert int(cells[3]) == run_id
+        (want,) = db_rows(groups_db, q.format(run_id))
+        assert [float(c.replace(",", "")) for c in cells[-5:]] == pytest.approx(
+            [float(w) for w in want], abs=5e-4
+        )
+    serial = run("sweep", "--db", str(groups_db), "--set", "model=qwen3.5-4b", "--jobs", "1",
+                 "--vary", "num_blocks=20,40")  # fmt: skip
+    assert serial.exit_code == 0 and serial.stdout.splitlines()[0].split()[-1] == "one_pass"
