@@ -28,7 +28,7 @@ VLLM_SERVE_MAX_NUM_BATCHED_TOKENS = 8192
 @dataclass(frozen=True)
 class ClockKey:
     """One key of the concurrent schedule. `kind`: int or number (int or float, stored as a
-    float); the value is >= `minimum`, or > it when `exclusive`."""
+    float), the value >= `minimum` (> it when `exclusive`); or bool (true or false)."""
 
     kind: str
     default: int | float
@@ -36,7 +36,11 @@ class ClockKey:
     maximum: int | float
     exclusive: bool = False
 
-    def check(self, key: str, value: Any) -> int | float:
+    def check(self, key: str, value: Any) -> int | float | bool:
+        if self.kind == "bool":
+            if type(value) is not bool:
+                raise ConfigError(f"policy key {key!r}: expected true or false, got {value!r}")
+            return value
         numeric = (int,) if self.kind == "int" else (int, float)
         ok = type(value) in numeric and _finite(value) and value <= self.maximum
         if not ok or (value <= self.minimum if self.exclusive else value < self.minimum):
@@ -63,6 +67,10 @@ CONCURRENT_KEYS: dict[str, ClockKey] = {
     "step_base_ms": ClockKey("number", 5.0, 0, 1e6),
     "step_token_us": ClockKey("number", 100.0, 0, 1e6),
     "time_scale": ClockKey("number", 1.0, 0, 1e6, exclusive=True),
+    # vLLM 0.33 `vllm serve` schedules the next batch while the GPU runs the current one
+    # (`AsyncScheduler`, two batches in flight): VllmConfig resolves async_scheduling=None to
+    # true for generative models on one GPU's executor. false: the synchronous loop.
+    "async_scheduling": ClockKey("bool", True, 0, 0),
 }
 SCHEDULE_KEYS = ("schedule", *CONCURRENT_KEYS)
 

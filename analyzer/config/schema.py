@@ -79,6 +79,11 @@ BASE_DOCS = {
     "defaults, an object of step_time.Efficiency's fields (hpa calibrate --gpu fits them).",
     "time_scale": "schedule concurrent: a request arrives at (timestamp - earliest "
     "timestamp) x time_scale seconds; < 1 compresses the trace (more contention).",
+    "async_scheduling": "schedule concurrent: vLLM's async scheduling, as vllm serve runs by "
+    "default: the next batch is scheduled while the GPU runs the current one (two in flight), "
+    "so an arrival during a step is first scheduled two steps later and a finished request's "
+    "blocks return a step later. false: the synchronous loop. A drafter (spec_decode) runs "
+    "the synchronous loop (docs/engines.md).",
 }
 
 EXAMPLES = [
@@ -153,6 +158,8 @@ def _base_property(key: str) -> dict[str, Any]:
         default = {}
     elif key in CHOICES:
         prop = {"enum": list(CHOICES[key])}
+    elif key in CONCURRENT_KEYS and CONCURRENT_KEYS[key].kind == "bool":
+        prop = {"type": "boolean"}
     elif key in CONCURRENT_KEYS:
         row = CONCURRENT_KEYS[key]
         bound = "exclusiveMinimum" if row.exclusive else "minimum"

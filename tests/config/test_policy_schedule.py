@@ -79,7 +79,7 @@ def test_defaults():
     assert set(SCHEDULE_KEYS) <= set(KEYS)
 
 
-def test_a_concurrent_policy_has_all_five_keys_in_its_identity():
+def test_a_concurrent_policy_has_all_six_keys_in_its_identity():
     p = build_policy({**CONCURRENT, "max_num_seqs": 8, "time_scale": 2, "step_token_us": 50})
     values = json.loads(p.to_json())
     assert {k: values[k] for k in SCHEDULE_KEYS} == {
@@ -88,6 +88,7 @@ def test_a_concurrent_policy_has_all_five_keys_in_its_identity():
         "step_base_ms": 5.0,
         "step_token_us": 50.0,
         "time_scale": 2.0,
+        "async_scheduling": True,
     }
     assert build_policy(values) == p  # the stored JSON rebuilds the same policy
     # An int and the same float are one configuration, one identity.
@@ -130,6 +131,14 @@ M = "policy key "
 BAD = [
     ({"schedule": "async"}, "policy key 'schedule': 'async' is not one of serial, concurrent"),
     ({"schedule": None}, "policy key 'schedule': None is not one of serial, concurrent"),
+    (
+        {"schedule": "concurrent", "async_scheduling": 1},
+        "policy key 'async_scheduling': expected true or false, got 1",
+    ),
+    (
+        {"schedule": "concurrent", "async_scheduling": "false"},
+        "policy key 'async_scheduling': expected true or false, got 'false'",
+    ),
     (
         {"max_num_seqs": 0},
         "policy key 'max_num_seqs': expected an integer >= 1 and <= 2,147,483,647, got 0",
@@ -196,7 +205,13 @@ def test_bad_value_is_a_one_line_error(values, message):
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("max_num_seqs", 8), ("step_base_ms", 0), ("step_token_us", 0.5), ("time_scale", 10)],
+    [
+        ("max_num_seqs", 8),
+        ("step_base_ms", 0),
+        ("step_token_us", 0.5),
+        ("time_scale", 10),
+        ("async_scheduling", False),
+    ],
 )
 def test_a_concurrent_key_on_a_serial_policy_is_an_error(key, value):
     for values in ({key: value}, {key: value, "schedule": "serial"}):

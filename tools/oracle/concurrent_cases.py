@@ -22,13 +22,14 @@ import json
 import shlex
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from make_goldens import DEFAULT_ORACLE_PYTHON, DEFAULT_ORACLE_SCRIPT, FA, MAMBA, SWA
 
 GOLDEN_REL = "tests/golden/oracle_concurrent"
+ASYNC_ORACLE_SCRIPT = "tools/oracle/vllm_async_oracle.py"
 SEED, NUM_REQUESTS, RATE = 11, 150, 10.0
 
 
@@ -211,6 +212,9 @@ class Case:
     step_token_us: int = 100
     time_scale: float = 1.0
     serial_check: bool = False  # also replay serially; per-request results should be equal
+    # vLLM's AsyncScheduler with two batches in flight (vllm_async_oracle.py), as vllm serve
+    # runs by default; false: the oracle's synchronous loop
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         assert self.trace in TRACES, self.trace
@@ -233,6 +237,7 @@ class Case:
             "step_base_ms": self.step_base_ms,
             "step_token_us": self.step_token_us,
             "time_scale": self.time_scale,
+            "async_scheduling": self.async_scheduling,
         }
 
     def cache_args(self) -> list[str]:
@@ -252,6 +257,8 @@ class Case:
     def oracle_args(self, trace_path: str | None = None) -> list[str]:
         path = trace_path or f"{GOLDEN_REL}/{TRACES[self.trace].file}"
         args = ["--trace", path, "--concurrent", *self.cache_args()]
+        if self.async_scheduling:
+            args.insert(0, "--async-scheduling")
         args += ["--max-num-seqs", str(self.max_num_seqs), "--time-scale", str(self.time_scale)]
         return args + [
             "--step-base-ms",
@@ -260,8 +267,13 @@ class Case:
             str(self.step_token_us),
         ]
 
+    @property
+    def script(self) -> str:
+        """The oracle script (the async one wraps the oracle and adds the batch queue)."""
+        return ASYNC_ORACLE_SCRIPT if self.async_scheduling else DEFAULT_ORACLE_SCRIPT
+
     def command(self) -> str:
-        return shlex.join([DEFAULT_ORACLE_PYTHON, DEFAULT_ORACLE_SCRIPT, *self.oracle_args()])
+        return shlex.join([DEFAULT_ORACLE_PYTHON, self.script, *self.oracle_args()])
 
 
 def _hand_made() -> list[Case]:
@@ -361,6 +373,16 @@ def _fuzzed_cases() -> list[Case]:
     ]
 
 
-CASES: dict[str, Case] = {
-    c.name: c for c in [*_hand_made(), *_seeded_cases(), *_seeded_swa_eagle(), *_fuzzed_cases()]
-}
+def _async_twins(cases: list[Case]) -> list[Case]:
+    """Every case without a drafter again under vLLM's async scheduling (`<case>_async`), as
+    vllm serve runs: two batches in flight (a drafter keeps hpa on the synchronous loop)."""
+    return [
+        replace(c, name=f"{c.name}_async", description=f"{c.description}; async scheduling",
+                async_scheduling=True, serial_check=False)
+        for c in cases
+        if c.spec_decode == "none"
+    ]
+
+
+_SYNC = [*_hand_made(), *_seeded_cases(), *_seeded_swa_eagle(), *_fuzzed_cases()]
+CASES: dict[str, Case] = {c.name: c for c in [*_SYNC, *_async_twins(_SYNC)]}

@@ -143,7 +143,9 @@ def serial_check(case: Case, python: str, script: str, trace_path: str, rows: li
 
 def run_case(case: Case, python: str, script: str, trace_path: str) -> tuple[str, dict]:
     """(expected.jsonl text, summary)."""
-    cmd = [python, script, *case.oracle_args(trace_path)]
+    # The async cases run the async oracle (it wraps `script`: HPA_ORACLE_SCRIPT, set in main)
+    runner = str(REPO / case.script) if case.async_scheduling else script
+    cmd = [python, runner, *case.oracle_args(trace_path)]
     rows, summary, config = _run(cmd, case.name)
     check = serial_check(case, python, script, trace_path, rows) if case.serial_check else {}
     return expected_lines(rows, summary, config, check), summary
@@ -217,6 +219,8 @@ def _fmt_policy(c: Case) -> str:
         parts.append(c.spec_decode)
     if c.time_scale != 1.0:
         parts.append(f"time_scale={c.time_scale:g}")
+    if c.async_scheduling:
+        parts.append("async")
     return " ".join(parts)
 
 
@@ -321,6 +325,7 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[Case], str]
 
 def main(argv: list[str] | None = None) -> int:
     args, selected, script = _parse(argv)
+    os.environ["HPA_ORACLE_SCRIPT"] = script  # the oracle the async one wraps
     if args.list:
         for c in CASES.values():
             print(f"{c.name:36s} {c.trace:16s} {_fmt_policy(c)}")

@@ -123,6 +123,8 @@ class Case:
             "step_base_ms": self.step_base_ms,
             "step_token_us": self.step_token_us,
             "time_scale": self.time_scale,
+            # the fleet oracle drives each replica's scheduler synchronously
+            "async_scheduling": False,
             "routing": self.routing,
             "replicas": self.replicas,
             "router_seed": None,

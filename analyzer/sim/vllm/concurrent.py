@@ -53,13 +53,20 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
             self.layout = replace(self.layout, max_num_batched_tokens=budget)
             self.coord = Coordinator(self.layout)
         self.coord.schedule_concurrently()
-        self.events = frozenset(self._events)
+        # vLLM's AsyncScheduler: two steps in flight (the next one scheduled while the GPU
+        # runs this one). A drafter keeps the synchronous loop (docs/engines.md).
+        self.depth = 2 if policy.async_scheduling and not self.layout.speculative else 1
+        events = set(self._events)
+        if self.depth > 1:  # a decode's block is hashed one step later: at the next position
+            events |= {(e + 1) % self.layout.block_size for e in self._events}
+        self.events = frozenset(events)
         # Per position in a block: decode steps until one at an event position.
         B = self.layout.block_size
         self.to_event = [
             min((e - r) % B for e in self.events) if self.events else B for r in range(B)
         ]
         self.quiet = not self.layout.speculative  # a drafter re-caches at every sample
+        self.sleeps = self.quiet and self.depth == 1  # sleepers: the synchronous loop only
         # The step's time from the model and the GPU (None: step_base + step_token x tokens),
         # which prices each decode by its context (the sleepers' in one sum).
         self.step_model = step_model(policy)
@@ -79,6 +86,8 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
         self.skipped_now: list[Flight] = []  # sleepers the current step left out
         self.num_steps = 0
         self.num_tokens = 0  # scheduled so far, over every step
+        self.num_ended = 0  # steps whose outputs were processed, and their tokens
+        self.tokens_ended = 0
         self.running: list[Flight] = []  # admission order
         # The running requests simulated step by step; the others are asleep: decoding at
         # quiet positions, advanced only when next looked at (`_catch_up`).
@@ -87,8 +96,11 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
         self.flights: list[Flight] = []
         self.waiting: deque[Flight] = deque()
         self.arrivals: deque[Flight] = deque()  # routed here, queued at the next step start
-        self.step_end_s: float | None = None  # the step in flight's end
-        self.in_step: tuple | None = None  # its (scheduled, skipped)
+        # The steps in flight, oldest first: (end, scheduled, skipped, tokens); the GPU runs
+        # them one after another (free at `gpu_free_s`)
+        self.in_flight: deque[tuple] = deque()
+        self.gpu_free_s = 0.0
+        self.blocked = False  # a schedule found nothing while a step runs: wait for it
         # A fleet's replica: (flight, first token or finished, time) as its steps end, for
         # the router's hooks (None: nobody listens)
         self.hooks: list[tuple[Flight, bool, float]] | None = None
@@ -101,13 +113,20 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
             self.arrivals.append(f)
         while True:
             start_s = self.next_start_s()
-            if start_s is None:
-                break
-            self.start_step(start_s)
-            if self.step_end_s is not None:
+            end_s = self.step_end_s
+            if start_s is not None and (end_s is None or start_s <= end_s):
+                self.start_step(start_s)
+            elif end_s is not None:
                 self.end_step()
+            else:
+                break
         for f in flights:
             yield f.result()
+
+    @property
+    def step_end_s(self) -> float | None:
+        """When the oldest step in flight ends (its outputs are processed); None: none is."""
+        return self.in_flight[0][0] if self.in_flight else None
 
     def ttft_terms(self) -> list[tuple[float, int, int] | None]:
         """Per request (after `run`): its TTFT as lead_s + step_base_s x steps + step_token_s x
@@ -187,17 +206,24 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
             self._schedule_waiting(scheduled, budget, self.clock)
         coord.end_step()
         if not scheduled and not sleepers:
-            if budget >= 0 and not self.running and self.waiting:
+            if self.in_flight:
+                self.blocked = True  # nothing to add until a step's outputs come back
+            elif budget >= 0 and not self.running and self.waiting:
                 self._abort(self.waiting.popleft())
             return  # an empty step takes no time
         total = sum(n for _, n in scheduled) + sleepers
         if self.step_model is None:
-            self.step_end_s = self.clock + (self.step_base_s + self.step_token_s * total)
+            step_s = self.step_base_s + self.step_token_s * total
         else:
-            self.step_end_s = self.clock + self._priced(scheduled, sleepers, skipped)
+            step_s = self._priced(scheduled, sleepers, skipped)
+        end_s = max(self.clock, self.gpu_free_s) + step_s
+        self.gpu_free_s = end_s
         self.num_steps += 1
         self.num_tokens += total
-        self.in_step = (scheduled, skipped)
+        if self.depth == 1:
+            self.in_flight.append((end_s, scheduled, skipped, total))
+        else:  # vLLM advances the computed tokens at once; the outputs come at the end
+            self.in_flight.append((end_s, self._advance(scheduled), skipped, total))
 
     def _priced(self, scheduled: list[tuple[Flight, int]], sleepers: int, skipped) -> float:
         """The step's time by the step model: its prefill chunks (new tokens, tokens already
@@ -217,29 +243,67 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
         return self.step_model.step_s(prefill, decodes, context)
 
     def end_step(self) -> None:
-        """The step in flight ends: the clock moves to its end and its outputs are processed
-        (tokens sampled, requests finished and their blocks freed)."""
-        self.clock = self.step_end_s
-        scheduled, skipped = self.in_step
-        self.step_end_s = self.in_step = None
+        """The oldest step in flight ends: the clock moves to its end and its outputs are
+        processed (tokens sampled, requests finished and their blocks freed)."""
+        end_s, scheduled, skipped, total = self.in_flight.popleft()
+        self.clock = end_s
+        self.blocked = False
+        self.num_ended += 1
+        self.tokens_ended += total
         for f in skipped:  # left out of this step: asleep as before, one step later
             self.asleep_base -= 1  # its context: one token fewer than the step count says
             f.synced_step = self.num_steps
             f.wake_step += 1
             self.wake.setdefault(f.wake_step, []).append(f)
+        if self.depth == 1:
+            for f, n in scheduled:
+                req = f.req
+                req.computed += n
+                f.chunks.append(n)
+                if req.computed < req.num_tokens:
+                    f.prefill_chunk = True
+                    continue
+                f.prefill_chunk = False
+                req.computed -= f.pad  # the padded draft slot is rejected
+                f.pad = 0
+                self._sample(f)
+                if self.sleeps and f in self.active:
+                    self._sleep(f)
+            return
+        for f, n, samples in scheduled:
+            f.in_flight -= n
+            if f.stale:  # preempted since: its output still arrives, nothing is cached
+                f.stale -= n
+                if samples:
+                    self._sample(f, stale=True)
+            elif samples:
+                f.placeholders -= 1
+                self._sample(f)
+
+    def _advance(self, scheduled: list[tuple[Flight, int]]) -> list[tuple[Flight, int, bool]]:
+        """Async scheduling: the step's requests advance their computed tokens as it is
+        scheduled (vLLM's `_update_after_schedule`); (flight, tokens, whether the step samples
+        for it: its prompt and the outputs in flight are all computed then)."""
+        out = []
         for f, n in scheduled:
             req = f.req
             req.computed += n
             f.chunks.append(n)
-            if req.computed < req.num_tokens:
-                f.prefill_chunk = True
-                continue
-            f.prefill_chunk = False
-            req.computed -= f.pad  # the padded draft slot is rejected
-            f.pad = 0
-            self._sample(f)
-            if self.quiet and f in self.active:
-                self._sleep(f)
+            f.in_flight += n
+            samples = req.computed >= req.num_tokens + f.placeholders
+            f.prefill_chunk = not samples
+            if samples:
+                f.placeholders += 1
+            out.append((f, n, samples))
+        return out
+
+    def _cache_outputs(self, f: Flight) -> None:
+        """Async: the output just appended may complete a block of a request that no step in
+        flight has (finishing, or left out by the budget): vLLM's `update_from_output`
+        hashes it now (a request in the next step had it hashed as that step was scheduled)."""
+        req = f.req
+        self.coord.bind(req)
+        self.coord.cache(req, min(req.computed, req.num_tokens), f.boundaries)
 
     def _schedule_running(
         self, scheduled: list[tuple[Flight, int]]
@@ -275,6 +339,8 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
         when it was preempted itself."""
         req = f.req
         computed, B = req.computed, self.block_size
+        if f.placeholders and computed + 2 - f.placeholders >= req.prompt + f.max_tokens:
+            return 0  # async: the step in flight samples its last token; not scheduled
         if f.decoding:
             if computed % B not in self.events:
                 scheduled.append((f, 1))  # a decode step no group acts at: skip the cache
@@ -283,13 +349,17 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
                 return 1
             n = 1
         else:
-            n = min(req.num_tokens - computed, budget)
+            n = min(req.num_tokens + f.placeholders - computed, budget)
             if self.has_mamba:
                 n = mamba_split(self.layout, req, computed, n)
             if n == 0:
                 return 0
-            if n == 1 and computed >= max(req.prompt, req.num_tokens - 1):
-                f.decoding = True  # decoding: its next quiet steps skip the cache (above)
+            if n == 1 and computed >= max(req.prompt, req.num_tokens + f.placeholders - 1):
+                if f.decode_from is None:
+                    f.decode_from = computed
+                # decoding: its next quiet steps skip the cache (above), once the prefill's
+                # tokens are processed (async: a step later; what they release goes then)
+                f.decoding = computed - f.in_flight >= f.decode_from
         if not self._allocate(f, n):
             return None
         self._scheduled(f, computed, n)
@@ -312,7 +382,12 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
         decode = coord.plain and n == 1 and f.decoding
         while True:
             coord.bind(f.req)
-            if coord.decode(f.req) if decode else coord.step(f.req, n, boundaries=f.boundaries):
+            fits = (
+                coord.decode(f.req)
+                if decode
+                else coord.step(f.req, n, 0, None, f.boundaries, f.in_flight)
+            )
+            if fits:
                 return True
             victim = self.running.pop()
             self._preempt(victim)
@@ -420,19 +495,27 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
 
     # -- outputs, preemption, aborts ---------------------------------------------------------
 
-    def _sample(self, f: Flight) -> None:
-        """The step sampled a token for `f`: it joins the sequence; the last one finishes it."""
+    def _sample(self, f: Flight, stale: bool = False) -> None:
+        """The step sampled a token for `f`: it joins the sequence; the last one finishes it.
+        Async: the token joins the known ones (`num_tokens`, computed already counts it); a
+        `stale` one (sampled before `f` was preempted) is appended, nothing else."""
         req = f.req
         f.num_output += 1
         if f.first_token_s is None:
             f.first_token_s = self.clock
             steps, tokens, _ = f.added
-            f.to_first = (self.num_steps - steps, self.num_tokens - tokens)
+            f.to_first = (self.num_ended - steps, self.tokens_ended - tokens)
             if self.hooks is not None:
                 self.hooks.append((f, False, self.clock))
             if self.watch is not None:
                 self.watch.first_token(f.sim.request_id, self.clock - f.arrival_s)
-        if self.quiet:
+        if self.depth > 1:
+            req.num_tokens += 1
+            if (req.num_tokens - self.hash_lookahead) // self.hash_block > len(req.hashes):
+                self._show_hashes(req)
+            if not stale and f.in_flight == 0:
+                self._cache_outputs(f)
+        elif self.quiet:
             req.num_tokens = req.computed + 1
             if (req.num_tokens - self.hash_lookahead) // self.hash_block > len(req.hashes):
                 self._show_hashes(req)
@@ -443,6 +526,9 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
             f.finished_s = self.clock
             if self.hooks is not None:
                 self.hooks.append((f, True, self.clock))
+            if stale:  # preempted: waiting, its blocks freed already
+                self.waiting.remove(f)
+                return
             self.running.remove(f)
             del self.active[f]
             self.coord.bind(req)

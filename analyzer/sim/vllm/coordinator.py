@@ -240,8 +240,11 @@ class Coordinator:
         hit_tokens: int = 0,
         hit: list[list[int]] | None = None,
         boundaries: list[int] = (),
+        in_flight: int = 0,
     ) -> bool:
         """vLLM `allocate_slots` for `num_new` tokens after `req.computed` (+ a fresh hit).
+        `in_flight`: of the computed tokens, those a step in flight still computes (async
+        scheduling); what a group no longer reads is released below them only.
 
         At admission (`hit` given) the whole prompt must fit first (vLLM's default
         `scheduler_reserve_full_isl`). Then: release what the request no longer reads, check
@@ -259,7 +262,7 @@ class Coordinator:
         if exact and hit is not None and not self._fits(hit, full, computed, hit_tokens, full):
             return False
         for m in managers:
-            m.remove_skipped(computed)
+            m.remove_skipped(computed - in_flight)
         if exact and not self._fits(hit, slots, computed, hit_tokens, main_tokens, False):
             return False
         if hit_tokens:
@@ -290,9 +293,10 @@ class Coordinator:
             for m in managers:
                 if blocks_after > len(m.blocks):
                     m.blocks += self.pool.new_blocks(blocks_after - len(m.blocks))
+        known = min(tokens, req.num_tokens)  # async: the token sampled in flight is not
         for m in managers:
-            if tokens // B > m.ncached:  # a block became full (else `cache` does nothing)
-                m.cache(req, tokens, ())
+            if known // B > m.ncached:  # a block became full (else `cache` does nothing)
+                m.cache(req, known, ())
         return True
 
     def _fits(

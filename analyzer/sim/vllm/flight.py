@@ -59,6 +59,10 @@ class Flight:
         "chunks",
         "error",
         "lookup_memo",
+        "placeholders",
+        "in_flight",
+        "stale",
+        "decode_from",
     )
 
     def __init__(
@@ -105,6 +109,12 @@ class Flight:
         # ConcurrentReplay._lookup
         self.lookup_memo: tuple | None = None
         self.error: str | None = None
+        # Async scheduling (vLLM's AsyncScheduler): outputs the GPU is still sampling for it,
+        # its tokens in the steps in flight, and those of them a preemption made stale.
+        self.placeholders = 0
+        self.in_flight = 0
+        self.stale = 0
+        self.decode_from: int | None = None  # its length at its first decode since admission
 
     def set_junction(self, junction: int) -> None:
         """The lookup's shared-prefix boundary joins the positions whose state is kept."""
@@ -113,6 +123,7 @@ class Flight:
 
     def admitted(self, admission: Admission, start_s: float, step: int) -> None:
         self.decoding = False
+        self.decode_from = None
         if self.first is None:
             self.first = admission
             self.first_scheduled_s = start_s
@@ -123,10 +134,13 @@ class Flight:
         self.hit_total_tokens += admission.hit_tokens
 
     def preempted(self) -> None:
-        """Its blocks were freed: it starts again from a fresh lookup."""
+        """Its blocks were freed: it starts again from a fresh lookup (a step in flight still
+        delivers its output, stale: appended, nothing cached)."""
         self.computed_at_preemption = self.req.computed
         self.req.computed = 0
         self.num_preemptions += 1
+        self.stale = self.in_flight
+        self.placeholders = 0
 
     def result(self) -> SimResult:
         prompt = self.req.prompt

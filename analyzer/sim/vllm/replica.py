@@ -42,25 +42,26 @@ class ReplicaClock:
             self.flights.append(f)
 
     def next_start_s(self) -> float | None:
-        """When this replica's next step starts: at once when it has requests, at the next
-        arrival routed to it when idle, None with a step in flight or nothing to do."""
-        if self.step_end_s is not None:
+        """When this replica's next step is scheduled: at once when it has requests and room
+        in flight (one step, two with async scheduling, none after a schedule that found
+        nothing while a step runs), at the next arrival routed to it when idle, else None."""
+        if self.blocked or len(self.in_flight) >= self.depth:
             return None
         if self.running or self.waiting:
             return self.clock
-        if self.arrivals:
+        if self.arrivals and not self.in_flight:
             return max(self.clock, self.arrivals[0].arrival_s)
         return None
 
     def start_step(self, start_s: float, horizon_s: float | None = None) -> None:
         """At `start_s` (`next_start_s`): queue the arrivals due, then run quiet steps (only
         while they start before `horizon_s`, the next arrival anywhere; default: the next one
-        pushed here) or start one step; its end is `step_end_s` (None: it took no time)."""
+        pushed here) or schedule one step; `step_end_s` is the oldest step in flight's end."""
         self.clock = start_s
         arrivals = self.arrivals
         while arrivals and arrivals[0].arrival_s <= self.clock:
             f = arrivals.popleft()
-            f.added = (self.num_steps, self.num_tokens, self.clock)
+            f.added = (self.num_ended, self.tokens_ended, self.clock)
             self.waiting.append(f)
         if not self.running and not self.waiting:
             return
@@ -70,19 +71,22 @@ class ReplicaClock:
             self._start_step()
 
     def advance_to(self, t_s: float) -> None:
-        """Run on alone up to `t_s`: every step end at times <= t_s and every step start
-        before it (a start at t_s waits for what is routed here at t_s)."""
+        """Run on alone up to `t_s`: every step end at times <= t_s and every schedule
+        before it (one at t_s waits for what is routed here at t_s); a schedule due no later
+        than the next step end comes first (vLLM's engine schedules before it waits)."""
         while True:
+            start_s = self.next_start_s()
             end_s = self.step_end_s
-            if end_s is not None:
+            if start_s is not None and (end_s is None or start_s <= end_s):
+                if start_s >= t_s:
+                    return
+                self.start_step(start_s, t_s)
+            elif end_s is not None:
                 if end_s > t_s:
                     return
                 self.end_step()
-                continue
-            start_s = self.next_start_s()
-            if start_s is None or start_s >= t_s:
+            else:
                 return
-            self.start_step(start_s, t_s)
 
     def load(self) -> ReplicaLoad:
         """What this replica's metrics report now: requests waiting (with those routed here

@@ -39,6 +39,8 @@ class SleepingDecoders:
                 done += 1
         self.num_steps += done
         self.num_tokens += done * len(running)
+        self.num_ended += done
+        self.tokens_ended += done * len(running)
         return done
 
     def _quiet_run(self, f: Flight) -> int:

@@ -36,7 +36,10 @@ def _far_apart(requests: list[SimRequest]) -> list[SimRequest]:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_far_apart_arrivals_replay_as_the_serial_goldens(name):
     case = CASES[name]
-    values = {**case["policy"], "schedule": "concurrent"}
+    # The synchronous loop: with async scheduling a small pool can differ from serial, as
+    # vLLM's AsyncScheduler does (a group's blocks are released a step later, so the free
+    # queue's order changes: tree64_b64_blocks20 differs on 8 of 100 requests, in both)
+    values = {**case["policy"], "schedule": "concurrent", "async_scheduling": False}
     values["max_num_batched_tokens"] = values.get("max_num_batched_tokens") or ONE_CHUNK
     policy = make_policy(values)
     rows = [json.loads(line) for line in (GOLDEN / case["expected"]).read_text().splitlines()]
@@ -82,7 +85,8 @@ def test_refused_requests_are_reported_as_vllm_reports_them():
         SimRequest("huge", rng.integers(0, 1000, 1200), [1], timestamp_s=100.0),
     ]
     values = {"groups": ["full_attention"], "block_size": 16, "num_blocks": 70}
-    grows, huge = replay(requests, make_policy({**values, "schedule": "concurrent"}))
+    sync = {**values, "schedule": "concurrent", "async_scheduling": False}
+    grows, huge = replay(requests, make_policy(sync))
     assert (grows.num_preemptions, grows.hit_total_tokens) == (1, 0)
     assert grows.first_token_s == pytest.approx(0.085) and grows.finished_s == pytest.approx(1.6354)
     assert grows.error.startswith(

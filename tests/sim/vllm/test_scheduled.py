@@ -20,6 +20,7 @@ def _policy(block_size: int, **values) -> dict:
             "groups": ["full_attention"],
             "block_size": block_size,
             "schedule": "concurrent",
+            "async_scheduling": False,  # `_admission_step` counts the synchronous loop's steps
             **values,
         }
     )
