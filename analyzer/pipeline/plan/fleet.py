@@ -60,7 +60,12 @@ class Shape:
     replicas: int
 
     def smaller(self) -> Shape:
-        return replace(self, replicas=self.replicas - 1)
+        return replace(self, replicas=self.replicas - 1).one_router()
+
+    def one_router(self) -> Shape:
+        """One replica said as round robin: every router sends every request to it (one
+        fleet, whichever router the search came from)."""
+        return replace(self, routing="round_robin") if self.replicas == 1 else self
 
     def said(self) -> str:
         tp = "" if self.tensor_parallel is None else f" x TP{self.tensor_parallel}"
@@ -222,7 +227,8 @@ class FleetSearch:
         pooled.sort(key=self._rank)
         best, check = self._confirm(pooled[0], tps, floor)
         searched = {f.shape: f for f in pooled}
-        rest = [searched.get(f.shape, f) for f in found if f.shape != best.shape]
+        # one row a fleet: a smaller fleet the check found is not printed again
+        rest = [searched.get(f.shape, f) for f in found if f.shape != best.shape.one_router()]
         return FleetOutcome([best, *rest], check, floor, tuple(tps), tuple(self.notes))
 
     def _rank(self, f: Fleet) -> tuple:
@@ -281,8 +287,7 @@ class FleetSearch:
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if meets(mid) else (mid, hi)
-        # one replica: every router sends every request to it (said as round robin)
-        shape = replace(shape, replicas=hi, routing=routing if hi > 1 else "round_robin")
+        shape = replace(shape, replicas=hi).one_router()
         return Fleet(shape, self.policy(shape, room), room, met[hi])
 
     def _hit_missed(self, shape: Shape, room: int | None) -> bool:
@@ -419,7 +424,7 @@ class FleetSearch:
         t = below[-1]
         room = self.room(t)
         pool = blocks if room is None or blocks is None else min(blocks, room)
-        return Shape(t, shape.routing, 1), max(pool, floor) if pool is not None else None, ""
+        return Shape(t, "round_robin", 1), max(pool, floor) if pool is not None else None, ""
 
     def _nearest(self) -> tuple[Shape, Measure] | None:
         """Of the fleets that missed, the one nearest the targets: a full replay that met
