@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import analyzer.sim.vllm.concurrent as concurrent
-from analyzer.cli import cli
+from analyzer.cli import base, cli
 from analyzer.config.step_models import step_model
 from analyzer.config.step_time import Efficiency, RooflineStep
 from analyzer.pipeline.calibrate import calibrate
@@ -27,15 +27,20 @@ from analyzer.traces.synth import generate, write_jsonl
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "gemma-3-27b-it.json"
 SCALES = {"compute": 0.7, "memory": 0.8}  # the roofline's true factors on the H200 defaults
-TRUTH = {"block_size": 64, "schedule": "concurrent", "step_base_ms": 12.0, "step_token_us": 40.0}
+# The synchronous loop (the async one: test_recovers_a_known_time_model_async_scheduling)
+TRUTH = {
+    "block_size": 64,
+    "schedule": "concurrent",
+    "step_base_ms": 12.0,
+    "step_token_us": 40.0,
+    "async_scheduling": False,
+}
 
 
-@pytest.fixture(scope="module")
-def observed_db(tmp_path_factory) -> Path:
-    """The groups sample whose ttft_ms is what the concurrent replay gives under TRUTH."""
+def _observed(tmp_path_factory, truth: dict) -> Path:
     db = tmp_path_factory.mktemp("calibrate") / "g.duckdb"
     ingest([SAMPLES / "groups_1600.jsonl"], db_path=db)
-    run_replay(make_policy({**TRUTH, "time_scale": 0.05}), db_path=db)
+    run_replay(make_policy({**truth, "time_scale": 0.05}), db_path=db)
     con = duckdb.connect(str(db))
     try:
         con.execute(
@@ -47,12 +52,30 @@ def observed_db(tmp_path_factory) -> Path:
     return db
 
 
+@pytest.fixture(scope="module")
+def observed_db(tmp_path_factory) -> Path:
+    """The groups sample whose ttft_ms is what the concurrent replay gives under TRUTH."""
+    return _observed(tmp_path_factory, TRUTH)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 46 note): under async scheduling the fixed-point fit stops at R^2 0.92 "
+    "on this sample (mean simulated 526 ms against 504 ms observed); ttft_terms are exact",
+)
+def test_recovers_a_known_time_model_async_scheduling(tmp_path_factory, tmp_path):
+    db = _observed(tmp_path_factory, {**TRUTH, "async_scheduling": True})
+    overrides = ["block_size=64", "time_scale=0.05"]
+    fit = calibrate(None, overrides, db_path=db, out=tmp_path / "fitted.json")
+    assert fit.r2 > 0.99
+
+
 def test_recovers_a_known_time_model(observed_db, tmp_path):
     """32 requests barely tell a step's base time from its per-token time (their step and
     token counts move together), so the fit is judged by what it predicts: TTFT within a
     fraction of a percent (R^2), the per-token time within 10%."""
     out = tmp_path / "fitted.json"
-    overrides = ["block_size=64", "time_scale=0.05"]
+    overrides = ["block_size=64", "time_scale=0.05", "async_scheduling=false"]
     fit = calibrate(None, overrides, db_path=observed_db, out=out)
     assert fit.r2 > 0.99 and fit.num_requests == 32
     assert fit.policy.step_token_us == pytest.approx(40.0, rel=0.1)
@@ -75,7 +98,8 @@ def test_cli_prints_the_fit_and_its_quality(observed_db):
     r = CliRunner().invoke(
         cli,
         ["calibrate", "--db", str(observed_db), "--policy", "vllm-concurrent"]
-        + ["--set", "block_size=64", "--set", "time_scale=0.05"],
+        + ["--set", "block_size=64", "--set", "time_scale=0.05"]
+        + ["--set", "async_scheduling=false"],
     )
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
@@ -124,11 +148,13 @@ def roofline_fit(tmp_path_factory) -> tuple[str, dict]:
     finally:
         con.close()
     out = tmp / "fit.json"
-    r = CliRunner().invoke(
-        cli,
-        ["calibrate", "--db", str(db), "--set", f"model={CONFIG}", "--gpu", "H200"]
-        + ["--out", str(out)],
-    )
+    with pytest.MonkeyPatch.context() as mp:  # a module's fixture: conftest's is per test
+        mp.setattr(base, "PROGRESS_QUIET_S", float("inf"))
+        r = CliRunner().invoke(
+            cli,
+            ["calibrate", "--db", str(db), "--set", f"model={CONFIG}", "--gpu", "H200"]
+            + ["--out", str(out)],
+        )
     assert r.exit_code == 0, r.output
     return r.output, json.loads(out.read_text())
 
