@@ -306,7 +306,7 @@ class SWARun(WindowRun):
     def __init__(self, replay: SWAReplay, keys: list[int], node: Node, kv_hit: int) -> None:
         super().__init__(replay, keys, node)
         page = replay.page
-        self.evicted = self.owned
+        self.evicted = 0  # SGLang starts the cursor at 0, not at the hit
         branch = kv_hit - kv_hit % page
         self.branch = branch if branch > self.owned else None
         keep = max(replay.window, page)

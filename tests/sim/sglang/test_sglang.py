@@ -243,6 +243,23 @@ def test_swa_decode_frees_before_it_allocates():
     assert [r.hit_tokens for r in run(reqs, **values)] == [0, 0, 8]
 
 
+def test_swa_eviction_cursor_starts_at_zero():
+    # W = 16. b hits a's 8 tokens and decodes 149 after its 12 (its checkpoint at 12 frees
+    # nothing: 11 - 16 < 1). SGLang's eviction cursor starts at 0, not at the hit: its first
+    # decode free comes once 128 tokens have slid out past 0 (at 144, freeing below 128), not
+    # past the hit (at 152, below 136).
+    policy = make_policy({"engine": "sglang", "block_size": 4, **SWA, "sliding_window": 16})
+    engine = SGLangReplay(policy)
+    a = toks(1, 9)
+    engine.replay_one(req("a", a))
+    engine.replay_one(req("b", cat(a, toks(100, 104)), toks(500, 650)))
+    ends, node = [], engine.swa.cache.tree.root
+    while node.children:
+        (node,) = node.children.values()
+        ends.append((node.end * 4, node.state))
+    assert ends == [(8, True), (12, True), (128, False), (144, True), (160, True)]
+
+
 def _unified_after(a, outputs=None, **values) -> SGLangReplay:
     policy = make_policy({"engine": "sglang", "block_size": 4, **UNI, **values})
     engine = SGLangReplay(policy)
