@@ -77,6 +77,41 @@ CASES = {
         "chat200",
         {"layout": "all", "strategy": "extra_buffer", "page": 64},
     ),
+    # issue 46: tree/chat300 bounded at page 64, the paged allocator's eviction rule (an
+    # extend evicts for one page more, a decode step for a page); chat_swa bounded, the new
+    # SWA leaf split at one window, the SWA refresh order, tombstone leaves kept, SWA decode
+    # frees before a step allocates; chat_all, the unified cache's window rules (unbounded
+    # no_buffer at page 1, and bounded with extra_buffer: its retain floor behind the last
+    # state)
+    "tree_extra_p64_c512_kv3072": (
+        "tree200",
+        {"strategy": "extra_buffer", "page": 64, "chunk": 512, "kv-tokens": 3072},
+    ),
+    "chat300_extra_p64_c512_kv6144": (
+        "chat300",
+        {"strategy": "extra_buffer", "page": 64, "chunk": 512, "kv-tokens": 6144},
+    ),
+    "chat_swa_p16_w64_kv6144_swa3072": (
+        "chat200",
+        {"layout": "swa", "page": 16, "window": 64, "kv-tokens": 6144, "swa-tokens": 3072},
+    ),
+    "chat_swa_p1_w256_kv8000_swa4000": (
+        "chat200",
+        {"layout": "swa", "window": 256, "kv-tokens": 8000, "swa-tokens": 4000},
+    ),
+    "chat_all_nobuf_p1_w128": ("chat200", {"layout": "all", "window": 128}),
+    "chat_all_extra_p16_w128_kv6144_states10_swa4096": (
+        "chat200",
+        {
+            "layout": "all",
+            "strategy": "extra_buffer",
+            "page": 16,
+            "window": 128,
+            "kv-tokens": 6144,
+            "num-states": 10,
+            "swa-tokens": 4096,
+        },
+    ),
 }
 
 
