@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
+from analyzer.words import plural
 from tests.conftest import write_jsonl
 
 
@@ -157,7 +158,8 @@ def test_bad_record_is_listed_with_file_line_field(tmp_path, db, text, line, mes
     assert "Traceback" not in result.output
     lines = text.count("\n") + 1
     assert result.stdout == (
-        f"{path}: read {lines} = stored {lines - 1} + rejected 1 ({lines - 1} prompt tokens)\n"
+        f"{path}: read {lines} = stored {lines - 1} + rejected 1 "
+        f"({plural(lines - 1, 'prompt token')})\n"
     )
     assert run("ingest", path, "--db", db, "--allow-rejects").exit_code == 0
 
@@ -510,3 +512,30 @@ def test_replay_help_lists_every_policy_key_grouped_with_its_default():
         "every live router: router_seed=0, router_refresh_s=0.0",
     ):
         assert line in flat, line
+
+
+@pytest.mark.parametrize(
+    ("big", "said"),
+    [
+        # (issue 47 item 17: "warning: 1 requests could not be scheduled")
+        (1, "warning: 1 request could not be scheduled at all (num_blocks 4 is too small for "
+            "it); see replay_requests.error\n"),
+        (2, "warning: 2 requests could not be scheduled at all (num_blocks 4 is too small for "
+            "them); see replay_requests.error\n"),
+    ],
+)  # fmt: skip
+def test_counts_are_said_with_the_plural_rule(tmp_path, db, big, said):
+    records = [{"request_id": "small", "prompt_token_ids": list(range(16))}]
+    records += [{"request_id": f"big{i}", "prompt_token_ids": list(range(200))} for i in range(big)]
+    path = write_jsonl(tmp_path / "t.jsonl", records)
+    assert run("ingest", path, "--db", db).exit_code == 0
+    dense = ["--policy", "vllm-dense", "--set", 'groups=["full_attention"]']
+    result = run("replay", "--db", db, *dense, "--set", "block_size=16", "--set", "num_blocks=4")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == said
+    assert f"run 1: {plural(1 + big, 'request')} replayed in " in result.stdout
+    one = write_jsonl(tmp_path / "one.jsonl", [{"request_id": "a", "prompt_token_ids": [7]}])
+    ingested = run("ingest", one, "--db", tmp_path / "one.duckdb")
+    assert ingested.stdout == f"{one}: read 1 = stored 1 + rejected 0 (1 prompt token)\n"
+    synth = run("synth", tmp_path / "s.jsonl", "--num-requests", "1")
+    assert synth.stdout.startswith("synth: 1 record, ")

@@ -25,6 +25,7 @@ from analyzer.cli.base import (
 from analyzer.config.policy import policy_help
 from analyzer.config.routers import routing_help
 from analyzer.errors import ConfigError
+from analyzer.words import plural
 
 
 @cli.command("match")
@@ -208,7 +209,7 @@ def _print_replay(policy, result, render) -> None:
     ]
     click.echo(render(result.summary.select(cols)), nl=False)
     click.echo(
-        f"run {result.run_id}: {result.num_requests:,} requests replayed in "
+        f"run {result.run_id}: {plural(result.num_requests, 'request')} replayed in "
         f"{result.seconds:.2f} s; policy {(result.policy or policy).to_json()}"
     )
     if result.load is not None:
@@ -222,8 +223,9 @@ def _print_replay(policy, result, render) -> None:
         click.echo(f"note: {note}")
     if result.num_errors:
         click.echo(
-            f"warning: {result.num_errors:,} requests could not be scheduled at all "
-            f"(num_blocks {policy.num_blocks} is too small for them); see "
+            f"warning: {plural(result.num_errors, 'request')} could not be scheduled at all "
+            f"(num_blocks {policy.num_blocks} is too small for "
+            f"{'it' if result.num_errors == 1 else 'them'}); see "
             f"replay_requests.error",
             err=True,
         )
@@ -256,9 +258,10 @@ def _load_line(load: dict) -> str:
     return (
         f"load: TTFT p50 {load['ttft_p50_s']:.3f} s, p90 {load['ttft_p90_s']:.3f} s, "
         f"p99 {load['ttft_p99_s']:.3f} s; queue mean {load['queue_mean_s']:.3f} s, "
-        f"p99 {load['queue_p99_s']:.3f} s; {load['num_preemptions']:,} preemptions of "
-        f"{load['num_preempted_requests']:,} requests ({load['recomputed_tokens']:,} tokens "
-        f"recomputed); in flight peak {load['in_flight_peak']:,}, mean "
+        f"p99 {load['queue_p99_s']:.3f} s; {plural(load['num_preemptions'], 'preemption')} "
+        f"of {plural(load['num_preempted_requests'], 'request')} "
+        f"({plural(load['recomputed_tokens'], 'token')} recomputed); in flight peak "
+        f"{load['in_flight_peak']:,}, mean "
         f"{load['in_flight_mean']:.1f}" + held
     )
 

@@ -10,6 +10,7 @@ from analyzer.cli.base import (
     out_file_option,
     policy_options,
 )
+from analyzer.words import plural
 
 
 @cli.command("validate")
@@ -84,7 +85,8 @@ def validate_cmd(
     missing = r.requests - r.observed_requests
     if missing:
         click.echo(
-            f"not observed: {missing:,} of {r.requests:,} requests have no cached_tokens "
+            f"not observed: {missing:,} of {plural(r.requests, 'request')} "
+            f"{'has' if missing == 1 else 'have'} no cached_tokens "
             "(not compared)"
         )
     counters = r.table("metrics")
@@ -133,7 +135,7 @@ def probe_cmd(policy_source, overrides, out_dir, seed, model) -> None:
     cols += ["prefix_cache_hits", "prefix_cache_sparse_retention_misses"]
     click.echo(render(p.expected.select(cols)), nl=False)
     click.echo(
-        f"{len(p.requests)} requests for model {p.model!r} (seed {p.seed}); policy "
+        f"{plural(len(p.requests), 'request')} for model {p.model!r} (seed {p.seed}); policy "
         f"{policy.to_json()}"
     )
     click.echo(f"wrote {', '.join(str(f) for f in p.files)}")

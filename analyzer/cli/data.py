@@ -13,6 +13,7 @@ from analyzer.cli.base import (
     progress_bar,
 )
 from analyzer.traces.formats import FORMATS
+from analyzer.words import plural
 
 
 @cli.command()
@@ -49,10 +50,11 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
                 f"(sha256 {src.sha256[:12]}), nothing added"
             )
             continue
-        skipped = f"; {src.num_skipped:,} other lines skipped" if src.num_skipped else ""
+        skipped = f"; {plural(src.num_skipped, 'other line')} skipped" if src.num_skipped else ""
         click.echo(
             f"{src.path}: read {src.num_read:,} = stored {src.num_stored:,} + "
-            f"rejected {src.num_rejected:,} ({src.num_prompt_tokens:,} prompt tokens{skipped})"
+            f"rejected {src.num_rejected:,} ({plural(src.num_prompt_tokens, 'prompt token')}"
+            f"{skipped})"
         )
         for rej in src.rejects:
             field = f"{rej.field}: " if rej.field else ""
@@ -170,7 +172,10 @@ def synth_cmd(
         values["num_requests"] = num_requests
     records = generate(scenario, seed=seed, block_size=block_size, arrays=True, **values)
     stats = write_jsonl(records, out)
-    click.echo(f"synth: {stats.records} records, {stats.prompt_tokens} prompt tokens -> {out}")
+    click.echo(
+        f"synth: {plural(stats.records, 'record')}, {plural(stats.prompt_tokens, 'prompt token')} "
+        f"-> {out}"
+    )
 
 
 @cli.command()
@@ -208,7 +213,10 @@ def demo(out_dir: str, samples_dir: str | None) -> None:
     click.echo(render(result.policies), nl=False)
     click.echo("\nworked examples (hit/sparse-retention-miss tokens per request):")
     click.echo(render(result.cases), nl=False)
-    click.echo(f"\ncapacity sweeps: {result.num_sweep_points} points (tables sweeps, sweep_points)")
+    click.echo(
+        f"\ncapacity sweeps: {plural(result.num_sweep_points, 'point')} (tables sweeps, "
+        "sweep_points)"
+    )
     click.echo(
         f'database: {result.db_path}  (try: hpa query "SELECT * FROM '
         f'replay_summary" --db {result.db_path})'

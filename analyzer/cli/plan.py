@@ -18,6 +18,7 @@ from analyzer.cli.base import (
     policy_options,
     workers_option,
 )
+from analyzer.words import plural
 
 SCHEDULE_LINES = {
     "serial": "schedule: serial (each request after the previous one finished, prefill "
@@ -192,7 +193,7 @@ def _print_plan(r) -> None:
     if best is not None and best.gpus is not None:
         click.echo(_gpu_line(best.gpus))
     short = f", {r.replays_cut_short} cut short" if r.replays_cut_short else ""
-    click.echo(f"{r.message} [{r.replays} replays{short}]")
+    click.echo(f"{r.message} [{plural(r.replays, 'replay')}{short}]")
     if r.check:
         click.echo(r.check)
 

@@ -20,6 +20,7 @@ from analyzer.cli.base import (
     step_options,
     with_step,
 )
+from analyzer.words import plural
 
 # A concurrent sweep point's load figures in the table: replay_load_summary's key -> column.
 SWEEP_LOAD_COLUMNS = {
@@ -130,7 +131,8 @@ def sweep_cmd(
         n_one = sum(p.one_pass for p in s.points)
         how = f"; {n_one} from one stack-distance pass" if n_one else ""
         click.echo(
-            f"sweep {s.sweep_id} ({s.knob}): {len(s.points)} points in {s.seconds:.2f} s{how}; "
+            f"sweep {s.sweep_id} ({s.knob}): {plural(len(s.points), 'point')} in "
+            f"{s.seconds:.2f} s{how}; "
             f"base policy {s.base_policy.to_json()}"
         )
         for note in s.notes:
@@ -204,10 +206,11 @@ def calibrate_cmd(db_path, policy_source, overrides, step_gpu, tensor_parallel, 
         p = fit.policy
         click.echo(
             f"fitted step_base_ms={p.step_base_ms:g} step_token_us={p.step_token_us:g} "
-            f"({fit.replays} replays)"
+            f"({plural(fit.replays, 'replay')})"
         )
         click.echo(
-            f"quality over {fit.num_requests:,} requests with ttft_ms: R^2 {fit.r2:.3f}, median "
+            f"quality over {plural(fit.num_requests, 'request')} with ttft_ms: R^2 "
+            f"{fit.r2:.3f}, median "
             f"|error| {fit.median_abs_error_ms:.1f} ms, p90 {fit.p90_abs_error_ms:.1f} ms; mean "
             f"observed {fit.mean_observed_ms:.1f} ms, simulated {fit.mean_simulated_ms:.1f} ms"
         )
@@ -228,8 +231,8 @@ def _echo_roofline_fit(fit) -> None:
         fields = ", ".join(f"{k} {start[k]:.4g} -> {e[k]:.4g}" for k in GROUPS[name])
         click.echo(f"fitted {name} x{fit.scales[name]:.3f}: {fields}")
     click.echo(
-        f"search: {fit.replays} replays ({fit.replays - 2} of the first "
-        f"{fit.search_requests:,} requests), stopped: {fit.stopped}; {fit.seconds:.1f} s "
+        f"search: {plural(fit.replays, 'replay')} ({fit.replays - 2} of the first "
+        f"{plural(fit.search_requests, 'request')}), stopped: {fit.stopped}; {fit.seconds:.1f} s "
         "(bounded by --max-replays and --max-seconds)"
     )
     for label, q in (("before (defaults)", fit.before), ("after (fitted)", fit.after)):
@@ -237,7 +240,7 @@ def _echo_roofline_fit(fit) -> None:
             f"{label}: median |error| {q.median_abs_error_pct:.1f} % "
             f"({q.median_abs_error_ms:.1f} ms), p90 {q.p90_abs_error_ms:.1f} ms, R^2 "
             f"{q.r2:.3f}; mean simulated {q.mean_simulated_ms:.1f} ms, observed "
-            f"{q.mean_observed_ms:.1f} ms over {q.num_requests:,} requests with ttft_ms"
+            f"{q.mean_observed_ms:.1f} ms over {plural(q.num_requests, 'request')} with ttft_ms"
         )
     keys = fit.policy_keys()
     rounded = {k: float(f"{v:.4g}") for k, v in keys.pop("step_efficiency").items()}

@@ -49,6 +49,7 @@ from analyzer.config.step_time import Efficiency, RooflineStep
 from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import num_groups, routed_partitions
 from analyzer.sim.vllm import ConcurrentReplay
+from analyzer.words import plural
 
 _NAMES = tuple(f.name for f in fields(Efficiency))
 # Kept: the interconnect, the multipliers FP8 and 4-bit weights put on the fractions below
@@ -208,7 +209,7 @@ def fit_roofline(
         return replayer.replays >= max_replays
 
     x, stopped = _nelder_mead(loss, x0, (low, high), spent, began + max_seconds)
-    stopped = f"replay budget ({max_replays} replays)" if stopped == "budget" else stopped
+    stopped = f"replay budget ({plural(max_replays, 'replay')})" if stopped == "budget" else stopped
     fitted = _efficiency(start, x, fit)
     before = _quality(replayer.ttft_ms(start), observed)
     after = _quality(replayer.ttft_ms(fitted), observed)

@@ -39,6 +39,7 @@ from analyzer.prefixes.source import RequestMeta
 from analyzer.store.export import check_export_path
 from analyzer.store.matches import export_prefix_matches, write_relations
 from analyzer.store.sequences import read_prefixes
+from analyzer.words import plural
 
 DEFAULT_MIN_FAMILY_TOKENS = 32
 
@@ -86,7 +87,8 @@ class MatchSummary:
         share = self.shared_any_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
         rep = self.shared_replica_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
         out = [
-            f"matched {self.num_requests:,} requests ({self.prompt_tokens:,} prompt tokens) "
+            f"matched {plural(self.num_requests, 'request')} "
+            f"({plural(self.prompt_tokens, 'prompt token')}) "
             f"in {self.match_seconds:.2f} s: {self.tokens_per_s:,.0f} tokens/s on {self.backend}",
             f"shared with any earlier request: {share:.1%} of prompt tokens; "
             f"on the same replica: {rep:.1%}",
@@ -96,8 +98,8 @@ class MatchSummary:
             out.append("removed the prompt families an earlier --derive-families wrote")
         if self.num_derived is not None:
             out.append(
-                f"derived prompt families: {self.num_families:,} labels on "
-                f"{self.num_derived:,} requests (source derived:first_junction)"
+                f"derived prompt families: {plural(self.num_families, 'label')} on "
+                f"{plural(self.num_derived, 'request')} (source derived:first_junction)"
             )
             hint = self._one_family_hint()
             if hint:

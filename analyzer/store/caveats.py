@@ -17,6 +17,7 @@ import duckdb
 
 from analyzer.store.db import load_sql, table_names
 from analyzer.traces.readers import SOURCE_INFO
+from analyzer.words import plural
 
 
 def timestamp_caveat(fmt: str, requests: int) -> str | None:
@@ -25,7 +26,8 @@ def timestamp_caveat(fmt: str, requests: int) -> str | None:
     if info is None or info.timestamps is None:
         return None
     return (
-        f"timestamps of {requests:,} requests ({fmt}) are partly the adapter's: {info.timestamps}"
+        f"timestamps of {plural(requests, 'request')} ({fmt}) are partly the adapter's: "
+        f"{info.timestamps}"
     )
 
 
@@ -44,7 +46,7 @@ def block_size_caveat(con: duckdb.DuckDBPyConnection) -> str | None:
     rows = con.execute(load_sql("trace_block_geometry")).fetchall()
     sizes: dict[int, list[str]] = {}
     for size, path, requests in rows:
-        sizes.setdefault(int(size), []).append(f"{path}: {requests:,} requests")
+        sizes.setdefault(int(size), []).append(f"{path}: {plural(requests, 'request')}")
     if len(sizes) < 2:
         return None
     unit = math.lcm(*sizes)

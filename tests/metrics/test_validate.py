@@ -225,7 +225,7 @@ def test_cli_prints_tables_and_not_observed(tmp_path):
     after = metrics_file(tmp_path / "m.txt", {Q: {"": 13056}, H: {"": 2176}})
     res = CliRunner().invoke(cli, ["validate", "--db", str(db), "--metrics", str(after)])
     assert res.exit_code == 0, res.output
-    assert "not observed: 1 of 6 requests have no cached_tokens" in res.output
+    assert "not observed: 1 of 6 requests has no cached_tokens" in res.output
     assert "(all)" in res.output and "-1,088" in res.output and "-544" in res.output
     assert "vllm:prefix_cache_sparse_retention_misses not exported" in res.output
 

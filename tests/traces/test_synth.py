@@ -194,7 +194,7 @@ def test_cli_synth_writes_the_trace(tmp_path):
     args = ["synth", str(out), "--scenario", "diagnostic", "--param", "shared_tokens=545"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == f"synth: 3 records, 6528 prompt tokens -> {out}"
+    assert result.output.strip() == f"synth: 3 records, 6,528 prompt tokens -> {out}"
     records = _read_jsonl(out)
     assert _common_prefix(records[0]["prompt_token_ids"], records[1]["prompt_token_ids"]) == 545
 

@@ -11,6 +11,7 @@ from analyzer.pipeline.plan.evaluate import Measure
 from analyzer.pipeline.plan.fleet import Fleet, FleetOutcome, FleetSearch, Shape
 from analyzer.pipeline.plan.result import Candidate
 from analyzer.pipeline.plan.search import Outcome, Search
+from analyzer.words import plural
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,11 @@ def _candidate(plan: Framing, outcome: Outcome) -> Candidate:
 
 def _cheapest(plan: Framing, best: Candidate, skipped: int) -> str:
     unit = "cache" if best.num_caches == 1 else "caches"
-    note = f" ({skipped} settings skipped: dearer than that at any pool size)" if skipped else ""
+    note = (
+        f" ({plural(skipped, 'setting')} skipped: dearer than that at any pool size)"
+        if skipped
+        else ""
+    )
     latency = ""
     if best.load is not None:
         latency = f", TTFT p99 {_seconds(best.load.ttft_p99_s)} s"
