@@ -161,9 +161,12 @@ class SWARadixCache(MambaRadixCache):
             self.split(leaf, len(leaf.pages) - tail)
 
     def _revive(self, node: Node, stored: set[int]) -> None:
+        """Publish `node`'s SWA KV: live, and the most recent in the SWA order (SGLang's
+        insert publishes each window it writes, older fragments first)."""
         node.state = True
         self.states += len(node.pages)
         stored.update(node.pages)
+        self.touch_state(node)
 
 
 class SWAReplay:

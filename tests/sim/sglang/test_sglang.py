@@ -260,6 +260,26 @@ def test_swa_eviction_cursor_starts_at_zero():
     assert ends == [(8, True), (12, True), (128, False), (144, True), (160, True)]
 
 
+def test_a_revived_window_joins_the_swa_lru():
+    # All three groups, W = 8. a decodes 199 tokens past its 8: its cached sequence is a
+    # tombstone from 8 to 192. b shares a's first 100 tokens, hits 8 (a's state there) and
+    # computes the rest in one chunk, so its insert revives [8, 100) (it holds that SWA KV),
+    # far above its end (140): the revived node enters the SWA order when it is published,
+    # so every live window can be evicted.
+    engine = SGLangReplay(make_policy({"engine": "sglang", "block_size": 4, **UNI}))
+    a, out = toks(1, 9), toks(500, 700)
+    engine.replay_one(req("a", a, out))
+    r = engine.replay_one(req("b", cat(a, out[:92], toks(900, 940))))
+    assert (r.hit_tokens, r.attention_match_tokens) == (8, 100)
+    cache = engine.swa.cache
+    (top,) = cache.tree.root.children.values()
+    (revived,) = top.children.values()
+    assert (revived.end, revived.state) == (25, True)
+    while cache._evict_state():
+        pass
+    assert cache.states == 0
+
+
 def _unified_after(a, outputs=None, **values) -> SGLangReplay:
     policy = make_policy({"engine": "sglang", "block_size": 4, **UNI, **values})
     engine = SGLangReplay(policy)
