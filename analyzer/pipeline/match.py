@@ -26,6 +26,7 @@ from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec
 from analyzer.prefixes.backend import backend_name, get_xp
 from analyzer.prefixes.engine import MatchOptions
+from analyzer.prefixes.radix import available as radix_available
 from analyzer.prefixes.result import (
     PrefixResult,
     compute,
@@ -111,6 +112,17 @@ class MatchSummary:
         return out
 
 
+def _path_said(path: str, xp, meta: RequestMeta, threshold: int) -> str:
+    """The matcher that ran, in one word as `python -m analyzer.kernels` says it: the C
+    radix trees, or the vectorised matcher of the backend (numpy: with why, where the C
+    loop is built but the trace is below its threshold)."""
+    if path != "numpy" or xp is not np or not radix_available():
+        return path or backend_name(xp)
+    if int(meta.insert_len.sum()) < threshold:
+        return f"numpy (a trace under {threshold:,} units skips the C radix trees)"
+    return path
+
+
 def match_prefixes(
     db_path: str | Path,
     *,
@@ -165,7 +177,7 @@ def match_prefixes(
                 np.unique(result.junctions.owner)
             )
             relations = _relations(meta, result, node_rows(owners, result))
-            name = backend_name(xp)
+            name = _path_said(result.arrays.path, xp, meta, options.compiled_min_units)
         else:
             con, result = _sharded(con, source, meta, spec, options)
             relations = _relations(

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.errors import StoreError
-from analyzer.prefixes.backend import to_numpy
+from analyzer.prefixes.backend import backend_name, to_numpy
 from analyzer.prefixes.exact import ExactPath
 from analyzer.prefixes.matcher import ChunkView, ViewMatcher
 from analyzer.prefixes.prefix_hash import DEFAULT_HASH, ChunkHash, HashParams, PowerTables
@@ -28,6 +28,9 @@ from analyzer.prefixes.radix import (
 )
 from analyzer.prefixes.source import Archive, Chunk, RequestMeta, SequenceSource
 
+# How a summary names the compiled radix trees' path: the C loop `python -m analyzer.kernels`
+# reports built ("radix trees: C (built)").
+MATCHED_BY_RADIX = "the C radix trees"
 DEFAULT_CHUNK_TOKENS = 1 << 22
 DEFAULT_ARCHIVE_TOKENS = 1 << 26
 
@@ -66,6 +69,9 @@ class MatchArrays:
     # Streamed through the radix trees: what rebuilds any request's inserted sequence
     # from their arena (`held(ids)`), so nothing is read twice. None otherwise.
     sequences: ArenaSequences | None = None
+    # The matcher that ran: MATCHED_BY_RADIX (the compiled radix trees), else the backend's
+    # vectorised one (numpy, cupy); "" where partitions were merged.
+    path: str = ""
 
 
 @dataclass
@@ -120,7 +126,9 @@ def run_matcher(source: SequenceSource, *, xp: Any, options: MatchOptions) -> Ma
             _run_view(view, chunk, flat, hasher, meta, archive, xp=xp)
         if options.progress:
             options.progress(stop, meta.n)
-    return _collect(views, meta, archive)
+    arrays = _collect(views, meta, archive)
+    arrays.path = backend_name(xp)
+    return arrays
 
 
 def _compiled_match(source: SequenceSource, *, xp: Any, options: MatchOptions):
@@ -179,6 +187,7 @@ def _radix_arrays(views: dict, sequences: ArenaSequences | None = None) -> Match
         exact_fallbacks=0,
         archive_rereads=0,
         sequences=sequences,
+        path=MATCHED_BY_RADIX,
     )
 
 

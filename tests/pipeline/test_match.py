@@ -166,3 +166,26 @@ def test_one_derived_family_says_how_to_split_it_and_labels_can_be_undone(tmp_pa
     finally:
         con.close()
     assert ("requests.prompt_family",) not in tables
+
+
+@pytest.mark.parametrize(
+    ("threshold", "built", "said"),
+    [
+        # (issue 47 item 18: `radix trees: C (built)`, then `... tokens/s on numpy` for a
+        # match that ran on them)
+        (1, True, "on the C radix trees"),
+        (1 << 20, True, "on numpy (a trace under 1,048,576 units skips the C radix trees)"),
+        (1, False, "on numpy"),
+    ],
+)
+def test_the_summary_names_the_path_the_match_took(tmp_path, monkeypatch, threshold, built, said):
+    import analyzer.pipeline.match as match_module
+    import analyzer.prefixes.engine as engine
+    from analyzer.pipeline.match import match_prefixes
+    from analyzer.prefixes.engine import MatchOptions
+
+    monkeypatch.setattr(engine, "available", lambda: built)
+    monkeypatch.setattr(match_module, "radix_available", lambda: built)
+    db = store(tmp_path / "t.duckdb", REQUESTS)
+    summary = match_prefixes(db, options=MatchOptions(compiled_min_units=threshold))
+    assert summary.lines()[0].endswith(f" tokens/s {said}")
