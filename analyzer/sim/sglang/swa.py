@@ -293,6 +293,9 @@ class WindowRun:
         cache.current_end = 0
 
 
+# SGLang's estimate of a request's decode tokens is clipped here (CLIP_MAX_NEW_TOKENS)
+CLIP_MAX_NEW_TOKENS = 4096
+
 # SGLang frees a decoding request's slid-out SWA KV once this many tokens have slid out
 # (SGLANG_SWA_EVICTION_INTERVAL; ScheduleBatch._swa_eviction_trigger)
 DECODE_EVICTION_INTERVAL = 128
@@ -310,6 +313,7 @@ class SWARun(WindowRun):
         super().__init__(replay, keys, node)
         page = replay.page
         self.evicted = 0  # SGLang starts the cursor at 0, not at the hit
+        self.first_pos = self.pos  # where the first prefill chunk starts
         branch = kv_hit - kv_hit % page
         self.branch = branch if branch > self.owned else None
         keep = max(replay.window, page)
@@ -355,7 +359,7 @@ class SWARun(WindowRun):
         each, but the last of a request that finishes with it."""
         chunks = []
         while self.pos < prompt:
-            c = min(prompt - self.pos, self.replay.budget or prompt)
+            c = min(prompt - self.pos, self.chunk_limit(prompt, total))
             if not self.grow(self.pos + c, release=False):
                 return None
             chunks.append(c)
@@ -373,6 +377,27 @@ class SWARun(WindowRun):
 
     def window_low(self) -> int:
         return max(self.owned, self.evicted)
+
+    def chunk_limit(self, prompt: int, total: int) -> int:
+        """The next prefill chunk's limit: the budget, and for the first chunk SGLang's SWA
+        prefill budget (prefill_budget.py, SWAPrefillBudget.check_prefill): when the
+        request's peak SWA reservation (the extend past one window, plus a window, plus a
+        page) can never fit the SWA pool, its chunk is cut to what the pool holds less the
+        decode headroom (a window at most, plus a page). Serially nothing else holds SWA
+        when a request is admitted, so the whole pool is its room."""
+        budget = self.replay.budget or prompt
+        pool = self.cache.swa_tokens
+        if pool is None or self.pos > self.first_pos:
+            return budget
+        page, window = self.replay.page, self.replay.window
+        extend = _ceil(prompt - self.pos, page)
+        max_new = min(total - prompt + 1, CLIP_MAX_NEW_TOKENS)
+        needed = max(min(extend, budget) - window, 0) + min(extend + max_new, window) + page
+        if needed < pool:
+            return budget
+        room = pool - min(max_new, window) - page
+        room -= room % page
+        return min(budget, room) if room > 0 else budget
 
     def decode(self, prompt: int, total: int) -> bool:
         """Decode steps to `total` (from the second step on, SWA freed once

@@ -179,7 +179,7 @@ class _Unified(SWARun):
         chunks = []
         while self.pos < prompt:
             start = self.pos
-            c = min(prompt - start, g.budget or prompt)
+            c = min(prompt - start, self.chunk_limit(prompt, total))
             if not self.grow(start + c, release=False):
                 return None
             chunks.append(c)

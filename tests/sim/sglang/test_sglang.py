@@ -280,6 +280,15 @@ def test_a_revived_window_joins_the_swa_lru():
     assert cache.states == 0
 
 
+def test_a_prompt_the_swa_pool_never_holds_is_cut_into_chunks():
+    # W = 8, SWA pool 0.2 x 400 = 80 tokens, a 100-token prompt: its peak SWA reservation
+    # (92 past one window + 8 + a page of 4) never fits, so SGLang's prefill budget cuts its
+    # first chunk to the pool less the decode headroom (1 token + a page), in whole pages: 72.
+    values = {**SWA, "num_blocks": 100, "sglang_swa_full_tokens_ratio": 0.2}
+    (r,) = run([req("a", toks(1, 101))], **values)
+    assert (r.error, r.chunks) == (None, (72, 28))
+
+
 def _unified_after(a, outputs=None, **values) -> SGLangReplay:
     policy = make_policy({"engine": "sglang", "block_size": 4, **UNI, **values})
     engine = SGLangReplay(policy)
