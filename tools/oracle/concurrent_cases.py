@@ -184,6 +184,18 @@ TRACES: dict[str, Trace] = {
             _seeded,
         ),
         Trace(
+            "fuzz_s46_c3",
+            "fuzz_concurrent's case s46-c3: 120 requests over ~1.1 s (time scale 0.456) on a "
+            "4-block pool: most refused, 16 preemptions",
+            _fuzzed(46, 3),
+        ),
+        Trace(
+            "fuzz_s46_c14",
+            "fuzz_concurrent's case s46-c14: 45 requests over ~0.4 s (time scale 0.375) on an "
+            "11-block pool, 9 preemptions",
+            _fuzzed(46, 14),
+        ),
+        Trace(
             "fuzz_s11_c4",
             "fuzz_concurrent's case s11-c4: 61 requests over ~1.1 s (time scale 0.4), families, "
             "follow-ups, branches and resends on a 40-block pool (12 preemptions)",
@@ -377,12 +389,50 @@ def _async_twins(cases: list[Case]) -> list[Case]:
     """Every case without a drafter again under vLLM's async scheduling (`<case>_async`), as
     vllm serve runs: two batches in flight (a drafter keeps hpa on the synchronous loop)."""
     return [
-        replace(c, name=f"{c.name}_async", description=f"{c.description}; async scheduling",
-                async_scheduling=True, serial_check=False)
+        replace(
+            c,
+            name=f"{c.name}_async",
+            description=f"{c.description}; async scheduling",
+            async_scheduling=True,
+            serial_check=False,
+        )
         for c in cases
         if c.spec_decode == "none"
     ]
 
 
 _SYNC = [*_hand_made(), *_seeded_cases(), *_seeded_swa_eagle(), *_fuzzed_cases()]
-CASES: dict[str, Case] = {c.name: c for c in [*_SYNC, *_async_twins(_SYNC)]}
+
+
+def _fuzzed_async() -> list[Case]:
+    """Async cases the fuzzer (`--async-scheduling`) found a fault with, kept as goldens."""
+    return [
+        Case(
+            "fuzz_s46_c3_b432_blocks4_async",
+            "fuzz_s46_c3",
+            "FA+Mamba align B=432, 4 blocks, budget 3291, time scale 0.456, async: a request "
+            "that preempts itself alone is aborted once nothing runs, after its step in flight "
+            "returned (not at the preemption)",
+            432,
+            num_blocks=4,
+            max_num_batched_tokens=3291,
+            time_scale=0.456,
+            async_scheduling=True,
+        ),
+        Case(
+            "fuzz_s46_c14_b240_blocks11_async",
+            "fuzz_s46_c14",
+            "FA+Mamba align B=240, retention 960, 11 blocks, budget 1241, time scale 0.375, "
+            "async: a request preempting itself alone is not aborted while a step is in "
+            "flight (its finished requests free blocks; it resumes and finishes)",
+            240,
+            retention_interval=960,
+            num_blocks=11,
+            max_num_batched_tokens=1241,
+            time_scale=0.375,
+            async_scheduling=True,
+        ),
+    ]
+
+
+CASES: dict[str, Case] = {c.name: c for c in [*_SYNC, *_async_twins(_SYNC), *_fuzzed_async()]}

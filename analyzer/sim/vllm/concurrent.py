@@ -66,7 +66,7 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
             min((e - r) % B for e in self.events) if self.events else B for r in range(B)
         ]
         self.quiet = not self.layout.speculative  # a drafter re-caches at every sample
-        self.sleeps = self.quiet and self.depth == 1  # sleepers: the synchronous loop only
+        self.sleeps = self.quiet
         # The step's time from the model and the GPU (None: step_base + step_token x tokens),
         # which prices each decode by its context (the sleepers' in one sum).
         self.step_model = step_model(policy)
@@ -96,11 +96,12 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
         self.flights: list[Flight] = []
         self.waiting: deque[Flight] = deque()
         self.arrivals: deque[Flight] = deque()  # routed here, queued at the next step start
-        # The steps in flight, oldest first: (end, scheduled, skipped, tokens); the GPU runs
-        # them one after another (free at `gpu_free_s`)
+        # The steps in flight, oldest first: (end, scheduled, skipped, tokens, step number);
+        # the GPU runs them one after another (free at `gpu_free_s`)
         self.in_flight: deque[tuple] = deque()
         self.gpu_free_s = 0.0
         self.blocked = False  # a schedule found nothing while a step runs: wait for it
+        self.admissions = 0  # admissions so far (a flight's `order`)
         # A fleet's replica: (flight, first token or finished, time) as its steps end, for
         # the router's hooks (None: nobody listens)
         self.hooks: list[tuple[Flight, bool, float]] | None = None
@@ -221,9 +222,15 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
         self.num_steps += 1
         self.num_tokens += total
         if self.depth == 1:
-            self.in_flight.append((end_s, scheduled, skipped, total))
-        else:  # vLLM advances the computed tokens at once; the outputs come at the end
-            self.in_flight.append((end_s, self._advance(scheduled), skipped, total))
+            self.in_flight.append((end_s, scheduled, skipped, total, self.num_steps))
+            return
+        # vLLM advances the computed tokens at once; the outputs come at the end. A sleeper
+        # the budget left out wakes (simulated again from here).
+        self.in_flight.append((end_s, self._advance(scheduled), [], total, self.num_steps))
+        for f in skipped:
+            f.asleep = False
+            self._asleep(f, -1)
+            self.active[f] = None
 
     def _priced(self, scheduled: list[tuple[Flight, int]], sleepers: int, skipped) -> float:
         """The step's time by the step model: its prefill chunks (new tokens, tokens already
@@ -245,7 +252,7 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
     def end_step(self) -> None:
         """The oldest step in flight ends: the clock moves to its end and its outputs are
         processed (tokens sampled, requests finished and their blocks freed)."""
-        end_s, scheduled, skipped, total = self.in_flight.popleft()
+        end_s, scheduled, skipped, total, _ = self.in_flight.popleft()
         self.clock = end_s
         self.blocked = False
         self.num_ended += 1
@@ -279,6 +286,8 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
             elif samples:
                 f.placeholders -= 1
                 self._sample(f)
+                if self.sleeps and f in self.active and f.in_flight == 1:
+                    self._sleep(f)  # in the next step (asleep from the one after)
 
     def _advance(self, scheduled: list[tuple[Flight, int]]) -> list[tuple[Flight, int, bool]]:
         """Async scheduling: the step's requests advance their computed tokens as it is
@@ -393,7 +402,10 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
             self._preempt(victim)
             self.preempted = True  # no waiting request is admitted in this step
             if victim is f:
-                if not self.running:  # alone it had the whole pool: it can never finish
+                # Alone it had the whole pool: it can never finish (synchronous loop; with a
+                # step in flight its blocks may yet come free: `_start_step` aborts a head
+                # that does not fit once nothing runs, as vLLM's engine does)
+                if not self.running and not self.in_flight:
                     self._abort(self.waiting.popleft())
                 return False
 
@@ -421,6 +433,8 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
                 shared = self.prefixes.shared(f, blocks)
                 admission = admission._replace(shared_scheduled_tokens=shared)
             waiting.popleft()
+            self.admissions += 1
+            f.order = self.admissions
             running.append(f)
             self.active[f] = None
             f.admitted(admission, start_s, self.num_steps)
@@ -513,7 +527,7 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, VllmReplay):
             req.num_tokens += 1
             if (req.num_tokens - self.hash_lookahead) // self.hash_block > len(req.hashes):
                 self._show_hashes(req)
-            if not stale and f.in_flight == 0:
+            if not stale and f.in_flight == 0 and not f.asleep:
                 self._cache_outputs(f)
         elif self.quiet:
             req.num_tokens = req.computed + 1

@@ -63,6 +63,7 @@ class Flight:
         "in_flight",
         "stale",
         "decode_from",
+        "order",
     )
 
     def __init__(
@@ -115,6 +116,7 @@ class Flight:
         self.in_flight = 0
         self.stale = 0
         self.decode_from: int | None = None  # its length at its first decode since admission
+        self.order = 0  # when it joined the running requests (their order: admission order)
 
     def set_junction(self, junction: int) -> None:
         """The lookup's shared-prefix boundary joins the positions whose state is kept."""

@@ -10,7 +10,13 @@ steps are only clock ticks (`_quiet_steps`).
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from analyzer.sim.vllm.flight import Flight
+
+
+def _order(entry: tuple) -> int:
+    return entry[0].order
 
 
 class SleepingDecoders:
@@ -23,6 +29,8 @@ class SleepingDecoders:
         time, one at a time (the same doubles). Returns the number of steps run."""
         running = self.running
         if self.waiting or self.active or not running or len(running) > self.budget:
+            return 0
+        if self.depth > 1:  # async: every step is scheduled and ended (the sleepers implicit)
             return 0
         count = min(f.wake_step for f in running) - self.num_steps
         n = len(running)
@@ -49,7 +57,9 @@ class SleepingDecoders:
             return 0
         req = f.req
         to_event = self.to_event[req.computed % self.layout.block_size]
-        return min(to_event, f.max_tokens - f.num_output - 1)
+        # Async: the outputs in flight are counted (its last step may be asleep: it is woken
+        # before the next one is scheduled, and that step's output is processed awake)
+        return min(to_event, f.max_tokens - f.num_output - max(1, f.in_flight))
 
     def _sleep(self, f: Flight) -> None:
         """`f` just sampled: let it sleep through its next quiet decode steps, if any. A
@@ -66,7 +76,12 @@ class SleepingDecoders:
         self.wake.setdefault(f.wake_step, []).append(f)
 
     def _catch_up(self, f: Flight) -> None:
-        """A sleeper's fields as of now: one token decoded in each step since it slept."""
+        """A sleeper's fields as of now: one token decoded in each step since it slept.
+        Async: computed counts the steps scheduled since, the outputs those ended; the steps
+        still in flight take `f` in their records (their outputs come as an awake one's)."""
+        if self.depth > 1:
+            self._catch_up_async(f)
+            return
         steps = self.num_steps - f.synced_step
         if steps:
             req = f.req
@@ -76,6 +91,27 @@ class SleepingDecoders:
             f.chunks.extend([1] * steps)
             f.synced_step = self.num_steps
             self._show_hashes(req)
+
+    def _catch_up_async(self, f: Flight) -> None:
+        slept = f.synced_step
+        steps = self.num_steps - slept
+        if not steps:
+            return
+        ended = max(0, self.num_ended - slept)
+        req = f.req
+        req.computed += steps
+        f.chunks.extend([1] * steps)
+        req.num_tokens += ended
+        f.num_output += ended
+        f.in_flight += steps - ended
+        f.placeholders += steps - ended
+        for record in self.in_flight:
+            if record[4] > slept:  # its outputs in the step's order (running order)
+                entries = record[1]
+                at = bisect_right(entries, f.order, key=_order)
+                entries.insert(at, (f, 1, True))
+        f.synced_step = self.num_steps
+        self._show_hashes(req)
 
     def _wake_up(self) -> None:
         """Simulate again the sleepers due before this step (stale entries are skipped)."""

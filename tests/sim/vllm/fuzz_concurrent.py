@@ -98,9 +98,15 @@ while True:
                       for r in recs)
         mml = args.max_model_len or max(longest + 1, args.block_size,
                                         args.mamba_block_size or 0)
-        oracle = vo.Oracle(args, mml)
+        if job.get("async"):  # vLLM's AsyncScheduler, tools/oracle/vllm_async_oracle.py
+            sys.path.insert(0, job["tools"])
+            import vllm_async_oracle as va
+            oracle = va.AsyncOracle(args, mml)
+        else:
+            oracle = vo.Oracle(args, mml)
         try:
-            rows, summary = oracle.run_concurrent(recs, arrivals)
+            run = oracle.run_async if job.get("async") else oracle.run_concurrent
+            rows, summary = run(recs, arrivals)
         finally:
             shutil.rmtree(oracle._tmp, ignore_errors=True)
         out = {"rows": rows, "summary": summary}
@@ -250,10 +256,13 @@ def oracle_args(policy: dict) -> list[str]:
     return args + ["--step-token-us", repr(policy["step_token_us"])]
 
 
-def make_case(seed: int, index: int, eagle: float) -> dict:
+def make_case(seed: int, index: int, eagle: float, async_scheduling: bool = False) -> dict:
+    """Case (seed, index). Async scheduling: the same draws, no drafter (hpa keeps a
+    drafter on the synchronous loop)."""
     rng = random.Random(f"fuzz_concurrent:{seed}:{index}")
     trace = random_trace(rng)
-    policy = random_layout(rng, trace, eagle)
+    policy = random_layout(rng, trace, 0.0 if async_scheduling else eagle)
+    policy["async_scheduling"] = async_scheduling
     return {"name": f"s{seed}-c{index}", "policy": policy, "trace": trace}
 
 
@@ -273,6 +282,8 @@ def describe(policy: dict) -> str:
         parts.append(f"step={policy['step_base_ms']:g}ms+{policy['step_token_us']:g}us")
     if policy["spec_decode"] != "none":
         parts.append("eagle")
+    if policy.get("async_scheduling"):
+        parts.append("async")
     return " ".join(parts)
 
 
@@ -357,6 +368,8 @@ def _oracle_workers(jobs: int, todo: queue.Queue, done: queue.Queue) -> list[thr
                 break
             started = time.perf_counter()
             job = {"args": oracle_args(case["policy"]), "trace": case["trace"]}
+            if case["policy"].get("async_scheduling"):
+                job.update({"async": True, "tools": str(ROOT / "tools" / "oracle")})
             proc.stdin.write(json.dumps(job, separators=(",", ":")) + "\n")
             proc.stdin.flush()
             done.put((case, answer(), time.perf_counter() - started))
@@ -389,7 +402,8 @@ def keep(folder: Path, case: dict, want: list[dict], got: list[dict], text: str)
 def load_kept(folder: Path) -> dict:
     doc = json.loads((folder / "case.json").read_text())
     trace = [json.loads(line) for line in (folder / "trace.jsonl").read_text().splitlines()]
-    return {"name": doc["name"], "policy": doc["policy"], "trace": trace}
+    policy = {"async_scheduling": False, **doc["policy"]}  # kept before the key existed
+    return {"name": doc["name"], "policy": policy, "trace": trace}
 
 
 def judge(case: dict, answer: dict) -> tuple[str, str, dict]:
@@ -442,6 +456,11 @@ def main(argv: list[str] | None = None) -> int:
         "--eagle", type=float, default=0.25, help="share of cases with EAGLE (default 0.25)"
     )
     parser.add_argument("--minutes", type=float, default=None, help="start no case after this")
+    parser.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="vLLM's AsyncScheduler on both sides (tools/oracle/vllm_async_oracle.py)",
+    )
     parser.add_argument("--keep", type=Path, default=Path("/tmp/hpa_fuzz_concurrent"))
     parser.add_argument("--rerun", type=Path, action="append", default=[], help="a kept case")
     args = parser.parse_args(argv)
@@ -453,7 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         count = args.cases
         indices = range(args.first, args.first + args.cases)
-        cases = (make_case(args.seed, i, args.eagle) for i in indices)  # drawn when sent
+        cases = (  # drawn when sent
+            make_case(args.seed, i, args.eagle, args.async_scheduling) for i in indices
+        )
     started = time.perf_counter()
     todo: queue.Queue = queue.Queue()
     done: queue.Queue = queue.Queue()
