@@ -411,7 +411,7 @@ UNKNOWN_COLUMNS = [
     (
         "SELECT foo FROM requests",
         'Referenced column "foo" not found in FROM clause! '
-        "(no stored column is close to 'foo'; `DESCRIBE requests` lists a table's columns)",
+        "(no stored column is close to 'foo'; `DESCRIBE requests` lists its columns)",
     ),
 ]
 
@@ -539,3 +539,15 @@ def test_counts_are_said_with_the_plural_rule(tmp_path, db, big, said):
     assert ingested.stdout == f"{one}: read 1 = stored 1 + rejected 0 (1 prompt token)\n"
     synth = run("synth", tmp_path / "s.jsonl", "--num-requests", "1")
     assert synth.stdout.startswith("synth: 1 record, ")
+
+
+def test_a_new_store_in_a_missing_folder_is_refused(tmp_path):
+    """(issue 47 item 10, --db: DuckDB's "IO Error: Cannot open file" before)"""
+    sample = Path(__file__).parent.parent / "sample_traces" / "groups_1500.jsonl"
+    db = tmp_path / "missing" / "t.duckdb"
+    result = run("ingest", sample, "--db", db)
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"Error: --db {db}: no such folder {db.parent}; make it first\n",
+    )
+    assert not db.parent.exists()

@@ -16,7 +16,7 @@ from typing import TypeVar
 import duckdb
 import pyarrow as pa
 
-from analyzer.errors import StoreError
+from analyzer.errors import InputFileError, StoreError
 from analyzer.store import DEFAULT_DB  # noqa: F401  (defined there, light, for the CLI)
 from analyzer.store.locks import open_error
 
@@ -70,7 +70,8 @@ def connect(
 
     Raises:
         StoreError: the file is missing while `create` is false, is not a DuckDB file,
-            or was written by another schema version.
+            or was written by another schema version. InputFileError: a new store's
+            folder does not exist.
     """
     path = Path(path)
     empty = _empty_file(path)
@@ -78,6 +79,8 @@ def connect(
         what = " (an empty file)" if empty else ""
         raise StoreError(f"{path}: no such database{what}; run `hpa ingest FILE --db {path}` first")
     new = empty or not path.exists()
+    if new and not path.parent.is_dir():  # a new store is a file: no folder is made for it
+        raise InputFileError(f"--db {path}: no such folder {path.parent}; make it first")
     if empty:  # nothing to keep: what a store that could not be created (a full disk) left
         remove_store(path)
     # One thread unless asked (ingest): DuckDB's parallel aggregates sum floats in an order

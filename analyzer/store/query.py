@@ -58,10 +58,7 @@ def _column_hint(con: duckdb.DuckDBPyConnection, message: str, sql: str) -> str:
         return ""
     name = m.group(1).lower()
     try:
-        stored = con.execute(
-            "SELECT table_name, column_name FROM duckdb_columns() WHERE NOT internal "
-            "ORDER BY table_name, column_index"
-        ).fetchall()
+        stored = con.execute(load_sql("stored_columns")).fetchall()
     except duckdb.Error:
         return ""
     named = {t for t, _ in stored if re.search(rf"\b{re.escape(t)}\b", sql, re.IGNORECASE)}
@@ -70,8 +67,8 @@ def _column_hint(con: duckdb.DuckDBPyConnection, message: str, sql: str) -> str:
         if close:
             found = [f"{t}.{c}" for c in close for t, col in pool if col.lower() == c]
             return f" (closest stored columns: {', '.join(found)})"
-    where = f"DESCRIBE {sorted(named)[0]}" if len(named) == 1 else "DESCRIBE TABLE_NAME"
-    return f" (no stored column is close to {m.group(1)!r}; `{where}` lists a table's columns)"
+    table = sorted(named)[0] if len(named) == 1 else "TABLE_NAME"
+    return f" (no stored column is close to {m.group(1)!r}; `DESCRIBE {table}` lists its columns)"
 
 
 def _open(path: Path, write: bool, files: bool) -> duckdb.DuckDBPyConnection:
