@@ -14,6 +14,8 @@ shared by the tree and the running request.
   tree beyond its own prefix whose tokens it still holds. Where its full-KV match passes its
   hit, its first insert reaching the match's page floor stops there (the SWA branch point).
   WindowRun, the base class, frees as it computes; the all-three cache (unified.py) uses it.
+- First chunk: a prompt whose peak SWA reservation can never fit the SWA pool has its first
+  chunk cut to the pool less the decode headroom (SGLang's prefill budget; SWARun.chunk_limit).
 - New leaf split: a new live leaf longer than one window (W rounded up to whole pages) is cut
   there, the older part its parent (SGLang's _maybe_split_leaf_for_swa_lock), so an SWA
   eviction of that part tombstones it and keeps its full KV.
