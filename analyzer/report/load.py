@@ -20,6 +20,7 @@ from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.report.blocks import count, figure_div, html_table, meaning, overall_rows, pct
 from analyzer.report.data import ReportData
 from analyzer.report.figures import MENU_ROW, run_dropdown, style_figure
+from analyzer.words import plural
 
 FIGURE_ID = "fig-load"
 # (column, legend name, colour, dash, subplot row) of each line; preemptions are bars.
@@ -196,7 +197,7 @@ def _summary(data: ReportData) -> str:
             0, named=True
         )
         text += (
-            f"; {count(total)} preemptions in all, most among arrivals at "
+            f"; {plural(int(total), 'preemption')} in all, most among arrivals at "
             f"{busiest['window_start']:,.0f}–{busiest['window_end']:,.0f} s"
         )
     return text + "."
