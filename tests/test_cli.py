@@ -551,3 +551,13 @@ def test_a_new_store_in_a_missing_folder_is_refused(tmp_path):
         f"Error: --db {db}: no such folder {db.parent}; make it first\n",
     )
     assert not db.parent.exists()
+
+
+def test_an_unknown_key_in_a_policy_file_names_the_file(tmp_path):
+    policy = tmp_path / "p.json"
+    policy.write_text('{"block_size": 544, "replica": 2}\n')
+    result = run("replay", "--policy", policy, "--db", tmp_path / "none.duckdb")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"Error: policy {policy}: unknown policy key 'replica'; did you mean 'replicas'? {HELP}\n",
+    )

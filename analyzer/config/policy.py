@@ -489,4 +489,7 @@ def read_source(source: str) -> dict[str, Any]:
         raise ConfigError(f"policy {source}: cannot read ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"policy {source}: expected an object of policy keys")
+    for key in data:  # the file's own keys, named with it
+        if key not in KEYS:
+            raise ConfigError(f"policy {source}: {unknown_key(key)}")
     return data
