@@ -136,13 +136,13 @@ class MambaRadixCache:
         """An extend of the running request by `tokens` from position `pos`: evict for
         SGLang's demand (`demand`), then take the whole pages the tokens start."""
         self.make_room(self.demand(tokens))
-        return self._take(_pages_between(pos, pos + tokens, self.page))
+        return self._take(pages_between(pos, pos + tokens, self.page))
 
     def alloc_decode(self, pos: int, steps: int) -> bool:
         """`steps` decode steps of the running request from position `pos` (`decode_demand`),
         taking a page whenever a step's token starts one."""
         self.make_room(self.decode_demand(pos, pos + steps))
-        return self._take(_pages_between(pos, pos + steps, self.page))
+        return self._take(pages_between(pos, pos + steps, self.page))
 
     def decode_demand(self, pos: int, end: int) -> int:
         """What decode steps from `pos` to `end` evict for, at once. Above page 1 each step
@@ -152,7 +152,7 @@ class MambaRadixCache:
         between the steps, so evicting once for this is evicting step by step."""
         if self.page == 1:
             return end - pos
-        return self.page + _pages_between(pos, end - 1, self.page)
+        return self.page + pages_between(pos, end - 1, self.page)
 
     def demand(self, tokens: int) -> int:
         """What SGLang evicts for before an extend of `tokens`: the extend plus one page (its
@@ -263,6 +263,6 @@ class MambaRadixCache:
                 break
 
 
-def _pages_between(start: int, end: int, page: int) -> int:
+def pages_between(start: int, end: int, page: int) -> int:
     """Tokens of the whole pages a sequence growing from `start` to `end` tokens starts."""
     return (-(-end // page) - -(-start // page)) * page

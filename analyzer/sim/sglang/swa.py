@@ -34,7 +34,7 @@ import heapq
 from collections.abc import Sequence
 
 from analyzer.sim.common.tree import Node
-from analyzer.sim.sglang.cache import MambaRadixCache, _pages_between
+from analyzer.sim.sglang.cache import MambaRadixCache, pages_between
 
 
 class SWARadixCache(MambaRadixCache):
@@ -107,14 +107,14 @@ class SWARadixCache(MambaRadixCache):
 
     def _grow(self, pos: int, new_pos: int, window_low: int, need: int) -> bool:
         self.make_room(need)
-        if not self._take(_pages_between(pos, new_pos, self.page)):
+        if not self._take(pages_between(pos, new_pos, self.page)):
             return False
         self.private_swa = max(_ceil(pos, self.page) - window_low, 0)
         cap = self.swa_tokens
         while cap is not None and self.used_swa() + need > cap:
             if not self._evict_state():
                 break
-        new = _pages_between(pos, new_pos, self.page)
+        new = pages_between(pos, new_pos, self.page)
         if cap is not None and self.used_swa() + new > cap:
             return False
         self.private_swa += new

@@ -90,7 +90,7 @@ def test_refused_requests_are_reported_as_vllm_reports_them():
     assert (grows.num_preemptions, grows.hit_total_tokens) == (1, 0)
     assert grows.first_token_s == pytest.approx(0.085) and grows.finished_s == pytest.approx(1.6354)
     assert grows.error.startswith(
-        "aborted after 1 preemptions: its 1105-token sequence"
+        "aborted after 1 preemption: its 1105-token sequence"
     )  # 305 outputs
     assert (huge.first_scheduled_s, huge.finished_s, huge.hit_total_tokens) == (None, 100.0, 0)
     assert huge.error == "not schedulable (KV cache too small: 70 blocks?)"
@@ -136,5 +136,5 @@ def test_a_request_that_cannot_fit_alone_is_aborted_not_replayed_for_ever():
     request = SimRequest("r", list(range(18)), None, 18, timestamp_s=0.0)
     (result,) = replay([request], policy)
     assert result.error == (
-        "aborted after 1 preemptions: its 28-token sequence no longer fits the pool (8 blocks)"
+        "aborted after 1 preemption: its 28-token sequence no longer fits the pool (8 blocks)"
     )
