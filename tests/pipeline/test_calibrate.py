@@ -58,16 +58,14 @@ def observed_db(tmp_path_factory) -> Path:
     return _observed(tmp_path_factory, TRUTH)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 46 note): under async scheduling the fixed-point fit stops at R^2 0.92 "
-    "on this sample (mean simulated 526 ms against 504 ms observed); ttft_terms are exact",
-)
 def test_recovers_a_known_time_model_async_scheduling(tmp_path_factory, tmp_path):
+    """The same under async scheduling, vllm serve's default: its error has more local
+    minima (from 3 starts the search stopped at R^2 0.92 here)."""
     db = _observed(tmp_path_factory, {**TRUTH, "async_scheduling": True})
     overrides = ["block_size=64", "time_scale=0.05"]
     fit = calibrate(None, overrides, db_path=db, out=tmp_path / "fitted.json")
-    assert fit.r2 > 0.99
+    assert fit.r2 > 0.99 and fit.policy.async_scheduling
+    assert fit.policy.step_token_us == pytest.approx(40.0, rel=0.1)
 
 
 def test_recovers_a_known_time_model(observed_db, tmp_path):
@@ -104,7 +102,8 @@ def test_cli_prints_the_fit_and_its_quality(observed_db):
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert lines[0].startswith("fitted step_base_ms=")
-    assert lines[1].startswith("quality over 32 requests with ttft_ms: R^2 0.99")
+    assert lines[1].startswith("quality over 32 requests with ttft_ms: R^2 ")
+    assert float(lines[1].split("R^2 ")[1].split(",")[0]) >= 0.99
 
 
 def test_a_trace_without_ttft_is_a_one_line_error(tmp_path):
