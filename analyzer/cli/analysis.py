@@ -345,7 +345,7 @@ def compare_cmd(
     click.echo(
         "\nshares of each side's queried tokens; change_points = current - baseline; "
         "contribution_points (to the overall change) = rate_effect_points (the group's own "
-        "share moved) + mix_effect_points (its traffic share moved):"
+        "share moved) + mix_effect_points (its traffic share moved, against the overall share):"
     )
     nonzero = [
         i

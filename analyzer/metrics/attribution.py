@@ -100,9 +100,14 @@ def build_tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table,
             _add(out, r)
         return out
 
-    q_all = {
-        "baseline": total(parts(base, keys))["prompt_tokens"],
-        "current": total(parts(cur, keys))["prompt_tokens"],
+    everything = {"baseline": total(parts(base, keys)), "current": total(parts(cur, keys))}
+    q_all = {name: sums["prompt_tokens"] for name, sums in everything.items()}
+    # each figure's overall share, the mean of the two sides: what a group's traffic share
+    # carries at the overall ratio (the shift-share's reference)
+    overall_mean = {
+        col: (_share(everything["baseline"][col], everything["baseline"]) or 0.0) / 2
+        + (_share(everything["current"][col], everything["current"]) or 0.0) / 2
+        for _, col, _ in FIGURES
     }
     g_rows, c_rows = [], []
     for fam, rev, members in groups:
@@ -133,7 +138,8 @@ def build_tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table,
         )
         for fig, col, _ in FIGURES:
             sb, sc = _share(tb[col], tb), _share(tc[col], tc)
-            rate, mix = _shift_share(base, cur, members, col, q_all)
+            rate, mix = _shift_share(base, cur, members, col, q_all, overall_mean[col])
+            moved = tc["prompt_tokens"] / q_all["current"] - tb["prompt_tokens"] / q_all["baseline"]
             c_rows.append(
                 {
                     "prompt_family": fam,
@@ -145,7 +151,11 @@ def build_tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table,
                     "current_share": sc,
                     "change_points": _points(sc, sb),
                     "contribution_points": 100.0
-                    * (tc[col] / q_all["current"] - tb[col] / q_all["baseline"]),
+                    * (
+                        tc[col] / q_all["current"]
+                        - tb[col] / q_all["baseline"]
+                        - overall_mean[col] * moved
+                    ),
                     "rate_effect_points": rate,
                     "mix_effect_points": mix,
                 }
@@ -155,14 +165,22 @@ def build_tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table,
     return g_table, c_table, _sentence(g_rows, c_rows)
 
 
-def _shift_share(base: dict, cur: dict, members, col: str, q_all: dict) -> tuple[float, float]:
+def _shift_share(
+    base: dict, cur: dict, members, col: str, q_all: dict, overall: float
+) -> tuple[float, float]:
     """The group's contribution split into rate and mix effects, in points of the overall
-    share (a symmetric shift-share over its family x revision members).
+    share (a symmetric shift-share over its family x revision members, against the overall
+    share `overall`, the mean of the two sides).
 
     Per member k, with weight w = q_k / Q (its share of its side's queried tokens) and rate
     r = x_k / q_k (the figure's share of the member's own queried tokens): the contribution
-    w_c r_c - w_b r_b = mean(w) (r_c - r_b) [rate] + mean(r) (w_c - w_b) [mix], exactly.
-    A member present on one side only has no rate change: all of it is mix.
+    (w_c r_c - w_b r_b) - R (w_c - w_b) = mean(w) (r_c - r_b) [rate] + (mean(r) - R)
+    (w_c - w_b) [mix], exactly. The weights' changes add up to zero over the groups, so the
+    contributions still add up to the overall change; against R, more traffic to a group
+    raises the overall share only when the group's share is above the overall one (a group
+    whose hit ratio fell while its traffic grew, below the overall ratio, contributes a
+    negative change twice). A member present on one side only has no rate change: all of it
+    is mix, w (r - R) of the side it is on.
     """
     rate = mix = 0.0
     for k in members:
@@ -177,9 +195,9 @@ def _shift_share(base: dict, cur: dict, members, col: str, q_all: dict) -> tuple
         (wb, rb), (wc, rc) = sides
         if rb is not None and rc is not None:
             rate += (wb + wc) / 2 * (rc - rb)
-            mix += (rb + rc) / 2 * (wc - wb)
+            mix += ((rb + rc) / 2 - overall) * (wc - wb)
         else:
-            mix += wc * (rc or 0.0) - wb * (rb or 0.0)
+            mix += wc * ((rc or 0.0) - overall) - wb * ((rb or 0.0) - overall)
     return 100.0 * rate, 100.0 * mix
 
 

@@ -12,11 +12,12 @@ Per prompt family x model revision (plus "(all)" roll-ups), each side's tokens p
 (the hit and every waterfall cause) are divided by **that side's** queried tokens: windows
 hold different numbers of requests, so only shares of the same window are compared, never a
 total divided by another window's. `change_points` = current share - baseline share, in
-percentage points. `contribution_points` = the group's cause tokens over all queried tokens
-of its side, current minus baseline: these add up, over groups, to the change of the overall
-share. A symmetric shift-share splits it exactly: `rate_effect_points` (mean traffic share x
-change of the group's own share: the group's figure moved) + `mix_effect_points` (mean own
-share x change of its traffic share: the traffic mix moved); see attribution._shift_share.
+percentage points. `contribution_points` = the group's part of the change of the overall
+share, a symmetric shift-share against the overall share R (the mean of the two sides'):
+`rate_effect_points` (mean traffic share x change of the group's own share: the group's
+figure moved) + `mix_effect_points` ((mean own share - R) x change of its traffic share: the
+traffic moved to or from a group above or below the whole); these add up, over groups, to the
+change of the overall share (see attribution._shift_share).
 Each side's traffic shape (requests, rate, prompt lengths, labels) is `traffic`.
 
 The closing sentence names the overall change of the useful hit ratio, the cause whose

@@ -32,15 +32,17 @@ def by_key(table) -> dict:
 
 def test_a_group_whose_hit_ratio_fell_but_traffic_grew_is_split_into_rate_and_mix():
     # chat@new: 80% -> 59% hits (rate -21 points) while its share of queried tokens goes
-    # from 20% to 60%: its contribution is positive only because of the mix
+    # from 20% to 60%; the overall ratio goes 36% -> 45.4% (mean 40.7%). chat@new stays above
+    # it, so the traffic it gained raised the overall ratio: a positive mix effect larger
+    # than the negative rate effect
     base = side(chat__new=(10, 2_000, 1_600), chat__old=(40, 8_000, 2_000))
     cur = side(chat__new=(30, 6_000, 3_540), chat__old=(20, 4_000, 1_000))
     _, causes, sentence = build_tables(base, cur, {})
     hit = by_key(causes)[("chat", "new", "hit")]
     assert hit["change_points"] == pytest.approx(-21.0)
-    assert hit["contribution_points"] == pytest.approx(100 * (0.354 - 0.16))
+    assert hit["contribution_points"] == pytest.approx(100 * (0.354 - 0.16 - 0.407 * 0.4))
     assert hit["rate_effect_points"] == pytest.approx(0.4 * -21.0)
-    assert hit["mix_effect_points"] == pytest.approx(0.695 * 40.0)
+    assert hit["mix_effect_points"] == pytest.approx((0.695 - 0.407) * 40.0)
     assert hit["rate_effect_points"] < 0 < hit["contribution_points"]
     total = by_key(causes)[("(all)", "(all)", "hit")]
     assert total["rate_effect_points"] + total["mix_effect_points"] == pytest.approx(
@@ -50,12 +52,70 @@ def test_a_group_whose_hit_ratio_fell_but_traffic_grew_is_split_into_rate_and_mi
     assert "from the traffic mix" in sentence
 
 
+# Constructed incidents: (what happened, baseline and current as family__revision=(requests,
+# prompt tokens, hit tokens), the sign of each group's hit contribution, rate and mix
+# effects). The signs read as a person expects: a group that lost hits, or whose traffic grew
+# while it hits less than the whole, pulled the ratio down.
+SIGN_CASES = [
+    (
+        "one group fell, the traffic did not move",
+        {"a__r": (5, 500, 450), "b__r": (5, 500, 400)},
+        {"a__r": (5, 500, 450), "b__r": (5, 500, 300)},
+        {("a", "r"): ("0", "0", "0"), ("b", "r"): ("-", "-", "0")},
+    ),
+    (
+        "the incident's group fell and grew, below the overall ratio",
+        {"a__r": (5, 500, 450), "b__r": (5, 500, 350)},
+        {"a__r": (2, 200, 180), "b__r": (8, 800, 400)},
+        {("a", "r"): ("-", "0", "-"), ("b", "r"): ("-", "-", "-")},
+    ),
+    (
+        "traffic moved to the group that hits more",
+        {"a__r": (5, 500, 450), "b__r": (5, 500, 250)},
+        {"a__r": (8, 800, 720), "b__r": (2, 200, 100)},
+        {("a", "r"): ("+", "0", "+"), ("b", "r"): ("+", "0", "+")},
+    ),
+    (
+        "a new group that hits less than the whole",
+        {"a__r": (5, 500, 400)},
+        {"a__r": (5, 500, 400), "c__r": (5, 500, 100)},
+        # a's share of the traffic halved at a ratio above the whole's: it pulled down too
+        {("a", "r"): ("-", "0", "-"), ("c", "r"): ("-", "0", "-")},
+    ),
+]
+
+
+def _sign(x: float) -> str:
+    return "0" if abs(x) < 1e-12 else ("+" if x > 0 else "-")
+
+
+@pytest.mark.parametrize(
+    ("base", "cur", "signs"), [c[1:] for c in SIGN_CASES], ids=[c[0] for c in SIGN_CASES]
+)
+def test_the_signs_of_each_groups_hit_contribution(base, cur, signs):
+    _, causes, _ = build_tables(side(**base), side(**cur), {})
+    rows = by_key(causes)
+    for key, want in signs.items():
+        hit = rows[(*key, "hit")]
+        got = tuple(
+            _sign(hit[f])
+            for f in ("contribution_points", "rate_effect_points", "mix_effect_points")
+        )
+        assert got == want, key
+    finest = [r for k, r in rows.items() if k[2] == "hit" and "(all)" not in k[:2]]
+    total = rows[("(all)", "(all)", "hit")]
+    assert math.fsum(r["contribution_points"] for r in finest) == pytest.approx(
+        total["change_points"], abs=1e-9
+    )
+
+
 def test_a_group_on_one_side_only_is_all_mix():
     base = side(a__r=(1, 100, 50))
     cur = side(a__r=(1, 100, 50), b__r=(1, 100, 100))
     _, causes, _ = build_tables(base, cur, {})
     b = by_key(causes)[("b", "r", "hit")]
-    assert (b["rate_effect_points"], b["mix_effect_points"]) == (0.0, pytest.approx(50.0))
+    # the overall ratio goes 50% -> 75% (mean 62.5%): b's half of the traffic at 100%
+    assert (b["rate_effect_points"], b["mix_effect_points"]) == (0.0, pytest.approx(18.75))
 
 
 counts = st.tuples(st.integers(1, 5), st.integers(1, 1_000), st.floats(0, 1))
