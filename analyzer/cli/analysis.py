@@ -316,6 +316,8 @@ def compare_cmd(
     from analyzer.report.tables import render
 
     result = compare(db_path=db_path, window=window, baseline=baseline, runs=runs)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if fmt == "json":
         click.echo(result.to_json().decode(), nl=False)
         return

@@ -95,6 +95,8 @@ class Comparison:
     ttft_note: str
     sentence: str
     notes: tuple[str, ...] = ()  # caveats: windows over timestamps an adapter made
+    # what makes the comparison say less than it seems: overlapping windows, a run with itself
+    warnings: tuple[str, ...] = ()
 
     def fit_lines(self) -> list[str]:
         if self.ttft_source != "trace ttft_ms":
@@ -171,8 +173,27 @@ class Comparison:
             "causes": self.causes.to_pylist(),
             "sentence": self.sentence,
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
         }
         return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+def seconds_text(x: float) -> str:
+    """Seconds as written in a window (1774000000.5, never 1.774e+09; '' for an open end)."""
+    return f"{x:.3f}".rstrip("0").rstrip(".") if math.isfinite(x) else ""
+
+
+def overlap_warning(current: Window, baseline: Window) -> str | None:
+    """The warning for two windows that share time (None when they do not): the requests
+    in both are on both sides, so the change understates what moved."""
+    start, end = max(current.start_s, baseline.start_s), min(current.end_s, baseline.end_s)
+    if not start < end:
+        return None
+    both = f"{seconds_text(start)}..{seconds_text(end)}"
+    return (
+        f"the window {current.text} and the baseline {baseline.text} overlap ({both} s): "
+        "the requests of that time are on both sides, so the change understates what moved"
+    )
 
 
 def _finite(x: float) -> float | None:
@@ -304,6 +325,7 @@ def assemble(
     ttft: tuple[dict[str, TtftFit | None], str, str],
     fit_run: int,
     notes: tuple[str, ...] = (),
+    warnings: tuple[str, ...] = (),
 ) -> Comparison:
     """The comparison of two sides' rows: `ttft` is (fits per revision, their source, a
     note), fitted on run `fit_run`.
@@ -332,6 +354,7 @@ def assemble(
         ttft_note=note,
         sentence=sentence,
         notes=notes,
+        warnings=warnings,
     )
 
 

@@ -15,6 +15,8 @@ from analyzer.metrics.compare import (
     assemble,
     check_request,
     fitted_ttft,
+    overlap_warning,
+    seconds_text,
 )
 from analyzer.store.caveats import timestamp_caveats
 from analyzer.store.db import DEFAULT_DB, connect, load_sql
@@ -44,9 +46,11 @@ def compare(
             _check_windows(con, run_id, (win_base, win_cur))
             sides = [("baseline", run_id, win_base), ("current", run_id, win_cur)]
             fit_run = run_id
+            warnings = tuple(w for w in [overlap_warning(win_cur, win_base)] if w)
         else:
             a, b = (resolve_run(con, r) for r in runs)
             _check_same_trace(con, a, b)
+            warnings = _same_run_warnings(con, a, b)
             sides = [("baseline", a, None), ("current", b, None)]
             fit_run = a
         base, cur = (
@@ -57,12 +61,23 @@ def compare(
         notes = tuple(timestamp_caveats(con)) if windowed else ()
     finally:
         con.close()
-    return assemble(base, cur, ttft, fit_run, notes)
+    return assemble(base, cur, ttft, fit_run, notes, warnings)
 
 
-def _fmt_s(x: float) -> str:
-    """Seconds as written in a window (1774000000.5, never 1.774e+09)."""
-    return f"{x:.3f}".rstrip("0").rstrip(".")
+def _same_run_warnings(con, a: int, b: int) -> tuple[str, ...]:
+    """A warning when the two runs are one: the same run, or two replays of the trace with
+    the same policy, measured part and hpa version (nothing can differ between them)."""
+    if a == b:
+        return (f"run {a} is compared with itself: nothing can differ",)
+    (pa_, *ra), (pb, *rb) = (
+        con.execute(load_sql("compare_run_identity"), {"run_id": r}).fetchone() for r in (a, b)
+    )
+    if orjson.loads(pa_) == orjson.loads(pb) and ra == rb:
+        return (
+            f"runs {a} and {b} replayed the same trace with the same policy: they are one "
+            "replay, nothing can differ",
+        )
+    return ()
 
 
 def _check_windows(con, run_id: int, windows) -> None:
@@ -80,7 +95,7 @@ def _check_windows(con, run_id: int, windows) -> None:
         if n == 0:
             raise ConfigError(
                 f"window {w.text} holds no requests of run {run_id} "
-                f"(its timestamps span {_fmt_s(lo)}..{_fmt_s(hi)} s)"
+                f"(its timestamps span {seconds_text(lo)}..{seconds_text(hi)} s)"
             )
 
 

@@ -169,7 +169,9 @@ def incident_section(comparison: Any | None) -> tuple[str, list[str]]:
     """The section's HTML and figure ids; empty without a comparison."""
     if comparison is None:
         return "", []
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in comparison.notes)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in comparison.notes) + "".join(
+        f"<li><b>warning:</b> {html.escape(w)}</li>" for w in comparison.warnings
+    )
     body = (
         '<section id="incident"><h2>Incident: the window against the baseline</h2>'
         f"<p>{html.escape(comparison.baseline.describe())}; "

@@ -175,6 +175,47 @@ def test_empty_window_names_the_span(groups_db):
     )
 
 
+@pytest.mark.parametrize(
+    ("args", "warning"),
+    [
+        (
+            ["--window", "2..", "--baseline", "0..4"],
+            "the window 2.. and the baseline 0..4 overlap (2..4 s): the requests of that time "
+            "are on both sides, so the change understates what moved",
+        ),
+        (
+            ["--window", "0..4.5", "--baseline", "0..4.5"],
+            "the window 0..4.5 and the baseline 0..4.5 overlap (0..4.5 s): the requests of "
+            "that time are on both sides, so the change understates what moved",
+        ),
+        (["--run", "2", "--run", "2"], "run 2 is compared with itself: nothing can differ"),
+        (["--window", "2..4", "--baseline", "0..2"], None),  # touching windows do not overlap
+        (["--run", "1", "--run", "2"], None),
+    ],
+)
+def test_overlapping_windows_and_a_run_with_itself_are_one_warning_line(groups_db, args, warning):
+    for fmt in ("table", "json"):
+        result = run("compare", "--db", groups_db, *args, "--format", fmt)
+        assert result.exit_code == 0, result.output
+        assert result.stderr == ("" if warning is None else f"warning: {warning}\n")
+    assert orjson.loads(result.stdout)["warnings"] == ([] if warning is None else [warning])
+
+
+def test_two_replays_of_the_same_policy_are_one_run(tmp_path):
+    db = tmp_path / "same.duckdb"
+    ingest([SAMPLES / "groups_1600.jsonl"], db_path=db)
+    for _ in range(2):
+        run_replay(make_policy({"block_size": 528}), db_path=db)
+    run_replay(make_policy({"block_size": 528}), db_path=db, measure_from=0.5)
+    said = run("compare", "--db", db, "--run", "1", "--run", "2")
+    assert said.exit_code == 0, said.output
+    assert said.stderr == (
+        "warning: runs 1 and 2 replayed the same trace with the same policy: they are one "
+        "replay, nothing can differ\n"
+    )
+    assert run("compare", "--db", db, "--run", "1", "--run", "3").stderr == ""  # measured apart
+
+
 def test_runs_of_different_traces_are_refused(tmp_path):
     db = tmp_path / "d.duckdb"
     ingest([SAMPLES / "diagnostic_1088.jsonl"], db_path=db)
