@@ -57,6 +57,20 @@ def overall_rows(data: ReportData) -> pl.DataFrame:
     return data.groups.filter(pl.col("is_overall")).sort("run_id")
 
 
+def lead_run(data: ReportData, ids: list[int] | None = None) -> int:
+    """The run a section's text speaks of: the incident's run when the report has one (and
+    the section shows it), else the first of `ids` (default: the runs shown)."""
+    ids = sorted(data.runs["run_id"].to_list() if ids is None else ids)
+    c = data.incident
+    return c.current.run_id if c is not None and c.current.run_id in ids else ids[0]
+
+
+def lead_row(data: ReportData) -> dict:
+    """The lead run's overall row (`overall_rows`)."""
+    overall = overall_rows(data)
+    return overall.filter(pl.col("run_id") == lead_run(data)).row(0, named=True)
+
+
 def largest_loss(row: dict) -> tuple[str, int]:
     causes = [(name, row[col]) for col, name, _ in waterfall.segments(row)[1:]]
     return max(causes, key=lambda c: (c[1], c[0]))

@@ -17,7 +17,15 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from analyzer.config.schedule import CONCURRENT_KEYS
-from analyzer.report.blocks import count, figure_div, html_table, meaning, overall_rows, pct
+from analyzer.report.blocks import (
+    count,
+    figure_div,
+    html_table,
+    lead_run,
+    meaning,
+    overall_rows,
+    pct,
+)
 from analyzer.report.data import ReportData
 from analyzer.report.figures import MENU_ROW, run_dropdown, style_figure
 from analyzer.words import plural
@@ -179,9 +187,14 @@ def _table(data: ReportData) -> str:
 
 
 def _summary(data: ReportData) -> str:
-    """One sentence on the first concurrent run: where TTFT p90 was worst, and preemptions."""
+    """One sentence on the lead concurrent run (the incident's, else the first): where TTFT
+    p90 was worst, and preemptions."""
     w = data.load_windows
-    first = w.filter(pl.col("run_id") == w["run_id"].min()) if w.height else w
+    first = (
+        w.filter(pl.col("run_id") == lead_run(data, w["run_id"].unique().to_list()))
+        if w.height
+        else w
+    )
     timed = first.filter(pl.col("ttft_p90_s").is_not_null())
     if timed.height == 0:
         return ""

@@ -12,6 +12,8 @@ from analyzer.report.blocks import (
     count,
     figure_div,
     html_table,
+    lead_row,
+    lead_run,
     meaning,
     notice,
     overall_rows,
@@ -155,7 +157,11 @@ def windows_section(data: ReportData) -> tuple[str, list[str]]:
     w = data.windows
     unit = "s" if data.window_unit == "s" else " requests"
     width = float(w["window_end"][0] - w["window_start"][0]) if w.height else 0.0
-    first = w.filter(pl.col("run_id") == w["run_id"][0]) if w.height else w
+    first = (
+        w.filter(pl.col("run_id") == lead_run(data, w["run_id"].unique().to_list()))
+        if w.height
+        else w
+    )
     lo = first.sort(["useful_hit_ratio", "window_idx"]).row(0, named=True) if w.height else None
     hi = (
         first.sort(["useful_hit_ratio", "window_idx"], descending=[True, False]).row(0, named=True)
@@ -186,7 +192,7 @@ def windows_section(data: ReportData) -> tuple[str, list[str]]:
 
 
 def weighting_section(data: ReportData) -> tuple[str, list[str]]:
-    first = overall_rows(data).row(0, named=True)
+    first = lead_row(data)
     tw = first["hit_tokens"] / (first["prompt_tokens"] or 1)
     rw = first["mean_request_hit_ratio"]
     which = (
@@ -220,7 +226,12 @@ def junctions_section(data: ReportData) -> tuple[str, list[str]]:
         return f'<section id="junctions"><h2>Shared junctions</h2>{missing}</section>', []
     chosen = figures.top_junctions(j)
     rows = j.join(chosen, on="junction_id").sort(["run_id", "rank"])
-    top = rows.row(0, named=True)
+    lead = lead_run(data, rows["run_id"].unique().to_list())
+    top = (
+        rows.filter(pl.col("run_id") == lead)
+        .sort(["sparse_retention_miss_tokens", "rank"], descending=[True, False])
+        .row(0, named=True)
+    )
     table_rows = [
         [
             r["run_label"],
@@ -259,8 +270,8 @@ def junctions_section(data: ReportData) -> tuple[str, list[str]]:
         "misses (red) and reused (green). The vLLM signature of a recurrent group with no "
         "state at a new junction is &ldquo;miss, sparse miss, hit&rdquo;: the first request "
         "computes the prefix, the second finds attention blocks but no Mamba state there "
-        "(and leaves one), the third hits. The largest loss in the first run is at "
-        f"{count(top['position_tokens'])} tokens "
+        "(and leaves one), the third hits. The largest loss in "
+        f"{html.escape(top['run_label'])} is at {count(top['position_tokens'])} tokens "
         f"({html.escape(top['prompt_families'] or 'no family')}): "
         f"{count(top['sparse_retention_miss_tokens'])} tokens over "
         f"{count(top['num_sparse_miss_requests'])} "

@@ -13,6 +13,8 @@ from analyzer.report.blocks import (
     figure_div,
     html_table,
     largest_loss,
+    lead_row,
+    lead_run,
     meaning,
     overall_rows,
     pct,
@@ -35,7 +37,7 @@ def _in_flight_text(data: ReportData) -> str:
 def waterfall_runs_section(data: ReportData) -> tuple[str, list[str]]:
     overall = overall_rows(data)
     best = max(overall.iter_rows(named=True), key=lambda r: (r["hit_tokens"], -r["run_id"]))
-    first = overall.row(0, named=True)
+    first = lead_row(data)
     cause, tokens = largest_loss(first)
     q = first["prompt_tokens"] or 1
     text = (
@@ -102,7 +104,7 @@ def groups_section(data: ReportData) -> tuple[str, list[str]]:
         ["run_id", "prompt_tokens", "prompt_family", "model_revision"],
         descending=[False, True, False, False],
     )
-    first_run = rows["run_id"][0]
+    first_run = lead_run(data, rows["run_id"].unique().to_list())
     worst = (
         rows.filter(pl.col("run_id") == first_run)
         .with_columns((pl.col("sparse_retention_miss_tokens") / pl.col("prompt_tokens")).alias("s"))
@@ -115,7 +117,7 @@ def groups_section(data: ReportData) -> tuple[str, list[str]]:
         "first; the menu at the top right picks the run). A family whose bar is mostly red "
         "shares its prefix but loses it at the sparse group: a retention or checkpoint "
         "setting, not the traffic, is the cause. Mostly grey means the prompts simply do "
-        "not repeat. In the first run the highest sparse-loss share is "
+        f"not repeat. In {html.escape(worst['run_label'])} the highest sparse-loss share is "
         f"{html.escape(worst['prompt_family'])} on {html.escape(worst['model_revision'])} "
         f"({pct(worst['s'])} of its queried tokens)."
     )

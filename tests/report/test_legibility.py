@@ -137,6 +137,21 @@ def test_the_incident_leads_the_summary_and_shows_what_moved(reports):
     assert '"text":"incident"' in windows and '"text":"baseline"' in windows
 
 
+def test_what_this_means_speaks_of_the_incidents_run(reports):
+    """(issue 47 item 3: "In run 1 · vllm ...", "The largest loss in the first run ..."
+    below an incident on another run) every section's text names the incident's run."""
+    page = html.unescape(reports["incident"].read_text(encoding="utf-8"))
+    incident = re.search(r"Incident \(run (\d+), window", re.sub(r"<[^>]+>", "", page))[1]
+    texts = [
+        re.sub(r"<[^>]+>", "", m)
+        for m in re.findall(r'<p class="meaning">(.*?)</p>', page, flags=re.S)
+    ]
+    named = [n for t in texts for n in re.findall(r"\b[Ii]n run (\d+) ·", t)]
+    assert len(named) >= 4, texts  # the waterfall, groups, time chart, weighting, junctions
+    assert set(named) == {incident}, texts
+    assert not any("In the first run" in t or "in the first run" in t for t in texts)
+
+
 def test_screenshots_of_each_section(reports, tmp_path):
     """One screenshot per section (the others hidden by one CSS rule), for a person to
     look at: the test prints where they are."""
