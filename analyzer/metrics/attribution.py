@@ -74,7 +74,11 @@ def _est_ttft_sum(by_rev: dict[str, dict], fits: dict) -> float | None:
     return total
 
 
-def build_tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table, str]:
+def build_tables(
+    base: dict, cur: dict, fits: dict, traffic: dict[str, float | None] | None = None
+) -> tuple[pa.Table, pa.Table, str]:
+    """The groups and causes tables and the sentence; `traffic`: each traffic measure's
+    change in percent (compare's traffic table), for the clause that ties a cause to it."""
     keys = sorted(set(base) | set(cur))
     families = sorted({f for f, _ in keys})
     # group key -> side -> {revision: sums}; roll-ups keep per-revision parts for TTFT
@@ -162,7 +166,7 @@ def build_tables(base: dict, cur: dict, fits: dict) -> tuple[pa.Table, pa.Table,
             )
     g_table = pa.Table.from_pylist(g_rows, schema=_GROUP_SCHEMA)
     c_table = pa.Table.from_pylist(c_rows, schema=_CAUSE_SCHEMA)
-    return g_table, c_table, _sentence(g_rows, c_rows)
+    return g_table, c_table, _sentence(g_rows, c_rows, traffic or {})
 
 
 def _shift_share(
@@ -251,7 +255,7 @@ def _attribution_groups(g_rows: list[dict]) -> list[dict]:
     return out
 
 
-def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
+def _sentence(g_rows: list[dict], c_rows: list[dict], traffic: dict) -> str:
     """One sentence: the overall hit change, its largest cause, and where that cause grew."""
     top = g_rows[-1]  # the "(all)" roll-up, or the single group
     hb, hc = top["baseline_useful_hit_ratio"], top["current_useful_hit_ratio"]
@@ -295,6 +299,8 @@ def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
             f"{ratio[:-1]}{split}), mostly {words[cause]} "
             f"({_signed(cause_change)} points of queried tokens)"
         )
+        if change < 0:
+            text += _traffic_clause(cause, traffic)
         if weighted and len(candidates) > 1:
             score, _, where = max(weighted, key=lambda t: (t[0], t[1]))
             if score > 0 and abs(where["change_points"]) >= 0.05:  # said as +0.0 otherwise
@@ -312,6 +318,37 @@ def _sentence(g_rows: list[dict], c_rows: list[dict]) -> str:
             f"{top['baseline_sim_ttft_s']:.3f} s -> {top['current_sim_ttft_s']:.3f} s."
         )
     return text + _ttft_clause(top, g_rows) + "."
+
+
+# The traffic that explains a cause when it grew: (cause, words, measures), a measure named
+# when it grew by TRAFFIC_GREW_PERCENT or more. Longer prompts and more conversations at once
+# hold more blocks in the same pool; more requests a second keep more prefixes in flight;
+# more conversations bring prefixes nobody sent before.
+TRAFFIC_CAUSES = {
+    "eviction": (
+        "more to hold in the same pool",
+        (
+            ("p90_prompt_tokens", "p90 prompt tokens"),
+            ("mean_prompt_tokens", "mean prompt tokens"),
+            ("conversations", "conversations"),
+        ),
+    ),
+    "in_flight": ("more requests at once", (("requests_per_s", "requests per second"),)),
+    "unshared": ("new prefixes", (("conversations", "conversations"),)),
+}
+TRAFFIC_GREW_PERCENT = 10.0
+
+
+def _traffic_clause(cause: str, traffic: dict) -> str:
+    """' with more to hold in the same pool (p90 prompt tokens +37.3%)' when the traffic
+    measures that explain `cause` grew (compare's traffic table), else ''."""
+    words, measures = TRAFFIC_CAUSES.get(cause, ("", ()))
+    grew = [
+        f"{name} {traffic[m]:+.1f}%"
+        for m, name in measures
+        if traffic.get(m) is not None and traffic[m] >= TRAFFIC_GREW_PERCENT
+    ]
+    return f" with {words} ({', '.join(grew)})" if grew else ""
 
 
 def _signed(value: float) -> str:

@@ -341,13 +341,15 @@ def assemble(
         if requests == 0:  # two runs of an empty trace cannot happen; windows are checked
             raise ConfigError(f"the {rows.name} holds no requests")
         sides[rows.name] = Side(rows.name, rows.run_id, rows.window, requests)
-    groups, causes, sentence = build_tables(base.groups, cur.groups, usable)
+    traffic = _traffic_table(base.traffic, cur.traffic)
+    changes = {r["measure"]: r["change_percent"] for r in traffic.to_pylist()}
+    groups, causes, sentence = build_tables(base.groups, cur.groups, usable, changes)
     return Comparison(
         baseline=sides[base.name],
         current=sides[cur.name],
         groups=groups,
         causes=causes,
-        traffic=_traffic_table(base.traffic, cur.traffic),
+        traffic=traffic,
         fit_run=fit_run,
         fits=fits,
         ttft_source=source,

@@ -194,3 +194,42 @@ def test_a_change_that_rounds_to_zero_is_never_minus_zero(value, said):
     from analyzer.metrics.attribution import _signed
 
     assert _signed(value) == said
+
+
+@pytest.mark.parametrize(
+    ("column", "traffic", "clause"),
+    [
+        (
+            "lost_eviction_tokens",
+            {"p90_prompt_tokens": 37.26, "mean_prompt_tokens": 11.8, "requests_per_s": 50.0},
+            " with more to hold in the same pool (p90 prompt tokens +37.3%, mean prompt "
+            "tokens +11.8%)",
+        ),
+        (
+            "lost_eviction_tokens",
+            {"p90_prompt_tokens": 9.9, "conversations": 12.0},
+            " with more to hold in the same pool (conversations +12.0%)",
+        ),
+        ("lost_eviction_tokens", {"p90_prompt_tokens": 9.9, "mean_prompt_tokens": -20.0}, None),
+        ("lost_eviction_tokens", {"p90_prompt_tokens": None}, None),
+        (
+            "lost_in_flight_tokens",
+            {"requests_per_s": 25.0},
+            " with more requests at once (requests per second +25.0%)",
+        ),
+        ("unshared_tokens", {"conversations": 40.0}, " with new prefixes (conversations +40.0%)"),
+        ("lost_granularity_tokens", {"p90_prompt_tokens": 50.0}, None),  # no traffic explains it
+    ],
+)
+def test_the_sentence_ties_the_cause_to_the_traffic_that_explains_it(column, traffic, clause):
+    """(issue 47 item 2: WEKA's p90 prompt length +37% in the window beside evictions up)"""
+    base, cur = _losing(column, 100)
+    _, _, sentence = build_tables(base, cur, {}, traffic)
+    cause_end = sentence.index("points of queried tokens)") + len("points of queried tokens)")
+    if clause is None:
+        assert " with " not in sentence, sentence
+    else:
+        assert sentence[cause_end:].startswith(clause), sentence
+    # the same traffic beside a ratio that rose names none
+    _, _, rose = build_tables(cur, base, {}, traffic)
+    assert " with " not in rose
