@@ -49,6 +49,14 @@ SCHEDULE_LINES = {
 )
 @click.option("--family", default=None, help="Measure one prompt family only.")
 @click.option(
+    "--window",
+    default=None,
+    metavar="START..END",
+    help="Measure the requests of one time window only, as `hpa compare --window` selects "
+    "them (seconds of the trace's timestamps or RFC 3339, half-open); the requests before "
+    "it are replayed as its warm-up, those after it not at all.",
+)
+@click.option(
     "--schedule",
     type=click.Choice(["serial", "concurrent"]),
     default=None,

@@ -5,6 +5,8 @@ contribution, and the one-sentence attribution (see analyzer/metrics/compare.py)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 
 from analyzer.config.levers import lever
@@ -75,10 +77,18 @@ def _est_ttft_sum(by_rev: dict[str, dict], fits: dict) -> float | None:
 
 
 def build_tables(
-    base: dict, cur: dict, fits: dict, traffic: dict[str, float | None] | None = None
+    base: dict,
+    cur: dict,
+    fits: dict,
+    traffic: dict[str, float | None] | None = None,
+    plan: str = "hpa plan",
+    pool: Callable[[float], str | None] | None = None,
 ) -> tuple[pa.Table, pa.Table, str]:
     """The groups and causes tables and the sentence; `traffic`: each traffic measure's
-    change in percent (compare's traffic table), for the clause that ties a cause to it."""
+    change in percent (compare's traffic table), for the clause that ties a cause to it;
+    `plan`: the `hpa plan` command the eviction lever prints, but its target (the
+    database, model and window options compare knows); `pool(target)`: that plan's answer in
+    words, where it is cheap enough to run (None: not run)."""
     keys = sorted(set(base) | set(cur))
     families = sorted({f for f, _ in keys})
     # group key -> side -> {revision: sums}; roll-ups keep per-revision parts for TTFT
@@ -166,7 +176,7 @@ def build_tables(
             )
     g_table = pa.Table.from_pylist(g_rows, schema=_GROUP_SCHEMA)
     c_table = pa.Table.from_pylist(c_rows, schema=_CAUSE_SCHEMA)
-    return g_table, c_table, _sentence(g_rows, c_rows, traffic or {})
+    return g_table, c_table, _sentence(g_rows, c_rows, traffic or {}, plan, pool)
 
 
 def _shift_share(
@@ -255,7 +265,7 @@ def _attribution_groups(g_rows: list[dict]) -> list[dict]:
     return out
 
 
-def _sentence(g_rows: list[dict], c_rows: list[dict], traffic: dict) -> str:
+def _sentence(g_rows: list[dict], c_rows: list[dict], traffic: dict, plan: str, pool=None) -> str:
     """One sentence: the overall hit change, its largest cause, and where that cause grew."""
     top = g_rows[-1]  # the "(all)" roll-up, or the single group
     hb, hc = top["baseline_useful_hit_ratio"], top["current_useful_hit_ratio"]
@@ -309,7 +319,7 @@ def _sentence(g_rows: list[dict], c_rows: list[dict], traffic: dict) -> str:
                     f"({_signed(where['change_points'])} points of its queried tokens)"
                 )
         if change < 0:
-            text += _lever_clause(cause, hb)
+            text += _lever_clause(cause, hb, plan, pool)
     sim = top["sim_ttft_change_s"]
     if sim is not None:
         queue = top["sim_queue_change_s"]
@@ -356,17 +366,21 @@ def _signed(value: float) -> str:
     return f"{round(value, 1) or 0.0:+.1f}"
 
 
-def _lever_clause(cause: str, baseline_ratio: float) -> str:
-    """'; the lever: ...' for the cause that grew most (what a setting can do about it)."""
+def _lever_clause(cause: str, baseline_ratio: float, plan: str = "hpa plan", pool=None) -> str:
+    """'; the lever: ...' for the cause that grew most (what a setting can do about it);
+    for evictions the `plan` command (runnable as printed) that sizes the pool back."""
     column = next(col for fig, col, _ in FIGURES if fig == cause)
     setting = lever(column)
     if setting is None:
         return "; no setting recovers it (the traffic shares less)"
     if column == "lost_eviction_tokens":
         setting += (
-            f": `hpa plan --target-useful-hit-ratio {baseline_ratio:.3f}` sizes the pool that "
+            f": `{plan} --target-useful-hit-ratio {baseline_ratio:.3f}` sizes the pool that "
             "reaches the baseline's ratio again"
         )
+        answer = None if pool is None else pool(round(baseline_ratio, 3))
+        if answer:
+            setting += f" ({answer})"
     return f"; the lever: {setting}"
 
 

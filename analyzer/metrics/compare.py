@@ -42,6 +42,7 @@ estimate: how much of a TTFT change queueing explains. In-flight losses
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass
 
 import orjson
@@ -176,6 +177,17 @@ class Comparison:
             "warnings": list(self.warnings),
         }
         return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+def plan_command(db_path: str, model: str | None, window: Window | None) -> str:
+    """The `hpa plan` command, but its target, that sizes the pool for the current side:
+    its database and model, and its window (measured after the requests before it)."""
+    words = ["hpa", "plan", "--db", str(db_path)]
+    if model is not None:
+        words += ["--model", model]
+    if window is not None:
+        words += ["--window", window.text]
+    return shlex.join(words)
 
 
 def seconds_text(x: float) -> str:
@@ -326,9 +338,13 @@ def assemble(
     fit_run: int,
     notes: tuple[str, ...] = (),
     warnings: tuple[str, ...] = (),
+    plan: str = "hpa plan",
+    pool=None,
 ) -> Comparison:
     """The comparison of two sides' rows: `ttft` is (fits per revision, their source, a
-    note), fitted on run `fit_run`.
+    note), fitted on run `fit_run`; `plan`: the `hpa plan` command (but its target) the
+    eviction lever prints (`plan_command`), `pool(target)` its answer in words (None: not
+    run).
 
     Raises:
         ConfigError: a side holds no requests.
@@ -343,7 +359,7 @@ def assemble(
         sides[rows.name] = Side(rows.name, rows.run_id, rows.window, requests)
     traffic = _traffic_table(base.traffic, cur.traffic)
     changes = {r["measure"]: r["change_percent"] for r in traffic.to_pylist()}
-    groups, causes, sentence = build_tables(base.groups, cur.groups, usable, changes)
+    groups, causes, sentence = build_tables(base.groups, cur.groups, usable, changes, plan, pool)
     return Comparison(
         baseline=sides[base.name],
         current=sides[cur.name],

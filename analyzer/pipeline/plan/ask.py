@@ -9,6 +9,7 @@ from typing import Any
 from analyzer.config.memory import parse_size
 from analyzer.config.routers import ROUTERS, router
 from analyzer.errors import ConfigError
+from analyzer.metrics.compare import parse_window
 from analyzer.store.runs import check_measure_from
 
 
@@ -31,6 +32,7 @@ class PlanAsk:
     tpot_p99_s: float | None = None
     routers: tuple[str, ...] | None = None  # searched under a latency target (None: ROUTERS)
     max_replicas: int | None = None  # the most replicas a latency search tries
+    window: str | None = None  # START..END: measure the requests of this time window only
 
     @property
     def latency(self) -> bool:
@@ -44,6 +46,8 @@ class PlanAsk:
 
     def check(self) -> None:
         check_measure_from(self.measure_from)
+        if self.window is not None:
+            parse_window(self.window)  # a bad window, before the trace is read
         if self.memory_budget is not None:
             parse_size(self.memory_budget)  # a size without a unit, before any replay
         if not 0.0 < self.target <= 1.0:

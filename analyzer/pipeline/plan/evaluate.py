@@ -75,7 +75,8 @@ class Measure:
 class Evaluator:
     """Replays settings and measures them: over the requests of `family` (every one when
     None) from arrival index floor(measure_from x n) on (the warm-up before is replayed,
-    never measured, as `hpa replay --measure-from` does)."""
+    never measured, as `hpa replay --measure-from` does), and with `window` (start_s,
+    end_s) only those with start_s <= timestamp_s < end_s (`hpa plan --window`)."""
 
     def __init__(
         self,
@@ -85,6 +86,7 @@ class Evaluator:
         executor=LOCAL,
         measure_from: float = 0.0,
         targets: Targets | None = None,
+        window: tuple[float, float] | None = None,
     ) -> None:
         self.trace = trace
         self.replays = 0
@@ -92,6 +94,12 @@ class Evaluator:
         self.progress = progress
         self.executor = executor
         self.mask = _measured(trace.columns["prompt_family"], family, measure_from)
+        if window is not None:
+            start, end = window
+            inside = np.asarray(
+                [t is not None and start <= t < end for t in trace.columns["timestamp_s"]]
+            )
+            self.mask = inside if self.mask is None else self.mask & inside
         self.targets = targets
         self.outputs = np.asarray([o or 0 for o in trace.columns["output_tokens"]], dtype=np.int64)
         self.memo: dict[str, Measure] = {}

@@ -28,6 +28,7 @@ from analyzer.pipeline.plan.evaluate import Evaluator, Progress, Targets
 from analyzer.pipeline.plan.fleet import MAX_REPLICAS, FleetSearch
 from analyzer.pipeline.plan.result import PlanResult
 from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
+from analyzer.pipeline.plan.window import up_to_window_end, window_bounds
 from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import DEFAULT_DB, trace_block_tokens
 
@@ -88,7 +89,10 @@ class Planner:
         self.priced_tp = values.get("gpu") is not None and ask.latency and ask.in_gpus
         self.per_block = bytes_per_block(self.model, self.block) if self.preset else None
         self.targets = Targets(ask.target, ask.ttft_p99_s, ask.tpot_p99_s)
-        self.ev = Evaluator(trace, ask.family, progress, executor, ask.measure_from, self.targets)
+        self.window = None if ask.window is None else window_bounds(ask.window)
+        self.ev = Evaluator(
+            trace, ask.family, progress, executor, ask.measure_from, self.targets, self.window
+        )
         self.progress = progress
         self.cost_unit = "GiB" if self.per_block else "blocks"
         self.search = self._search_spec()  # checks the GPU options before any replay
@@ -212,6 +216,7 @@ class Planner:
             per_block=per_block,
             num_revisions=len(set(self.trace.columns["model_revision"])),
             measure_from=self.ask.measure_from,
+            window=self.window,
             **self._gpus(),
         )
 
@@ -341,7 +346,11 @@ def plan(
     ask = PlanAsk(target, **asked)
     ask.check()
     spec = as_spec(executor)
+    if ask.window is not None and dataset is not None:
+        raise ConfigError("--window selects the database's requests by time; not with --dataset")
     trace = request_input(db_path, dataset).read_only_trace(spec)
+    if ask.window is not None:
+        trace = up_to_window_end(trace, ask.window)
     return Planner(ask, trace, spec, progress).run()
 
 

@@ -30,6 +30,7 @@ class Search:
     per_block: int | None  # bytes per pool block (None: costs in blocks)
     num_revisions: int  # caches per replica under cache_scope revision
     measure_from: float = 0.0
+    window: tuple[float, float] | None = None  # --window: (start_s, end_s) measured
     # With --gpu / --gpu-memory-gib: the GPUs each replica runs on, the model's weights
     # (bytes, held by every replica) and a fixed tensor parallel (None: the fewest that fit).
     gpu: Gpu | None = None
@@ -139,6 +140,10 @@ def search_worker(search: Search, policy: Policy) -> Outcome:
     """A worker's search of one setting (a dataset: read once per setting)."""
     search = replace(search, trace=search.trace.whole())
     ev = Evaluator(
-        search.trace, search.family, measure_from=search.measure_from, targets=search.targets
+        search.trace,
+        search.family,
+        measure_from=search.measure_from,
+        targets=search.targets,
+        window=search.window,
     )
     return search_setting(search, policy, ev)
