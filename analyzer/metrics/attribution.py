@@ -83,12 +83,14 @@ def build_tables(
     traffic: dict[str, float | None] | None = None,
     plan: str = "hpa plan",
     pool: Callable[[float], str | None] | None = None,
+    ttft_why: str | None = None,
 ) -> tuple[pa.Table, pa.Table, str]:
     """The groups and causes tables and the sentence; `traffic`: each traffic measure's
     change in percent (compare's traffic table), for the clause that ties a cause to it;
     `plan`: the `hpa plan` command the eviction lever prints, but its target (the
     database, model and window options compare knows); `pool(target)`: that plan's answer in
-    words, where it is cheap enough to run (None: not run)."""
+    words, where it is cheap enough to run (None: not run); `ttft_why`: why revisions have no
+    TTFT estimate, said where the sentence names them."""
     keys = sorted(set(base) | set(cur))
     families = sorted({f for f, _ in keys})
     # group key -> side -> {revision: sums}; roll-ups keep per-revision parts for TTFT
@@ -176,7 +178,8 @@ def build_tables(
             )
     g_table = pa.Table.from_pylist(g_rows, schema=_GROUP_SCHEMA)
     c_table = pa.Table.from_pylist(c_rows, schema=_CAUSE_SCHEMA)
-    return g_table, c_table, _sentence(g_rows, c_rows, traffic or {}, plan, pool)
+    sentence = _sentence(g_rows, c_rows, traffic or {}, plan, pool, ttft_why)
+    return g_table, c_table, sentence
 
 
 def _shift_share(
@@ -265,7 +268,9 @@ def _attribution_groups(g_rows: list[dict]) -> list[dict]:
     return out
 
 
-def _sentence(g_rows: list[dict], c_rows: list[dict], traffic: dict, plan: str, pool=None) -> str:
+def _sentence(
+    g_rows: list[dict], c_rows: list[dict], traffic: dict, plan: str, pool=None, ttft_why=None
+) -> str:
     """One sentence: the overall hit change, its largest cause, and where that cause grew."""
     top = g_rows[-1]  # the "(all)" roll-up, or the single group
     hb, hc = top["baseline_useful_hit_ratio"], top["current_useful_hit_ratio"]
@@ -327,7 +332,7 @@ def _sentence(g_rows: list[dict], c_rows: list[dict], traffic: dict, plan: str, 
             f"; simulated TTFT {sim:+.3f} s per request ({queue:+.3f} s of it queueing), "
             f"{top['baseline_sim_ttft_s']:.3f} s -> {top['current_sim_ttft_s']:.3f} s."
         )
-    return text + _ttft_clause(top, g_rows) + "."
+    return text + _ttft_clause(top, g_rows, ttft_why) + "."
 
 
 # The traffic that explains a cause when it grew: (cause, words, measures), a measure named
@@ -384,19 +389,21 @@ def _lever_clause(cause: str, baseline_ratio: float, plan: str = "hpa plan", poo
     return f"; the lever: {setting}"
 
 
-def _ttft_clause(top: dict, g_rows: list[dict]) -> str:
+def _ttft_clause(top: dict, g_rows: list[dict], why: str | None = None) -> str:
     """The estimated TTFT change overall; when only some revisions have one (a usable fit,
-    requests on both sides), theirs one by one and the others named (as the table shows)."""
+    requests on both sides), theirs one by one and the others named (as the table shows),
+    with `why` where given."""
     est = top["est_ttft_change_ms"]
     if est is not None:
         return f"; estimated TTFT {_signed(est)} ms per request"
     revs = dict.fromkeys(g["model_revision"] for g in g_rows if g["model_revision"] != ALL)
     changes = {rev: _rev_change(g_rows, rev) for rev in revs}
     known = [f"{rev} {_signed(v)} ms" for rev, v in changes.items() if v is not None]
+    because = f" ({why})" if why else ""
     if not known:
-        return "; TTFT change unavailable"
+        return f"; TTFT change unavailable{because}"
     missing = ", ".join(rev for rev, v in changes.items() if v is None)
-    return f"; estimated TTFT per request: {', '.join(known)}; unavailable for {missing}"
+    return f"; estimated TTFT per request: {', '.join(known)}; unavailable for {missing}{because}"
 
 
 def _rev_change(g_rows: list[dict], rev: str) -> float | None:

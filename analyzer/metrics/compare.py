@@ -98,6 +98,10 @@ class Comparison:
     notes: tuple[str, ...] = ()  # caveats: windows over timestamps an adapter made
     # what makes the comparison say less than it seems: overlapping windows, a run with itself
     warnings: tuple[str, ...] = ()
+    # revisions whose observed TTFT is of another model than the replay's (`model`): their
+    # fits estimate nothing (`other_model_revisions`)
+    other_models: tuple[str, ...] = ()
+    model: str | None = None
 
     def fit_lines(self) -> list[str]:
         if self.ttft_source != "trace ttft_ms":
@@ -112,7 +116,12 @@ class Comparison:
                 f"{signed_term(fit.b_ms_per_token, '.5f')} x fresh_prefill_tokens "
                 f"(R^2 {fit.r2:.3f}, n {fit.n:,})"
             )
-            if not _usable(fit):
+            if rev in self.other_models:
+                line += (
+                    f"; not used for TTFT estimates: observed on {rev}, another model than "
+                    f"the replay's {self.model}"
+                )
+            elif not _usable(fit):
                 line += (
                     f"; not used for TTFT estimates (it needs R^2 >= {MIN_FIT_R2} and a "
                     "positive slope)"
@@ -168,6 +177,7 @@ class Comparison:
                 "fit_run": self.fit_run,
                 "note": self.ttft_note,
                 "fits": {k: (None if v is None else v.as_dict()) for k, v in self.fits.items()},
+                "other_model_revisions": list(self.other_models),
             },
             "traffic": self.traffic.to_pylist(),
             "groups": self.groups.to_pylist(),
@@ -177,6 +187,22 @@ class Comparison:
             "warnings": list(self.warnings),
         }
         return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+def _letters(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def other_model_revisions(revisions: list[str], model: str | None) -> tuple[str, ...]:
+    """The model revisions whose name does not name `model` (the replay's model preset):
+    their requests were served, and their TTFT observed, by another model (WEKA's
+    claude-sonnet-4-5-20250929 against a qwen3-next-80b-a3b replay). None without a model
+    or with a model file (whose name need not be the served model's), and never the
+    requests without a revision ('(none)')."""
+    if not model or "/" in model or model.endswith((".json", ".toml")):
+        return ()
+    name = _letters(model)
+    return tuple(r for r in revisions if r != "(none)" and name not in _letters(r))
 
 
 def plan_command(db_path: str, model: str | None, window: Window | None) -> str:
@@ -340,6 +366,7 @@ def assemble(
     warnings: tuple[str, ...] = (),
     plan: str = "hpa plan",
     pool=None,
+    model: str | None = None,
 ) -> Comparison:
     """The comparison of two sides' rows: `ttft` is (fits per revision, their source, a
     note), fitted on run `fit_run`; `plan`: the `hpa plan` command (but its target) the
@@ -350,7 +377,15 @@ def assemble(
         ConfigError: a side holds no requests.
     """
     fits, source, note = ttft
-    usable = {rev: fit if _usable(fit) else None for rev, fit in fits.items()}
+    others = other_model_revisions(list(fits), model) if source == "trace ttft_ms" else ()
+    usable = {rev: fit if _usable(fit) and rev not in others else None for rev, fit in fits.items()}
+    why = None
+    if others:
+        which = "" if len(others) == len(fits) else f" of {', '.join(others)}"
+        why = (
+            f"the trace's TTFT{which} was observed on another model than the replay's "
+            f"{model}; a concurrent replay simulates it"
+        )
     sides = {}
     for rows in (base, cur):
         requests = sum(r["requests"] for r in rows.groups.values())
@@ -359,7 +394,9 @@ def assemble(
         sides[rows.name] = Side(rows.name, rows.run_id, rows.window, requests)
     traffic = _traffic_table(base.traffic, cur.traffic)
     changes = {r["measure"]: r["change_percent"] for r in traffic.to_pylist()}
-    groups, causes, sentence = build_tables(base.groups, cur.groups, usable, changes, plan, pool)
+    groups, causes, sentence = build_tables(
+        base.groups, cur.groups, usable, changes, plan, pool, why
+    )
     return Comparison(
         baseline=sides[base.name],
         current=sides[cur.name],
@@ -373,6 +410,8 @@ def assemble(
         sentence=sentence,
         notes=notes,
         warnings=warnings,
+        other_models=others,
+        model=model,
     )
 
 

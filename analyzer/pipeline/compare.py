@@ -59,6 +59,7 @@ def compare(
             for name, run_id, w in sides
         )
         ttft = _ttft_model(con, fit_run)
+        fit_model = _policy(con, fit_run).get("model")
         notes = tuple(timestamp_caveats(con)) if windowed else ()
         model = _policy(con, cur.run_id).get("model")
         w = cur.window
@@ -71,7 +72,7 @@ def compare(
         con.close()
     plan = plan_command(str(db_path), model, cur.window)
     pool = _pool_answer(db_path, model, cur.window) if cheap else None
-    return assemble(base, cur, ttft, fit_run, notes, warnings, plan, pool)
+    return assemble(base, cur, ttft, fit_run, notes, warnings, plan, pool, fit_model)
 
 
 # The eviction lever's plan is run by compare itself, its answer in the sentence, when it

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
 
 from analyzer.metrics.ttft import fit_by_revision, fit_ttft
 from analyzer.pipeline.compare import compare
+from analyzer.pipeline.replay import run_replay
+from analyzer.sim.dispatch import make_policy
+from analyzer.store.ingest import ingest
+from tests.conftest import write_jsonl
 from tests.metrics.conftest import build_groups_db, groups_records
 
 
@@ -81,3 +86,39 @@ def test_compare_fits_ttft_per_revision_and_estimates_the_change(tmp_path):
     assert total["baseline_observed_ttft_ms"] == pytest.approx(np.mean(ttft))
     assert result.sentence.endswith("estimated TTFT -59.4 ms per request.")
     assert "R^2 1.000, n 16" in result.fit_lines()[0]
+
+
+def test_ttft_observed_on_another_model_estimates_nothing(tmp_path):
+    """(issue 47 item 4: WEKA's TTFT, Claude's on Anthropic's API, fitted against a
+    qwen3-next replay's fresh prefill gave "+279.5 ms") a revision that does not name the
+    replay's model keeps its fit line, says why it is not used, and has no TTFT change."""
+    fresh = [2200, 2200, 616, 616] * 8
+    ttft = [(20 + 0.1 * f) if i < 16 else (50 + 0.2 * f) for i, f in enumerate(fresh)]
+    records = groups_records(ttft_ms=ttft)
+    for i, r in enumerate(records):
+        r["model_revision"] = "qwen3-next-80b-a3b@2026-10" if i < 16 else "claude-sonnet-4-5"
+    db = tmp_path / "o.duckdb"
+    ingest([write_jsonl(tmp_path / "o.jsonl", records)], db_path=db)
+    model = "qwen3-next-80b-a3b"
+    keep = {"block_size": 1056, "retention_interval": None, "max_num_batched_tokens": 2048}
+    run_replay(make_policy({"model": model, **keep}), db_path=db)
+    run_replay(make_policy({"model": model, "block_size": 1056}), db_path=db)
+    result = compare(db_path=db, runs=(2, 1))
+    assert result.other_models == ("claude-sonnet-4-5",)
+    claude, qwen = result.fit_lines()
+    assert claude.endswith(
+        "; not used for TTFT estimates: observed on claude-sonnet-4-5, another model than "
+        "the replay's qwen3-next-80b-a3b"
+    )
+    assert "not used" not in qwen
+    rows = {g["model_revision"]: g for g in result.groups.to_pylist()}
+    assert rows["claude-sonnet-4-5"]["est_ttft_change_ms"] is None
+    assert rows["qwen3-next-80b-a3b@2026-10"]["est_ttft_change_ms"] is not None
+    assert result.sentence.endswith(
+        "; unavailable for claude-sonnet-4-5 (the trace's TTFT of claude-sonnet-4-5 was "
+        "observed on another model than the replay's qwen3-next-80b-a3b; a concurrent replay "
+        "simulates it)."
+    )
+    assert orjson.loads(result.to_json())["ttft_model"]["other_model_revisions"] == [
+        "claude-sonnet-4-5"
+    ]
