@@ -111,6 +111,8 @@ class SleepingDecoders:
                 at = bisect_right(entries, f.order, key=_order)
                 entries.insert(at, (f, 1, True))
         f.synced_step = self.num_steps
+        if req.computed > f.scheduled_high:  # scheduled while asleep (its next step may not be)
+            f.scheduled_high = req.computed
         self._show_hashes(req)
 
     def _wake_up(self) -> None:
