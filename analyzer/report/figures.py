@@ -192,13 +192,16 @@ def junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> go.Figure:
                 "num_hit_requests",
                 "first_outcomes",
                 "model_revisions",
+                "conversations",
+                "first_requests",
             ]
         ).rows()
         hover = (
             "<b>%{y}</b><br>%{x:,} tokens<br>requests through: %{customdata[0]:,}; "
             "pinned here: %{customdata[1]:,} (%{customdata[2]:,} sparse misses, "
             "%{customdata[3]:,} hits)<br>first outcomes: %{customdata[4]}"
-            "<br>revisions: %{customdata[5]}<extra>%{fullData.name}</extra>"
+            "<br>revisions: %{customdata[5]}<br>conversations: %{customdata[6]}"
+            "<br>first requests pinned: %{customdata[7]}<extra>%{fullData.name}</extra>"
         )
         for col_no, (col, name, colour) in enumerate(
             (

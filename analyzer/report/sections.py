@@ -244,6 +244,8 @@ def junctions_section(data: ReportData) -> tuple[str, list[str]]:
             count(r["sparse_retention_miss_tokens"]),
             count(r["hit_tokens"]),
             r["first_outcomes"],
+            _conversations(r),
+            r["first_requests"] + (" …" if r["num_requests_pinned"] > 5 else ""),
         ]
         for r in rows.iter_rows(named=True)
     ]
@@ -259,6 +261,8 @@ def junctions_section(data: ReportData) -> tuple[str, list[str]]:
             "sparse-miss tokens",
             "hit tokens",
             "first outcomes (arrival order)",
+            "conversations",
+            "first requests pinned here (arrival order)",
         ],
         table_rows,
         numeric={2, 4, 5, 6, 7, 8},
@@ -276,7 +280,9 @@ def junctions_section(data: ReportData) -> tuple[str, list[str]]:
         f"{count(top['sparse_retention_miss_tokens'])} tokens over "
         f"{count(top['num_sparse_miss_requests'])} "
         f"request{'' if top['num_sparse_miss_requests'] == 1 else 's'}. Retention (a "
-        "checkpoint every N tokens, or at every boundary) is what removes these losses."
+        "checkpoint every N tokens, or at every boundary) is what removes these losses. "
+        "Whose traffic a junction is: hover a bar, or open the table below, for its "
+        "conversations and the first requests pinned there (the trace's ids)."
     )
     body = (
         '<section id="junctions"><h2>Top shared junctions and what they lost</h2>'
@@ -287,6 +293,15 @@ def junctions_section(data: ReportData) -> tuple[str, list[str]]:
         "sparse-miss tokens)</summary>" + table + "</details></section>"
     )
     return body, ["fig-junctions"]
+
+
+def _conversations(r: dict) -> str:
+    """A junction's conversations: the first three ids, and how many in all."""
+    n = r["num_conversations"]
+    if not n:
+        return "none named"
+    more = f" … ({n:,} in all)" if n > 3 else ""
+    return f"{r['conversations']}{more}"
 
 
 def sweep_section(data: ReportData) -> tuple[str, list[str]]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import duckdb
 import polars as pl
 import pytest
 
 from analyzer.report import capacity, figures, time_chart, waterfall
 from analyzer.report.data import memory_gib, window_width
 from analyzer.report.labels import run_labels
+from analyzer.store.db import load_sql
 from tests.conftest import db_rows
 
 NUM_RUNS = 2
@@ -142,6 +144,37 @@ def test_junctions_top_losses(report_data):
     overall = report_data.groups.filter(pl.col("is_overall") & (pl.col("run_id") == 1))
     run1 = frame.filter(pl.col("run_id") == 1)
     assert run1["sparse_retention_miss_tokens"].sum() <= overall["sparse_retention_miss_tokens"][0]
+
+
+def test_each_junction_names_its_conversations_and_requests(report_data, report_db):
+    """(issue 47 item 7: a label like `@480,640 tok · no family · d0cc0c3f` led nowhere
+    without SQL) every junction row names its conversations and first requests pinned there,
+    in the hover and the section's table."""
+    from analyzer.report.sections import junctions_section
+
+    frame = report_data.junctions.filter(pl.col("run_id") == 1)
+    top = frame.row(0, named=True)
+    con = duckdb.connect(str(report_db), read_only=True)
+    try:
+        con.execute(load_sql("report_junction_paths_view"))
+        pinned = con.execute(
+            "SELECT q.request_id, q.conversation_id FROM requests q JOIN report_junction_paths "
+            "p USING (arrival_seq) WHERE p.junction_id = $j ORDER BY q.arrival_seq",
+            {"j": top["junction_id"]},
+        ).fetchall()
+    finally:
+        con.close()
+    assert len(pinned) == top["num_requests_pinned"]
+    assert top["first_requests"] == ", ".join(r for r, _ in pinned[:5])
+    conversations = sorted({c for _, c in pinned if c is not None})
+    assert top["num_conversations"] == len(conversations)
+    assert top["conversations"] == ", ".join(conversations[:3])
+    fig = figures.junctions(report_data.junctions)
+    assert "first requests pinned: %{customdata[7]}" in fig.data[0].hovertemplate
+    assert fig.data[0].customdata[0][7] == top["first_requests"]
+    body, _ = junctions_section(report_data)
+    assert "<th>first requests pinned here (arrival order)</th>" in body
+    assert f"{top['first_requests']} …" in body  # more than five requests are pinned there
 
 
 def test_weighting_and_policy_comparison(report_data):
