@@ -132,11 +132,25 @@ def palette(k: int) -> str:
     return _COLOURS[k % len(_COLOURS)]
 
 
-def top_junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> pl.DataFrame:
-    """The `top` junctions by the first run's sparse-retention-miss tokens (the run the
-    figure opens on, so its bars are sorted by the measure in the title; ties: the sum
-    over the runs shown, more requests through, then id), as rows (junction_id, rank)."""
-    first = frame["run_id"].min()
+def run_order(frame: pl.DataFrame, lead: int | None = None) -> list[str]:
+    """The run labels of `frame` in the order a run menu lists them: `lead` (the run the
+    figure opens on: the incident's) first, then by run id."""
+    runs = frame.select("run_id", "run_label").unique().sort("run_id")
+    ids = runs["run_id"].to_list()
+    first = lead if lead in ids else ids[0]
+    ordered = runs.sort(pl.col("run_id") != first, "run_id", maintain_order=True)
+    return ordered["run_label"].to_list()
+
+
+def top_junctions(
+    frame: pl.DataFrame, top: int = TOP_JUNCTIONS, lead: int | None = None
+) -> pl.DataFrame:
+    """The `top` junctions by the sparse-retention-miss tokens of the run the figure opens
+    on (`lead`, else the first run), so its bars are sorted by the measure in the title;
+    ties: the sum over the runs shown, more requests through, then id), as rows
+    (junction_id, rank)."""
+    ids = frame["run_id"].unique().to_list()
+    first = lead if lead in ids else frame["run_id"].min()
     totals = (
         frame.group_by("junction_id")
         .agg(
@@ -168,12 +182,13 @@ def junction_label(frame: pl.DataFrame) -> list[str]:
     ]
 
 
-def junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS) -> go.Figure:
+def junctions(frame: pl.DataFrame, top: int = TOP_JUNCTIONS, lead: int | None = None) -> go.Figure:
     """(c) The shared junctions that lost the most tokens to sparse-retention misses, with
-    the hits of the requests pinned there beside them (a dropdown picks the run)."""
-    chosen = top_junctions(frame, top)
+    the hits of the requests pinned there beside them (a dropdown picks the run; it opens
+    on `lead`, else the first run)."""
+    chosen = top_junctions(frame, top, lead)
     rows = frame.join(chosen, on="junction_id").sort(["run_id", "rank"])
-    labels = rows.select("run_id", "run_label").unique().sort("run_id")["run_label"].to_list()
+    labels = run_order(rows, lead)
     fig = make_subplots(
         rows=1,
         cols=2,

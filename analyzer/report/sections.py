@@ -224,9 +224,9 @@ def junctions_section(data: ReportData) -> tuple[str, list[str]]:
             "shared prefixes branch and what each branch point lost.</p>"
         )
         return f'<section id="junctions"><h2>Shared junctions</h2>{missing}</section>', []
-    chosen = figures.top_junctions(j)
+    lead = lead_run(data, j["run_id"].unique().to_list())
+    chosen = figures.top_junctions(j, lead=lead)
     rows = j.join(chosen, on="junction_id").sort(["run_id", "rank"])
-    lead = lead_run(data, rows["run_id"].unique().to_list())
     top = (
         rows.filter(pl.col("run_id") == lead)
         .sort(["sparse_retention_miss_tokens", "rank"], descending=[True, False])
@@ -287,7 +287,7 @@ def junctions_section(data: ReportData) -> tuple[str, list[str]]:
     body = (
         '<section id="junctions"><h2>Top shared junctions and what they lost</h2>'
         + stale
-        + figure_div(figures.junctions(j), "fig-junctions")
+        + figure_div(figures.junctions(j, lead=lead), "fig-junctions")
         + meaning(text)
         + "<details><summary>Table: the same junctions per run (sorted by run, then "
         "sparse-miss tokens)</summary>" + table + "</details></section>"

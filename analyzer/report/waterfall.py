@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import plotly.graph_objects as go
 import polars as pl
 
-from analyzer.report.figures import bar_height, run_dropdown, style_figure
+from analyzer.report.figures import bar_height, run_dropdown, run_order, style_figure
 
 # The hit then the SPEC 3 causes, in waterfall order: (column, readable name, colour).
 SEGMENTS = (
@@ -91,11 +91,14 @@ def group_label(frame: pl.DataFrame) -> list[str]:
     ]
 
 
-def waterfall_groups(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
+def waterfall_groups(
+    groups: pl.DataFrame, *, share: bool = False, lead: int | None = None
+) -> go.Figure:
     """(a) The loss waterfall per prompt family x model revision, one run at a time
-    (a dropdown picks the run; rows sorted by queried tokens, largest first)."""
+    (a dropdown picks the run, opening on `lead`, else the first run; rows sorted by
+    queried tokens, largest first)."""
     rows = groups.filter(~pl.col("is_overall"))
-    labels = rows.select("run_id", "run_label").unique().sort("run_id")["run_label"].to_list()
+    labels = run_order(rows, lead)
     traces = []
     height = 200
     for k, run_label in enumerate(labels):

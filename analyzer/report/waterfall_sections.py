@@ -123,9 +123,12 @@ def groups_section(data: ReportData) -> tuple[str, list[str]]:
     )
     body = (
         '<section id="groups"><h2>Loss waterfall per prompt family × model revision</h2>'
-        + figure_div(waterfall.waterfall_groups(data.groups), "fig-waterfall-groups-tokens")
         + figure_div(
-            waterfall.waterfall_groups(data.groups, share=True), "fig-waterfall-groups-shares"
+            waterfall.waterfall_groups(data.groups, lead=first_run), "fig-waterfall-groups-tokens"
+        )
+        + figure_div(
+            waterfall.waterfall_groups(data.groups, share=True, lead=first_run),
+            "fig-waterfall-groups-shares",
         )
         + meaning(text)
         + "<details><summary>Table: shares of queried tokens per run, family and revision "

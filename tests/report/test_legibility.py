@@ -150,6 +150,11 @@ def test_what_this_means_speaks_of_the_incidents_run(reports):
     assert len(named) >= 4, texts  # the waterfall, groups, time chart, weighting, junctions
     assert set(named) == {incident}, texts
     assert not any("In the first run" in t or "in the first run" in t for t in texts)
+    # the figures with a run menu open on that run, listed first
+    for fid in ("fig-waterfall-groups-tokens", "fig-junctions"):
+        at = re.search(rf'Plotly\.newPlot\(\s*"{fid}"', page).start()
+        menu = re.findall(r'"label":"(run \d+) ·', page[at : page.index("</script>", at)])
+        assert menu[0] == f"run {incident}", (fid, menu)
 
 
 def test_screenshots_of_each_section(reports, tmp_path):
