@@ -152,34 +152,46 @@ def build_tables(
                 **_simulated(tb, tc),
             }
         )
-        for fig, col, _ in FIGURES:
-            sb, sc = _share(tb[col], tb), _share(tc[col], tc)
-            rate, mix = _shift_share(base, cur, members, col, q_all, overall_mean[col])
-            moved = tc["prompt_tokens"] / q_all["current"] - tb["prompt_tokens"] / q_all["baseline"]
-            c_rows.append(
-                {
-                    "prompt_family": fam,
-                    "model_revision": rev,
-                    "figure": fig,
-                    "baseline_tokens": tb[col],
-                    "baseline_share": sb,
-                    "current_tokens": tc[col],
-                    "current_share": sc,
-                    "change_points": _points(sc, sb),
-                    "contribution_points": 100.0
-                    * (
-                        tc[col] / q_all["current"]
-                        - tb[col] / q_all["baseline"]
-                        - overall_mean[col] * moved
-                    ),
-                    "rate_effect_points": rate,
-                    "mix_effect_points": mix,
-                }
-            )
+        c_rows += _cause_rows((fam, rev, members), (tb, tc), (base, cur), q_all, overall_mean)
     g_table = pa.Table.from_pylist(g_rows, schema=_GROUP_SCHEMA)
     c_table = pa.Table.from_pylist(c_rows, schema=_CAUSE_SCHEMA)
     sentence = _sentence(g_rows, c_rows, traffic or {}, plan, pool, ttft_why)
     return g_table, c_table, sentence
+
+
+def _cause_rows(group, totals, sides, q_all: dict, overall_mean: dict) -> list[dict]:
+    """One group's causes rows: per figure its shares, change, contribution (against the
+    overall share: a group whose traffic grew at the overall ratio contributes nothing) and
+    its rate and mix effects."""
+    fam, rev, members = group
+    tb, tc = totals
+    base, cur = sides
+    moved = tc["prompt_tokens"] / q_all["current"] - tb["prompt_tokens"] / q_all["baseline"]
+    rows = []
+    for fig, col, _ in FIGURES:
+        sb, sc = _share(tb[col], tb), _share(tc[col], tc)
+        rate, mix = _shift_share(base, cur, members, col, q_all, overall_mean[col])
+        rows.append(
+            {
+                "prompt_family": fam,
+                "model_revision": rev,
+                "figure": fig,
+                "baseline_tokens": tb[col],
+                "baseline_share": sb,
+                "current_tokens": tc[col],
+                "current_share": sc,
+                "change_points": _points(sc, sb),
+                "contribution_points": 100.0
+                * (
+                    tc[col] / q_all["current"]
+                    - tb[col] / q_all["baseline"]
+                    - overall_mean[col] * moved
+                ),
+                "rate_effect_points": rate,
+                "mix_effect_points": mix,
+            }
+        )
+    return rows
 
 
 def _shift_share(

@@ -205,14 +205,19 @@ def other_model_revisions(revisions: list[str], model: str | None) -> tuple[str,
     return tuple(r for r in revisions if r != "(none)" and name not in _letters(r))
 
 
-def plan_command(db_path: str, model: str | None, window: Window | None) -> str:
+def plan_command(
+    db_path: str, model: str | None, window: Window | None, overrides: tuple[str, ...] = ()
+) -> str:
     """The `hpa plan` command, but its target, that sizes the pool for the current side:
-    its database and model, and its window (measured after the requests before it)."""
+    its database and model, its window (measured after the requests before it), and the
+    run's policy keys a plan would not take by default (`--set KEY=VALUE` each)."""
     words = ["hpa", "plan", "--db", str(db_path)]
     if model is not None:
         words += ["--model", model]
     if window is not None:
         words += ["--window", window.text]
+    for item in overrides:
+        words += ["--set", item]
     return shlex.join(words)
 
 

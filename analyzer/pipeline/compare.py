@@ -61,7 +61,8 @@ def compare(
         ttft = _ttft_model(con, fit_run)
         fit_model = _policy(con, fit_run).get("model")
         notes = tuple(timestamp_caveats(con)) if windowed else ()
-        model = _policy(con, cur.run_id).get("model")
+        run_policy = _policy(con, cur.run_id)
+        model = run_policy.get("model")
         w = cur.window
         replayed = con.execute(
             load_sql("compare_replayed_tokens"),
@@ -70,8 +71,9 @@ def compare(
         cheap = replayed.fetchone()[0] <= PLAN_INLINE_TOKENS
     finally:
         con.close()
-    plan = plan_command(str(db_path), model, cur.window)
-    pool = _pool_answer(db_path, model, cur.window) if cheap else None
+    overrides = plan_overrides(run_policy)
+    plan = plan_command(str(db_path), model, cur.window, tuple(f"{k}={v}" for k, v in overrides))
+    pool = _pool_answer(db_path, model, cur.window, overrides) if cheap else None
     return assemble(base, cur, ttft, fit_run, notes, warnings, plan, pool, fit_model)
 
 
@@ -81,14 +83,44 @@ def compare(
 PLAN_INLINE_TOKENS = 1_000_000
 
 
-def _pool_answer(db_path, model: str | None, window: Window | None):
+# Keys a plan sets itself (the pool it searches, the model it is given), never carried over.
+PLANNED_KEYS = ("num_blocks", "model")
+
+
+def plan_overrides(run_policy: dict) -> list[tuple[str, str]]:
+    """The run's policy keys that a plan of its model would not take by default, as
+    (key, value as `--set` reads it): the printed plan sizes the incident's configuration
+    (its engine, schedule, retention, ...), not the default one."""
+    from analyzer.sim.dispatch import load_policy
+
+    model = run_policy.get("model")
+    # without a model the plan needs the block size given, as the run had it
+    seed = [f"model={model}"] if model else [f"block_size={run_policy['block_size']}"]
+    schedule = run_policy.get("schedule", "serial")  # its keys against their defaults
+    default = orjson.loads(load_policy(None, [*seed, f"schedule={schedule}"]).to_json())
+    out = [] if model else [("block_size", str(run_policy["block_size"]))]
+    if schedule != "serial":
+        out.append(("schedule", schedule))
+    for key, value in run_policy.items():
+        if key in (*PLANNED_KEYS, "schedule") or default.get(key, object()) == value:
+            continue
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        out.append((key, text))
+    return out
+
+
+def _pool_answer(db_path, model: str | None, window: Window | None, overrides=()):
     """pool(target): the plan's cheapest setting in words ('42 blocks, 0.52 GiB a cache'),
-    or why there is none."""
+    or why there is none (the plan of the run's configuration: `overrides`)."""
+    from analyzer.config.policy import policy_values
+
+    values = policy_values(None, [f"{k}={v}" for k, v in overrides]) if overrides else None
 
     def pool(target: float) -> str:
         from analyzer.pipeline.plan import plan
 
-        r = plan(target, db_path=db_path, model=model, window=window.text if window else None)
+        window_text = window.text if window else None
+        r = plan(target, db_path=db_path, model=model, window=window_text, policy=values)
         best = r.best
         if not r.reachable or best is None or best.num_blocks is None:
             return "unreachable: " + r.message

@@ -4,6 +4,7 @@ compare's eviction lever prints a plan command that runs as printed."""
 
 from __future__ import annotations
 
+import json
 import random
 import shlex
 from pathlib import Path
@@ -102,8 +103,9 @@ def test_compares_eviction_lever_runs_as_printed(tmp_path, monkeypatch):
     assert said.exit_code == 0, said.output
     sentence = said.stdout.splitlines()[-1]
     command = sentence.split("`")[1]
-    assert command == (
-        f"hpa plan --db g.duckdb --model {MODEL} --window 100.. --target-useful-hit-ratio 0.822"
+    assert command == (  # the run's retention (null) is not the preset's: carried over
+        f"hpa plan --db g.duckdb --model {MODEL} --window 100.. --set retention_interval=null "
+        "--target-useful-hit-ratio 0.822"
     )
     # a plan this small (at most 1 M prompt tokens replayed) is run, its answer said
     assert "ratio again (42 blocks, 0.52 GiB a cache: 0.823 by its replays);" in sentence
@@ -111,3 +113,24 @@ def test_compares_eviction_lever_runs_as_printed(tmp_path, monkeypatch):
     planned = run(*words[1:])
     assert planned.exit_code == 0, planned.output
     assert "num_blocks=42 -> useful hit ratio 0.823" in planned.stdout
+
+
+@pytest.mark.parametrize(
+    ("values", "carried"),
+    [
+        ({"model": MODEL, "num_blocks": 30}, []),  # the pool is what the plan searches
+        ({"model": MODEL, "retention_interval": None}, [("retention_interval", "null")]),
+        (
+            {"model": MODEL, "schedule": "concurrent", "max_num_seqs": 8},
+            [("schedule", "concurrent"), ("max_num_seqs", "8")],
+        ),
+        ({"block_size": 64}, [("block_size", "64")]),  # no model: the plan needs the block
+    ],
+)
+def test_the_printed_plan_carries_the_runs_configuration(values, carried):
+    """Keys the run set away from its model's defaults are `--set` on the printed plan."""
+    from analyzer.pipeline.compare import plan_overrides
+
+    run_policy = json.loads(make_policy(values).to_json())
+    got = [(k, v) for k, v in plan_overrides(run_policy) if k != "async_scheduling"]
+    assert sorted(got) == sorted(carried)
