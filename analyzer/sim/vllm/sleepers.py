@@ -30,8 +30,8 @@ class SleepingDecoders:
         running = self.running
         if self.waiting or self.active or not running or len(running) > self.budget:
             return 0
-        if self.depth > 1:  # async: every step is scheduled and ended (the sleepers implicit)
-            return 0
+        if self.depth > 1:
+            return self._quiet_steps_async(horizon_s)
         count = min(f.wake_step for f in running) - self.num_steps
         n = len(running)
         done = 0
@@ -49,6 +49,38 @@ class SleepingDecoders:
         self.num_tokens += done * len(running)
         self.num_ended += done
         self.tokens_ended += done * len(running)
+        return done
+
+    def _quiet_steps_async(self, horizon_s: float) -> int:
+        """`_quiet_steps` under async scheduling: while every running request sleeps and no
+        step in flight has a request of its own, schedule sleeper-only steps (two in flight,
+        back to back on the GPU) and end the oldest, the clock at each end; a step is
+        scheduled only before `horizon_s` and before any sleeper is due to wake."""
+        running, flying = self.running, self.in_flight
+        if len(flying) > 1 or any(record[1] for record in flying):
+            return 0
+        last = min(f.wake_step for f in running)
+        n = len(running)
+        done = 0
+        while self.num_steps < last and self.clock < horizon_s:
+            if self.step_model is None:
+                step_s = self.step_base_s + self.step_token_s * n
+            else:
+                step_s = self.step_model.step_s((), n, self.asleep_base + n * self.num_steps)
+            end_s = max(self.clock, self.gpu_free_s) + step_s
+            self.gpu_free_s = end_s
+            self.num_steps += 1
+            self.num_tokens += n
+            flying.append((end_s, [], [], n, self.num_steps))
+            done += 1
+            if len(flying) < self.depth:
+                continue  # the engine schedules again before it waits
+            if flying[0][0] > horizon_s:
+                break  # its end comes after what may arrive: the usual loop ends it
+            end_s, _, _, tokens, _ = flying.popleft()
+            self.clock = end_s
+            self.num_ended += 1
+            self.tokens_ended += tokens
         return done
 
     def _quiet_run(self, f: Flight) -> int:
