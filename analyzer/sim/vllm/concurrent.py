@@ -67,7 +67,6 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
             min((e - r) % B for e in self.events) if self.events else B for r in range(B)
         ]
         self.quiet = not self.layout.speculative  # a drafter re-caches at every sample
-        self.sleeps = self.quiet
         # The step's time from the model and the GPU (None: step_base + step_token x tokens),
         # which prices each decode by its context (the sleepers' in one sum).
         self.step_model = step_model(policy)
@@ -113,15 +112,12 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
         flights = self.start(list(requests))
         for f in sorted(flights, key=lambda f: (f.arrival_s, f.index)):
             self.arrivals.append(f)
-        while True:
-            start_s = self.next_start_s()
-            end_s = self.step_end_s
-            if start_s is not None and (end_s is None or start_s <= end_s):
-                self.start_step(start_s)
-            elif end_s is not None:
-                self.end_step()
+        while (event := self.next_event()) is not None:
+            kind, at_s = event
+            if kind == "start":
+                self.start_step(at_s)
             else:
-                break
+                self.end_step()
         for f in flights:
             yield f.result()
 
@@ -228,9 +224,8 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
         # vLLM advances the computed tokens at once; the outputs come at the end. A sleeper
         # the budget left out wakes (simulated again from here).
         self.in_flight.append((end_s, self._advance(scheduled), [], total, self.num_steps))
-        for f in skipped:
-            f.asleep = False
-            self._asleep(f, -1)
+        for f in skipped:  # caught up already (`_schedule_running`)
+            self._wake(f)
             self.active[f] = None
 
     def _priced(self, scheduled: list[tuple[Flight, int]], sleepers: int, skipped) -> float:

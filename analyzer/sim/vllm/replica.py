@@ -53,6 +53,15 @@ class ReplicaClock:
             return max(self.clock, self.arrivals[0].arrival_s)
         return None
 
+    def next_event(self) -> tuple[str, float] | None:
+        """("start", when) or ("end", when) for what this replica does next, None: nothing.
+        A schedule due no later than the next step end comes first (vLLM's engine schedules
+        before it waits)."""
+        start_s, end_s = self.next_start_s(), self.step_end_s
+        if start_s is not None and (end_s is None or start_s <= end_s):
+            return "start", start_s
+        return None if end_s is None else ("end", end_s)
+
     def start_step(self, start_s: float, horizon_s: float | None = None) -> None:
         """At `start_s` (`next_start_s`): queue the arrivals due, then run quiet steps (only
         while they start before `horizon_s`, the next arrival anywhere; default: the next one
@@ -73,20 +82,17 @@ class ReplicaClock:
     def advance_to(self, t_s: float) -> None:
         """Run on alone up to `t_s`: every step end at times <= t_s and every schedule
         before it (one at t_s waits for what is routed here at t_s); a schedule due no later
-        than the next step end comes first (vLLM's engine schedules before it waits)."""
-        while True:
-            start_s = self.next_start_s()
-            end_s = self.step_end_s
-            if start_s is not None and (end_s is None or start_s <= end_s):
-                if start_s >= t_s:
+        than the next step end comes first (`next_event`)."""
+        while (event := self.next_event()) is not None:
+            kind, at_s = event
+            if kind == "start":
+                if at_s >= t_s:
                     return
-                self.start_step(start_s, t_s)
-            elif end_s is not None:
-                if end_s > t_s:
+                self.start_step(at_s, t_s)
+            else:
+                if at_s > t_s:
                     return
                 self.end_step()
-            else:
-                return
 
     def load(self) -> ReplicaLoad:
         """What this replica's metrics report now: requests waiting (with those routed here

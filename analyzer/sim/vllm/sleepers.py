@@ -152,10 +152,14 @@ class SleepingDecoders:
         now = self.num_steps
         for f in self.wake.pop(now, ()):
             if f.asleep and f.wake_step == now:
-                self._catch_up(f)
-                f.asleep = False
-                self._asleep(f, -1)
+                self._wake(f)
                 self.active[f] = None
+
+    def _wake(self, f: Flight) -> None:
+        """`f` is simulated again from now: caught up, out of the sleepers' sums."""
+        self._catch_up(f)
+        f.asleep = False
+        self._asleep(f, -1)
 
     def _asleep(self, f: Flight, sign: int) -> None:
         """`f` falls asleep (1) or wakes (-1): the sleepers' contexts, kept as one sum for a

@@ -40,7 +40,7 @@ class StepEnds:
                 req.computed -= f.pad  # the padded draft slot is rejected
                 f.pad = 0
                 self._sample(f)
-                if self.sleeps and f in self.active:
+                if self.quiet and f in self.active:
                     self._sleep(f)
             return
         for f, n, samples in scheduled:
@@ -52,7 +52,7 @@ class StepEnds:
             elif samples:
                 f.placeholders -= 1
                 self._sample(f)
-                if self.sleeps and f in self.active and f.in_flight == 1:
+                if self.quiet and f in self.active and f.in_flight == 1:
                     self._sleep(f)  # in the next step (asleep from the one after)
 
     def _advance(self, scheduled: list[tuple[Flight, int]]) -> list[tuple[Flight, int, bool]]:
@@ -124,9 +124,7 @@ class StepEnds:
     def _preempt(self, f: Flight) -> None:
         """Free `f`'s blocks (they stay cached) and put it first in the waiting queue."""
         if f.asleep:
-            self._catch_up(f)
-            f.asleep = False
-            self._asleep(f, -1)
+            self._wake(f)
         else:
             del self.active[f]
         self.coord.bind(f.req)
