@@ -116,8 +116,9 @@ def query(sql: str, db_path: str, fmt: str, write: bool, files: bool, out: str |
     """Run SQL over the stored tables (requests, rejects, sources, ...) and print the result.
 
     The database is opened read-only and the statement can reach no file unless --write or
-    --files says otherwise. Printed text escapes control characters; CSV cells that start
-    like a spreadsheet formula get a leading apostrophe."""
+    --files says otherwise. The table shows control characters escaped (\\x1b); CSV and JSON
+    hold the stored text, as --out does; CSV cells that start like a spreadsheet formula get
+    a leading apostrophe."""
     from analyzer.report.tables import render
     from analyzer.store.export import check_export_path, write_rows
     from analyzer.store.query import run_query
@@ -129,11 +130,9 @@ def query(sql: str, db_path: str, fmt: str, write: bool, files: bool, out: str |
         count = write_rows(table, out)
         click.echo(f"wrote {count:,} row{'' if count == 1 else 's'} to {out}")
         return
-    tty = sys.stdout.isatty()
-    # color=True: click would otherwise strip escape sequences from piped data silently.
-    click.echo(
-        render(table, fmt, spreadsheet_safe=True, tty=tty, precise=True), nl=False, color=True
-    )
+    # The same bytes on a terminal and a pipe; color=True: click would otherwise strip
+    # escape sequences from piped data silently (docs/commands.md#what-is-printed).
+    click.echo(render(table, fmt, spreadsheet_safe=True, precise=True), nl=False, color=True)
 
 
 @cli.command("synth")

@@ -12,16 +12,9 @@ import orjson
 import pyarrow as pa
 
 from analyzer.store.export import FORMULA_STARTS
+from analyzer.words import shown
 
 FORMATS = ("table", "csv", "json")
-# C0 controls, DEL and C1 controls (ESC starts terminal escape sequences; C1 CSI does too)
-# are shown escaped in aligned text: a trace field cannot drive the terminal it is read on.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(32), *range(127, 160))}
-
-
-def _shown(text: str) -> str:
-    return text.translate(_CONTROLS)
-
 
 SIGNIFICANT = 3  # a float shows at least this many significant digits
 MAX_DECIMALS = 12  # beyond, in exponent notation
@@ -70,7 +63,7 @@ def _cell(value, decimals: int | None = None, precise: bool = False) -> str:
     if isinstance(value, list | dict):
         text = orjson.dumps(value, default=str).decode()
         return text if len(text) <= 60 else text[:57] + "..."
-    return _shown(str(value))
+    return shown(str(value))  # a trace field cannot drive the terminal
 
 
 def _json_default(value):
@@ -107,12 +100,13 @@ def render(
     fmt: str = "table",
     *,
     spreadsheet_safe: bool = False,
-    tty: bool = False,
     precise: bool = False,
 ) -> str:
-    """`table` as aligned text (numbers right-aligned, control characters escaped), CSV, or
-    JSON lines. `spreadsheet_safe`: CSV text cells that start like a formula (= + - @, tab,
-    carriage return) get a leading apostrophe. `tty`: CSV for a terminal, controls escaped.
+    """`table` as aligned text for people (numbers right-aligned, control characters shown
+    `\\x1b`, `words.shown`), or as data: CSV or JSON lines holding the stored text (JSON
+    escapes controls as JSON does), the same bytes wherever they are printed.
+    `spreadsheet_safe`: CSV text cells that start like a formula (= + - @, tab, carriage
+    return) get a leading apostrophe.
     `precise` (`hpa query`): aligned floats show what was returned, up to
     PRECISE_SIGNIFICANT significant digits (round(x, 5) keeps its 5 decimals), not the
     thousandth the commands' own tables print."""
@@ -123,19 +117,19 @@ def render(
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(table.column_names)
         for row in table.to_pylist():
-            writer.writerow([_csv_cell(v, spreadsheet_safe, tty) for v in row.values()])
+            writer.writerow([_csv_cell(v, spreadsheet_safe) for v in row.values()])
         return out.getvalue()
     return _aligned(table, precise)
 
 
-def _csv_cell(value, spreadsheet_safe: bool, tty: bool):
+def _csv_cell(value, spreadsheet_safe: bool):
     if value is None:
         return ""
     if not isinstance(value, str):
         return value
     if spreadsheet_safe and value.startswith(FORMULA_STARTS):
         value = "'" + value
-    return _shown(value) if tty else value
+    return value
 
 
 def _places(values: list, precise: bool = False) -> int | None:
@@ -149,7 +143,7 @@ def _places(values: list, precise: bool = False) -> int | None:
 
 
 def _aligned(table: pa.Table, precise: bool = False) -> str:
-    names = [_shown(name) for name in table.column_names]
+    names = [shown(name) for name in table.column_names]
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
     places = [_places(values, precise) for values in columns]
     rows = [
