@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import decimal
 import functools
+import math
 from pathlib import Path
 
 import duckdb
@@ -68,17 +71,104 @@ def write_rows(table: pa.Table, out: str | Path) -> int:
         elif path.suffix == ".csv":
             import pyarrow.csv as pacsv
 
-            pacsv.write_csv(spreadsheet_safe(table), tmp)
+            pacsv.write_csv(spreadsheet_safe(csv_ready(table)), tmp)
         else:
+            lines = json_lines(table)  # every value converted before the file is opened
             with open(tmp, "wb") as f:
-                for row in table.to_pylist():
-                    f.write(orjson.dumps(row) + b"\n")
+                f.writelines(lines)
         tmp.replace(path)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise InputFileError(f"--out {path}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:  # a value no format takes, Ctrl-C: no file, not half of one
+        _remove(tmp)
+        raise
     return table.num_rows
+
+
+def _remove(tmp: Path) -> None:
+    with contextlib.suppress(OSError):  # a read-only folder refuses even this
+        tmp.unlink(missing_ok=True)
+
+
+def json_lines(table: pa.Table) -> list[bytes]:
+    """Each row of `table` as one JSON object and a newline, every value exact: a DECIMAL
+    (and a HUGEINT, which Arrow holds as one) as a JSON number with all its digits, a BLOB
+    as base64 text, a float that is not finite as the text "NaN", "Infinity" or
+    "-Infinity", a timestamp finer than microseconds as its text (Arrow's, to the
+    nanosecond).
+
+    Raises:
+        ConfigError: a column of a type JSON cannot take (naming it)."""
+    names = table.column_names
+    columns = [_json_values(table.schema.field(i), table.column(i)) for i in range(len(names))]
+    dumps = functools.partial(orjson.dumps, default=_json_default)
+    return [dumps(dict(zip(names, row, strict=True))) + b"\n" for row in zip(*columns, strict=True)]
+
+
+def _json_values(field: pa.Field, column: pa.ChunkedArray) -> list:
+    try:
+        values = column.to_pylist()
+    except (ValueError, OverflowError, pa.ArrowException):  # nanoseconds, dates past 9999
+        import pyarrow.compute as pc
+
+        try:
+            values = pc.cast(column, pa.string()).to_pylist()
+        except pa.ArrowException as exc:
+            raise ConfigError(
+                f"column {field.name!r} ({field.type}) cannot be written as JSON ({exc}); "
+                "cast it to VARCHAR in the query, or write .parquet"
+            ) from None
+    if _holds_floats(field.type):
+        values = [_finite(v) for v in values]
+    return values
+
+
+def _holds_floats(kind: pa.DataType) -> bool:
+    if pa.types.is_floating(kind):
+        return True
+    return any(_holds_floats(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _finite(value):
+    """`value` with each float that is not finite as its JSON-safe text (inside lists and
+    structs too)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _NOT_FINITE[str(value)]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+_NOT_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _json_default(value):
+    """What orjson cannot write itself: exact decimals, bytes as base64."""
+    if isinstance(value, decimal.Decimal):
+        return orjson.Fragment(format(value, "f"))
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def csv_ready(table: pa.Table) -> pa.Table:
+    """`table` with the columns CSV has no cell for as text: bytes as base64, a list,
+    struct or map as the JSON text of its value (`json_lines`' conventions)."""
+    for i, field in enumerate(table.schema):
+        kind = field.type
+        if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+            text = [None if v is None else _json_default(v) for v in table.column(i).to_pylist()]
+        elif pa.types.is_nested(kind):
+            values = _json_values(field, table.column(i))
+            text = [None if v is None else orjson.dumps(v, default=_json_default).decode()
+                    for v in values]  # fmt: skip
+        else:
+            continue
+        table = table.set_column(i, pa.field(field.name, pa.string()), pa.array(text, pa.string()))
+    return table
 
 
 def write_atomic(out: str | Path, data: bytes | str, *, option: str = "") -> Path:

@@ -7,10 +7,11 @@ import re
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa  # noqa: F401  (return type)
+import orjson
+import pyarrow as pa
 
 from analyzer.errors import StoreError
-from analyzer.store.db import DEFAULT_DB, connect, killed_ingest_left, load_sql, query_arrow
+from analyzer.store.db import DEFAULT_DB, connect, killed_ingest_left, load_sql
 from analyzer.store.locks import open_error
 
 # DuckDB settings of a guarded query: no files, no extensions fetched or loaded behind its back.
@@ -28,10 +29,12 @@ def run_query(
 
     By default the store is opened read-only and the statement can reach no file (no
     `COPY ... TO`, `read_csv`, `ATTACH`, `INSTALL`): `write` lets it change the database,
-    `files` lets it read and write files."""
+    `files` lets it read and write files. A statement that is no query (`check_statements`)
+    is refused before DuckDB runs it unless `write` or `files` allows its kind."""
+    check_statements(sql, write=write, files=files)
     con = _open(Path(db_path), write, files)
     try:
-        return query_arrow(con, sql)
+        return _result(con, sql)
     except duckdb.Error as exc:
         message = str(exc).strip().splitlines()[0]
         hint = ""
@@ -44,6 +47,145 @@ def run_query(
         raise StoreError(f"query failed: {message}{hint}") from None
     finally:
         con.close()
+
+
+# What a statement that is no query may do, by DuckDB's statement type: change the database
+# (--write) or reach files and extensions (--files). Anything else is a query.
+_WRITES = {"INSERT", "UPDATE", "DELETE", "MERGE_INTO", "CREATE", "CREATE_FUNC", "DROP", "ALTER",
+           "TRANSACTION", "VACUUM", "ANALYZE", "SET", "VARIABLE_SET", "PREPARE", "EXECUTE",
+           "CALL", "PRAGMA"}  # fmt: skip
+_FILES = {"COPY", "EXPORT", "LOAD", "ATTACH", "DETACH", "COPY_DATABASE", "EXTENSION"}
+# PRAGMAs that only read (the rest set, checkpoint or import: write), and table functions
+# that only read (any other, e.g. enable_logging, checkpoint, query, needs both flags).
+_READ_PRAGMAS = {"collations", "database_list", "database_size", "functions", "metadata_info",
+                 "platform", "show", "show_databases", "show_tables", "show_tables_expanded",
+                 "storage_info", "table_info", "user_agent", "version",
+                 "extension_versions"}  # fmt: skip
+_READ_TABLE_FUNCTIONS = {"generate_series", "range", "unnest", "repeat", "repeat_row",
+                         "json_each", "json_tree", "glob", "histogram", "histogram_values",
+                         "summary", "pg_timezone_names", "icu_calendar_names", "sniff_csv",
+                         "seq_scan", "test_all_types", "which_secret"}  # fmt: skip
+_READ_PREFIXES = ("duckdb_", "pragma_", "read_", "parquet_")
+_NAME = re.compile(r"\s*(?:PRAGMA|CALL)\s+([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
+_EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?", re.IGNORECASE)
+
+
+def check_statements(sql: str, *, write: bool = False, files: bool = False) -> None:
+    """Refuse, before DuckDB runs anything, a statement of `sql` that is no query (DuckDB's
+    parser says which kind each is) unless `write` (it changes the database or the session)
+    or `files` (it reaches files or extensions) allows its kind.
+
+    Raises:
+        StoreError: a statement `sql` may not run (or that does not parse)."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise StoreError(f"query failed: {_first_line(exc)}") from None
+    for number, statement in enumerate(statements, start=1):
+        needs = _needs(statement)
+        missing = [flag for flag in needs if not {"--write": write, "--files": files}[flag]]
+        if missing:
+            text = " ".join(statement.query.split())
+            text = text if len(text) <= 60 else text[:57] + "..."
+            what = {
+                "--write": "change the database",
+                "--files": "read or write files",
+                "--write and --files": "run (it may change the database or reach files)",
+            }[" and ".join(missing)]
+            where = f"statement {number} " if len(statements) > 1 else ""
+            raise StoreError(
+                f"query refused: {where}{text!r} is not a query; pass {' and '.join(missing)} "
+                f"to let it {what}"
+            )
+
+
+def _needs(statement) -> list[str]:
+    """The flags `statement` needs: [] for a query."""
+    try:
+        kind = statement.type.name
+    except ValueError:  # a statement type this Python package has no name for
+        return ["--write", "--files"]
+    text = statement.query
+    if kind == "EXPLAIN":
+        inner = duckdb.extract_statements(_EXPLAIN.sub("", text, count=1))
+        return sorted({flag for s in inner for flag in _needs(s)}, reverse=True)
+    if kind == "SELECT":
+        functions = _table_functions(text)
+        if functions is None or not all(_reads(f) for f in functions):
+            return ["--write", "--files"]
+        return []
+    m = _NAME.match(text)
+    if kind == "PRAGMA" and m and m.group(1).lower() in _READ_PRAGMAS:
+        return []
+    if kind == "CALL" and m and m.group(0).lstrip()[:4].upper() == "CALL":
+        # a table function known to only read, or one that may do anything (enable_logging)
+        return [] if _reads(m.group(1)) else ["--write", "--files"]
+    if kind in _FILES or (kind == "PRAGMA" and m is None):  # IMPORT DATABASE parses as PRAGMA
+        return ["--files"]
+    if kind in _WRITES:
+        return ["--write"]
+    return ["--write", "--files"]
+
+
+def _reads(function: str) -> bool:
+    name = function.lower()
+    return name in _READ_TABLE_FUNCTIONS or name.startswith(_READ_PREFIXES)
+
+
+def _table_functions(select: str) -> list[str] | None:
+    """The table functions one SELECT statement calls, anywhere in it (DuckDB's own syntax
+    tree); None where DuckDB cannot give the tree (PIVOT)."""
+    con = duckdb.connect(config={"enable_external_access": False})
+    try:
+        [(tree,)] = con.execute(load_sql("serialize_select"), {"sql": select}).fetchall()
+    finally:
+        con.close()
+    tree = orjson.loads(tree)
+    if tree.get("error"):
+        return None
+    found: list[str] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "TABLE_FUNCTION":
+                found.append(str((node.get("function") or {}).get("function_name", "")))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# DuckDB types no export format carries as they are (Arrow drops a TIMETZ's offset, holds a
+# BIT or a BIGNUM as DuckDB's own bytes; CSV and Parquet take no INTERVAL or UNION; Python's
+# datetime no nanoseconds): read as DuckDB's own text of the value, in every format and on
+# the screen alike.
+_AS_TEXT = re.compile(
+    r"\b(TIMETZ|TIME WITH TIME ZONE|TIMESTAMP_NS|BIT|BITSTRING|VARINT|BIGNUM|INTERVAL|UNION)\b"
+)
+
+
+def _result(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """The rows of `sql` (every statement run; the last one's rows), each column of a type
+    in `_AS_TEXT` (or holding one) cast to DuckDB's text of it."""
+    relation = con.sql(sql)
+    if relation is None:
+        return pa.table({})
+    types = [str(t) for t in relation.types]
+    if any(_AS_TEXT.search(t) for t in types):
+        names = [f'"{c.replace(chr(34), chr(34) * 2)}"' for c in relation.columns]
+        relation = relation.project(
+            ", ".join(
+                f"CAST(#{i} AS VARCHAR) AS {name}" if _AS_TEXT.search(t) else f"#{i} AS {name}"
+                for i, (name, t) in enumerate(zip(names, types, strict=True), start=1)
+            )
+        )
+    return relation.to_arrow_table()
 
 
 # How DuckDB names a column it cannot bind (unqualified, and qualified by a table or alias).
