@@ -22,6 +22,7 @@ from analyzer.cli.base import (
     with_step,
     workers_option,
 )
+from analyzer.cli.text import say
 from analyzer.config.policy import policy_help
 from analyzer.config.routers import routing_help
 from analyzer.errors import ConfigError
@@ -220,7 +221,7 @@ def _print_replay(policy, result, render) -> None:
     if result.num_caches > 1:
         click.echo(_caches_line(result.policy or policy, result.num_caches))
     for note in result.notes:
-        click.echo(f"note: {note}")
+        say(f"note: {note}")
     if result.num_errors:
         click.echo(
             f"warning: {plural(result.num_errors, 'request')} could not be scheduled at all "
@@ -282,8 +283,8 @@ def metrics_cmd(db_path: str, run: int | None, out: str | None) -> None:
     from analyzer.pipeline.metrics import prometheus_metrics, write_metrics
 
     result = prometheus_metrics(db_path=db_path, run=run)
-    if out is None:
-        click.echo(result.text, nl=False)
+    if out is None:  # the bytes --out writes (color=True: click strips ESC [ ... on a pipe)
+        click.echo(result.text, nl=False, color=True)
     else:
         write_metrics(result.text, out)
         click.echo(f"run {result.run_id}: wrote {out}")
@@ -317,17 +318,17 @@ def compare_cmd(
 
     result = compare(db_path=db_path, window=window, baseline=baseline, runs=runs)
     for warning in result.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        say(f"warning: {warning}", err=True)
     if fmt == "json":
         click.echo(result.to_json().decode(), nl=False)
         return
-    click.echo(result.baseline.describe())
-    click.echo(result.current.describe())
+    say(result.baseline.describe())
+    say(result.current.describe())
     for note in result.notes:
-        click.echo(f"note: {note}")
+        say(f"note: {note}")
     click.echo("")
     for line in result.traffic_lines():
-        click.echo(line)
+        say(line)
     click.echo("")
     cols = [
         "prompt_family",
@@ -363,5 +364,5 @@ def compare_cmd(
     click.echo(render(result.causes.take(nonzero)), nl=False)
     click.echo("")
     for line in result.fit_lines():
-        click.echo(line)
-    click.echo(result.sentence)
+        say(line)
+    say(result.sentence)

@@ -10,6 +10,7 @@ from analyzer.cli.base import (
     out_file_option,
     policy_options,
 )
+from analyzer.cli.text import say
 from analyzer.words import plural
 
 
@@ -66,7 +67,7 @@ def validate_cmd(
         until=until,
         out=out,
     )
-    click.echo(f"validation {r.validation_id}: {r.window}")
+    say(f"validation {r.validation_id}: {r.window}")
     per_request = r.table(r.per_request_source)
     if per_request.num_rows:
         click.echo(f"\nper request: replay hit_tokens vs {r.per_request_source}")
@@ -81,7 +82,7 @@ def validate_cmd(
         click.echo("\nworst requests (largest |error|, the cause holding most of it):")
         click.echo(render(r.worst), nl=False)
     if r.warning is not None:
-        click.echo(r.warning)
+        say(r.warning)
     missing = r.requests - r.observed_requests
     if missing:
         click.echo(
@@ -95,7 +96,7 @@ def validate_cmd(
         cols = ["source", "figure", "requests", "observed_tokens", "predicted_tokens"]
         cols += ["error_tokens", "relative_error"]
         click.echo(render(counters.select(cols)), nl=False)
-        click.echo(r.metrics_note)
+        say(r.metrics_note)
     click.echo(
         "error_tokens = predicted - observed; stored in tables validations and validation_causes"
     )

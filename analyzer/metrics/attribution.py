@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from analyzer.config.levers import lever
+from analyzer.words import capped
 
 ALL = "(all)"
 NONE = "(none)"  # a NULL label in the tables; the sentence says "no family"
@@ -258,9 +259,10 @@ def _mean_ttft(sums: dict) -> float | None:
 
 
 def _label(fam: str, rev: str) -> str:
-    """A group in words, as the report names it: 'chat @ rev', 'no family @ rev'."""
-    fam = "no family" if fam == NONE else fam
-    rev = "no revision" if rev == NONE else rev
+    """A group in words, as the report names it: 'chat @ rev', 'no family @ rev'; each
+    label as the report shows it (`words.capped`: controls as \\x1b, 200 characters)."""
+    fam = "no family" if fam == NONE else capped(fam)
+    rev = "no revision" if rev == NONE else capped(rev)
     return f"{fam} (all model revisions)" if rev == ALL else f"{fam} @ {rev}"
 
 
