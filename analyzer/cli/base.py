@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 import click
 
+from analyzer import interrupts
 from analyzer.errors import AnalyzerError
 from analyzer.store import DEFAULT_DB
 
@@ -227,20 +228,25 @@ class _Group(click.Group):
     messages with an exit code."""
 
     def invoke(self, ctx: click.Context):
-        debug = bool(ctx.obj and ctx.obj.get("debug"))
+        interrupts.reset()
         try:
             return super().invoke(ctx)
-        except AnalyzerError as exc:
-            if debug:
-                raise
-            click.echo(f"Error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except Exception as exc:
-            message = None if debug else environment_error(exc)
+        except BaseException as exc:
+            interrupts.finish()  # a signal from now on changes nothing
+            debug = bool(ctx.obj and ctx.obj.get("debug"))  # set by `cli`, inside invoke
+            signum = interrupts.stopped_by()  # whatever DuckDB made of the signal's Stopped
+            if signum is not None and not debug:
+                _stopped(signum)
+            if isinstance(exc, AnalyzerError) and not debug:
+                click.echo(f"Error: {exc}", err=True)
+                sys.exit(exc.exit_code)
+            message = environment_error(exc) if isinstance(exc, Exception) and not debug else None
             if message is None:
                 raise
             click.echo(f"Error: {message}", err=True)
             sys.exit(1)
+        finally:
+            interrupts.finish()
 
 
 @click.group(cls=_Group)
@@ -410,14 +416,34 @@ def counter(label: str, unit: str):
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, functools.partial(_terminated, os.getpid()))
-    cli(prog_name="hpa")
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, functools.partial(_on_signal, os.getpid()))
+    interrupts.watch_signals()
+    try:
+        cli(prog_name="hpa")
+    except interrupts.Stopped as stop:  # before the command began
+        interrupts.finish()
+        _stopped(stop.signum)
+    finally:
+        interrupts.finish()
+        # Python puts back the default action of a signal it handled as it shuts down: a
+        # signal then would end a command that has done its work with 143 (not of one
+        # it ignores).
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)
 
 
-def _terminated(driver_pid: int, signum, frame) -> None:
-    """SIGTERM unwinds like an error: open transactions roll back, workers stop. A forked
-    worker that has not reset the handler yet just ends (the driver speaks for it)."""
+def _on_signal(driver_pid: int, signum, frame) -> None:
+    """SIGTERM and Ctrl-C unwind like an error (`analyzer.interrupts`): open transactions
+    roll back, workers stop. A forked worker that has not reset the handler yet just ends
+    (the driver speaks for it)."""
     if os.getpid() != driver_pid:
         os._exit(128 + signum)
-    click.echo("Error: terminated (SIGTERM); nothing of this command was stored", err=True)
+    interrupts.on_signal(signum, frame)
+
+
+def _stopped(signum: int) -> None:
+    """End a command a signal stopped: one line saying what the store holds of it, and
+    128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C)."""
+    click.echo(f"Error: {interrupts.message(signum)}", err=True)
     sys.exit(128 + signum)

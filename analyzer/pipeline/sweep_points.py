@@ -17,7 +17,7 @@ from analyzer.config.memory import policy_pool_gib
 from analyzer.config.policy import KEYS, Policy, unknown_key
 from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import num_caches, replay_rows
-from analyzer.store.db import transaction
+from analyzer.store.db import stores, transaction
 from analyzer.store.runs import store_run
 from analyzer.store.sweeps import insert_sweep, insert_sweep_point
 
@@ -226,4 +226,5 @@ def _store_sweep(
             ],
         )
         outcome.points.append(point)
+    stores(con, f"sweep {sweep_id}")
     return outcome

@@ -26,6 +26,7 @@ from analyzer.store.db import (
     connect,
     load_sql,
     query_arrow,
+    stores,
     transaction,
 )
 from analyzer.store.export import check_export_path, export_table
@@ -76,6 +77,7 @@ def validate(
         extra = _decompose(con, run_id, start, end) if observed else {}
         with transaction(con):
             validation_id = _store(con, run_id, meta, rows, extra.get("causes"))
+            stores(con, f"validation {validation_id}")
         if out is not None:
             params = {"validation_id": int(validation_id)}
             export_table(con, load_sql("validate_export"), out, params)

@@ -16,6 +16,7 @@ from typing import TypeVar
 import duckdb
 import pyarrow as pa
 
+from analyzer import interrupts
 from analyzer.errors import InputFileError, StoreError
 from analyzer.store import DEFAULT_DB  # noqa: F401  (defined there, light, for the CLI)
 from analyzer.store.locks import open_error
@@ -133,8 +134,8 @@ def _attach(path: Path, settings: dict) -> duckdb.DuckDBPyConnection:
     rewrite the whole table on the next command that writes. A connection that may not
     touch files (`enable_external_access` false) is shut off once the store is attached."""
     closed = settings.get("enable_external_access") is False
-    con = duckdb.connect(
-        config={k: v for k, v in settings.items() if k != "enable_external_access"}
+    con = interrupts.watch(  # a signal interrupts its statement (analyzer.interrupts)
+        duckdb.connect(config={k: v for k, v in settings.items() if k != "enable_external_access"})
     )
     try:
         con.execute(load_sql("store_attach"), {"path": str(path)})
@@ -174,7 +175,7 @@ def _connect_read_only(path: Path, settings: dict) -> duckdb.DuckDBPyConnection:
     """A reader's connection to a store it cannot write: as it is, or a StoreError when it
     would need the recovery or upgrade a writable open does."""
     try:
-        con = duckdb.connect(str(path), read_only=True, config=settings)
+        con = interrupts.watch(duckdb.connect(str(path), read_only=True, config=settings))
     except duckdb.Error as exc:
         raise open_error(path, exc) from None
     try:
@@ -244,6 +245,7 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 
 _OPEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> depth
+_LANDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> what it stores
 # connection -> the settings `connect` opened it with
 _OPENED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -298,12 +300,18 @@ def under_each_cap(run: Callable[[str | None], T], caps: Sequence[str | None]) -
 @contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """One all-or-nothing write: committed when the outermost block ends, rolled back if it
-    raises (a killed process commits nothing either). A block inside another is part of it."""
+    raises (a killed process commits nothing either). A block inside another is part of it.
+    What a block stores is named by `stores` inside it; the commit and the note of what
+    it stored are not cut short by a signal (`analyzer.interrupts`)."""
     depth = _OPEN.get(con, 0)
     if depth:
         _OPEN[con] = depth + 1
+        named = len(_LANDS.get(con, ()))
         try:
             yield
+        except BaseException:
+            del _LANDS.get(con, [])[named:]  # what this block would have stored is not
+            raise
         finally:
             _OPEN[con] = depth
         return
@@ -316,7 +324,16 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         raise
     finally:
         _OPEN.pop(con, None)
-    con.commit()
+        stored = _LANDS.pop(con, [])
+    with interrupts.holding():
+        con.commit()
+        interrupts.note_landed(stored)
+
+
+def stores(con: duckdb.DuckDBPyConnection, what: str) -> None:
+    """Inside `transaction(con)`: name something it stores, in a user's words ("replay run
+    7"). Once the outermost block has committed, a command stopped by a signal says so."""
+    _LANDS.setdefault(con, []).append(what)
 
 
 def _recover_ingest(con: duckdb.DuckDBPyConnection) -> None:

@@ -23,9 +23,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from analyzer import interrupts
 from analyzer.errors import AnalyzerError, ConfigError, InputFileError
 from analyzer.store.caveats import block_size_caveat
-from analyzer.store.db import DEFAULT_DB, connect, load_sql, remove_store, transaction
+from analyzer.store.db import DEFAULT_DB, connect, load_sql, remove_store, stores, transaction
 from analyzer.store.write_units import prefetched, write_units
 from analyzer.traces.batches import Batch, Reject, SourceInfo
 from analyzer.traces.io import CountingReader, open_binary
@@ -141,10 +142,16 @@ def ingest(
         finally:
             con.close()  # before a failed first store is removed: closing writes the file
     except BaseException:
-        if created:
+        if created and _landing(paths) not in interrupts.landed():
             remove_store(store)  # a failed first ingest leaves no database behind
         raise
     return IngestResult(tuple(results), skipped, (mixed,) if mixed else ())
+
+
+def _landing(paths: list[Path]) -> str:
+    """What an ingest of `paths` stores, as a command stopped by a signal names it."""
+    named = ", ".join(p.name for p in paths) if len(paths) <= 3 else f"{len(paths)} files"
+    return f"the ingest of {named}"
 
 
 def _db_threads() -> int:
@@ -189,7 +196,10 @@ def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> 
             if any(r.num_stored for r in results):
                 con.execute(load_sql("arrival_order"))
             con.execute(load_sql("ingest_close"))
+            stores(con, _landing(paths))
     except BaseException as exc:
+        if _landing(paths) in interrupts.landed():
+            raise  # a signal that waited for the close's commit: the files are stored
         try:
             with transaction(con):
                 con.execute(load_sql("ingest_forget_command"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from analyzer.store.db import load_sql, trace_fingerprint, transaction
+from analyzer.store.db import load_sql, stores, trace_fingerprint, transaction
 from analyzer.store.export import export_table
 
 
@@ -41,6 +41,7 @@ def write_relations(
             con.execute(load_sql("match_write_junction_requests"))
             tables.append("junction_requests")
             _record(con, tables, fingerprint, relations["match_rows"].num_rows)
+            stores(con, "the prefix matches")
     finally:
         for name in relations:
             con.unregister(name)

@@ -10,6 +10,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from analyzer import interrupts
 from analyzer.errors import StoreError
 from analyzer.store.db import DEFAULT_DB, connect, killed_ingest_left, load_sql
 from analyzer.store.locks import open_error
@@ -231,7 +232,7 @@ def _open(path: Path, write: bool, files: bool) -> duckdb.DuckDBPyConnection:
 
 def _read_only(path: Path, config: dict) -> duckdb.DuckDBPyConnection:
     try:
-        return duckdb.connect(str(path), read_only=True, config=config)
+        return interrupts.watch(duckdb.connect(str(path), read_only=True, config=config))
     except duckdb.Error as exc:
         raise open_error(path, exc) from None
 

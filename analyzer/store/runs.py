@@ -16,6 +16,7 @@ from analyzer.store.db import (
     derived_from,
     load_sql,
     query_arrow,
+    stores,
     table_names,
     trace_fingerprint,
     transaction,
@@ -69,6 +70,7 @@ def store_run(
     # an export that cannot be written stores nothing.
     with transaction(con):
         run_id = _store(con, policy, rows, seconds, measure_from, fingerprint, name)
+        stores(con, f"replay run {run_id}")
         if out is not None:
             export_table(con, load_sql("replay_export_requests"), out, {"run_id": int(run_id)})
     summary = query_arrow(con, load_sql("replay_run_summary"), [run_id])

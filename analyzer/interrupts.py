@@ -1,0 +1,166 @@
+"""A command stopped by a signal (SIGTERM, or Ctrl-C's SIGINT) says what the store holds of it.
+
+The CLI installs `on_signal` for both. It notes the signal and raises `Stopped`, which
+unwinds like an error: open transactions roll back, workers stop. Two places would make
+what the command then says untrue, and this module closes both:
+
+- A commit. The store's `transaction` commits inside `holding()`: a signal that comes while
+  DuckDB commits waits until the commit has ended and what it stored is noted (`landed`),
+  then stops the command. Without it, the signal would arrive after a commit DuckDB had
+  made and the command would say "nothing stored".
+- DuckDB. Python runs a signal's handler between two of its own instructions, so a long
+  statement would run to its end first: a thread woken by the signal (`watch_signals`)
+  interrupts the statements of the connections `watch`ed, except while holding. DuckDB
+  then raises an error of its own ("INTERRUPT Error", "Query interrupted"), and may raise
+  one in place of the handler's `Stopped`: the CLI asks `stopped_by()`, not the
+  exception's type.
+
+What each commit stored is what its writer named (`transaction(con, lands=...)`): a replay
+run, a sweep, the files of an ingest, a match, a validation. A command that was stopped
+says those, or that nothing of it was stored.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class Stopped(BaseException):  # noqa: N818  (a signal, not an error: no `except Exception` takes it)
+    """Raised where a signal stops the command (the main thread, at the next bytecode)."""
+
+    def __init__(self, signum: int, *, after_commit: bool = False) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.after_commit = after_commit  # raised as a commit that had waited for it ended
+
+
+class _State:
+    signum: int | None = None  # the first signal of this command
+    holding = 0  # depth of `holding()` blocks open
+    pending: int | None = None  # a signal that came while holding
+    finished = False  # the command has ended: a late signal is ignored
+    landed: list[str] = []
+
+
+_STATE = _State()
+
+
+def on_signal(signum: int, frame) -> None:
+    """The handler of SIGTERM and SIGINT in the process that runs the command."""
+    if _STATE.finished:
+        return
+    if _STATE.signum is None:
+        _STATE.signum = signum
+    if _STATE.holding:
+        _STATE.pending = signum
+        return
+    raise Stopped(signum)
+
+
+@contextmanager
+def holding() -> Iterator[None]:
+    """A block that a signal does not cut short (a commit and the note of what it stored);
+    the signal stops the command when the outermost such block ends."""
+    _STATE.holding += 1
+    try:
+        yield
+    finally:
+        _STATE.holding -= 1
+        if not _STATE.holding and _STATE.pending is not None:
+            signum, _STATE.pending = _STATE.pending, None
+            raise Stopped(signum, after_commit=True)
+
+
+_WATCHED: weakref.WeakSet = weakref.WeakSet()  # connections a signal interrupts
+
+
+def watch(con):
+    """`con` (a DuckDB connection), whose running statement a signal interrupts."""
+    _WATCHED.add(con)
+    return con
+
+
+def watch_signals() -> None:
+    """Interrupt the watched connections' statements on each signal the process is sent
+    (a thread woken through `signal.set_wakeup_fd`), unless a commit is holding."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    threading.Thread(target=_interrupt, args=(read_fd,), name="hpa-signals", daemon=True).start()
+
+
+def _interrupt(read_fd: int) -> None:
+    while os.read(read_fd, 64):
+        if _STATE.finished or _STATE.holding:
+            continue
+        for con in list(_WATCHED):
+            try:
+                con.interrupt()
+            except Exception:  # noqa: BLE001  (closed since: nothing runs on it)
+                pass
+
+
+def note_landed(what: list[str]) -> None:
+    """Note that a commit stored `what` (e.g. ["replay run 7"]); inside `holding()`."""
+    _STATE.landed.extend(what)
+
+
+def landed() -> tuple[str, ...]:
+    """What this command's commits stored, in order."""
+    return tuple(_STATE.landed)
+
+
+def stopped_by() -> int | None:
+    """The signal that stopped this command, or None."""
+    return _STATE.signum
+
+
+def finish() -> None:
+    """The command has ended (or is ending with an error): a signal now changes nothing."""
+    _STATE.finished = True
+
+
+def message(signum: int) -> str:
+    """The one line a stopped command ends with: what stopped it and what is stored."""
+    if signum == signal.SIGINT:
+        what = "interrupted (Ctrl-C)"
+    else:
+        what = f"terminated ({signal.Signals(signum).name})"
+    stored = landed()
+    if not stored:
+        return f"{what}; nothing of this command was stored"
+    listing = _listing(stored)
+    return f"{what} after storing {listing} (whole); nothing else of this command was stored"
+
+
+def _listing(stored: tuple[str, ...]) -> str:
+    """`stored`, runs of consecutive numbers of one thing shortened: "replay runs 7-9"."""
+    groups: list[list] = []  # [what, first, last]
+    for item in stored:
+        what, _, number = item.rpartition(" ")
+        n = int(number) if number.isdigit() else None
+        last = groups[-1] if groups else None
+        if n is not None and last and last[0] == what and last[2] == n - 1:
+            last[2] = n
+        else:
+            groups.append([what if n is not None else item, n, n])
+    return ", ".join(
+        what if first is None
+        else f"{what} {first}" if first == last
+        else f"{what}s {first}-{last}" if last > first + 1
+        else f"{what}s {first} and {last}"
+        for what, first, last in groups
+    )  # fmt: skip
+
+
+def reset() -> None:
+    """A fresh state (tests that run several commands in one process)."""
+    _STATE.signum = _STATE.pending = None
+    _STATE.holding = 0
+    _STATE.finished = False
+    _STATE.landed = []

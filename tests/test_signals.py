@@ -1,0 +1,237 @@
+"""A command stopped by SIGTERM or Ctrl-C (issue 48 item 1): one line that says what the
+store holds of it, and exit 128 + the signal's number, wherever the signal comes.
+
+The worst moment is the commit: DuckDB has stored the run, and a signal that stopped the
+command then would have it say "nothing of this command was stored" (a script that retries
+on failure stored the run twice). Here the signal is sent from inside the commit itself
+(`analyzer.interrupts.holding`, wrapped), and at seeded moments over a whole command.
+Linux only, as tests/test_faults.py.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from analyzer import interrupts
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals")
+
+SAMPLES = Path(__file__).parent.parent / "sample_traces"
+MODEL = ("--set", "model=qwen3-next-80b-a3b")
+
+# `hpa` with a signal sent to itself from inside the first commit (`holding`), or a second
+# after the store opens (a query's statement is running then).
+_IN_COMMIT = """
+import contextlib, os, signal, sys
+import analyzer.interrupts as interrupts
+real, sent = interrupts.holding, []
+@contextlib.contextmanager
+def holding():
+    with real():
+        if not sent:
+            sent.append(os.kill(os.getpid(), signal.{signal}))
+        yield
+interrupts.holding = holding
+from analyzer.cli import main
+sys.argv[0] = "hpa"
+main()
+"""
+_IN_QUERY = """
+import os, signal, sys, threading
+import duckdb
+real = duckdb.connect
+def connect(*args, **kwargs):  # the store opens: its statement runs a second later
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.{signal})).start()
+    return real(*args, **kwargs)
+duckdb.connect = connect
+from analyzer.cli import main
+main()
+"""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    db = tmp_path_factory.mktemp("signals") / "small.duckdb"
+    run = subprocess.run(
+        [sys.executable, "-m", "analyzer", "ingest", str(SAMPLES / "groups_1500.jsonl"),
+         "--db", str(db)], capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return db
+
+
+def copy(store: Path, tmp_path: Path) -> Path:
+    db = tmp_path / "store.duckdb"
+    shutil.copyfile(store, db)
+    return db
+
+
+def count(db: Path, table: str) -> int:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        if table not in {name for (name,) in con.execute("SHOW TABLES").fetchall()}:
+            return 0
+        return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+    finally:
+        con.close()
+
+
+def hpa_stopped_in_commit(args: list[str], signame: str = "SIGTERM"):
+    code = _IN_COMMIT.format(signal=signame)
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+
+
+def one_line(run: subprocess.CompletedProcess) -> str:
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    return lines[0]
+
+
+# command, what the store then holds (table, rows it gained), the line's tail
+IN_COMMIT = [
+    (["replay", *MODEL, "--policy", "vllm-default,sglang-default"], ("replay_runs", 2),
+     "after storing replay runs 1 and 2 (whole); nothing else of this command was stored"),
+    (["sweep", *MODEL, "--vary", "num_blocks=200,400,800"], ("sweep_points", 3),
+     "after storing replay runs 1-3, sweep 1 (whole); nothing else of this command was stored"),
+    (["match"], ("prefix_matches", 32),
+     "after storing the prefix matches (whole); nothing else of this command was stored"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args, gained, tail", IN_COMMIT, ids=[c[0][0] for c in IN_COMMIT])
+def test_a_signal_in_the_commit_waits_for_it_and_says_what_is_stored(
+    store, tmp_path, args, gained, tail
+):
+    db = copy(store, tmp_path)
+    run = hpa_stopped_in_commit([*args, "--db", str(db)])
+    assert one_line(run) == f"Error: terminated (SIGTERM) {tail}"
+    assert run.returncode == 143
+    table, rows = gained
+    assert count(db, table) == rows
+
+
+# `hpa` with a signal sent to itself as a commit that stored something is noted.
+_AS_NOTED = """
+import os, signal, sys
+import analyzer.interrupts as interrupts
+real = interrupts.note_landed
+def note_landed(what):
+    if what:
+        os.kill(os.getpid(), signal.{signal})
+    real(what)
+interrupts.note_landed = note_landed
+from analyzer.cli import main
+main()
+"""
+
+
+def test_ctrl_c_as_the_close_of_a_first_ingest_commits_keeps_the_store(tmp_path):
+    """The ingest's close committed: neither its files nor the new store are taken back
+    (an ingest that is stopped before its close forgets its files, and a first one its
+    store)."""
+    db = tmp_path / "new.duckdb"
+    code = _AS_NOTED.format(signal="SIGINT")
+    args = ["ingest", str(SAMPLES / "groups_1500.jsonl"), "--db", str(db)]
+    run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    assert one_line(run) == (
+        "Error: interrupted (Ctrl-C) after storing the ingest of groups_1500.jsonl (whole); "
+        "nothing else of this command was stored"
+    )
+    assert run.returncode == 130
+    assert count(db, "requests") == 32
+
+
+def test_a_signal_during_a_query_statement_is_one_line(store):
+    code = _IN_QUERY.format(signal="SIGTERM")
+    sql = "SELECT count(*) FROM range(1000000000000) t(i) WHERE i % 7 = 3"
+    run = subprocess.run([sys.executable, "-c", code, "query", sql, "--db", str(store)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert one_line(run) == "Error: terminated (SIGTERM); nothing of this command was stored"
+    assert run.returncode == 143
+
+
+SEEDS = (0, 1, 2, 3)
+
+
+def test_a_signal_at_any_moment_says_what_the_store_holds(store, tmp_path):
+    """Seeded moments over a whole replay of two policies: the line is the truth about the
+    store (both runs or none), and the exit code 143, or 0 when the signal came after the
+    command had ended."""
+    args = ["replay", *MODEL, "--policy", "vllm-default,sglang-default"]
+    db = copy(store, tmp_path)
+    started = time.perf_counter()
+    hpa = [sys.executable, "-m", "analyzer", *args, "--db", str(db)]
+    assert subprocess.run(hpa, capture_output=True).returncode == 0
+    seconds = time.perf_counter() - started
+    for seed in SEEDS:
+        db = copy(store, tmp_path)
+        proc = subprocess.Popen([*hpa[:-1], str(db)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(random.Random(seed).uniform(0.3, seconds * 1.1))
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate()[1].strip().splitlines()
+        runs = count(db, "replay_runs")
+        if proc.returncode == 0:
+            assert (err, runs) == ([], 2), f"seed {seed}"
+            continue
+        if proc.returncode == -signal.SIGTERM:  # Python was still starting: no handler yet
+            assert (err, runs) == ([], 0), f"seed {seed}"
+            continue
+        assert proc.returncode == 143, f"seed {seed}: {err}"
+        assert len(err) == 1, f"seed {seed}: {err}"
+        said = {
+            "Error: terminated (SIGTERM); nothing of this command was stored": 0,
+            "Error: terminated (SIGTERM) after storing replay runs 1 and 2 (whole); "
+            "nothing else of this command was stored": 2,
+        }
+        assert said.get(err[0]) == runs, f"seed {seed}: {err[0]!r}, {runs} runs stored"
+
+
+# -- the state machine itself, in this process --------------------------------------
+
+
+def test_a_signal_while_holding_stops_when_the_block_ends():
+    interrupts.reset()
+    try:
+        with pytest.raises(interrupts.Stopped) as stop:
+            with interrupts.holding():
+                interrupts.on_signal(signal.SIGTERM, None)  # as the handler would
+                interrupts.note_landed(["replay run 4"])
+        assert stop.value.after_commit and stop.value.signum == signal.SIGTERM
+        assert interrupts.landed() == ("replay run 4",)
+        with pytest.raises(interrupts.Stopped) as stop:
+            interrupts.on_signal(signal.SIGINT, None)
+        assert not stop.value.after_commit
+        interrupts.finish()
+        interrupts.on_signal(signal.SIGTERM, None)  # ended: nothing happens
+    finally:
+        interrupts.reset()
+
+
+LISTINGS = [
+    ([], "terminated (SIGTERM); nothing of this command was stored"),
+    (["replay run 7"], "terminated (SIGTERM) after storing replay run 7 (whole); "),
+    (["replay run 7", "replay run 8"], "terminated (SIGTERM) after storing replay runs 7 and 8"),
+    (["replay run 2", "replay run 3", "replay run 4", "sweep 1", "replay run 9"],
+     "terminated (SIGTERM) after storing replay runs 2-4, sweep 1, replay run 9 (whole)"),
+    (["the prefix matches", "validation 3"],
+     "terminated (SIGTERM) after storing the prefix matches, validation 3 (whole)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("landed, start", LISTINGS)
+def test_the_line_names_what_was_stored(landed, start):
+    interrupts.reset()
+    try:
+        interrupts.note_landed(landed)
+        assert interrupts.message(signal.SIGTERM).startswith(start)
+    finally:
+        interrupts.reset()
