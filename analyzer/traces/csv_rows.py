@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import orjson
 
 from analyzer.errors import InputFileError
 from analyzer.traces.batches import Batch, exact_batch
+from analyzer.traces.jsonlines import LongLine, max_line_bytes, whole_lines
 from analyzer.traces.records import COUNT_FIELDS, RecordError, first_bad_utf8
 
 CSV_BATCH_ROWS = 4096
@@ -73,23 +75,16 @@ def _record(header: list[str], values: list[str]) -> Any:
 def read_csv(
     path: Path, stream: io.BufferedIOBase, progress: Callable[[], None]
 ) -> Iterator[Batch]:
-    """Batches of a CSV file with a header row; `line_no` is the record's first line."""
-    # A byte that is not UTF-8 stays in its cell as a surrogate escape: that row is a
-    # reject (`_record`), not the file.
-    text = io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape", newline="")
-    reader = csv.reader(text)
-    try:
-        header = next(reader)
-    except StopIteration:
+    """Batches of a CSV file with a header row; `line_no` is the record's first line. A
+    line longer than the limit (`jsonlines.whole_lines`) is a reject, read past unheld; a
+    cell may be as long as a line (the csv module's own limit is 128 KiB)."""
+    limit_bytes = max_line_bytes()
+    csv.field_size_limit(max(csv.field_size_limit(), limit_bytes))
+    long_lines: deque[LongLine] = deque()
+    reader = csv.reader(_csv_lines(stream, progress, limit_bytes, long_lines))
+    header = _header(path, reader, long_lines)
+    if header is None:
         return
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read the CSV header ({exc})") from None
-    if any(_NOT_UTF8.search(name) for name in header):
-        raise InputFileError(f"{path}:1: the CSV header is not valid UTF-8")
-    if "request_id" not in header or len(set(header)) != len(header):
-        raise InputFileError(
-            f"{path}:1: the CSV header must name request_id and each column once, got {header}"
-        )
     items: list[tuple[int, Any, bytes]] = []
     line_no = reader.line_num + 1
     while True:
@@ -98,10 +93,13 @@ def read_csv(
         except StopIteration:
             break
         except csv.Error as exc:
-            items.append((line_no, RecordError(None, f"malformed CSV ({exc})"), b""))
-            line_no = reader.line_num + 1
-            continue
-        if values:
+            values = RecordError(None, f"malformed CSV ({exc})")
+        if long_lines:  # the record holds a line too long to read: that line's reject
+            items.extend((ln.line_no, ln.error(), ln.head) for ln in long_lines)
+            long_lines.clear()
+        elif isinstance(values, RecordError):
+            items.append((line_no, values, b""))
+        elif values:
             raw = ",".join(values).encode("utf-8", "surrogateescape")
             items.append((line_no, _record(header, values), raw))
         line_no = reader.line_num + 1
@@ -112,3 +110,42 @@ def read_csv(
     if items:
         yield exact_batch(items)
     progress()
+
+
+def _csv_lines(
+    stream: io.BufferedIOBase,
+    progress: Callable[[], None],
+    limit_bytes: int,
+    long_lines: deque[LongLine],
+) -> Iterator[str]:
+    """The stream's lines, each ending in a newline, for `csv.reader`. A byte that is not
+    UTF-8 stays as a surrogate escape: its row is a reject (`_record`), not the file. A line
+    longer than the limit comes as an empty line, and as a LongLine in `long_lines`."""
+    for piece in whole_lines(stream, progress, limit_bytes=limit_bytes):
+        if isinstance(piece, LongLine):
+            long_lines.append(piece)
+            yield "\n"
+            continue
+        text = piece[0].decode("utf-8", "surrogateescape")
+        for line in text.split("\n")[:-1]:
+            yield line + "\n"
+
+
+def _header(path: Path, reader, long_lines: deque[LongLine]) -> list[str] | None:
+    """The header row (None for an empty file); a file error where it cannot be one."""
+    try:
+        header = next(reader)
+    except StopIteration:
+        return None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise InputFileError(f"{path}: cannot read the CSV header ({exc})") from None
+    if long_lines:
+        line = long_lines[0]
+        raise InputFileError(f"{path}:{line.line_no}: the CSV header is {line.error().reason}")
+    if any(_NOT_UTF8.search(name) for name in header):
+        raise InputFileError(f"{path}:1: the CSV header is not valid UTF-8")
+    if "request_id" not in header or len(set(header)) != len(header):
+        raise InputFileError(
+            f"{path}:1: the CSV header must name request_id and each column once, got {header}"
+        )
+    return header

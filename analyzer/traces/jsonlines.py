@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
 
-from analyzer.errors import InputFileError
+from analyzer.errors import ConfigError, InputFileError
+from analyzer.traces.batches import RAW_EXCERPT_CHARS
 from analyzer.traces.records import RecordError, first_bad_utf8
 
 CHUNK_BYTES = 8 << 20
@@ -20,41 +23,180 @@ UTF8_BOM = b"\xef\xbb\xbf"
 Item = tuple[int, Any, bytes]
 
 
+# The longest line a reader takes, in MiB (its newline not counted); HPA_MAX_LINE_MIB sets
+# another. A longer line is a reject, skipped without being held (`whole_lines`). The largest
+# real records are far below it: a 1M-token prompt as JSON ids is about 8 MB (6-digit ids and
+# a comma), and the formats that put many requests on one line stay in the tens of MB (a WEKA
+# conversation: the largest of 710 published is 4.1 MB; a vllm bench run with the
+# inter-token latencies of 10,000 requests of 1,000 tokens: about 200 MB). Parsing a line
+# takes a few times its size in memory, so the limit also bounds what one line can cost.
+DEFAULT_MAX_LINE_MIB = 256
+MAX_LINE_VARIABLE = "HPA_MAX_LINE_MIB"
+_HEAD_BYTES = 4 * RAW_EXCERPT_CHARS  # of an over-long line, for its reject's excerpt
+
+
+def max_line_bytes() -> int:
+    """The line limit in bytes: HPA_MAX_LINE_MIB MiB (a whole number, at least 1), else
+    DEFAULT_MAX_LINE_MIB."""
+    value = os.environ.get(MAX_LINE_VARIABLE, "").strip()
+    if not value:
+        return DEFAULT_MAX_LINE_MIB << 20
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(
+            f"{MAX_LINE_VARIABLE}={value!r}: expected the longest input line in MiB, "
+            f"a whole number from 1 (default {DEFAULT_MAX_LINE_MIB})"
+        )
+    return int(value) << 20
+
+
+@dataclass(frozen=True)
+class LongLine:
+    """A line longer than the limit, skipped: its number, its length in bytes (newline not
+    counted) and its first bytes. It was never held whole."""
+
+    line_no: int
+    num_bytes: int
+    limit_bytes: int
+    head: bytes
+
+    def error(self) -> RecordError:
+        return RecordError(
+            None,
+            f"a line of {self.num_bytes:,} bytes, longer than the limit of "
+            f"{_size(self.limit_bytes)} ({MAX_LINE_VARIABLE}): skipped unread",
+        )
+
+
+def _size(num_bytes: int) -> str:
+    return f"{num_bytes >> 20:,} MiB" if num_bytes % (1 << 20) == 0 else f"{num_bytes:,} bytes"
+
+
+Piece = tuple[bytes, int] | LongLine
+
+
 def whole_lines(
-    stream: BinaryIO, progress: Callable[[], None], chunk_bytes: int = CHUNK_BYTES
-) -> Iterator[tuple[bytes, int]]:
+    stream: BinaryIO,
+    progress: Callable[[], None],
+    chunk_bytes: int = CHUNK_BYTES,
+    limit_bytes: int | None = None,
+) -> Iterator[Piece]:
     """(body, first line number) pieces of a byte stream: each body is whole lines ending in
     a newline (the last line gets one if the stream lacks it), about `chunk_bytes` long, so
-    memory does not grow with the file. Lines are numbered from 1."""
-    first_line, tail = 1, b""
+    memory does not grow with the file. Lines are numbered from 1. A line longer than
+    `limit_bytes` (default `max_line_bytes()`) comes as a LongLine in its place: it is read
+    past in chunks, never held whole, so memory stays under `limit_bytes` + `chunk_bytes`."""
+    lines = _Lines(max_line_bytes() if limit_bytes is None else limit_bytes)
     while True:
         progress()
         chunk = stream.read(chunk_bytes)
         if not chunk:
-            if tail:
-                yield tail + b"\n", first_line
+            yield from lines.end()
             return
+        yield from lines.add(chunk)
+
+
+class _Lines:
+    """`whole_lines`' state: the next line's number, the line begun and not yet ended
+    (`tail`, at most the limit), or the over-long line being read past (`long`)."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes, self.first_line = limit_bytes, 1
+        self.tail: list[bytes] = []
+        self.tail_bytes = 0
+        self.long: LongLine | None = None
+
+    def add(self, chunk: bytes) -> Iterator[Piece]:
+        start = 0
+        if self.long is not None:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                self._grow_long(chunk, len(chunk))
+                return
+            self._grow_long(chunk, newline)
+            yield self._end_long()
+            start = newline + 1
         cut = chunk.rfind(b"\n") + 1
-        if cut == 0:
-            tail += chunk
-            continue
+        if cut <= start:
+            self._hold(chunk, start)
+            return
         # one copy of the chunk at most (none when it is whole lines already)
+        view = memoryview(chunk)
         body = (
-            chunk if not tail and cut == len(chunk) else b"".join((tail, memoryview(chunk)[:cut]))
+            chunk
+            if start == 0 and not self.tail and cut == len(chunk)
+            else b"".join((*self.tail, view[start:cut]))
         )
-        tail = chunk[cut:]
-        yield body, first_line
-        # NumPy counts 8 MiB of lines in 1.5 ms, bytes.count in 3.7 (70 M tokens: 0.08 s)
-        first_line += int(np.count_nonzero(np.frombuffer(body, np.uint8) == 10))
+        self.tail, self.tail_bytes = [], 0
+        yield from self._bodies(body)
+        if cut < len(chunk):
+            self._hold(chunk, cut)
+
+    def end(self) -> Iterator[Piece]:
+        if self.long is not None:
+            yield self._end_long()
+        elif self.tail:
+            yield from self._bodies(b"".join((*self.tail, b"\n")))
+
+    def _hold(self, chunk: bytes, start: int) -> None:
+        """Keep chunk[start:], the start of a line; past the limit, read past that line."""
+        size = len(chunk) - start
+        if not size:
+            return
+        if self.tail_bytes + size <= self.limit_bytes:
+            self.tail.append(chunk[start:] if start else chunk)
+            self.tail_bytes += size
+            return
+        pieces = (*self.tail, chunk[start : start + _HEAD_BYTES])
+        head = b"".join(p[:_HEAD_BYTES] for p in pieces)[:_HEAD_BYTES]  # no copy of the tail
+        self.long = LongLine(self.first_line, self.tail_bytes + size, self.limit_bytes, head)
+        self.tail, self.tail_bytes = [], 0
+
+    def _grow_long(self, chunk: bytes, num_bytes: int) -> None:
+        """The over-long line goes on for chunk[:num_bytes] (its head up to _HEAD_BYTES)."""
+        long = self.long
+        head = long.head
+        if len(head) < _HEAD_BYTES:
+            head += chunk[: min(num_bytes, _HEAD_BYTES - len(head))]
+        self.long = LongLine(long.line_no, long.num_bytes + num_bytes, long.limit_bytes, head)
+
+    def _end_long(self) -> LongLine:
+        long, self.long = self.long, None
+        self.first_line += 1
+        return long
+
+    def _bodies(self, body: bytes) -> Iterator[Piece]:
+        """`body` (whole lines) numbered, its lines longer than the limit as LongLines."""
+        buf = np.frombuffer(body, np.uint8)
+        if len(body) <= self.limit_bytes + 1:  # no line of it can be too long
+            yield body, self.first_line
+            # NumPy counts 8 MiB of lines in 1.5 ms, bytes.count in 3.7 (70 M tokens: 0.08 s)
+            self.first_line += int(np.count_nonzero(buf == 10))
+            return
+        ends = np.flatnonzero(buf == 10)
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        at = 0  # where the lines not yet given start
+        for i in np.flatnonzero(ends - starts > self.limit_bytes).tolist():
+            start, end = int(starts[i]), int(ends[i])
+            if start > at:
+                yield body[at:start], self.first_line
+                self.first_line += int(np.count_nonzero(buf[at:start] == 10))
+            head = body[start : min(end, start + _HEAD_BYTES)]
+            yield LongLine(self.first_line, end - start, self.limit_bytes, head)
+            self.first_line += 1
+            at = end + 1
+        if at < len(body):
+            yield body[at:], self.first_line
+            self.first_line += int(np.count_nonzero(buf[at:] == 10))
 
 
 def line_bodies(
     path: Path, stream: BinaryIO, progress: Callable[[], None], chunk_bytes: int = CHUNK_BYTES
-) -> Iterator[tuple[bytes, int]]:
+) -> Iterator[Piece]:
     """`whole_lines` of a JSON Lines stream; a stream that is one JSON array is a file error.
     A UTF-8 byte order mark opening the stream is dropped (RFC 8259 lets a parser ignore it);
     anywhere else it is part of its line, which then is not JSON."""
-    for body, first_line in whole_lines(stream, progress, chunk_bytes):
+    for piece in whole_lines(stream, progress, chunk_bytes):
+        body, first_line = (piece.head, piece.line_no) if isinstance(piece, LongLine) else piece
         if first_line == 1 and body.startswith(UTF8_BOM):
             body = body[len(UTF8_BOM) :]
         if first_line == 1 and body.lstrip()[:1] == b"[":
@@ -62,7 +204,7 @@ def line_bodies(
                 f"{path}: a JSON array, not JSON Lines (one object per line); "
                 "convert it first, e.g. jq -c '.[]'"
             )
-        yield body, first_line
+        yield piece if isinstance(piece, LongLine) else (body, first_line)
 
 
 def decoded_lines(body: bytes, first_line: int) -> Iterator[Item]:
@@ -137,9 +279,13 @@ def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:
 def json_line_chunks(
     path: Path, stream: BinaryIO, progress: Callable[[], None]
 ) -> Iterator[list[Item]]:
-    """Lists of (line_no, decoded object or RecordError, raw line); blank lines skipped."""
-    for body, first_line in line_bodies(path, stream, progress):
-        yield list(decoded_lines(body, first_line))
+    """Lists of (line_no, decoded object or RecordError, raw line); blank lines skipped. A
+    line longer than the limit is a RecordError (LongLine.error) with its first bytes."""
+    for piece in line_bodies(path, stream, progress):
+        if isinstance(piece, LongLine):
+            yield [(piece.line_no, piece.error(), piece.head)]
+        else:
+            yield list(decoded_lines(*piece))
 
 
 def first_json_object(head: bytes) -> Any:

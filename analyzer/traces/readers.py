@@ -30,6 +30,7 @@ from analyzer.traces.batches import (
 from analyzer.traces.csv_rows import read_csv
 from analyzer.traces.io import COMPRESSED, CountingReader, open_binary
 from analyzer.traces.jsonlines import (
+    LongLine,
     decoded_lines,
     first_json_object,
     line_bodies,
@@ -143,7 +144,9 @@ def read_jsonl(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> It
     yield from ordered_map(_parsed, bodies, workers=default_workers())
 
 
-def _parsed(piece: tuple[bytes, int]) -> Batch:
+def _parsed(piece: tuple[bytes, int] | LongLine) -> Batch:
+    if isinstance(piece, LongLine):
+        return exact_batch([(piece.line_no, piece.error(), piece.head)])
     return _jsonl_batch(*piece)
 
 

@@ -26,7 +26,7 @@ from analyzer.traces.batches import (
     excerpt,
     fast_rows,
 )
-from analyzer.traces.jsonlines import CHUNK_BYTES, whole_lines
+from analyzer.traces.jsonlines import CHUNK_BYTES, LongLine, whole_lines
 from analyzer.traces.records import ROW_SCHEMA, RecordError
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -47,15 +47,27 @@ _CLOSERS = {"(": ")", "{": "}", "[": "]"}
 
 def text_lines(
     stream: BinaryIO, progress: Callable[[], None], chunk_bytes: int = CHUNK_BYTES
-) -> Iterator[tuple[int, list[str]]]:
+) -> Iterator[tuple[int, list[str]] | LongLine]:
     """(first line number, lines) pieces of a text stream, about `chunk_bytes` each.
 
     Lines are numbered from 1 and returned without their newline (a trailing \\r is
     stripped too); undecodable bytes become U+FFFD, which never occurs in the parts
-    we parse (ids, numbers, keywords)."""
-    for body, first in whole_lines(stream, progress, chunk_bytes):
+    we parse (ids, numbers, keywords). A line longer than the limit comes as a LongLine
+    (`jsonlines.whole_lines`), unread: `long_line` makes it a reject."""
+    for piece in whole_lines(stream, progress, chunk_bytes):
+        if isinstance(piece, LongLine):
+            yield piece
+            continue
+        body, first = piece
         text = body[:-1].decode("utf-8", "replace")  # the last newline ends the last line
         yield first, [line.rstrip("\r") for line in text.split("\n")]
+
+
+def long_line(stats: LogStats, line: LongLine) -> tuple[int, RecordError, str]:
+    """The reject item of a log line longer than the limit: it may be a request's, and is
+    counted as one (read = stored + rejected), since it cannot be looked at."""
+    stats.num_request_lines += 1
+    return line.line_no, line.error(), line.head.decode("utf-8", "replace")
 
 
 def plain(line: str) -> str:

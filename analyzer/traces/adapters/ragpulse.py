@@ -35,7 +35,7 @@ from analyzer.errors import InputFileError
 from analyzer.traces.adapters import Adapter
 from analyzer.traces.batches import Batch, SourceInfo, exact_batch
 from analyzer.traces.io import CountingReader, open_binary
-from analyzer.traces.jsonlines import json_line_chunks
+from analyzer.traces.jsonlines import LongLine, json_line_chunks, whole_lines
 from analyzer.traces.records import TOKEN_ID_LIMIT, RecordError, type_name
 
 NAME = "ragpulse"
@@ -140,12 +140,24 @@ def _load_table(directory: Path, stem: str, field: str) -> dict[int, int]:
         raise InputFileError(f"{candidates[0]}: no such file (RAGPulse length table)")
     table: dict[int, int] = {}
     with open(path, "rb") as raw, open_binary(path, CountingReader(raw)) as stream:
-        for line_no, line in enumerate(stream, start=1):
+        for line_no, line in _numbered(path, stream):
             if line.strip():
                 chunk, length = _table_row(path, line_no, line, field)
                 if table.setdefault(chunk, length) != length:
                     raise InputFileError(f"{path}:{line_no}: {field} {chunk} given twice")
     return table
+
+
+def _numbered(path: Path, stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of a side table; a line longer than the limit is a file error
+    (`jsonlines.whole_lines` reads past it, memory bounded)."""
+    for piece in whole_lines(stream, lambda: None):
+        if isinstance(piece, LongLine):
+            why = piece.error().reason
+            raise InputFileError(f"{path}:{piece.line_no}: not a length-table row ({why})")
+        body, first = piece
+        for offset, line in enumerate(body.split(b"\n")[:-1]):
+            yield first + offset, line
 
 
 def _table_row(path: Path, line_no: int, line: bytes, field: str) -> tuple[int, int]:

@@ -48,12 +48,14 @@ from analyzer.traces.adapters.logs import (
     int_list_field,
     int_value,
     iso_seconds,
+    long_line,
     number_value,
     plain,
     str_value,
     text_lines,
 )
 from analyzer.traces.batches import Batch, SourceInfo
+from analyzer.traces.jsonlines import LongLine
 from analyzer.traces.records import RecordError
 
 NAME = "sglang_log"
@@ -115,7 +117,11 @@ def read_sglang_log(
 ) -> Iterator[Batch]:
     """Batches of canonical rows from an SGLang server log; `stats` receives line counts."""
     scan = _Scan(stats=stats if stats is not None else LogStats())
-    for first, lines in text_lines(stream, progress):
+    for piece in text_lines(stream, progress):
+        if isinstance(piece, LongLine):
+            yield scan.stats.stamp(canonical_batch([long_line(scan.stats, piece)]))
+            continue
+        first, lines = piece
         items = []
         for offset, line in enumerate(lines):
             item = _line(scan, line)

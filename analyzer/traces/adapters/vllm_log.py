@@ -49,11 +49,13 @@ from analyzer.traces.adapters.logs import (
     find_outside_strings,
     int_list_at,
     iso_seconds,
+    long_line,
     plain,
     string_end,
     text_lines,
 )
 from analyzer.traces.batches import Batch, SourceInfo, excerpt
+from analyzer.traces.jsonlines import LongLine
 from analyzer.traces.records import RecordError
 
 NAME = "vllm_log"
@@ -116,7 +118,11 @@ def read_vllm_log(
     scan = _Scan(YearClock(datetime.fromtimestamp(path.stat().st_mtime, UTC)))
     if stats is not None:
         scan.stats = stats
-    for first, lines in text_lines(stream, progress):
+    for piece in text_lines(stream, progress):
+        if isinstance(piece, LongLine):
+            scan.ready.append(long_line(scan.stats, piece))
+            continue
+        first, lines = piece
         for offset, line in enumerate(lines):
             if scan.pending:
                 _expire(scan, first + offset)
