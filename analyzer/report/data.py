@@ -32,7 +32,7 @@ from analyzer.store.db import (
     table_names,
     trace_fingerprint,
 )
-from analyzer.words import plural
+from analyzer.words import capped, plural
 
 # Window widths (seconds) the time-window figure may use: about 24 windows per trace.
 NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
@@ -119,26 +119,41 @@ def load_report_data(
         sweeps = None
         if "sweep_points" in present:
             sweeps = _sweeps(con)
+        validations, validation_causes = _validations(con, present, ids)
         return ReportData(
             run_frame,
-            groups,
-            windows,
+            shown_labels(groups),
+            shown_labels(windows),
             unit,
-            junctions,
-            sweeps,
-            load,
-            load_windows,
+            shown_labels(junctions),
+            shown_labels(sweeps),
+            shown_labels(load),
+            shown_labels(load_windows),
             junction_note,
             trace_fingerprint(con),
             left_out,
             *_summary_inputs(con, run_frame),
             None,
-            *_validations(con, present, ids),
-            routing=routing,
-            routing_windows=routing_windows,
+            shown_labels(validations),
+            shown_labels(validation_causes),
+            routing=shown_labels(routing),
+            routing_windows=shown_labels(routing_windows),
         )
     finally:
         con.close()
+
+
+def shown_labels(frame: pl.DataFrame | None) -> pl.DataFrame | None:
+    """`frame` with every text column as the report shows it (`words.capped`): control
+    characters as `\\x1b`, at most LABEL_MAX_CHARS of a label with its length and sha256,
+    so neither a raw NUL or ESC nor a megabyte label reaches the page. Labels that differ
+    stay different; ones without controls and within the cap are unchanged."""
+    if frame is None:
+        return None
+    texts = [name for name, dtype in frame.schema.items() if dtype == pl.String]
+    return frame.with_columns(
+        pl.col(name).map_elements(capped, return_dtype=pl.String) for name in texts
+    )
 
 
 def _runs(

@@ -10,6 +10,8 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from analyzer.report.labels import figure_label
+
 FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 13}
 TOP_JUNCTIONS = 15
 MARGIN_TOP, MARGIN_BOTTOM = 120, 50
@@ -172,7 +174,7 @@ def top_junctions(
 
 def junction_label(frame: pl.DataFrame) -> list[str]:
     return [
-        f"@{p:,} tok · {fam or 'no family'} · {jid[:8]}"
+        f"@{p:,} tok · {figure_label(fam) if fam else 'no family'} · {jid[:8]}"
         for p, fam, jid in zip(
             frame["position_tokens"].to_list(),
             frame["prompt_families"].to_list(),

@@ -98,7 +98,8 @@ p.notice{background:#fff5d6;border-left:4px solid #d9a400;padding:8px 12px;max-w
 ul.caveats{color:#555;font-size:14px}p.caveats{margin-bottom:0}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td{overflow-wrap:anywhere}main li,main p{overflow-wrap:anywhere}
 thead th{background:#f0f0f0;position:sticky;top:0}
 tr.differs{background:#fff5d6}
 pre{background:#f6f6f6;padding:8px;font-size:12px;overflow-x:auto}

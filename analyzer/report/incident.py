@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from analyzer.report.blocks import figure_div, html_table, meaning
 from analyzer.report.figures import bar_height, share_bar, style_figure
 from analyzer.report.waterfall import segments
+from analyzer.words import capped, shown
 
 FIGURE_ID = "fig-incident"
 CHANGE_FIGURE_ID = "fig-incident-change"
@@ -132,8 +133,8 @@ def _group_rows(comparison: Any) -> list[list[str]]:
         change = g["change_points"]
         out.append(
             [
-                g["prompt_family"].replace("(none)", "no family"),
-                g["model_revision"].replace("(none)", "no revision"),
+                capped(g["prompt_family"]).replace("(none)", "no family"),
+                capped(g["model_revision"]).replace("(none)", "no revision"),
                 f"{g['baseline_requests']:,}",
                 f"{g['current_requests']:,}",
                 *ratio,
@@ -169,8 +170,8 @@ def incident_section(comparison: Any | None) -> tuple[str, list[str]]:
     """The section's HTML and figure ids; empty without a comparison."""
     if comparison is None:
         return "", []
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in comparison.notes) + "".join(
-        f"<li><b>warning:</b> {html.escape(w)}</li>" for w in comparison.warnings
+    notes = "".join(f"<li>{html.escape(shown(n))}</li>" for n in comparison.notes) + "".join(
+        f"<li><b>warning:</b> {html.escape(shown(w))}</li>" for w in comparison.warnings
     )
     body = (
         '<section id="incident"><h2>Incident: the window against the baseline</h2>'

@@ -9,11 +9,29 @@ far as it fits in LABEL_CHANGES_CHARS (its engine's own options are left to the 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections import Counter
 
 LABEL_CHANGES_CHARS = 52
 SEP = " · "
+# A stored label (a family, a revision, a replica) on a figure's axis or legend: its first
+# characters and a hash, so the plot keeps its room; tables show it to LABEL_MAX_CHARS.
+FIGURE_LABEL_CHARS = 32
+_CAPPED_HASH = re.compile(r"… \[[\d,]+ characters, sha256 ([0-9a-f]{8})\]$")
+
+
+def figure_label(text: str) -> str:
+    """A label of the report's frames (already `words.capped`) as a figure shows it: whole up
+    to FIGURE_LABEL_CHARS + 12 characters, else its first FIGURE_LABEL_CHARS, "…" and 8 hex
+    digits of the stored label's sha256 (the one its table row names: `FFFF… #5fa96f9a`), so
+    two labels stay two bars."""
+    if len(text) <= FIGURE_LABEL_CHARS + 12:
+        return text
+    tail = _CAPPED_HASH.search(text)
+    digest = tail.group(1) if tail else hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    return f"{text[:FIGURE_LABEL_CHARS]}… #{digest}"
 
 
 def policy_value(value) -> str:

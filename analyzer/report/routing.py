@@ -22,6 +22,7 @@ from plotly.subplots import make_subplots
 from analyzer.report.blocks import count, figure_div, html_table, meaning, pct
 from analyzer.report.data import ReportData
 from analyzer.report.figures import MENU_ROW, style_figure
+from analyzer.report.labels import figure_label
 from analyzer.words import plural
 
 FIGURE_ID = "fig-routing"
@@ -116,7 +117,7 @@ def _replica_traces(fig, part: pl.DataFrame, replica: str, k: int, run: tuple) -
     }
     fig.add_trace(
         go.Scatter(
-            name=f"replica {replica}",
+            name=f"replica {figure_label(replica)}",
             y=part["hit_ratio"].to_list(),
             hovertemplate=where + "hit ratio %{y:.1%} (%{customdata[3]:,} of "
             "%{customdata[4]:,} prompt tokens)<extra></extra>",
@@ -133,7 +134,7 @@ def _replica_traces(fig, part: pl.DataFrame, replica: str, k: int, run: tuple) -
     )
     fig.add_trace(
         go.Scatter(
-            name=f"replica {replica}",
+            name=f"replica {figure_label(replica)}",
             y=load.to_list(),
             showlegend=False,
             hovertemplate=where + said + "<extra></extra>",

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from analyzer.report.figures import bar_height, run_dropdown, run_order, style_figure
+from analyzer.report.labels import figure_label
 
 # The hit then the SPEC 3 causes, in waterfall order: (column, readable name, colour).
 SEGMENTS = (
@@ -84,7 +85,7 @@ def waterfall_runs(groups: pl.DataFrame, *, share: bool = False) -> go.Figure:
 
 def group_label(frame: pl.DataFrame) -> list[str]:
     return [
-        f"{f} · {r}"
+        f"{figure_label(f)} · {figure_label(r)}"
         for f, r in zip(
             frame["prompt_family"].to_list(), frame["model_revision"].to_list(), strict=True
         )
