@@ -25,6 +25,12 @@ SAMPLES = Path(__file__).parent.parent / "sample_traces"
 HPA = [sys.executable, "-c", "from analyzer.cli import main; main()"]
 
 
+def _behind(shown: BaseException, cause: BaseException) -> BaseException:
+    """`shown`, raised while `cause` was handled (as a reset after a failed statement)."""
+    shown.__context__ = cause
+    return shown
+
+
 @pytest.mark.parametrize(
     ("exc", "message"),
     [
@@ -36,7 +42,53 @@ HPA = [sys.executable, "-c", "from analyzer.cli import main; main()"]
             OSError(errno.EROFS, "Read-only file system"),
             "Read-only file system; nothing was stored",
         ),
-        (MemoryError(), "out of memory; nothing was stored"),
+        (
+            MemoryError(),
+            "out of memory while running the command (MemoryError); nothing was stored",
+        ),
+        (
+            duckdb.OutOfMemoryException("Out of Memory Error: Allocation failure"),
+            "out of memory while running the command (Out of Memory Error: Allocation failure); "
+            "nothing was stored",
+        ),
+        (
+            OSError(errno.ENOMEM, "Cannot allocate memory"),
+            "out of memory while running the command ([Errno 12] Cannot allocate memory); "
+            "nothing was stored",
+        ),
+        (
+            RuntimeError("can't start new thread"),
+            "out of memory while running the command (can't start new thread); nothing was stored",
+        ),
+        (
+            _behind(
+                duckdb.TransactionException("Current transaction is aborted (please ROLLBACK)"),
+                duckdb.OutOfMemoryException("Out of Memory Error: Failed to allocate block"),
+            ),
+            "out of memory while running the command (Out of Memory Error: Failed to allocate "
+            "block); nothing was stored",
+        ),
+        (
+            _behind(
+                duckdb.TransactionException("Current transaction is aborted (please ROLLBACK)"),
+                duckdb.Error(
+                    "Corrupt database file: computed checksum 1 does not match stored "
+                    "checksum 2 in block at location 8663040"
+                ),
+            ),
+            "the store is damaged (Corrupt database file: computed checksum 1 does "
+            "not match stored checksum 2 in block at location 8663040); nothing was stored; "
+            "restore it from a copy, or ingest the traces into a new store",
+        ),
+        (
+            OSError(
+                "Data Corruption Error: Corrupt database file: computed checksum 3 does not "
+                "match stored checksum 4 in block at location 4096"
+            ),
+            "the store is damaged (Data Corruption Error: Corrupt database file: "
+            "computed checksum 3 does not match stored checksum 4 in block at location 4096); "
+            "nothing was stored; restore it from a copy, or ingest the traces into a new store",
+        ),
         (
             duckdb.IOException('IO Error: Could not write file "d.wal": No space left on device'),
             'the database could not be written (IO Error: Could not write file "d.wal": No space '
@@ -55,8 +107,38 @@ HPA = [sys.executable, "-c", "from analyzer.cli import main; main()"]
         (ValueError("bug"), None),
     ],
 )
-def test_errors_of_the_machine_are_one_line(exc, message):
+def test_errors_of_the_machine_are_one_line(exc, message, monkeypatch):
+    monkeypatch.setattr("analyzer.store.db._STORES", [])  # no store opened: "the store"
     assert environment_error(exc) == message
+
+
+def test_out_of_memory_is_one_line_naming_the_stage(tmp_path):
+    """A real allocation the machine refuses (numpy's MemoryError for 4 EiB) in a replay, in
+    a process of its own: one line naming the stage and what was stored, exit 1 (it traced
+    back before; a DuckDB or ENOMEM error said "the database could not be written")."""
+    db = tmp_path / "t.duckdb"
+    ingest([SAMPLES / "diagnostic_1088.jsonl"], db_path=db)
+    code = (
+        "import numpy, analyzer.pipeline.replay as r; "
+        "r.replay_rows = lambda *a, **k: numpy.empty(2**62, numpy.uint8); "
+        "from analyzer.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "replay", "--set", "block_size=16", "--db", str(db)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "Error: out of memory while replaying (Unable to allocate 4.00 EiB for an array with "
+        "shape (4611686018427387904,) and data type uint8); nothing was stored\n"
+    )
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        assert "replay_runs" not in {t for (t,) in con.execute("SHOW TABLES").fetchall()} or (
+            con.execute("SELECT count(*) FROM replay_runs").fetchall() == [(0,)]
+        )
+    finally:
+        con.close()
 
 
 def _rows(db: Path) -> list:

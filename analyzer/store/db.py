@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import math
 import os
@@ -66,8 +68,9 @@ def connect(
 ) -> duckdb.DuckDBPyConnection:
     """Open (and, with `create`, initialise) the store at `path`; `memory_limit` caps
     DuckDB's buffer memory (its own units: '2GB'); `config`: further DuckDB settings.
-    `reader`: the command only reads, so a store it cannot write (a read-only file system,
-    no write permission) opens read-only, if it needs no recovery or upgrade.
+    `reader`: the command only reads, so the store opens read-only (`open_reader`: beside
+    other readers, holding no write lock), after the recovery or upgrade a writable open
+    makes where it needs one.
 
     Raises:
         StoreError: the file is missing while `create` is false, is not a DuckDB file,
@@ -75,6 +78,7 @@ def connect(
             folder does not exist.
     """
     path = Path(path)
+    _opened(path)
     empty = _empty_file(path)
     if not create and (empty or not path.exists()):
         what = " (an empty file)" if empty else ""
@@ -86,18 +90,18 @@ def connect(
         remove_store(path)
     # One thread unless asked (ingest): DuckDB's parallel aggregates sum floats in an order
     # that varies run to run, and every figure must be the same byte for byte.
-    settings = {"threads": 1, **(config or {})}
+    settings = {"threads": 1, **NO_EXTENSIONS, **(config or {})}
     if memory_limit is not None:
         settings["memory_limit"] = memory_limit
+    if not new:
+        check_duckdb_file(path)
+        if reader:
+            return open_reader(path, settings)
     try:
         con = _attach(path, settings)
     except duckdb.Error as exc:
         if new:  # a store this open was to create leaves nothing behind
             remove_store(path)
-        if reader and _not_writable(exc):
-            con = _connect_read_only(path, settings)
-            _OPENED[con] = settings
-            return con
         raise open_error(path, exc) from None
     _OPENED[con] = settings
     try:
@@ -108,6 +112,32 @@ def connect(
             remove_store(path)
         raise
     return con
+
+
+# Every connection to a store: DuckDB fetches or loads no extension of its own accord (a
+# SQLite file made it download sqlite_scanner); those hpa uses are built in.
+NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+# What a DuckDB file holds at bytes 8..12 (after its header's checksum), and a SQLite file's start.
+_DUCKDB_MAGIC = b"DUCK"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def check_duckdb_file(path: Path) -> None:
+    """Raise StoreError unless the file at `path` (present, not empty) starts as a DuckDB
+    database does: a SQLite file, a trace or anything else given as `--db` is named as
+    such before DuckDB is asked to open it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return  # DuckDB's own error says why (a folder, no permission)
+    if head[8:12] == _DUCKDB_MAGIC:
+        return
+    what = "a SQLite database" if head.startswith(_SQLITE_MAGIC) else "not a DuckDB database"
+    raise StoreError(
+        f"{path}: {what}, not an hpa store; give --db a store hpa made "
+        f"(`hpa ingest FILE --db NEW.duckdb`)"
+    )
 
 
 def _empty_file(path: Path) -> bool:
@@ -171,9 +201,36 @@ def _not_writable(exc: duckdb.Error) -> bool:
 _NOT_WRITABLE = ("Read-only file system", "Permission denied", "Operation not permitted")
 
 
-def _connect_read_only(path: Path, settings: dict) -> duckdb.DuckDBPyConnection:
-    """A reader's connection to a store it cannot write: as it is, or a StoreError when it
-    would need the recovery or upgrade a writable open does."""
+def open_reader(path: Path, settings: dict) -> duckdb.DuckDBPyConnection:
+    """A connection of a command that only reads: read-only, so other readers (`hpa query`
+    while `hpa report` runs) open the store beside it and it takes no write lock. A store
+    that needs the recovery or upgrade a writable open makes (what a killed ingest left,
+    columns to add) is opened writable once for it, then read-only; where it cannot be
+    written, StoreError says so."""
+    con, why = _read_only_open(path, settings)
+    if why is None:
+        return con
+    con.close()
+    try:
+        writable = _attach(path, settings)
+    except duckdb.Error as exc:
+        if not _not_writable(exc):
+            raise open_error(path, exc) from None
+        raise StoreError(
+            f"{path}: the store is read-only here and {why}; open it once where it can "
+            "be written (any hpa command that writes, e.g. hpa replay)"
+        ) from None
+    try:
+        _ensure_schema(writable, path)
+    finally:
+        writable.close()
+    con, _ = _read_only_open(path, settings)
+    return con
+
+
+def _read_only_open(path: Path, settings: dict) -> tuple[duckdb.DuckDBPyConnection, str | None]:
+    """A read-only connection to the store at `path`, and why a writable open would change
+    the store (None: it would not)."""
     try:
         con = interrupts.watch(duckdb.connect(str(path), read_only=True, config=settings))
     except duckdb.Error as exc:
@@ -181,15 +238,11 @@ def _connect_read_only(path: Path, settings: dict) -> duckdb.DuckDBPyConnection:
     try:
         _check_version(con, path)
         why = _needs_writing(con)
-        if why:
-            raise StoreError(
-                f"{path}: the store is read-only here and {why}; open it once where it can "
-                "be written (any hpa command that writes, e.g. hpa replay)"
-            )
     except BaseException:
         con.close()
         raise
-    return con
+    _OPENED[con] = settings
+    return con, why
 
 
 def _needs_writing(con: duckdb.DuckDBPyConnection) -> str | None:
@@ -224,7 +277,16 @@ def killed_ingest_left(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    if "meta" in table_names(con):
+    """Raise StoreError for a DuckDB file another program made (tables, none of them
+    `meta`, the first table hpa makes), or one of another schema version."""
+    present = table_names(con)
+    if present and "meta" not in present:
+        shown = ", ".join(sorted(present)[:4]) + (", ..." if len(present) > 4 else "")
+        raise StoreError(
+            f"{path}: not an hpa store (a DuckDB database of another program: tables "
+            f"{shown}, no hpa meta table); give --db a store hpa made, or a new file"
+        )
+    if "meta" in present:
         found = con.execute(load_sql("meta_schema_version")).fetchall()
         if found and found[0][0] != SCHEMA_VERSION:
             raise StoreError(
@@ -265,16 +327,27 @@ def scan_settings(
     con.execute(load_sql("threads_set"), {"threads": threads or os.cpu_count() or 1})
     try:
         yield
-    finally:
-        opened = _OPENED.get(con, {})
-        if "memory_limit" in opened:
-            con.execute(load_sql("memory_limit_set"), {"limit": opened["memory_limit"]})
-        else:
-            con.execute(load_sql("memory_limit_reset"))
-        if "threads" in opened:
-            con.execute(load_sql("threads_set"), {"threads": opened["threads"]})
-        else:
-            con.execute(load_sql("threads_reset"))
+    except BaseException:
+        # an error (a damaged block, no memory) may have aborted the transaction, which
+        # then refuses the reset: the error is what the user hears of, not the reset's
+        with contextlib.suppress(duckdb.Error):
+            _restore_settings(con)
+        raise
+    _restore_settings(con)
+
+
+def _restore_settings(con: duckdb.DuckDBPyConnection) -> None:
+    """`con`'s buffer memory and threads as `connect` opened it (DuckDB's defaults for one
+    it did not open)."""
+    opened = _OPENED.get(con, {})
+    if "memory_limit" in opened:
+        con.execute(load_sql("memory_limit_set"), {"limit": opened["memory_limit"]})
+    else:
+        con.execute(load_sql("memory_limit_reset"))
+    if "threads" in opened:
+        con.execute(load_sql("threads_set"), {"threads": opened["threads"]})
+    else:
+        con.execute(load_sql("threads_reset"))
 
 
 def out_of_memory(exc: BaseException) -> bool:
@@ -283,6 +356,44 @@ def out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.OutOfMemoryException) or str(exc).startswith(
         "Out of Memory Error"
     )
+
+
+def errors_behind(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then the errors it was raised from or while handling, innermost last."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def memory_exhausted(exc: BaseException) -> bool:
+    """Whether `exc` (or an error behind it) is the machine out of memory: Python's or
+    Arrow's MemoryError, DuckDB's, an allocation the system refused (ENOMEM), a thread it
+    could not start."""
+    for e in errors_behind(exc):
+        if isinstance(e, MemoryError) or out_of_memory(e) or "bad allocation" in str(e):
+            return True
+        if isinstance(e, OSError) and e.errno == errno.ENOMEM:
+            return True
+        if isinstance(e, RuntimeError) and str(e) == "can't start new thread":
+            return True
+    return False
+
+
+def opened_stores() -> list[Path]:
+    """The stores this process opened, the last one last (the one an error most likely
+    concerns)."""
+    return list(_STORES)
+
+
+def _opened(path: Path) -> None:
+    if path in _STORES:
+        _STORES.remove(path)
+    _STORES.append(path)
+
+
+_STORES: list[Path] = []
 
 
 def under_each_cap(run: Callable[[str | None], T], caps: Sequence[str | None]) -> T:

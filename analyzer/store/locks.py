@@ -15,8 +15,39 @@ _HELD = re.compile(r"Conflicting lock is held in (?P<exe>.+?) \(PID (?P<pid>\d+)
 _HPA_ENTRIES = ("analyzer.cli", "analyzer")  # `python -m analyzer`, `-c "...analyzer.cli..."`
 
 
+# DuckDB's words for a block of the file that fails its checksum (pyarrow's stream reader
+# passes them on in an OSError), or a file whose header is no DuckDB header.
+_DAMAGE = re.compile(r"Corrupt database file|Data Corruption Error|not a valid DuckDB database")
+
+
+def damage(exc: BaseException) -> str | None:
+    """DuckDB's words where `exc`, or an error it was raised from or while handling, says a
+    store's file is damaged; else None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc).strip()
+        found = _DAMAGE.search(text)
+        if found:
+            return text[found.start() :].splitlines()[0]
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def damaged_store(path: Path | str | None, why: str, stored: str = "nothing was stored") -> str:
+    """The one line for a store whose file is damaged (`path`, None: not known; `why`:
+    DuckDB's words; `stored`: what the command stored before it found out)."""
+    store = f"{path}: the store" if path is not None else "the store"
+    return (
+        f"{store} is damaged ({why}); {stored}; restore it from a copy, or ingest the traces "
+        "into a new store"
+    )
+
+
 def open_error(path: Path, exc: BaseException) -> StoreError:
     """The one-line error for `path` that DuckDB would not open (`exc`, its error)."""
+    if (why := damage(exc)) is not None:
+        return StoreError(damaged_store(path, why))
     text = str(exc).strip()
     held = _HELD.search(text)
     first = text.splitlines()[0] if text else type(exc).__name__

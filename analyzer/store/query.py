@@ -12,15 +12,18 @@ import pyarrow as pa
 
 from analyzer import interrupts
 from analyzer.errors import StoreError
-from analyzer.store.db import DEFAULT_DB, connect, killed_ingest_left, load_sql
-from analyzer.store.locks import open_error
+from analyzer.store.db import (
+    DEFAULT_DB,
+    NO_EXTENSIONS,
+    check_duckdb_file,
+    connect,
+    killed_ingest_left,
+    load_sql,
+)
+from analyzer.store.locks import damage, damaged_store, open_error
 
 # DuckDB settings of a guarded query: no files, no extensions fetched or loaded behind its back.
-NO_FILES = {
-    "enable_external_access": False,
-    "autoinstall_known_extensions": False,
-    "autoload_known_extensions": False,
-}
+NO_FILES = {"enable_external_access": False, **NO_EXTENSIONS}
 
 
 def run_query(
@@ -37,6 +40,8 @@ def run_query(
     try:
         return _result(con, sql)
     except duckdb.Error as exc:
+        if (why := damage(exc)) is not None:
+            raise StoreError(damaged_store(db_path, why)) from None
         message = str(exc).strip().splitlines()[0]
         hint = ""
         if isinstance(exc, duckdb.PermissionException) and not files:
@@ -52,10 +57,11 @@ def run_query(
 
 # What a statement that is no query may do, by DuckDB's statement type: change the database
 # (--write) or reach files and extensions (--files). Anything else is a query.
-_WRITES = {"INSERT", "UPDATE", "DELETE", "MERGE_INTO", "CREATE", "CREATE_FUNC", "DROP", "ALTER",
-           "TRANSACTION", "VACUUM", "ANALYZE", "SET", "VARIABLE_SET", "PREPARE", "EXECUTE",
-           "CALL", "PRAGMA"}  # fmt: skip
-_FILES = {"COPY", "EXPORT", "LOAD", "ATTACH", "DETACH", "COPY_DATABASE", "EXTENSION"}
+_S = duckdb.StatementType
+_WRITES = {_S.INSERT, _S.UPDATE, _S.DELETE, _S.MERGE_INTO, _S.CREATE, _S.CREATE_FUNC, _S.DROP,
+           _S.ALTER, _S.TRANSACTION, _S.VACUUM, _S.ANALYZE, _S.SET, _S.VARIABLE_SET, _S.PREPARE,
+           _S.EXECUTE, _S.CALL, _S.PRAGMA}  # fmt: skip
+_FILES = {_S.COPY, _S.EXPORT, _S.LOAD, _S.ATTACH, _S.DETACH, _S.COPY_DATABASE, _S.EXTENSION}
 # PRAGMAs that only read (the rest set, checkpoint or import: write), and table functions
 # that only read (any other, e.g. enable_logging, checkpoint, query, needs both flags).
 _READ_PRAGMAS = {"collations", "database_list", "database_size", "functions", "metadata_info",
@@ -67,8 +73,8 @@ _READ_TABLE_FUNCTIONS = {"generate_series", "range", "unnest", "repeat", "repeat
                          "summary", "pg_timezone_names", "icu_calendar_names", "sniff_csv",
                          "seq_scan", "test_all_types", "which_secret"}  # fmt: skip
 _READ_PREFIXES = ("duckdb_", "pragma_", "read_", "parquet_")
-_NAME = re.compile(r"\s*(?:PRAGMA|CALL)\s+([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
-_EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?", re.IGNORECASE)
+_NAME = re.compile(r"\s*(?:pragma|call)\s+([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
+_EXPLAIN = re.compile(r"\s*explain\s+(?:analy[sz]e\s+)?", re.IGNORECASE)
 
 
 def check_statements(sql: str, *, write: bool = False, files: bool = False) -> None:
@@ -103,25 +109,25 @@ def check_statements(sql: str, *, write: bool = False, files: bool = False) -> N
 def _needs(statement) -> list[str]:
     """The flags `statement` needs: [] for a query."""
     try:
-        kind = statement.type.name
+        kind = statement.type
     except ValueError:  # a statement type this Python package has no name for
         return ["--write", "--files"]
     text = statement.query
-    if kind == "EXPLAIN":
+    if kind == _S.EXPLAIN:
         inner = duckdb.extract_statements(_EXPLAIN.sub("", text, count=1))
         return sorted({flag for s in inner for flag in _needs(s)}, reverse=True)
-    if kind == "SELECT":
+    if kind == _S.SELECT:
         functions = _table_functions(text)
         if functions is None or not all(_reads(f) for f in functions):
             return ["--write", "--files"]
         return []
     m = _NAME.match(text)
-    if kind == "PRAGMA" and m and m.group(1).lower() in _READ_PRAGMAS:
+    if kind == _S.PRAGMA and m and m.group(1).lower() in _READ_PRAGMAS:
         return []
-    if kind == "CALL" and m and m.group(0).lstrip()[:4].upper() == "CALL":
+    if kind == _S.CALL and m and m.group(0).lstrip()[:4].lower() == "call":
         # a table function known to only read, or one that may do anything (enable_logging)
         return [] if _reads(m.group(1)) else ["--write", "--files"]
-    if kind in _FILES or (kind == "PRAGMA" and m is None):  # IMPORT DATABASE parses as PRAGMA
+    if kind in _FILES or (kind == _S.PRAGMA and m is None):  # IMPORT DATABASE parses as one
         return ["--files"]
     if kind in _WRITES:
         return ["--write"]
@@ -215,7 +221,7 @@ def _column_hint(con: duckdb.DuckDBPyConnection, message: str, sql: str) -> str:
 
 
 def _open(path: Path, write: bool, files: bool) -> duckdb.DuckDBPyConnection:
-    config = {} if files else NO_FILES
+    config = NO_EXTENSIONS if files else NO_FILES
     if write:
         return connect(path, create=False, config=config)
     if not path.exists():
@@ -231,6 +237,7 @@ def _open(path: Path, write: bool, files: bool) -> duckdb.DuckDBPyConnection:
 
 
 def _read_only(path: Path, config: dict) -> duckdb.DuckDBPyConnection:
+    check_duckdb_file(path)
     try:
         return interrupts.watch(duckdb.connect(str(path), read_only=True, config=config))
     except duckdb.Error as exc:
