@@ -195,7 +195,8 @@ FILE_ERRORS = [
     (
         "t.jsonl.gz",
         gzip.compress(b'{"request_id": "a", "prompt_token_ids": [1]}\n' * 500)[:60],
-        "Error: {path}: cannot be read at the start (Compressed file ended before the "
+        "Error: {path}: cannot be read in line 1 (byte 23 of its decompressed content) "
+        "(Compressed file ended before the "
         "end-of-stream marker was reached)\n",
     ),
     ("t.parquet", b"PAR1 not really", "Error: {path}: not a readable Parquet file ("),

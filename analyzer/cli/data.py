@@ -65,12 +65,8 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
                 f'hpa query "SELECT * FROM rejects WHERE source_id = {src.source_id}"',
                 err=True,
             )
-        if src.num_read and not src.num_stored:
-            click.echo(
-                f"  none of its records is a request in format {src.format}: is it a trace "
-                f"of another format (--format {', '.join(FORMATS)}), or no trace at all?",
-                err=True,
-            )
+        if (why := src.nothing_stored()) is not None:
+            click.echo(f"  {why}", err=True)
         if src.path in empty:
             click.echo(f"warning: {src.path}: no records (an empty file)", err=True)
         if src.num_stored:

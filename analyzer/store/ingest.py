@@ -29,7 +29,8 @@ from analyzer.store.caveats import block_size_caveat
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, remove_store, stores, transaction
 from analyzer.store.write_units import prefetched, write_units
 from analyzer.traces.batches import Batch, Reject, SourceInfo
-from analyzer.traces.io import CountingReader, open_binary
+from analyzer.traces.io import CountingReader, damage_at, open_binary
+from analyzer.traces.jsonlines import max_line_bytes
 from analyzer.traces.readers import (
     READERS,
     SOURCE_INFO,
@@ -60,6 +61,27 @@ class SourceResult:
     duplicate_of: int | None = None
     num_skipped: int = 0  # input lines that are not records (server logs)
     rejects: tuple[Reject, ...] = ()  # the first few, for the CLI to show
+    num_duplicates: int = 0  # rejects whose request id was stored before
+
+    def nothing_stored(self) -> str | None:
+        """Why a file that held records stored none of them, one line (None when it stored
+        some): every record a duplicate of one stored before, or a question of its format."""
+        if not self.num_read or self.num_stored:
+            return None
+        if self.num_duplicates == self.num_read:
+            return (
+                f"every one of its {self.num_read:,} records duplicates a request stored "
+                "before (same request_id): the file adds nothing"
+            )
+        if self.num_duplicates:
+            return (
+                f"none of its records was stored: {self.num_duplicates:,} duplicate requests "
+                f"stored before, {self.num_read - self.num_duplicates:,} rejected otherwise"
+            )
+        return (
+            f"none of its records is a request in format {self.format}: is it a trace of "
+            f"another format (--format {', '.join(READERS)}), or no trace at all?"
+        )
 
 
 @dataclass(frozen=True)
@@ -97,6 +119,7 @@ class _Tally:
     rejects: list[Reject] = field(default_factory=list)
     num_rejected: int = 0
     num_undecodable: int = 0  # rejects that were not a JSON object at all
+    num_duplicates: int = 0  # rejects whose request id was stored before
     num_skipped: int = 0  # lines that are not records (server logs)
     block_sizes: set[int] = field(default_factory=set)  # up to 2 distinct stored sizes
 
@@ -117,9 +140,10 @@ def ingest(
 
     Raises:
         InputFileError: a file is missing, unreadable, or not parseable at all (exit 2).
-        ConfigError: an unknown format name.
+        ConfigError: an unknown format name, or HPA_MAX_LINE_MIB not a whole number >= 1.
     """
     _check_format(fmt)
+    max_line_bytes()  # a bad HPA_MAX_LINE_MIB is an error before anything is read
     listed = [_files(Path(p)) for p in paths]
     paths = [f for files, _ in listed for f in files]
     skipped = tuple((str(f), why) for _, left in listed for f, why in left)
@@ -355,6 +379,7 @@ def _ingest_file(con, path, fmt, known, first_seen, progress, replaced) -> Sourc
         tally.num_prompt_tokens,
         rejects=tuple(tally.rejects),
         num_skipped=tally.num_skipped,
+        num_duplicates=tally.num_duplicates,
     )
 
 
@@ -370,14 +395,32 @@ def _read_into(con, path: Path, fmt: str, tally: _Tally, progress: FileProgress 
                 for batch in units:
                     _store_batch(con, batch, tally)
         except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
-            where = f"after line {tally.num_read}" if tally.num_read else "at the start"
-            raise InputFileError(f"{path}: cannot be read {where} ({exc})") from None
+            raise InputFileError(f"{path}: cannot be read{_damage(path)} ({exc})") from None
         except Exception as exc:
             if type(exc).__module__.startswith(("zstd", "zstandard")):  # zstandard.backend_c
-                raise InputFileError(f"{path}: corrupt zstd stream ({exc})") from None
+                raise InputFileError(
+                    f"{path}: corrupt zstd stream{_damage(path)} ({exc})"
+                ) from None
             raise
         if progress:
             progress(total, total)
+
+
+def _damage(path: Path) -> str:
+    """Where a file that cannot be read is damaged: " at the start", " after line N" (lines
+    1 to N read whole) or " in line N" (cut inside it), with the byte of its content; "" where
+    reading it again gets through."""
+    found = damage_at(path)
+    if found is None:
+        return ""
+    if not found.num_bytes:
+        return " at the start"
+    where = (
+        f"after line {found.num_lines:,}"
+        if found.at_line_end
+        else f"in line {found.num_lines + 1:,}"
+    )
+    return f" {where} (byte {found.num_bytes:,} of its decompressed content)"
 
 
 def _store_batch(con, batch: Batch, tally: _Tally) -> None:
@@ -424,6 +467,7 @@ def _drop_duplicates(batch: Batch, tally: _Tally) -> tuple[pa.Table, list[Reject
             else f"{tally.sources.get(seen[0], f'source {seen[0]}')}:{seen[1]}"
         )
         rejects.append(Reject(line, "request_id", f"duplicate {rid!r}, first seen at {where}", rid))
+        tally.num_duplicates += 1
     rejects.sort(key=lambda r: r.line_no)
     rows = batch.rows if len(keep) == len(ids) else batch.rows.take(pa.array(keep, pa.int64()))
     return rows, rejects

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 COMPRESSED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 
@@ -66,6 +66,35 @@ class ZstdReader(io.RawIOBase):
             self._frames, self._in_frame = self._frames + 1, False
             chunk, self._frame = self._frame.unused_data, self._new()
         return b"".join(parts)
+
+
+class Damage(NamedTuple):
+    """Where a compressed file stops reading: the whole lines and the bytes of its content
+    decoded before the damage, and whether those end at a line's end."""
+
+    num_lines: int
+    num_bytes: int
+    at_line_end: bool
+
+
+def damage_at(path: Path) -> Damage | None:
+    """Where `path` cannot be read further, found by reading it again, or None where it now
+    reads through. Each step is one read of the decompressor (`read1`), so what it decoded
+    before the damage is counted: the lines are whole and good, the damage is in the next."""
+    num_lines = num_bytes = 0
+    last = b"\n"
+    try:
+        with open(path, "rb") as raw, open_binary(path, CountingReader(raw)) as stream:
+            while piece := stream.read1(DAMAGE_STEP_BYTES):
+                num_lines += piece.count(b"\n")
+                num_bytes += len(piece)
+                last = piece[-1:]
+    except Exception:  # what the decompressor raises: the damage, met again
+        return Damage(num_lines, num_bytes, last == b"\n")
+    return None
+
+
+DAMAGE_STEP_BYTES = 1 << 16
 
 
 def open_binary(path: Path, counter: CountingReader) -> BinaryIO:

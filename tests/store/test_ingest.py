@@ -6,6 +6,7 @@ import gzip
 import os
 import re
 import tempfile
+import zlib
 from pathlib import Path
 
 import orjson
@@ -248,7 +249,10 @@ def _corrupt(blob: bytes) -> bytes:
         (ZST[:2], "truncated zstd stream: the file ends inside a frame"),
         (b"", "truncated zstd stream: the file ends inside a frame"),
         (ZST + ZST[:10], "truncated zstd stream: the file ends inside a frame"),
-        (_corrupt(ZST), "corrupt zstd stream (zstd decompressor error: Data corruption detected)"),
+        (
+            _corrupt(ZST),
+            "corrupt zstd stream at the start (zstd decompressor error: Data corruption detected)",
+        ),
     ],
     ids=["cut-at-60%", "cut-at-the-start", "empty", "second-frame-cut", "corrupt"],
 )
@@ -706,3 +710,73 @@ def test_write_units_merge_batches_without_changing_what_is_stored(
     result = ingest([path], db_path=tmp_path / "merged.duckdb")
     assert (result.num_stored, result.num_rejected) == (38, 2)
     assert _stored(tmp_path / "merged.duckdb") == _stored(tmp_path / "one.duckdb")
+
+
+GZ_DATA = b"".join(
+    b'{"request_id": "g%d", "prompt_token_ids": [1, %d]}\n' % (i, i) for i in range(2000)
+)
+GZ = gzip.compress(GZ_DATA, mtime=0)
+CRC = zlib.crc32(GZ_DATA)
+
+
+def _crc_flipped(blob: bytes) -> bytes:
+    broken = bytearray(blob)
+    broken[-6] ^= 0xFF  # the CRC-32 of the trailer
+    return bytes(broken)
+
+
+def _decodable(blob: bytes) -> bytes:
+    """What zlib itself decodes of a cut gzip stream: the bytes before the damage."""
+    return zlib.decompressobj(31).decompress(blob)
+
+
+@pytest.mark.parametrize(
+    ("blob", "cause"),
+    [
+        (GZ[:-4], "Compressed file ended before the end-of-stream marker was reached"),
+        (_crc_flipped(GZ), f"CRC check failed {hex(CRC ^ 0xFF0000)} != {hex(CRC)}"),
+        (GZ[: len(GZ) // 2], "Compressed file ended before the end-of-stream marker was reached"),
+        (GZ[:20], "Compressed file ended before the end-of-stream marker was reached"),
+        (GZ[:60], "Compressed file ended before the end-of-stream marker was reached"),
+    ],
+    ids=["cut-trailer", "wrong-crc", "cut-in-half", "cut-at-the-start", "cut-in-line-1"],
+)
+def test_damage_in_a_gzip_file_is_reported_where_it_is(tmp_path, db, blob, cause):
+    """(issue 48, item 5: damage at the end was reported "at the start": the place was the
+    records stored so far, none while the first 8 MiB batch was read.) The lines before the
+    damage are counted as they were read, each read one step of the decompressor."""
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(blob)
+    good = GZ_DATA if blob == _crc_flipped(GZ) else _decodable(blob)
+    num_lines = good.count(b"\n")
+    line = f"after line {num_lines:,}" if good.endswith(b"\n") else f"in line {num_lines + 1:,}"
+    where = f"{line} (byte {len(good):,} of its decompressed content)" if good else "at the start"
+    with pytest.raises(InputFileError) as caught:
+        ingest([path], db_path=db)
+    assert str(caught.value) == f"{path}: cannot be read {where} ({cause})"
+    assert rows(db, "SELECT count(*) FROM requests") == [(0,)]
+
+
+def test_a_file_whose_every_record_is_stored_already_says_so(tmp_path, db):
+    """(issue 48, item 5: such a file was asked whether it is "a trace of another format")"""
+    from click.testing import CliRunner
+
+    from analyzer.cli import cli
+
+    records = [{"request_id": f"d{i}", "prompt_token_ids": [1, i]} for i in range(30)]
+    first = write_jsonl(tmp_path / "first.jsonl", records)
+    again = write_jsonl(tmp_path / "again.jsonl", [*records[::-1], ""])  # other bytes
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [*records[:2], "{not json"])
+    runner = CliRunner()
+    assert runner.invoke(cli, ["ingest", str(first), "--db", str(db)]).exit_code == 0
+    cases = [
+        (again, "every one of its 30 records duplicates a request stored before (same "
+         "request_id): the file adds nothing"),
+        (mixed, "none of its records was stored: 2 duplicate requests stored before, 1 "
+         "rejected otherwise"),
+    ]  # fmt: skip
+    for path, line in cases:
+        result = runner.invoke(cli, ["ingest", str(path), "--db", str(db)])
+        assert result.exit_code == 1
+        assert result.stderr.splitlines()[-1] == f"  {line}"
+        assert "another format" not in result.stderr
