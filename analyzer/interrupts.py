@@ -33,13 +33,14 @@ from contextlib import contextmanager
 class Stopped(BaseException):  # noqa: N818  (a signal, not an error: no `except Exception` takes it)
     """Raised where a signal stops the command (the main thread, at the next bytecode)."""
 
-    def __init__(self, signum: int, *, after_commit: bool = False) -> None:
+    def __init__(self, signum: int, stored: tuple[str, ...] = ()) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
-        self.after_commit = after_commit  # raised as a commit that had waited for it ended
+        self.stored = stored  # what the commit that held it back stored (it has landed)
 
 
 class _State:
+    driver_pid: int | None = None  # armed in this process (`arm`): the command's own
     signum: int | None = None  # the first signal of this command
     holding = 0  # depth of `holding()` blocks open
     pending: int | None = None  # a signal that came while holding
@@ -50,8 +51,32 @@ class _State:
 _STATE = _State()
 
 
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def arm() -> None:
+    """Make SIGTERM and Ctrl-C stop the command of this process as this module says (the
+    CLI's `main`; a library caller keeps Python's own handling)."""
+    _STATE.driver_pid = os.getpid()
+    for signum in SIGNALS:
+        signal.signal(signum, on_signal)
+    _watch_signals()
+
+
+def disarm() -> None:
+    """The command has ended: ignore the signals from now on. Python puts back the default
+    action of a signal it handled as it shuts down, and a signal then would end a command
+    that has done its work with 143; it leaves one it ignores ignored."""
+    finish()
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def on_signal(signum: int, frame) -> None:
-    """The handler of SIGTERM and SIGINT in the process that runs the command."""
+    """The handler of SIGTERM and SIGINT in the process that runs the command. A forked
+    worker that has not reset it yet just ends (the driver speaks for it)."""
+    if os.getpid() != _STATE.driver_pid:
+        os._exit(128 + signum)
     if _STATE.finished:
         return
     if _STATE.signum is None:
@@ -67,13 +92,14 @@ def holding() -> Iterator[None]:
     """A block that a signal does not cut short (a commit and the note of what it stored);
     the signal stops the command when the outermost such block ends."""
     _STATE.holding += 1
+    noted = len(_STATE.landed)
     try:
         yield
     finally:
         _STATE.holding -= 1
         if not _STATE.holding and _STATE.pending is not None:
             signum, _STATE.pending = _STATE.pending, None
-            raise Stopped(signum, after_commit=True)
+            raise Stopped(signum, tuple(_STATE.landed[noted:]))
 
 
 _WATCHED: weakref.WeakSet = weakref.WeakSet()  # connections a signal interrupts
@@ -85,7 +111,7 @@ def watch(con):
     return con
 
 
-def watch_signals() -> None:
+def _watch_signals() -> None:
     """Interrupt the watched connections' statements on each signal the process is sent
     (a thread woken through `signal.set_wakeup_fd`), unless a commit is holding."""
     read_fd, write_fd = os.pipe()
@@ -106,8 +132,10 @@ def _interrupt(read_fd: int) -> None:
 
 
 def note_landed(what: list[str]) -> None:
-    """Note that a commit stored `what` (e.g. ["replay run 7"]); inside `holding()`."""
-    _STATE.landed.extend(what)
+    """Note that a commit stored `what` (e.g. ["replay run 7"]); inside `holding()`. Kept
+    only where armed: a library caller's process would collect them without end."""
+    if _STATE.driver_pid is not None:
+        _STATE.landed.extend(what)
 
 
 def landed() -> tuple[str, ...]:

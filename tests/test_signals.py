@@ -10,6 +10,7 @@ Linux only, as tests/test_faults.py.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import signal
@@ -198,22 +199,28 @@ def test_a_signal_at_any_moment_says_what_the_store_holds(store, tmp_path):
 # -- the state machine itself, in this process --------------------------------------
 
 
-def test_a_signal_while_holding_stops_when_the_block_ends():
+@pytest.fixture
+def armed(monkeypatch):
+    """This process as the CLI's `main` leaves it, without its handlers (the tests call
+    the handler themselves)."""
+    monkeypatch.setattr(interrupts._STATE, "driver_pid", os.getpid())
     interrupts.reset()
-    try:
-        with pytest.raises(interrupts.Stopped) as stop:
-            with interrupts.holding():
-                interrupts.on_signal(signal.SIGTERM, None)  # as the handler would
-                interrupts.note_landed(["replay run 4"])
-        assert stop.value.after_commit and stop.value.signum == signal.SIGTERM
-        assert interrupts.landed() == ("replay run 4",)
-        with pytest.raises(interrupts.Stopped) as stop:
-            interrupts.on_signal(signal.SIGINT, None)
-        assert not stop.value.after_commit
-        interrupts.finish()
-        interrupts.on_signal(signal.SIGTERM, None)  # ended: nothing happens
-    finally:
-        interrupts.reset()
+    yield
+    interrupts.reset()
+
+
+def test_a_signal_while_holding_stops_when_the_block_ends(armed):
+    with pytest.raises(interrupts.Stopped) as stop:
+        with interrupts.holding():
+            interrupts.on_signal(signal.SIGTERM, None)  # as the handler would
+            interrupts.note_landed(["replay run 4"])
+    assert stop.value.stored == ("replay run 4",) and stop.value.signum == signal.SIGTERM
+    assert interrupts.landed() == ("replay run 4",)
+    with pytest.raises(interrupts.Stopped) as stop:
+        interrupts.on_signal(signal.SIGINT, None)
+    assert stop.value.stored == ()
+    interrupts.finish()
+    interrupts.on_signal(signal.SIGTERM, None)  # ended: nothing happens
 
 
 LISTINGS = [
@@ -228,10 +235,13 @@ LISTINGS = [
 
 
 @pytest.mark.parametrize("landed, start", LISTINGS)
-def test_the_line_names_what_was_stored(landed, start):
+def test_the_line_names_what_was_stored(armed, landed, start):
+    interrupts.note_landed(landed)
+    assert interrupts.message(signal.SIGTERM).startswith(start)
+
+
+def test_a_library_caller_collects_no_notes():
+    """Unarmed (no `main`): what commits store is not kept (it would grow without end)."""
     interrupts.reset()
-    try:
-        interrupts.note_landed(landed)
-        assert interrupts.message(signal.SIGTERM).startswith(start)
-    finally:
-        interrupts.reset()
+    interrupts.note_landed(["replay run 1"])
+    assert interrupts.landed() == ()

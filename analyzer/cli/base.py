@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -487,30 +485,14 @@ def counter(label: str, unit: str):
 
 
 def main() -> None:
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, functools.partial(_on_signal, os.getpid()))
-    interrupts.watch_signals()
+    interrupts.arm()
     try:
         cli(prog_name="hpa")
     except interrupts.Stopped as stop:  # before the command began
         interrupts.finish()
         _stopped(stop.signum)
     finally:
-        interrupts.finish()
-        # Python puts back the default action of a signal it handled as it shuts down: a
-        # signal then would end a command that has done its work with 143 (not of one
-        # it ignores).
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, signal.SIG_IGN)
-
-
-def _on_signal(driver_pid: int, signum, frame) -> None:
-    """SIGTERM and Ctrl-C unwind like an error (`analyzer.interrupts`): open transactions
-    roll back, workers stop. A forked worker that has not reset the handler yet just ends
-    (the driver speaks for it)."""
-    if os.getpid() != driver_pid:
-        os._exit(128 + signum)
-    interrupts.on_signal(signum, frame)
+        interrupts.disarm()
 
 
 def _stopped(signum: int) -> None:

@@ -192,6 +192,7 @@ def _die_with_driver(driver_pid: int) -> None:
     elsewhere a thread watches the parent id. SIGTERM (the driver's way to stop a worker)
     ends it quietly: the driver's own handler, inherited by the fork, would speak for it."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)  # the driver's: a signal here is not the driver's to act on
     if not _kill_on_parent_death():
         threading.Thread(target=_watch_driver, args=(driver_pid,), daemon=True).start()
     if os.getppid() != driver_pid:  # the driver died before this worker was set up

@@ -165,8 +165,8 @@ def ingest(
             mixed = block_size_caveat(con) if stored else None
         finally:
             con.close()  # before a failed first store is removed: closing writes the file
-    except BaseException:
-        if created and _landing(paths) not in interrupts.landed():
+    except BaseException as exc:
+        if created and not _closed(exc, paths):
             remove_store(store)  # a failed first ingest leaves no database behind
         raise
     return IngestResult(tuple(results), skipped, (mixed,) if mixed else ())
@@ -176,6 +176,12 @@ def _landing(paths: list[Path]) -> str:
     """What an ingest of `paths` stores, as a command stopped by a signal names it."""
     named = ", ".join(p.name for p in paths) if len(paths) <= 3 else f"{len(paths)} files"
     return f"the ingest of {named}"
+
+
+def _closed(exc: BaseException, paths: list[Path]) -> bool:
+    """Whether `exc` is a signal that came as the ingest of `paths` closed: its commit
+    held the signal back and has landed the files."""
+    return isinstance(exc, interrupts.Stopped) and _landing(paths) in exc.stored
 
 
 def _db_threads() -> int:
@@ -222,7 +228,7 @@ def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> 
             con.execute(load_sql("ingest_close"))
             stores(con, _landing(paths))
     except BaseException as exc:
-        if _landing(paths) in interrupts.landed():
+        if _closed(exc, paths):
             raise  # a signal that waited for the close's commit: the files are stored
         try:
             with transaction(con):
