@@ -28,7 +28,16 @@ from analyzer.words import plural
     help="Input format; auto reads the suffix (.jsonl/.parquet/.csv, also .gz/.zst).",
 )
 @click.option("--allow-rejects", is_flag=True, help="Exit 0 even when some records were rejected.")
-def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) -> None:
+@click.option(
+    "--tokenizer",
+    metavar="PATH",
+    default=None,
+    help="The served model's folder (tokenizer.json, tokenizer_config.json; never downloaded): "
+    "chat and completion logs (format chat) are tokenized with it as the server did.",
+)
+def ingest(
+    files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool, tokenizer: str | None
+) -> None:
     """Store request records from FILES in the database; list every rejected record.
     A directory stands for the files directly in it, by name.
 
@@ -39,7 +48,7 @@ def ingest(files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool) 
     from analyzer.store.ingest import ingest as ingest_files
 
     with progress_bar("ingest", "MiB") as update:
-        result = ingest_files(files, db_path=db_path, fmt=fmt, progress=update)
+        result = ingest_files(files, db_path=db_path, fmt=fmt, progress=update, tokenizer=tokenizer)
     stored_by_format: dict[str, int] = {}  # a format's caveat once per ingest, in order
     empty = [s.path for s in result.sources if s.duplicate_of is None and not s.num_read
              and not s.num_skipped]  # fmt: skip

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -28,6 +29,7 @@ from analyzer.errors import AnalyzerError, ConfigError, InputFileError
 from analyzer.store.caveats import block_size_caveat
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, remove_store, stores, transaction
 from analyzer.store.write_units import prefetched, write_units
+from analyzer.traces.adapters import chat
 from analyzer.traces.batches import Batch, Reject, SourceInfo
 from analyzer.traces.io import CountingReader, damage_at, open_binary
 from analyzer.traces.jsonlines import max_line_bytes
@@ -35,10 +37,14 @@ from analyzer.traces.readers import (
     READERS,
     SOURCE_INFO,
     TRACE_SUFFIXES,
+    Reader,
     detect_format,
     not_a_trace,
     side_table,
 )
+
+if TYPE_CHECKING:
+    from analyzer.traces.text import ChatTokenizer
 
 # (bytes read so far, total bytes) of the whole command, and which file ('file 3 of 710';
 # '' for one file)
@@ -126,6 +132,10 @@ class _Tally:
 
 MAX_REJECTS_KEPT = 20
 INGEST_MEMORY_LIMIT = "512MB"
+_UNUSED_TOKENIZER = (
+    "--tokenizer was not used: no file is a chat or completion log (format chat); the "
+    "traces' own ids are stored"
+)
 _UNDECODABLE = ("malformed JSON", "expected a JSON object")
 
 
@@ -135,14 +145,18 @@ def ingest(
     db_path: str | Path = DEFAULT_DB,
     fmt: str = "auto",
     progress: Progress | None = None,
+    tokenizer: str | None = None,
 ) -> IngestResult:
     """Store every record of `paths` or list it as rejected; files in the order given.
+    `tokenizer`: a local model folder (or its tokenizer.json) that tokenizes chat and
+    completion logs (format chat) as the server did (analyzer.traces.text).
 
     Raises:
         InputFileError: a file is missing, unreadable, or not parseable at all (exit 2).
         ConfigError: an unknown format name, or HPA_MAX_LINE_MIB not a whole number >= 1.
     """
     _check_format(fmt)
+    text = _tokenizer(tokenizer)
     max_line_bytes()  # a bad HPA_MAX_LINE_MIB is an error before anything is read
     listed = [_files(Path(p)) for p in paths]
     paths = [f for files, _ in listed for f in files]
@@ -160,7 +174,7 @@ def ingest(
     results: list[SourceResult] = []
     try:
         try:
-            _ingest_files(con, paths, fmt, progress, results)
+            _ingest_files(con, paths, (fmt, text), progress, results)
             stored = any(r.num_stored for r in results)
             mixed = block_size_caveat(con) if stored else None
         finally:
@@ -169,7 +183,9 @@ def ingest(
         if created and not _closed(exc, paths):
             remove_store(store)  # a failed first ingest leaves no database behind
         raise
-    return IngestResult(tuple(results), skipped, (mixed,) if mixed else ())
+    unused = text is not None and not any(r.format == chat.NAME for r in results)
+    warnings = ((mixed,) if mixed else ()) + ((_UNUSED_TOKENIZER,) if unused else ())
+    return IngestResult(tuple(results), skipped, warnings)
 
 
 def _landing(paths: list[Path]) -> str:
@@ -205,7 +221,7 @@ def _whole_progress(paths: list[Path], progress: Progress | None) -> list:
     ]
 
 
-def _ingest_files(con, paths: list[Path], fmt: str, progress, results: list) -> None:
+def _ingest_files(con, paths: list[Path], fmt: tuple, progress, results: list) -> None:
     """Ingest `paths` as one command: all of them land, or none (an error, Ctrl-C, or a
     kill: the next connect forgets what a command that did not end stored). Batches commit
     as they go, so memory stays flat; the files count only once the command closes."""
@@ -284,6 +300,31 @@ def _not_a_file(path: Path) -> str:
     return "not a regular file"
 
 
+def _tokenizer(path: str | None) -> ChatTokenizer | None:
+    """The tokenizer of `--tokenizer`, loaded before any file is read (ConfigError)."""
+    if path is None:
+        return None
+    from analyzer.traces.text import load
+
+    return load(path)
+
+
+def _reader(fmt: str, text: ChatTokenizer | None) -> Reader:
+    """The reader of `fmt`; a chat log's tokenizes with `text`."""
+    return chat.reader(text) if fmt == chat.NAME and text is not None else READERS[fmt]
+
+
+def _provenance(fmt: str, text: ChatTokenizer | None) -> dict[str, str | None]:
+    """The tokenizer's name and the sha256 of its tokenizer.json and chat template, for a
+    file whose ids it made."""
+    used = fmt == chat.NAME and text is not None
+    return {
+        "tokenizer": text.name if used else None,
+        "tokenizer_sha256": text.tokenizer_sha256 if used else None,
+        "chat_template_sha256": text.chat_template_sha256 if used else None,
+    }
+
+
 def _check_format(fmt: str) -> None:
 
     if fmt != "auto" and fmt not in READERS:
@@ -341,9 +382,10 @@ def _unreadable(path: Path, exc: OSError) -> InputFileError:
     return InputFileError(f"{path}: cannot read ({exc.strerror or exc})")
 
 
-def _ingest_file(con, path, fmt, known, first_seen, progress, replaced) -> SourceResult:
+def _ingest_file(con, path, given, known, first_seen, progress, replaced) -> SourceResult:
     _check_readable(path)
     digest = _digest(path)
+    fmt, text = given
     fmt = detect_format(path) if fmt == "auto" else fmt
     if known:  # the file may be one stored already: know that before reading it
         sha = digest()
@@ -353,7 +395,7 @@ def _ingest_file(con, path, fmt, known, first_seen, progress, replaced) -> Sourc
     sources = {sid: p for sid, p, _, _ in known.values()}
     sources[source_id] = str(path)
     tally = _Tally(source_id, str(path), dict(first_seen), sources)
-    _read_into(con, path, fmt, tally, progress)
+    _read_into(con, path, _reader(fmt, text), tally, progress)
     _check_parseable(path, fmt, tally)
     sha = digest()
     # The sources row is written last: it marks the file as read whole.
@@ -370,6 +412,7 @@ def _ingest_file(con, path, fmt, known, first_seen, progress, replaced) -> Sourc
         "block_size": info.block_size_tokens or _single(tally.block_sizes),
         "provenance": info.provenance,
         "num_skipped": tally.num_skipped,
+        **_provenance(fmt, text),
     }
     con.execute(load_sql("ingest_insert_source"), row)
     first_seen.update(tally.first_seen)
@@ -389,13 +432,13 @@ def _ingest_file(con, path, fmt, known, first_seen, progress, replaced) -> Sourc
     )
 
 
-def _read_into(con, path: Path, fmt: str, tally: _Tally, progress: FileProgress | None) -> None:
+def _read_into(con, path: Path, read: Reader, tally: _Tally, progress: FileProgress | None) -> None:
     total = path.stat().st_size
     with open(path, "rb") as raw:
         counter = CountingReader(raw)
         report = (lambda: progress(counter.num_bytes, total)) if progress else (lambda: None)
         stream = open_binary(path, counter)
-        units = prefetched(write_units(READERS[fmt](path, stream, report)))
+        units = prefetched(write_units(read(path, stream, report)))
         try:
             with closing(units):  # the reader's thread stops before the file closes
                 for batch in units:

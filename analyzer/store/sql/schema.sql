@@ -64,3 +64,8 @@ ALTER TABLE sources ADD COLUMN IF NOT EXISTS provenance VARCHAR;
 -- Lines that are not records (server-log adapters): counted, neither stored nor rejected.
 ALTER TABLE sources ADD COLUMN IF NOT EXISTS num_skipped BIGINT DEFAULT 0;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS cached_tokens INTEGER;
+-- A chat log's ids are the tokenizer's (hpa ingest --tokenizer): which one, the sha256 of its
+-- tokenizer.json and of the chat template it rendered with; null for a trace of ids.
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS tokenizer VARCHAR;
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS tokenizer_sha256 VARCHAR;
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS chat_template_sha256 VARCHAR;

@@ -30,6 +30,7 @@ NAMES = (
     "vllm_bench",
     "vllm_log",
     "sglang_log",
+    "chat",
     "mooncake",
 )
 
