@@ -240,8 +240,16 @@ def _links() -> list[tuple[str, str]]:
 def test_docs_exist():
     names = {p.name for p in DOCS.glob("*.md")}
     required = {"README.md", "commands.md", "traces.md", "engines.md", "report.md"}
-    required |= {"scaling.md", "contributing.md"}
+    required |= {"scaling.md", "contributing.md", "definitions.md"}
     assert required <= names
+
+
+def test_every_page_is_in_the_index():
+    """docs/README.md's table links every page of the manual."""
+    index = (DOCS / "README.md").read_text()
+    linked = {target.partition("#")[0] for target in LINK.findall(_prose(index))}
+    pages = {p.name for p in DOCS.glob("*.md")} - {"README.md"}
+    assert pages - linked == set(), "pages missing from docs/README.md"
 
 
 def test_there_are_links_to_check():
