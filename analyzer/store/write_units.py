@@ -62,6 +62,7 @@ def _merged(batches: list[Batch]) -> Batch:
         pa.concat_tables([b.rows for b in batches], promote_options="permissive"),
         [r for b in batches for r in b.rejects],
         sum(b.num_skipped for b in batches),
+        next((b.cut_at_tokens for b in batches if b.cut_at_tokens is not None), None),
     )
 
 

@@ -77,6 +77,9 @@ class Batch:
     # Input lines that are not records at all (a server log's other messages): counted so
     # ingest can report them, neither stored nor rejected.
     num_skipped: int = 0
+    # A server log's verdict, on its last batch: its token lists may be cut at this many ids
+    # (vLLM's --max-log-len); ingest flags the prompts of exactly that length. None: whole.
+    cut_at_tokens: int | None = None
 
     @property
     def num_read(self) -> int:

@@ -10,7 +10,8 @@ Lines used, after SGLang's `[YYYY-MM-DD HH:MM:SS( TPn)]` header:
 - `in=GenerateReqInput(..), out={..}`: the Finish line of releases before v0.4;
 - `--log-requests-format json` lines (`{"event": "request.finished", "rid": .., "obj":
   {..}, "out": {..}}`, `request.received`), the same fields as JSON;
-- `server_args=ServerArgs(model_path='M', ..)`: model_revision = M for what follows.
+- `server_args=ServerArgs(model_path='M', ..)`, or `server_args={'model_path': 'M', ..}`
+  (0.5.x: python/sglang/srt/entrypoints/engine.py:311): model_revision = M for what follows.
 
 Canonical record: request_id = rid (else meta_info.id), prompt_token_ids = input_ids,
 prompt_tokens = meta_info.prompt_tokens (so a disagreement is a reject), cached_tokens =
@@ -70,7 +71,7 @@ MAX_ARRIVALS = 1 << 20  # Receive times kept for requests not finished yet
 # `Finish: obj=..` since v0.4; `in=GenerateReqInput(..), out={..}` before (also a finish).
 _EVENT = re.compile(r"(Receive|Finish): obj=\w+\(|(?<!\w)in=(?=\w+ReqInput\()\w+\(")
 _JSON_EVENT = re.compile(r'"event": ?"request\.(received|finished)"')
-_SERVER_ARGS = re.compile(r"server_args=ServerArgs\(model_path='([^']*)'")
+_SERVER_ARGS = re.compile(r"server_args=(?:ServerArgs\(model_path=|\{'model_path': )'([^']*)'")
 _MARKERS = ("obj=", "in=", '"event"', "server_args=")  # cheap test before the regexes
 _META = ("id", "prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency")
 _NOT_LOGGED = (

@@ -12,9 +12,15 @@ Lines used (after vLLM's `LEVEL MM-DD HH:MM:SS [file.py:N]` header, optionally b
   (v0.11.2 and later, vLLM PR #26713: DEBUG level only) followed by `Received request ID:
   params: .., lora_request: ..` (INFO);
 - `Generated response ID: output: '...', output_token_ids: [..], finish_reason: ..`
-  (`--enable-log-outputs`): the output ids of a request still waiting for them.
+  (`--enable-log-outputs`, v0.6 to v0.11.1): the output ids of a request still waiting;
+- `Generated response ID details: output_token_ids: [..]` (DEBUG) followed by `Generated
+  response ID: output: '...', finish_reason: ..` (INFO): the same in later releases (vLLM
+  0.33: RequestLogger.log_outputs, vllm/entrypoints/serve/utils/request_logger.py:112-125);
 - `Initializing a V1 LLM engine (vX) with config: model='M'`: model_revision = M for the
-  requests that follow.
+  requests that follow;
+- `non-default args: {.., 'max_log_len': N, ..}` (vLLM 0.33, entrypoints/common/startup.py)
+  or `args: Namespace(.., max_log_len=N, ..)` (older): the server cut every logged list to
+  N ids (`--max-log-len`); no `max_log_len` among the non-default args: nothing was cut.
 
 One record per request with token ids: request_id = the logged id, timestamp from its
 line's header, prompt_token_ids, output_token_ids when its `Generated response` line
@@ -24,8 +30,17 @@ per-request cached-token count, so cached_tokens stays absent.
 Time: the header has no year and no zone; see `logs.YearClock` (the year of the file's
 modification time, UTC). Every other line is skipped and counted. A request line whose
 token list is cut off, unparseable or not logged (`None`, or an INFO-only log of v0.11.2+)
-is rejected with its line and reason. `--max-log-len` cuts token lists silently; such a
-log stores shortened prompts (nothing in the line says so).
+is rejected with its line and reason, and so is an output line of a request whose prompt
+line is not in the log (within WINDOW_LINES lines before it), once per request; a request
+logged twice is stored once (ingest rejects the second, naming the first's line).
+
+`--max-log-len N` cuts every logged prompt (text and ids) and output to N: nothing in a
+request's line says so. The last batch carries `cut_at_tokens` (ingest flags the requests
+whose prompt has exactly that many ids: they may be longer): N when the log names it (its
+args line), else the longest prompt's length L when at least MIN_CUT prompts have exactly L
+ids and at least MIN_CUT of them also have exactly L characters of prompt text, the mark of
+vLLM cutting text and ids at the same N (a prompt of text has about 3 to 4 characters a
+token, so fixed-length prompts of a benchmark do not carry it). See docs/traces.md.
 """
 
 from __future__ import annotations
@@ -51,6 +66,7 @@ from analyzer.traces.adapters.logs import (
     iso_seconds,
     long_line,
     plain,
+    str_value,
     string_end,
     text_lines,
 )
@@ -65,6 +81,7 @@ SOURCE = SourceInfo(
     "https://github.com/vllm-project/vllm, Apache-2.0",
 )
 WINDOW_LINES = 100_000  # a request waits this many lines for its `Generated response`
+MIN_CUT = 3  # prompts at one length, cut as vLLM cuts, that make a log's lists cut
 MAX_PENDING_TOKENS = 16 << 20  # ... and is stored without it when more tokens wait
 
 _HEADER = re.compile(
@@ -73,9 +90,18 @@ _HEADER = re.compile(
 _INPUTS = re.compile(r"Received request (.+?): prompt: |Request (.+?) details: prompt: ")
 _PARAMS = re.compile(r"Received request (.+?): params: ")
 _OUTPUT = re.compile(r"Generated response (.+?)( \(streaming (?:delta|complete)\))?: output: ")
-_MESSAGES = (("inputs", _INPUTS), ("params", _PARAMS), ("output", _OUTPUT))
+_DETAILS = re.compile(
+    r"Generated response (.+?)( \(streaming (?:delta|complete)\))? details: output_token_ids: "
+)
+_MESSAGES = (("inputs", _INPUTS), ("params", _PARAMS), ("output", _OUTPUT), ("ids", _DETAILS))
+_ARGS = re.compile(r"non-default args: \{|args: Namespace\(")
+_MAX_LOG_LEN = re.compile(r"'max_log_len': (\d+|None)|max_log_len=(\d+|None)")
 _ENGINE = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v[^)]*\) with config: model='([^']*)'")
 _LORA = re.compile(r"lora_request: LoRARequest\(lora_name='([^']*)'")
+_NO_PROMPT = (
+    f"missing: an output line of a request with no prompt line in the {WINDOW_LINES:,} "
+    "lines before it (the log starts after its request, or prompts were not logged)"
+)
 _NOT_LOGGED = (
     "not logged: vLLM >= 0.11.2 logs prompt token ids only at DEBUG level "
     "(VLLM_LOGGING_LEVEL=DEBUG with --enable-log-requests)"
@@ -99,11 +125,41 @@ class _Pending:
 
 
 @dataclass
+class _Cut:
+    """What says whether the log cut its lists (`--max-log-len`): the value its args line
+    names (`declared`), and the longest prompts: their length, how many, and how many of
+    them have as many characters of text as ids (`signed`)."""
+
+    declared: set[int | None] = field(default_factory=set)
+    max_len: int = 0
+    at_max: int = 0
+    signed: int = 0
+
+    def prompt(self, num_ids: int, text_chars: Callable[[], int | None]) -> None:
+        if num_ids < self.max_len or not num_ids:
+            return
+        if num_ids > self.max_len:
+            self.max_len, self.at_max, self.signed = num_ids, 0, 0
+        self.at_max += 1
+        self.signed += text_chars() == num_ids
+
+    def cut_at(self) -> int | None:
+        """The length at which the log's lists may be cut, None when they are whole."""
+        if self.declared:
+            named = [n for n in self.declared if n is not None]
+            return max(named) if named else None
+        if self.at_max >= MIN_CUT and self.signed >= MIN_CUT:
+            return self.max_len
+        return None
+
+
+@dataclass
 class _Scan:
     """The state of one file's scan: requests waiting for their output, and counts."""
 
     clock: YearClock
     model: str | None = None
+    cut: _Cut = field(default_factory=_Cut)
     pending: OrderedDict[str, _Pending] = field(default_factory=OrderedDict)
     pending_tokens: int = 0
     recent: OrderedDict[str, None] = field(default_factory=OrderedDict)
@@ -129,7 +185,9 @@ def read_vllm_log(
             _line(scan, first + offset, line)
         yield scan.stats.stamp(_ready_batch(scan))
     _expire(scan, None)
-    yield scan.stats.stamp(_ready_batch(scan))
+    last = _ready_batch(scan)
+    last.cut_at_tokens = scan.cut.cut_at()
+    yield scan.stats.stamp(last)
     if not scan.stats.num_request_lines:
         raise InputFileError(
             f"{path}: no vLLM request lines ('Received request ...') among "
@@ -138,7 +196,7 @@ def read_vllm_log(
 
 
 def _line(scan: _Scan, line_no: int, line: str) -> None:
-    if "equest " not in line and "Generated response " not in line and "LLM engine" not in line:
+    if not any(word in line for word in ("equest ", "Generated response ", "LLM engine", "args: ")):
         scan.stats.num_skipped += 1
         return
     line = plain(line)
@@ -149,13 +207,15 @@ def _line(scan: _Scan, line_no: int, line: str) -> None:
         _inputs(scan, line_no, line, m)
     elif kind == "params":
         _params(scan, line_no, line, m.group(1))
-    elif kind == "output":
-        scan.stats.num_skipped += 1
-        if m.group(2) is None:  # streamed responses log text only
-            _output(scan, line, m)
+    elif kind in ("output", "ids"):
+        _output(scan, line_no, line, m, kind)
     else:
         if (engine := _ENGINE.search(line)) is not None:
             scan.model = engine.group(1)
+        elif (args := _ARGS.search(line)) is not None:
+            value = _MAX_LOG_LEN.search(line, args.end())
+            given = None if value is None else value.group(1) or value.group(2)
+            scan.cut.declared.add(None if given in (None, "None") else int(given))
         scan.stats.num_skipped += 1
 
 
@@ -163,9 +223,11 @@ def _inputs(scan: _Scan, line_no: int, line: str, m: re.Match) -> None:
     """A request line with its prompt: a pending record, or a reject."""
     scan.stats.num_request_lines += 1
     rid = m.group(1) or m.group(2)
-    scan.recent[rid] = None  # its INFO line, if one follows, belongs to this request
-    if len(scan.recent) > WINDOW_LINES:
-        scan.recent.popitem(last=False)
+    _seen(scan, rid)  # its INFO line, if one follows, belongs to this request
+    if (first := scan.pending.get(rid)) is not None:  # the first keeps its output lines
+        reason = f"duplicate {rid!r}: the request was logged twice (first at line {first.line_no})"
+        scan.ready.append((line_no, RecordError("request_id", reason), line))
+        return
     try:
         ids, end = _prompt_ids(line, m.end())
     except ReprError as err:
@@ -187,7 +249,23 @@ def _inputs(scan: _Scan, line_no: int, line: str, m: re.Match) -> None:
         record["model_revision"] = scan.model
     if (lora := _LORA.search(line, end)) is not None:
         record["lora_name"] = lora.group(1)
+    scan.cut.prompt(len(ids), lambda: _text_chars(line, m.end()))
     _hold(scan, rid, _Pending(line_no, record, excerpt(line), len(ids)))
+
+
+def _seen(scan: _Scan, rid: str) -> None:
+    """Remember that request `rid` had a request line (its output lines belong to it)."""
+    scan.recent[rid] = None
+    scan.recent.move_to_end(rid)
+    if len(scan.recent) > WINDOW_LINES:
+        scan.recent.popitem(last=False)
+
+
+def _text_chars(line: str, pos: int) -> int | None:
+    """The number of characters of the prompt text logged at line[pos] (None: no text)."""
+    end = string_end(line, pos) if line[pos : pos + 1] in ("'", '"') else -1
+    text = str_value(line, (pos, end)) if end > 0 else None
+    return None if text is None else len(text)
 
 
 def _prompt_ids(line: str, pos: int) -> tuple[list[int] | None, int]:
@@ -216,25 +294,44 @@ def _params(scan: _Scan, line_no: int, line: str, rid: str) -> None:
             pending.record.setdefault("lora_name", lora.group(1))
         return
     scan.stats.num_request_lines += 1
+    _seen(scan, rid)  # its output lines are not requests of their own
     scan.ready.append((line_no, RecordError("prompt_token_ids", _NOT_LOGGED), line))
 
 
-def _output(scan: _Scan, line: str, m: re.Match) -> None:
-    """Output ids for a request still waiting; it is then complete."""
-    pending = scan.pending.get(m.group(1))
-    if pending is None:
+def _output(scan: _Scan, line_no: int, line: str, m: re.Match, kind: str) -> None:
+    """An output line: ids for a request still waiting (the INFO line completes it; in
+    0.33 its DEBUG `details` line with the ids comes just before). A request with no prompt
+    line is rejected at its first output line; a streamed response's lines log no ids."""
+    rid = m.group(1)
+    pending = scan.pending.get(rid)
+    if pending is None and rid not in scan.recent:
+        scan.stats.num_request_lines += 1
+        _seen(scan, rid)
+        scan.ready.append((line_no, RecordError("prompt_token_ids", _NO_PROMPT), line))
         return
-    pos = m.end()
-    if line[pos : pos + 1] in ("'", '"'):
-        pos = string_end(line, pos)
-    label = find_outside_strings(line, "output_token_ids: ", pos) if pos >= 0 else -1
-    try:
-        ids = int_list_at(line, label + len("output_token_ids: "))[0] if label >= 0 else None
-    except ReprError:
-        ids = None  # a cut-off output line: the prompt is still good
+    scan.stats.num_skipped += 1
+    if pending is None or m.group(2) is not None:  # streamed responses log text only
+        return
+    ids = _output_ids(line, m.end(), kind)
     if ids is not None:
         pending.record["output_token_ids"] = ids
-    _release(scan, m.group(1))
+    if kind == "output":
+        _release(scan, rid)
+
+
+def _output_ids(line: str, pos: int, kind: str) -> list[int] | None:
+    """The output ids of an output line (None: not logged, or the line is cut off)."""
+    if kind == "output":  # the ids follow the text on the older single line
+        if line[pos : pos + 1] in ("'", '"'):
+            pos = string_end(line, pos)
+        label = find_outside_strings(line, "output_token_ids: ", pos) if pos >= 0 else -1
+        if label < 0:
+            return None
+        pos = label + len("output_token_ids: ")
+    try:
+        return int_list_at(line, pos)[0]
+    except ReprError:
+        return None  # a cut-off output line: the prompt is still good
 
 
 def _seconds(scan: _Scan, prefix: str) -> float | None:
@@ -255,8 +352,6 @@ def _compact(ids: list) -> array | list:
 
 
 def _hold(scan: _Scan, rid: str, pending: _Pending) -> None:
-    if rid in scan.pending:
-        _release(scan, rid)  # a repeated id: both are stored, ingest rejects the second
     scan.pending[rid] = pending
     scan.pending_tokens += pending.num_tokens
     while scan.pending_tokens > MAX_PENDING_TOKENS:

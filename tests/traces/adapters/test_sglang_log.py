@@ -190,3 +190,49 @@ def test_the_vectorised_path_stores_what_the_exact_path_stores(tmp_path, monkeyp
     ingest([_without_line_14(tmp_path / "b.log")], db_path=exact)
     assert db_rows(fast, query) == db_rows(exact, query)
     assert len(db_rows(fast, query)) == 3
+
+
+S0523 = FIXTURE.parent / "sglang0523_server.log"
+
+
+def test_sglang_0523_lines_as_its_request_logger_writes_them(tmp_path, db):
+    """Issue 49 item 1. tests/fixtures/external/sglang_log/sglang0523_server.log is written
+    by SGLang 0.5.23's own RequestLogger on real GenerateReqInputs at --log-requests-level 3
+    (tools/oracle/make_log_fixtures.py): `Receive: obj=GenerateReqInput(rid=.., ..)` and
+    `Finish: obj=GenerateReqInput(..), out={'text': .., 'output_ids': [..], 'meta_info':
+    {..}}` (python/sglang/srt/utils/request_logger.py:116 and :197, its
+    `_dataclass_to_string_truncated` at :273, the `[%(asctime)s] %(message)s` format of
+    utils/log_utils.py:54), and the `server_args={'model_path': ..}` line of
+    srt/entrypoints/engine.py:311 (before: the model was not read from it). A request
+    finished twice is one reject naming the first; one sent as text (no ids) another."""
+    path = shutil.copy(S0523, tmp_path / S0523.name)
+    src = ingest([path], db_path=db).sources[0]
+    assert (src.format, src.num_read, src.num_stored, src.num_rejected) == ("sglang_log", 5, 3, 2)
+    rows = db_rows(
+        db,
+        "SELECT request_id, line_no, timestamp_s, prompt_token_ids, output_token_ids, "
+        "cached_tokens, model_revision FROM requests ORDER BY line_no",
+    )
+
+    def at(n):  # the request's Receive line, one line before its Finish line
+        return datetime.fromisoformat(f"{_line_of(n - 1)[1:20]}+00:00").timestamp()
+
+    def _line_of(n):
+        return S0523.read_text().splitlines()[n - 1]
+
+    def ids(n, pattern):
+        return orjson.loads(re.findall(pattern, _line_of(n))[-1])
+
+    inputs, outputs = r"input_ids=(\[[^\]]*\])", r"'output_ids': (\[[^\]]*\])"
+    model = "Qwen/Qwen3-0.6B"
+    assert rows == [
+        ("a1", 3, at(3), ids(3, inputs), ids(3, outputs), 0, model),
+        ("a2", 5, at(5), ids(5, inputs), ids(5, outputs), 52, model),
+        ("twice", 7, at(7), ids(7, inputs), ids(7, outputs), 0, model),
+    ]
+    assert rows[1][3][:52] == rows[0][3] + rows[0][4]  # turn 2 holds turn 1 and its output
+    assert [(r.line_no, r.field, r.reason) for r in src.rejects] == [
+        (8, "request_id", "duplicate 'twice', first seen at line 7"),
+        (10, "input_ids", "not logged (None): --log-requests-level 0/1 omit input_ids and a "
+         "request sent as text has none; log ids with --log-requests-level 3"),
+    ]  # fmt: skip

@@ -300,3 +300,76 @@ def test_a_request_id_with_spaces_is_read_whole(tmp_path, db):
         ("cmpl-1 retry 2", [7, 8]),
         ("plain", None),
     ]
+
+
+V033 = FIXTURE.parent / "vllm033_server.log"
+V033_WRITTEN = datetime(2026, 12, 7, 2, 0, tzinfo=UTC)
+
+
+def _v033(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    os.utime(path, (V033_WRITTEN.timestamp(), V033_WRITTEN.timestamp()))
+    return path
+
+
+def _v033_ids(line_no: int, label: str) -> list[int]:
+    line = V033.read_text().splitlines()[line_no - 1]
+    return orjson.loads(re.findall(label + r": (\[[^\]]*\])", line)[-1])
+
+
+def test_vllm_033_lines_prompts_and_both_output_lines_joined(tmp_path, db):
+    """Issue 49 item 1. tests/fixtures/external/vllm_log/vllm033_server.log is written by
+    vLLM 0.33.0's own RequestLogger (tools/oracle/make_log_fixtures.py): log_inputs'
+    DEBUG `Request ID details: prompt: .., prompt_token_ids: [..], prompt_embeds shape: ..`
+    and INFO `Received request ID: params: ..` (vllm/entrypoints/serve/utils/
+    request_logger.py:56 and :66), log_outputs' DEBUG `Generated response ID details:
+    output_token_ids: [..]` and INFO `Generated response ID: output: '..', finish_reason:
+    ..` (:112 and :119), vllm/logger.py's `(APIServer pid=N) LEVEL MM-DD HH:MM:SS
+    [file:line]` header. Before, the outputs were lost: the INFO line has no ids and the
+    DEBUG line counted among the lines skipped."""
+    path = _v033(tmp_path, "v033.log", V033.read_text())
+    src = ingest([path], db_path=db).sources[0]
+    assert (src.format, src.num_read, src.num_stored, src.num_rejected) == ("vllm_log", 7, 5, 2)
+    rows = db_rows(
+        db,
+        "SELECT request_id, line_no, prompt_token_ids, output_token_ids, model_revision, "
+        "lora_name FROM requests ORDER BY line_no",
+    )
+    model = "Qwen/Qwen3-0.6B"
+    assert rows == [
+        ("chatcmpl-a1", 3, _v033_ids(3, "prompt_token_ids"), _v033_ids(5, "output_token_ids"),
+         model, None),
+        ("cmpl-b-0", 7, _v033_ids(7, "prompt_token_ids"), _v033_ids(9, "output_token_ids"),
+         model, "sql-adapter"),
+        ("chatcmpl-a2", 11, _v033_ids(11, "prompt_token_ids"),
+         _v033_ids(13, "output_token_ids"), model, None),
+        ("chatcmpl-s", 15, _v033_ids(15, "prompt_token_ids"), None, model, None),  # streamed
+        ("chatcmpl-twice", 21, _v033_ids(21, "prompt_token_ids"),
+         _v033_ids(25, "output_token_ids"), model, None),
+    ]  # fmt: skip
+    first, second = rows[0], rows[2]
+    assert second[2][: len(first[2]) + len(first[3])] == first[2] + first[3]  # turn 2 holds 1
+    assert [(r.line_no, r.field, r.reason) for r in src.rejects] == [
+        (19, "prompt_token_ids", "missing: an output line of a request with no prompt line in "
+         "the 100,000 lines before it (the log starts after its request, or prompts were not "
+         "logged)"),
+        (23, "request_id", "duplicate 'chatcmpl-twice': the request was logged twice (first at "
+         "line 21)"),
+    ]  # fmt: skip
+    assert db_rows(db, "SELECT num_skipped FROM sources") == [(19,)]
+
+
+def test_an_output_without_its_prompt_is_one_reject_per_request(tmp_path, db):
+    """The DEBUG and INFO output lines of a request whose prompt is not in the log, and an
+    INFO-only request's output lines: one reject each, never one per line."""
+    lines = V033.read_text().splitlines()
+    gone = [n for n, line in enumerate(lines) if "chatcmpl-gone" in line]
+    info_only = [line for line in lines if "chatcmpl-a1" in line and "details:" not in line]
+    path = _v033(tmp_path, "o.log", "\n".join([lines[n] for n in gone] + info_only) + "\n")
+    src = ingest([path], db_path=db, fmt="vllm_log").sources[0]
+    assert (src.num_read, src.num_stored) == (2, 0)
+    assert [(r.line_no, r.reason[:40]) for r in src.rejects] == [
+        (1, "missing: an output line of a request wit"),
+        (3, "not logged: vLLM >= 0.11.2 logs prompt t"),
+    ]
