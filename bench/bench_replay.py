@@ -3,14 +3,14 @@
 Trace: like the oracle's `--synthetic` generator, `--requests` prompts of about 2,000 tokens
 (+-64), each starting with one of 8 system prompts of 1,000 tokens; seeded numpy, so every run
 replays the same trace. Layouts (`--layouts`, default all): the closed form (full attention +
-Mamba align, 544-token blocks, retention 0, no capacity limit: SPEC 9), and block by block a
-bounded pool (full attention at 16- and 544-token blocks: the compiled loop; full attention +
-Mamba), a 32-token match unit, a sliding window, EAGLE. The trace is written in the oracle's
-JSONL format to a temporary directory; for each layout the oracle runs it twice as a
-subprocess: once with `--quiet` for its `replay_seconds` (which excludes its 6-12 s start-up),
-once printing per-request results, which must equal ours request by request (hit,
-sparse-retention miss, junction). Ours is timed after an untimed replay of 3 requests (the
-compiled loop's kernel is loaded, as in any process that replays more than once).
+Mamba align, 544-token blocks, retention 0, no capacity limit:
+docs/definitions.md#performance-targets), and block by block a bounded pool (full attention at 16-
+and 544-token blocks: the compiled loop; full attention + Mamba), a 32-token match unit, a sliding
+window, EAGLE. The trace is written in the oracle's JSONL format to a temporary directory; for each
+layout the oracle runs it twice as a subprocess: once with `--quiet` for its `replay_seconds` (which
+excludes its 6-12 s start-up), once printing per-request results, which must equal ours request by
+request (hit, sparse-retention miss, junction). Ours is timed after an untimed replay of 3 requests
+(the compiled loop's kernel is loaded, as in any process that replays more than once).
 
 Without the oracle's Python (`$HPA_ORACLE_PYTHON`, default ~/.cache/hpa-oracle/bin/python)
 only our figures are printed. Usage: `python bench/bench_replay.py [--requests 10000]

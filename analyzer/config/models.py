@@ -17,7 +17,8 @@ from analyzer.config.hf_read import is_hf_config, read_json
 from analyzer.config.model_figures import ModelFigures
 from analyzer.errors import ConfigError
 
-# Whose cache groups and block size a search without --model assumes (SPEC 6's geometry).
+# Whose cache groups and block size a search without --model assumes (that of
+# docs/definitions.md#worked-examples).
 DEFAULT_GEOMETRY_MODEL = "qwen3-next-80b-a3b"
 
 

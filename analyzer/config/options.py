@@ -1,4 +1,4 @@
-"""Engine options: policy keys that only one engine reads (SPEC 7 designs).
+"""Engine options: policy keys that only one engine reads (docs/definitions.md#other-designs).
 
 Each key is named after its engine (`sglang_strategy`, `trtllm_interval`, ...) and set like
 any other policy key (`--set sglang_strategy=extra_buffer`). A key of another engine than the

@@ -1,4 +1,5 @@
-"""Replay policies (SPEC 5): a frozen spec, built from a file or preset plus `--set` overrides.
+"""Replay policies (docs/definitions.md#replay-policies): a frozen spec, built from a file or preset
+plus `--set` overrides.
 
 This module validates what a user writes; `analyzer.sim.dispatch` adds the engine's own check.
 
@@ -260,7 +261,7 @@ def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 
 def build_policy(values: dict[str, Any]) -> Policy:
-    """A Policy from a dict of SPEC 5 keys (model preset fills block_size), every key and
+    """A Policy from a dict of policy keys (model preset fills block_size), every key and
     value validated; whether its engine can replay it is `analyzer.sim.dispatch.make_policy`'s
     question (the engine's own checks live with the engine)."""
     unknown = sorted(set(values) - set(KEYS))

@@ -1,4 +1,5 @@
-"""The replay schedule (SPEC 5): `serial`, or `concurrent` with the keys of its simulated clock.
+"""The replay schedule (docs/definitions.md#the-concurrent-schedule): `serial`, or `concurrent` with
+the keys of its simulated clock.
 
 `serial` (the default) admits each request after the previous one finished: the no-contention
 bound. `concurrent` runs every request through one vLLM 0.33 scheduler on a simulated clock;

@@ -1,5 +1,6 @@
-"""Attribute a change of the useful hit ratio to loss causes (SPEC 1, 3), from two sides' rows
-(pure: `pipeline/compare.py` reads them from the store for `hpa compare`).
+"""Attribute a change of the useful hit ratio to loss causes
+(docs/definitions.md#the-loss-waterfall), from two sides' rows (pure: `pipeline/compare.py` reads
+them from the store for `hpa compare`).
 
 Two sides, each a set of replayed requests:
 

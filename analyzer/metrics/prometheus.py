@@ -8,11 +8,11 @@ Families, in this order, each with HELP and TYPE lines, every sample labelled
 - `vllm:prefix_cache_hits_total` (counter): tokens reused by the hybrid cache, vLLM's name.
 - `vllm:prefix_cache_sparse_retention_misses_total` (counter): the name proposed in vLLM
   PR 52527: tokens full attention matched but a sparse group had no state for.
-- `hpa_prefix_cache_lost_tokens_total{cause=...}` (counter): the loss waterfall of SPEC 3,
-  one sample per cause: `unshared`, `routing`, `in_flight`, `granularity`, `eviction`,
-  `sparse_retention_never_kept`, `sparse_retention_evicted`, `spec_decode`. The two
-  `sparse_retention_*` causes split vLLM's sparse-retention misses, so for every label set
-  hits + the sum over causes = queries.
+- `hpa_prefix_cache_lost_tokens_total{cause=...}` (counter): the loss waterfall
+  (docs/definitions.md#the-loss-waterfall), one sample per cause: `unshared`, `routing`,
+  `in_flight`, `granularity`, `eviction`, `sparse_retention_never_kept`, `sparse_retention_evicted`,
+  `spec_decode`. The two `sparse_retention_*` causes split vLLM's sparse-retention misses, so for
+  every label set hits + the sum over causes = queries.
 - `hpa_replay_requests_total` (counter): replayed requests.
 
 Values are the replay's sums over the whole trace (a counter that ends the trace); samples

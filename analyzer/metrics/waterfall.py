@@ -1,4 +1,4 @@
-"""The loss waterfall of SPEC 3, one definition per term.
+"""The loss waterfall (docs/definitions.md#the-loss-waterfall), one definition per term.
 
     L0 prompt_tokens
     L1 shared_any_tokens        unshared_tokens          = L0 - L1  (token identity)
@@ -55,7 +55,7 @@ class Levels:
     hit_tokens: np.ndarray
 
     def causes(self) -> dict[str, np.ndarray]:
-        """Tokens lost between consecutive levels, named as in SPEC 3, plus the hit."""
+        """Tokens lost between consecutive levels, named as in docs/definitions.md, plus the hit."""
         chain = (
             self.prompt_tokens,
             self.shared_any_tokens,
@@ -101,7 +101,7 @@ def build_levels(
     """Levels from matcher and replay figures; raises WaterfallError if any level rises.
     `shared_scheduled_tokens`: L2b per request from the replay (None: a serial replay,
     L2b = L2). `cached_ever_tokens`: what the earlier requests had cached of the prompt,
-    evicted or not (None: unknown, L3 not limited by it); SPEC 3 limits L3 to it, so a
+    evicted or not (None: unknown, L3 not limited by it); the waterfall limits L3 to it, so a
     partial block nobody cached is granularity, not eviction."""
     as64 = lambda a: np.asarray(a, dtype=np.int64)  # noqa: E731
     p, l4, hit = as64(prompt_tokens), as64(attention_match_tokens), as64(hit_tokens)

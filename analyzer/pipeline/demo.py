@@ -2,8 +2,8 @@
 
 The realistic `mixed` trace goes into one database: ingest, prefix matching, then a
 replay under several policies (one knob at a time). Each small worked-example trace
-(SPEC 6) goes into its own database, since each is a separate experiment with its own
-ids, and is replayed with the geometry it was made for.
+(docs/definitions.md#worked-examples) goes into its own database, since each is a separate
+experiment with its own ids, and is replayed with the geometry it was made for.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ POLICIES = {
     "pool 2000 blocks": {"num_blocks": 2000},
     "eagle drop": {"spec_decode": "eagle_drop"},
     "round robin x2": {"routing": "round_robin", "replicas": 2},
-    # Other engines' designs on the same trace and geometry (SPEC 7), then the ceiling.
+    # Other engines' designs on the same trace and geometry (docs/definitions.md#other-designs),
+    # then the ceiling.
     "sglang no_buffer": {"engine": "sglang"},
     "sglang extra_buffer": {"engine": "sglang", "sglang_strategy": "extra_buffer"},
     "marconi": {"engine": "marconi"},

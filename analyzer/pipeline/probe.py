@@ -6,7 +6,7 @@ with it and have different suffixes. The first family shares exactly two blocks 
 article's 1,088 tokens at B=544); then, for each legal boundary of the policy (the block
 boundary 2B, a match-unit boundary B+U when U < B, the retention interval N when N > 0),
 one family whose prefix ends just before it (k-1) and one just after (k+1). Every request
-of a family has k_boundary + 2B tokens (2,176 at B=544, as in SPEC 6's worked examples).
+of a family has k_boundary + 2B tokens (2,176 at B=544, as in docs/definitions.md#worked-examples).
 
     shared-1088/cold        0 / 0         (hits / sparse-retention misses, vllm-default, B=544)
     shared-1088/repeat-1    0 / 1,088     attention matched, no Mamba state there

@@ -1,4 +1,5 @@
-"""The report's engine comparison: the same trace under other engines' designs (SPEC 7).
+"""The report's engine comparison: the same trace under other engines' designs
+(docs/definitions.md#other-designs).
 
 Shown when the runs in a report use more than one engine (`hpa replay --policy a,b,c` with
 policies of different engines). One stacked bar per run splits the queried tokens into what

@@ -12,7 +12,8 @@ import polars as pl
 from analyzer.report.figures import bar_height, run_dropdown, run_order, style_figure
 from analyzer.report.labels import figure_label
 
-# The hit then the SPEC 3 causes, in waterfall order: (column, readable name, colour).
+# The hit then the causes (docs/definitions.md#the-loss-waterfall), in waterfall order: (column,
+# readable name, colour).
 SEGMENTS = (
     ("hit_tokens", "hit (reused)", "#2ca02c"),
     ("sparse_retention_miss_tokens", "sparse-retention miss", "#d62728"),
@@ -22,7 +23,8 @@ SEGMENTS = (
     ("lost_routing_tokens", "lost to routing", "#9467bd"),
     ("unshared_tokens", "unshared (no common prefix)", "#b0b0b0"),
 )
-# The concurrent schedule's cause, between granularity and routing in the bars (SPEC 3).
+# The concurrent schedule's cause, between granularity and routing in the bars
+# (docs/definitions.md#the-loss-waterfall).
 IN_FLIGHT = ("lost_in_flight_tokens", "lost in flight (not yet scheduled)", "#e377c2")
 
 

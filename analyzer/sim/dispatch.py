@@ -91,7 +91,8 @@ def replay_from_shared(
 # engine it names has also accepted (`check_engine`), so a key the engine does not model is
 # an error before any request runs.
 def make_policy(values: dict[str, Any]) -> Policy:
-    """A validated Policy from a dict of SPEC 5 keys, checked by its engine."""
+    """A validated Policy from a dict of policy keys (docs/definitions.md#replay-policies), checked
+    by its engine."""
     policy = build_policy(values)
     check_engine(policy)
     return policy

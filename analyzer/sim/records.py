@@ -66,7 +66,7 @@ class SimRequest:
 
 
 class SimResult(NamedTuple):
-    """Per-request figures of one replay (SPEC section 3), all in tokens. Immutable.
+    """Per-request figures of one replay (docs/definitions.md#figures), all in tokens. Immutable.
 
     Ordering that always holds: hit <= attention_match_after_spec <= attention_match
     <= prompt_tokens - 1 (0 for an empty or one-token prompt).
@@ -85,7 +85,7 @@ class SimResult(NamedTuple):
       counters are then those vLLM recorded (0 when it was never admitted).
     - `note`: a line an engine wants the user to see about its own choices, on the request
       where it took effect (e.g. the alpha Marconi's auto-tuning chose); usually None.
-    - `replay_tokens`: replay designs (SPEC 7, `suffix_replay`) rebuild recurrent state by
+    - `replay_tokens`: replay designs (`suffix_replay`) rebuild recurrent state by
       recomputing the last matched tokens through the recurrent layers; those tokens are not
       hits: they are part of `sparse_retention_miss_tokens` (never kept), counted here too.
 
@@ -156,8 +156,9 @@ def match_result(
 ) -> SimResult:
     """The SimResult of an engine without speculative decoding, from three depths (tokens):
     the hit, the hit it would have had if no state had been evicted (`kept_tokens`), and the
-    full-attention match. The miss splits and the junction follow SPEC 3's definitions;
-    `replay_tokens` (replay designs) are part of the never-kept miss."""
+    full-attention match. The miss splits and the junction follow
+    docs/definitions.md#the-loss-waterfall; `replay_tokens` (replay designs) are part of the
+    never-kept miss."""
     miss = match_tokens - hit_tokens
     evicted = kept_tokens - hit_tokens
     return SimResult(

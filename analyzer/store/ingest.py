@@ -1,8 +1,8 @@
 """Ingest: trace files into the `requests`, `sources` and `rejects` tables.
 
-Guarantees (SPEC 4.3): for every file, records read = stored + rejected; a file
-already ingested (same sha256) adds nothing; a command lands whole or not at all: one
-that fails midway leaves nothing behind (its rows are removed, and a killed one is
+Guarantees (docs/definitions.md#ingest-guarantees): for every file, records read = stored +
+rejected; a file already ingested (same sha256) adds nothing; a command lands whole or not at all:
+one that fails midway leaves nothing behind (its rows are removed, and a killed one is
 cleaned up by the next command that opens the store). Batches are committed as they go
 so that memory does not grow with the file.
 """

@@ -173,7 +173,8 @@ def _store(
 
 
 def side_by_side(names: list[str], outcomes: list[ReplayOutcome]) -> pa.Table:
-    """One row per replayed policy (measured requests only): the SPEC 3 headline figures."""
+    """One row per replayed policy (measured requests only): the headline figures
+    (docs/definitions.md#aggregates)."""
     out: dict[str, list] = {
         "policy": [],
         "run_id": [],

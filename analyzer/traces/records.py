@@ -1,4 +1,5 @@
-"""The canonical request record (SPEC 4.1): field types, and validation of one record.
+"""The canonical request record (docs/definitions.md#the-request-record): field types, and
+validation of one record.
 
 This is the exact, per-record path and the single source of truth for what a valid
 record is and for every reject reason. The vectorised path in `batches.py` accepts a

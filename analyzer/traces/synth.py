@@ -4,9 +4,9 @@ Deterministic: the same scenario, parameters and seed give byte-identical files 
 ``default_rng(seed)`` only, no wall clock). All lengths are in tokens, all times in seconds.
 
 Scenarios (``SCENARIOS``): ``diagnostic`` (the seed article's 3-request test), ``groups`` (groups of
-requests sharing one prefix each, SPEC 6 worked examples) and ``mixed`` (a realistic multi-family
-trace, see :mod:`analyzer.traces.synth_mixed`). ``block_size`` turns any of them into a hash-id
-trace.
+requests sharing one prefix each, docs/definitions.md#worked-examples) and ``mixed`` (a realistic
+multi-family trace, see :mod:`analyzer.traces.synth_mixed`). ``block_size`` turns any of them into a
+hash-id trace.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The schedule keys (SPEC 5): `schedule` and the concurrent schedule's four keys, validated
-with one-line errors, consistent with the engine, and out of a serial policy's identity."""
+"""The schedule keys (docs/definitions.md#the-concurrent-schedule): `schedule` and the concurrent
+schedule's four keys, validated with one-line errors, consistent with the engine, and out of a
+serial policy's identity."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def test_diagnostic_second_request():
     ],
 )
 def test_in_flight_loss_is_shared_not_yet_scheduled(scheduled, in_flight, granularity, eviction):
-    """SPEC 3's L2b: in flight comes before granularity, which floors what was scheduled."""
+    """The waterfall's L2b: in flight comes before granularity, which floors what was scheduled."""
     levels = build_levels(
         prompt_tokens=[2176],
         shared_any_tokens=[1700],

@@ -1,8 +1,8 @@
 """`hpa probe`: the seed article's diagnostic for a policy's geometry.
 
-Expected tables are written by hand from SPEC 6 (B=544, prompts of k + 2B tokens): a cold
-request never hits; a repeat whose shared prefix ends just after a block boundary matches
-that boundary in attention, just before it the previous one; under retention 0 the first
+Expected tables are written by hand from docs/definitions.md#worked-examples (B=544, prompts of k +
+2B tokens): a cold request never hits; a repeat whose shared prefix ends just after a block boundary
+matches that boundary in attention, just before it the previous one; under retention 0 the first
 repeat loses the match as a sparse-retention miss and the second hits it (miss, miss, hit);
 a Mamba state exists only where a prefill chunk ended, so a retention interval N keeps a
 state at N only when chunks end there (a token budget of one block).
@@ -29,8 +29,8 @@ MISS_MISS_HIT_1088 = [(2176, 0, 0), (2176, 0, 1088), (2176, 1088, 0)]
 MISS_MISS_HIT_544 = [(2176, 0, 0), (2176, 0, 544), (2176, 544, 0)]
 DEFAULT_B544 = {
     "shared-1088": MISS_MISS_HIT_1088,  # the article: 0/0, 0/1,088, 1,088/0
-    "block-before-1087": MISS_MISS_HIT_544,  # SPEC 6: "1,087 same as 545"
-    "block-after-1089": MISS_MISS_HIT_1088,  # SPEC 6: "1,089 same as 1,088"
+    "block-before-1087": MISS_MISS_HIT_544,  # worked examples: "as 545"
+    "block-after-1089": MISS_MISS_HIT_1088,  # worked examples: "as 1,088"
 }
 # (preset, --set overrides) -> {family: [(queries, hits, sparse misses) per request]}
 CASES = {
@@ -40,7 +40,7 @@ CASES = {
         ["model=qwen3-next-80b-a3b"],
         DEFAULT_B544,
     ),
-    "vllm-dense, budget 544 (SPEC 6: 0/0, 1088/0, 1088/0)": (
+    "vllm-dense, budget 544 (worked example: 0/0, 1088/0, 1088/0)": (
         "vllm-dense",
         ["block_size=544", "max_num_batched_tokens=544"],
         {

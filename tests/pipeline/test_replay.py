@@ -1,4 +1,5 @@
-"""`hpa replay` end to end on the bundled SPEC 6 samples: exact figures, tables, exports."""
+"""`hpa replay` end to end on the bundled samples of docs/definitions.md#worked-examples: exact
+figures, tables, exports."""
 
 from __future__ import annotations
 

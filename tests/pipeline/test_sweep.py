@@ -188,7 +188,7 @@ def test_plan_reachable_exact(groups_db):
     assert r.attention_only_bound == pytest.approx(38_016 / 70_400)
     best = r.candidates[0]
     # Every request schedules from 12 blocks (5 of attention for 2,200 tokens at B = 528, the
-    # rest Mamba states); the hits of SPEC 6's worked example need 15 (14 reach 0).
+    # rest Mamba states); the hits of the worked example (docs/definitions.md) need 15 (14 reach 0).
     assert (best.num_blocks, best.useful_hit_ratio) == (15, pytest.approx(25_344 / 70_400))
     assert (best.floor_blocks, best.sized_by) == (12, "target")
     assert best.memory_gib == pytest.approx(15 * 17_301_504 / 2**30)

@@ -74,7 +74,7 @@ def test_concurrent_report_is_deterministic(concurrent_db, concurrent_html, tmp_
 
 
 def test_in_flight_segment_between_routing_and_granularity(concurrent_db):
-    """SPEC 3's order: routing, in flight, granularity (the bars go from the hit outward)."""
+    """The waterfall's order: routing, in flight, granularity (the bars go from the hit outward)."""
     db, _ = concurrent_db
     data = load_report_data(db)
     names = [name for _, name, _ in waterfall.segments(data.groups.columns)]

@@ -1,4 +1,4 @@
-"""Checks every SPEC 7 replay engine (tests/sim/<engine>/) must pass.
+"""Checks every replay engine (tests/sim/<engine>/) must pass.
 
 `check_invariants`: the per-request figures against an unbounded dict-of-prefixes oracle
 (every earlier request's computed tokens, prompt + outputs - 1, in the same namespace).

@@ -38,7 +38,7 @@ MAMBA_CHUNK_TOKENS = 64  # FLA's CHUNK_SIZE, SGLang's mamba_cache_chunk_size bel
 
 
 def policy_of(args: dict[str, Any]) -> dict[str, Any]:
-    """The hpa policy (SPEC 5 keys) for an oracle case's flags."""
+    """The hpa policy (docs/definitions.md#replay-policies) for an oracle case's flags."""
     a = {**DEFAULTS, **args}
     page = int(a["page"])
     policy: dict[str, Any] = {

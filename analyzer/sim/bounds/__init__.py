@@ -1,4 +1,5 @@
-"""Bound engines (SPEC 7): `attention_only` and `oracle`, pure, unbounded caches.
+"""Bound engines (docs/definitions.md#other-designs): `attention_only` and `oracle`, pure, unbounded
+caches.
 
 Both replay serially like the vLLM engine and fill every `SimResult` field; both report
 hit = attention match, sparse misses 0, junction 0 and no speculative-decoding loss (they are

@@ -1,6 +1,6 @@
-"""What the serial engines of SPEC 7 share (pure): the request loop, the result of a request
-an engine cannot run, prefill chunking, and one check of the policy keys an engine does not
-model. All lengths in tokens."""
+"""What the serial engines of docs/definitions.md#other-designs share (pure): the request loop, the
+result of a request an engine cannot run, prefill chunking, and one check of the policy keys an
+engine does not model. All lengths in tokens."""
 
 from __future__ import annotations
 

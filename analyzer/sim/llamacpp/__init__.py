@@ -1,4 +1,5 @@
-"""Engine `llamacpp` (SPEC 7): llama-server context checkpoints on a hybrid model, pure.
+"""Engine `llamacpp` (docs/definitions.md#other-designs): llama-server context checkpoints on a
+hybrid model, pure.
 
 Reference: /work/shared/reference/hybrid-policies.md section 7, and the semantics of
 `tools/server/server-context.cpp` of a 2026 llama.cpp (checkpoint placement, restore,

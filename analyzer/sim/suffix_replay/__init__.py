@@ -1,4 +1,4 @@
-"""Engine `suffix_replay` (SPEC 7): SuffixReplay / Tail-Replay, pure.
+"""Engine `suffix_replay` (docs/definitions.md#other-designs): SuffixReplay / Tail-Replay, pure.
 
 Reference: /work/shared/reference/hybrid-policies.md section 4 (arXiv 2609.33477 and its
 predecessor 2608.30310, read through abstracts and summaries). Serial replay like the vLLM

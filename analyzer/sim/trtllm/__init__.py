@@ -1,4 +1,5 @@
-"""Engine `trtllm` (SPEC 7): TensorRT-LLM's block reuse for hybrid Mamba models, pure.
+"""Engine `trtllm` (docs/definitions.md#other-designs): TensorRT-LLM's block reuse for hybrid Mamba
+models, pure.
 
 Reference: /work/shared/reference/hybrid-policies.md section 5 (docs/source/features/kvcache.md,
 `mamba_cache_manager.py`, the hybrid reuse design). Serial replay like the vLLM engine; all

@@ -91,7 +91,7 @@ class VllmReplay:
     def _track_evicted(self) -> set[int] | None:
         """The pool's record of evicted keys, in a bounded pool with sub-block hits: there a
         prompt's partial block may never have been cached by anyone, which is granularity,
-        not eviction (SPEC 3's L3); what was ever cached and not given up for another
+        not eviction (the waterfall's L3); what was ever cached and not given up for another
         reason is what is resident plus what was evicted. Whole-block hits need no record
         (a shared whole block was cached by the request it is shared with), nor do
         lookahead hashes (not kept)."""

@@ -1,5 +1,6 @@
 """What the earlier requests had scheduled when a request is admitted: level L2b of the loss
-waterfall (`shared_scheduled_tokens`, SPEC 3), in tokens, for the concurrent replay.
+waterfall (`shared_scheduled_tokens`, docs/definitions.md#the-loss-waterfall), in tokens, for the
+concurrent replay.
 
     T = max over the earlier requests r of min(common prefix of the prompt and r's sequence,
                                                the tokens r had scheduled)

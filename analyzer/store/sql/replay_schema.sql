@@ -68,12 +68,12 @@ CREATE TABLE IF NOT EXISTS replay_summary (
     p90_request_hit_ratio DOUBLE NOT NULL
 );
 
--- Replay designs (SPEC 7): recomputed tokens, part of the sparse miss, never hits.
+-- Replay designs (docs/definitions.md#other-designs): recomputed tokens, part of the sparse miss, never hits.
 ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS replay_tokens BIGINT DEFAULT 0;
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS replay_tokens BIGINT DEFAULT 0;
 -- An engine's note on the request where one of its own choices took effect (rarely set).
 ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS note VARCHAR;
--- The concurrent schedule (SPEC 6): simulated times in seconds (NULL for a serial run),
+-- The concurrent schedule (docs/definitions.md#the-concurrent-schedule): simulated times in seconds (NULL for a serial run),
 -- preemptions, hits over every admission and tokens recomputed after preemptions.
 ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS arrival_s DOUBLE;
 ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS first_scheduled_s DOUBLE;

@@ -1,4 +1,4 @@
--- SPEC 3 aggregates per prompt family x model revision for run $run_id: token sums,
+-- The aggregates of docs/definitions.md#aggregates per prompt family x model revision for run $run_id: token sums,
 -- token-weighted ratios (sums divided), and request-weighted figures beside them.
 -- Only measured requests count (warm-up ones, before --measure-from, are excluded).
 INSERT INTO replay_summary

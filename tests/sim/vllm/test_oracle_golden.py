@@ -1,9 +1,10 @@
 """Differential tests against golden files made by vLLM 0.33.0's own scheduler (oracle/).
 
-`tests/golden/oracle/cases.json` maps a case name to its trace, its policy (SPEC 5 keys) and
-the oracle command; `<case>.expected.jsonl` holds one line per request, then a summary line.
-Every request's hit, sparse-retention miss (`uncached_common`), junction, attention match
-(`attn_match`, vLLM's, after lookahead/drop) and chunk list must match exactly.
+`tests/golden/oracle/cases.json` maps a case name to its trace, its policy
+(docs/definitions.md#replay-policies) and the oracle command; `<case>.expected.jsonl` holds one line
+per request, then a summary line. Every request's hit, sparse-retention miss (`uncached_common`),
+junction, attention match (`attn_match`, vLLM's, after lookahead/drop) and chunk list must match
+exactly.
 
 The oracle's fake model samples token 0 when a trace record has no output tokens, and with
 EAGLE lookahead hashes that token is part of the last prompt block's hash; the records are

@@ -1,4 +1,5 @@
-"""SPEC section 6 worked examples, verified with vLLM 0.33.0's own scheduler (oracle/)."""
+"""The worked examples of docs/definitions.md#worked-examples, verified with vLLM 0.33.0's own
+scheduler (oracle/)."""
 
 from __future__ import annotations
 
