@@ -155,7 +155,7 @@ def trace_file(num_requests: int, seed: int) -> Path:
 # hpa: load the trace (untimed), replay it (timed), then the per-request rows (untimed). The
 # process is set up as the `hpa` command's (`analyzer.cli`: OpenBLAS on one thread, the
 # cyclic collector every 50,000 allocations) and holds token ids as `hpa replay` loads them
-# (int32, `pipeline.trace.TOKEN_DTYPES`): int64 arrays made each request's hashing convert
+# (int32, `access.trace.TOKEN_DTYPES`): int64 arrays made each request's hashing convert
 # its ids first (0.02 s of a 0.45 s replay).
 _HPA_CHILD = """
 import json, resource, sys, time

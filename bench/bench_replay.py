@@ -102,7 +102,7 @@ def make_trace(num_requests: int, seed: int) -> list[np.ndarray]:
         np.concatenate([systems[w], rng.integers(0, 32000, n, dtype=np.int32)])
         for w, n in zip(which, lengths, strict=True)
     ]
-    # held as `hpa replay` holds a trace (pipeline.trace): views of one int32 array
+    # held as `hpa replay` holds a trace (access.trace): views of one int32 array
     flat = np.concatenate(prompts)
     ends = np.cumsum([len(p) for p in prompts])
     return [flat[e - len(p) : e] for p, e in zip(prompts, ends.tolist(), strict=True)]

@@ -53,7 +53,7 @@ class StoredRequests:
     def driver_trace(self, con: duckdb.DuckDBPyConnection, *, stream: bool = False) -> Trace:
         """What a replay's driver holds: the store's requests, loaded whole; with `stream`
         (the replay needs no token id after L1/L2), their token ids may stay in the store
-        and stream through the matcher once (`pipeline.streamed`)."""
+        and stream through the matcher once (`access.streamed`)."""
         return stored_trace(con) if stream else load_trace(con)
 
     def read_only_trace(self, spec: ExecutorSpec) -> Trace:

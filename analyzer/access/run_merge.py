@@ -1,5 +1,5 @@
 """Streams of rows, each in arrival order (one a source file), merged into one stream in
-arrival order: what `pipeline.token_stream` reads when a trace's files interleave in time.
+arrival order: what `access.token_stream` reads when a trace's files interleave in time.
 
 Each stream yields (seqs, flat, starts) batches: rows `seqs` (ascending within the stream)
 whose inserted sequences are flat[starts[k] :][: insert_len[seqs[k]]]. Every row up to the

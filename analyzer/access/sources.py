@@ -76,7 +76,7 @@ class DuckDBSource:
 
     def radix_stream(self) -> MatchArrays:
         """Every view's answers, each inserted sequence streamed once from the store into
-        the radix trees (`pipeline.token_stream`): memory is their arena (the units no
+        the radix trees (`access.token_stream`): memory is their arena (the units no
         earlier request had) and a batch, whatever the trace's size."""
         return stream_match(self.con, load_sql("match_load_tokens"), self.lists(), self.meta)
 

@@ -1,6 +1,6 @@
 """A stored trace whose token ids stay in the store: the replay's driver holds the scalar
 columns, and the L1/L2 matcher streams the token lists once, in arrival order, through the
-radix trees (`pipeline.token_stream`), which keep only the units no earlier request had
+radix trees (`access.token_stream`), which keep only the units no earlier request had
 (their arena: the trace's unique content).
 
 It serves the replays whose results follow from shared prefixes alone

@@ -1,4 +1,4 @@
-"""The layers of a Hugging Face config, per architecture family (`hf_config.ARCHITECTURES`):
+"""The layers of a Hugging Face config, per architecture family (`hf_read.ARCHITECTURES`):
 each layer's mixers and feed-forward as vLLM 0.33's model builds them, the recurrent state's
 element counts, and the feed-forward figures of `ModelFigures`."""
 

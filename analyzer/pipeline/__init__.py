@@ -7,8 +7,8 @@
     write_probe(policy, out_dir)          hpa probe     analyzer.pipeline.probe
     run_demo(out_dir)                     hpa demo      analyzer.pipeline.demo
 
-Every driver reads its requests through `pipeline.inputs` (the store's `requests` table or a
-Parquet dataset) and holds them as a `pipeline.trace.Trace` (loaded whole, or a dataset's
+Every driver reads its requests through `access.inputs` (the store's `requests` table or a
+Parquet dataset) and holds them as a `access.trace.Trace` (loaded whole, or a dataset's
 scalar columns with workers reading their own rows); the pure stages below (prefixes, sim,
 metrics) never see which. Import each driver from its module, so importing one command's
 driver does not load the others' (`analyzer/__init__.py` offers the main ones lazily as

@@ -4,7 +4,7 @@ of the trace's token ids.
     outcomes = dataset_sweeps(con, fingerprint, "/data/trace", spec, base, parsed, grid, None)
 
 Every task's worker reads the whole trace from the dataset itself, once per task
-(`pipeline.trace.dataset_trace`), and replays whole configurations in its own process:
+(`access.trace.dataset_trace`), and replays whole configurations in its own process:
 one sweep point (a replay); a whole `num_blocks` sweep of an LRU full-attention-only
 policy from one stack-distance pass, as the store's path computes it on its driver
 (`num_blocks=auto` chooses its capacities from that same curve, in the same worker); or

@@ -153,7 +153,7 @@ class ArenaSequences:
 
     def held(self, ids: np.ndarray) -> PartitionSource:
         """A source holding the inserted sequences of requests `ids` (ascending, unique),
-        as `pipeline.sources.DuckDBSource.held(ids)` reads them."""
+        as `access.sources.DuckDBSource.held(ids)` reads them."""
         ids = np.asarray(ids, dtype=np.int64)
         lens = np.asarray(self.meta.insert_len, dtype=np.int64)
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)

@@ -1,4 +1,4 @@
-"""pipeline.run_merge: streams each in arrival order, merged into one in arrival order."""
+"""access.run_merge: streams each in arrival order, merged into one in arrival order."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The replay that streams token ids from the store through L1/L2 (pipeline.streamed) gives
+"""The replay that streams token ids from the store through L1/L2 (access.streamed) gives
 exactly the rows of the replay that holds them: in arrival order or not, whatever the
 batches, under a memory cap DuckDB runs out of or not."""
 

@@ -1,5 +1,5 @@
-"""pipeline.token_stream: a batch's inserted sequences, however its columns arrive, are the
-plain joins of `pipeline.arrays.joined` (prompt then output but the last `drop_last`, or
+"""access.token_stream: a batch's inserted sequences, however its columns arrive, are the
+plain joins of `access.arrays.joined` (prompt then output but the last `drop_last`, or
 hash ids alone)."""
 
 from __future__ import annotations

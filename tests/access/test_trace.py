@@ -1,4 +1,4 @@
-"""pipeline.trace.read_trace: token ids held once; prompts, outputs and inserted sequences
+"""access.trace.read_trace: token ids held once; prompts, outputs and inserted sequences
 are views of them."""
 
 import numpy as np

@@ -1,6 +1,6 @@
 """Executors (analyzer.executors): local and processes give the tables of one whole pass,
 partitions keep their order, failures name the partition, and Parquet datasets read like
-the store. The Ray executor is tested on a real local cluster in test_executors_ray.py."""
+the store. The Ray executor is tested on a real local cluster in test_ray.py."""
 
 from __future__ import annotations
 

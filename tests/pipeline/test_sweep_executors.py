@@ -57,7 +57,7 @@ def traces(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 @contextmanager
 def driver_never_loads():
     """Fails when this (the driver's) process loads a whole trace, token ids and all: the
-    one loader of `pipeline.trace.LoadedTrace` (store or dataset) may then run in forked
+    one loader of `access.trace.LoadedTrace` (store or dataset) may then run in forked
     workers only."""
     load, driver = analyzer.access.trace.read_trace, os.getpid()
 

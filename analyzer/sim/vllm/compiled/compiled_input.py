@@ -99,7 +99,7 @@ def grown(array: np.ndarray, size: int, fill: int) -> np.ndarray:
 def _laid_out(seqs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(tokens, starts, lens): each (prompt, output ids or None) as one int32 run of
     `tokens`. Where every prompt is an int32 view of one array with its output ids right
-    after it (a held trace: `pipeline.trace` lays rows out so), that array itself; else
+    after it (a held trace: `access.trace` lays rows out so), that array itself; else
     one concatenation."""
     lens = np.fromiter(
         (len(p) + (0 if o is None else len(o)) for p, o in seqs), np.int64, len(seqs)

@@ -4,7 +4,7 @@ Full attention alone, whole-block hashes (match unit = block size), no drafter a
 capacity limit: what `hpa plan` and `hpa sweep` replay over and over to size a dense model's
 pool. The pool (block_pool.py) and the manager (managers.py) then reduce to a few arrays,
 and one numba loop replays every request with vLLM 0.33's order of operations, as the
-block-level replay (`replay.VllmReplay` with `compiled=False`) does in Python:
+block-level replay (`reference.VllmReplay` with `compiled=False`) does in Python:
 
     lookup: the leading run of prompt blocks resident (cap prompt - 1), the oldest holder
     admission: the whole prompt must fit (hit blocks leaving the free queue count)
@@ -17,7 +17,7 @@ cached under, -1 none), the free queue as a doubly linked list (`prev`/`next`, n
 `num_blocks` its sentinel), and `after`: the next block holding the same key (vLLM keeps
 duplicates; a lookup takes the oldest). `holder[key]` is a key's oldest holder (-1 none).
 
-`tests/sim/vllm/test_dense.py` checks it against the Python block-level replay, request by
+`tests/sim/vllm/compiled/test_dense.py` checks it against the Python block-level replay, request by
 request, on random traces and pools small enough to evict. Units: tokens, blocks.
 """
 
@@ -95,7 +95,7 @@ class DenseReplay:
         return [self._result(r, *row) for r, row in zip(requests, rows, strict=True)]
 
     def _result(self, sim: SimRequest, prompt: int, outputs: int, hit: int, fail: int, done: int):
-        """The SimResult `replay.VllmReplay` builds, from the loop's answers."""
+        """The SimResult `reference.VllmReplay` builds, from the loop's answers."""
         if prompt < 1:
             return failed(sim.request_id, prompt, "empty prompt")
         if fail == NOT_ADMITTED:

@@ -14,7 +14,7 @@ attention match, the junction, the sparse-retention miss split into what evictio
 second lookup over the keys each sparse group ever cached) and what was never kept, and
 `cached_ever_tokens`.
 
-`tests/sim/vllm/test_hybrid.py` checks it against the Python block-level replay
+`tests/sim/vllm/compiled/test_hybrid.py` checks it against the Python block-level replay
 (`VllmReplay(..., fast=False)`) request by request on random traces, layouts and pools;
 `python -m tests.sim.vllm.fuzz_oracle --hybrid` against vLLM itself. Units: tokens, blocks.
 """
@@ -109,7 +109,7 @@ class HybridReplay:
         return cstart
 
     def _results(self, requests, prompt, outputs, out, chunks, cstart) -> list[SimResult]:
-        """The SimResults `replay.VllmReplay` builds, from the loop's answers."""
+        """The SimResults `reference.VllmReplay` builds, from the loop's answers."""
         steps = np.maximum(outputs, 1) - 1
         if len(steps) and steps.max() > len(self._decodes):
             self._decodes = (1,) * int(steps.max())
@@ -166,7 +166,7 @@ def _config(layout: CacheLayout) -> np.ndarray:
     cfg[f.C_BUDGET] = budget or 0
     cfg[f.C_BOUNDED] = layout.num_blocks is not None
     cfg[f.C_FINE] = layout.fine
-    # replay.VllmReplay._track_evicted
+    # reference.VllmReplay._track_evicted
     cfg[f.C_TRACK_EVICTED] = layout.num_blocks is not None and layout.fine
     if layout.hash_lookahead or layout.eagle_drop:
         cfg[f.C_TRACK_EVICTED] = 0

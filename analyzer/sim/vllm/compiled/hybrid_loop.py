@@ -88,7 +88,7 @@ def replay(
 
 
 def one(hashes, plain, P, num_outputs, cfg, events, state, chunks, out):  # pragma: no cover
-    """One request, lookup to free (replay.VllmReplay.replay_one)."""
+    """One request, lookup to free (reference.VllmReplay.replay_one)."""
     st, mgr = state[1], state[4]
     longest = lk.attention_hit(hashes, P, cfg, state)
     hit = lk.lookup(hashes, P, longest, cfg, state, False)
@@ -105,7 +105,7 @@ def one(hashes, plain, P, num_outputs, cfg, events, state, chunks, out):  # prag
     out[O_HIT], out[O_LONGEST], out[O_JUNCTION] = hit, longest, junction
     mgr[:] = 0
     mgr[:, M_LAST] = mgr[:, M_PARTIAL_SLOT] = -1
-    # a drafter pads a one-token step with a draft slot (replay.VllmReplay._admit)
+    # a drafter pads a one-token step with a draft slot (reference.VllmReplay._admit)
     pad = cfg[C_DRAFT_SLOTS] > 0 and P - hit == 1 and hit > 0
     n = chunk(P, hit, 2 if pad else P - hit, cfg, junction)
     if pad and n != 2:
@@ -124,7 +124,7 @@ def one(hashes, plain, P, num_outputs, cfg, events, state, chunks, out):  # prag
         chunks[done], done, computed = n, done + 1, computed + n
     out[O_CHUNKS] = done
     sampled(hashes, plain, P, computed, junction, cfg, state)
-    # decode, at the positions where a step can change anything (replay._event_positions)
+    # decode, at the positions where a step can change anything (reference._event_positions)
     c, end = P, P + max(num_outputs, 1) - 1
     while c < end:
         if not step(hashes, plain, P, c + 1, c, 1, 0, junction, cfg, state):
@@ -137,7 +137,7 @@ def one(hashes, plain, P, num_outputs, cfg, events, state, chunks, out):  # prag
 
 def sampled(hashes, plain, P, computed, junction, cfg, state):  # pragma: no cover - compiled
     """A step sampled a token; with a drafter vLLM caches the computed blocks once more
-    (replay.VllmReplay._sampled)."""
+    (reference.VllmReplay._sampled)."""
     if cfg[C_DRAFT_SLOTS]:
         cache_all(hashes, plain, P, computed, computed + 1, junction, cfg, state)
 

@@ -94,7 +94,7 @@ def attention_hit(hashes, P, cfg, state):  # pragma: no cover - compiled
 
 
 def attention_match(seq, P, cfg, state, probe):  # pragma: no cover - compiled
-    """replay.VllmReplay._attention_match: full attention's match without the drafter's
+    """reference.VllmReplay._attention_match: full attention's match without the drafter's
     effect (plain hashes, probed by the entries' SHADOWS; or, under the EAGLE drop, the
     hashes themselves), one unit past the cap, then capped and aligned."""
     H, align = cfg[C_H], cfg[C_H] if cfg[C_FINE] else cfg[C_B]
@@ -104,7 +104,7 @@ def attention_match(seq, P, cfg, state, probe):  # pragma: no cover - compiled
 
 
 def cached_ever(hashes, P, resident, cfg, state):  # pragma: no cover - compiled
-    """replay.VllmReplay._cached_ever: the attention match had nothing been evicted."""
+    """reference.VllmReplay._cached_ever: the attention match had nothing been evicted."""
     B, H = cfg[C_B], cfg[C_H]
     whole = resident // B
     skip = whole * (B // H)
