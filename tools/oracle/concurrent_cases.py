@@ -19,14 +19,13 @@ oracle's answer is the truth for whatever the trace holds.
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from make_goldens import DEFAULT_ORACLE_PYTHON, DEFAULT_ORACLE_SCRIPT, FA, MAMBA, SWA
+from make_goldens import DEFAULT_ORACLE_SCRIPT, FA, MAMBA, SWA, oracle_command
 
 GOLDEN_REL = "tests/golden/oracle_concurrent"
 ASYNC_ORACLE_SCRIPT = "tools/oracle/vllm_async_oracle.py"
@@ -285,7 +284,7 @@ class Case:
         return ASYNC_ORACLE_SCRIPT if self.async_scheduling else DEFAULT_ORACLE_SCRIPT
 
     def command(self) -> str:
-        return shlex.join([DEFAULT_ORACLE_PYTHON, self.script, *self.oracle_args()])
+        return oracle_command(self.script, self.oracle_args())
 
 
 def _hand_made() -> list[Case]:

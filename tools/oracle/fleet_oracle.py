@@ -2,9 +2,9 @@
 """Fleet mode of the vLLM oracle: N real vLLM 0.33.0 schedulers on ONE simulated clock, each
 arrival routed by a router rule written here.
 
-Run it with the oracle's venv (``/root/.cache/hpa-oracle``, see ``../shared/oracle/README.md``)::
+Run it with the oracle's venv (``~/.cache/hpa-oracle``, see ``../shared/oracle/README.md``)::
 
-    PY=/root/.cache/hpa-oracle/bin/python
+    PY=~/.cache/hpa-oracle/bin/python
     $PY tools/oracle/fleet_oracle.py --trace TRACE --replicas 4 --routing dynamo \\
         --block-size 16 --mamba-mode off --num-gpu-blocks 400 [any vllm_oracle.py cache flag]
 

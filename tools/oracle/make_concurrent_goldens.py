@@ -12,7 +12,7 @@ The sibling of ``make_goldens.py`` (serial mode) for the oracle's ``--concurrent
 request of a trace goes through one real vLLM 0.33.0 ``Scheduler`` on a simulated clock, with
 arrivals from the trace timestamps (``../shared/oracle/README.md``, "Concurrent mode"). It writes
 the traces, ``<case>.expected.jsonl`` (every per-request field the oracle prints, then the
-deterministic summary), ``cases.json`` (trace, SPEC-5 policy with the concurrent keys, exact
+deterministic summary), ``cases.json`` (trace, replay policy with the concurrent keys, exact
 oracle command) and ``README.md``. Same environment variables as ``make_goldens.py``
 (``HPA_ORACLE_PYTHON``, ``HPA_ORACLE_SCRIPT``); two runs give byte-identical files.
 """
@@ -166,7 +166,7 @@ NOTES = {
     "hit_total, queried_total over every admission; chunks = tokens scheduled per step, "
     "decode steps 1; error if never admitted), then a summary line (deterministic fields "
     "only, oracle_config, and serial_check where the case has one). No wall-clock timings.",
-    "policy": "SPEC-5 replay policy plus the concurrent keys: schedule = concurrent, "
+    "policy": "the replay policy plus the concurrent keys: schedule = concurrent, "
     "max_num_seqs, step_base_ms, step_token_us, time_scale (a step lasts step_base_ms/1000 + "
     "step_token_us/1e6 x scheduled tokens; arrival = (timestamp - first) x time_scale). "
     "max_num_batched_tokens defaults to 8192 under --concurrent and num_blocks to 100000; "
@@ -238,7 +238,7 @@ do not edit by hand. The serial goldens are in `../oracle/`.
 Files: `*.trace.jsonl` (oracle input: `request_id`, `prompt_token_ids`, `output_token_ids`,
 `timestamp`), `<case>.expected.jsonl` (every per-request field of the oracle in its order, then
 a summary line with the deterministic totals, `oracle_config` and, for `*_ts1000`,
-`serial_check`), `cases.json` (per case: trace, SPEC-5 policy with `schedule: "concurrent"`,
+`serial_check`), `cases.json` (per case: trace, replay policy with `schedule: "concurrent"`,
 `max_num_seqs`, `step_base_ms`, `step_token_us`, `time_scale`, and the exact oracle command).
 
 ## Regenerate
@@ -314,6 +314,7 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[Case], str]
     ap.add_argument("--oracle-python", default=env("HPA_ORACLE_PYTHON", DEFAULT_ORACLE_PYTHON))
     ap.add_argument("--oracle-script", default=env("HPA_ORACLE_SCRIPT", DEFAULT_ORACLE_SCRIPT))
     args = ap.parse_args(argv)
+    args.oracle_python = os.path.expanduser(args.oracle_python)
     unknown = [name for name in args.case if name not in CASES]
     if unknown:
         ap.error(f"unknown case(s): {', '.join(unknown)}")

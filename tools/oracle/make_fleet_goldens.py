@@ -18,7 +18,7 @@ command) and ``README.md``. ``--single-check`` replays some concurrent goldens
 (``tests/golden/oracle_concurrent``) with a fleet of one replica and checks every per-request
 field against them: the fleet clock degenerates to the oracle's ``--concurrent`` loop.
 
-Environment: ``HPA_ORACLE_PYTHON`` (default ``/root/.cache/hpa-oracle/bin/python``) and
+Environment: ``HPA_ORACLE_PYTHON`` (default ``~/.cache/hpa-oracle/bin/python``) and
 ``HPA_ORACLE_SCRIPT`` (default ``../shared/oracle/vllm_oracle.py``, relative to the repo root).
 Everything is seeded: two runs give byte-identical files.
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from make_goldens import (
     REPO,
     _one_line,
     _oracle_env,
+    oracle_command,
 )
 
 GOLDEN_REL = "tests/golden/oracle_fleet"
@@ -163,7 +163,7 @@ class Case:
         ]
 
     def command(self) -> str:
-        return shlex.join([DEFAULT_ORACLE_PYTHON, FLEET_SCRIPT, *self.oracle_args()])
+        return oracle_command(FLEET_SCRIPT, self.oracle_args())
 
 
 def _cases() -> list[Case]:
@@ -419,7 +419,7 @@ admission, `view` = what the router read; then a summary with per-replica totals
 .venv/bin/python tools/oracle/make_fleet_goldens.py --single-check # fleet of 1 == --concurrent
 ```
 
-The oracle venv is that of `../oracle/README.md` (`/root/.cache/hpa-oracle`). Each run costs
+The oracle venv is that of `../oracle/README.md` (`~/.cache/hpa-oracle`). Each run costs
 about 15 s of vLLM/torch start-up and replica set-up and under a second of replay: all 15
 cases take about 2 minutes with the default 2 jobs on a 2-core machine.
 """
@@ -482,6 +482,7 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[Case], str]
     ap.add_argument("--oracle-python", default=env("HPA_ORACLE_PYTHON", DEFAULT_ORACLE_PYTHON))
     ap.add_argument("--oracle-script", default=env("HPA_ORACLE_SCRIPT", DEFAULT_ORACLE_SCRIPT))
     args = ap.parse_args(argv)
+    args.oracle_python = os.path.expanduser(args.oracle_python)
     unknown = [name for name in args.case if name not in CASES]
     if unknown:
         ap.error(f"unknown case(s): {', '.join(unknown)}")

@@ -12,9 +12,10 @@ For each case it writes the (small, deterministic) trace in the oracle's input f
 through vLLM 0.33.0's real scheduler and KV-cache manager (``../shared/oracle/vllm_oracle.py``,
 run as a subprocess with the oracle's own venv, which is NOT a project dependency) and stores the
 per-request results as ``<case>.expected.jsonl``. ``cases.json`` maps each case to its trace, its
-SPEC-5 replay policy and the exact oracle command; ``README.md`` is rewritten with the totals.
+replay policy (docs/definitions.md#replay-policies) and the exact oracle command; ``README.md``
+is rewritten with the totals.
 
-Environment: ``HPA_ORACLE_PYTHON`` (default ``/root/.cache/hpa-oracle/bin/python``) and
+Environment: ``HPA_ORACLE_PYTHON`` (default ``~/.cache/hpa-oracle/bin/python``) and
 ``HPA_ORACLE_SCRIPT`` (default ``../shared/oracle/vllm_oracle.py``, relative to the repo root).
 Everything is seeded: two runs give byte-identical files.
 """
@@ -41,8 +42,17 @@ from analyzer.traces.synth import generate, write_jsonl
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN_REL = "tests/golden/oracle"
 GOLDEN = REPO / GOLDEN_REL
-DEFAULT_ORACLE_PYTHON = "/root/.cache/hpa-oracle/bin/python"
+# As the commands in cases.json show it (a shell expands `~`); `oracle_python` expands it here.
+DEFAULT_ORACLE_PYTHON = "~/.cache/hpa-oracle/bin/python"
 DEFAULT_ORACLE_SCRIPT = "../shared/oracle/vllm_oracle.py"
+
+
+def oracle_command(script: str, args: list[str]) -> str:
+    """The oracle command a golden file records: the default Python (`~` left for the shell
+    to expand), then the script and its flags quoted."""
+    return f"{DEFAULT_ORACLE_PYTHON} {shlex.join([script, *args])}"
+
+
 ORACLE_VERSION = "vllm 0.33.0"
 # Per-request fields copied from the oracle output, in this order (plus per_group/error if present).
 REQUEST_FIELDS = ("request_id", "queried", "hit", "uncached_common", "junction", "attn_match")
@@ -278,7 +288,7 @@ class Case:
     max_num_batched_tokens: int | None = None
     num_blocks: int | None = None
     spec_decode: str = "none"
-    spec6: dict | None = field(default=None)  # what SPEC.md section 6 states, where it does
+    spec6: dict | None = field(default=None)  # what docs/definitions.md#worked-examples states
 
     def policy(self) -> dict:
         return {
@@ -314,7 +324,7 @@ class Case:
         return args + ["--per-group"]
 
     def command(self) -> str:
-        return shlex.join([DEFAULT_ORACLE_PYTHON, DEFAULT_ORACLE_SCRIPT, *self.oracle_args()])
+        return oracle_command(DEFAULT_ORACLE_SCRIPT, self.oracle_args())
 
     def __post_init__(self) -> None:
         assert self.trace in TRACES, self.trace
@@ -335,7 +345,7 @@ def _spec6_diag() -> list[Case]:
         Case(
             f"spec6_diag_shared{shared}_b544_ret0",
             f"diag_3x2176_shared{shared}",
-            f"SPEC 6: 3 x 2,176 tokens sharing {shared:,}, B=544, FA+Mamba, retention 0",
+            f"worked example: 3 x 2,176 tokens sharing {shared:,}, B=544, FA+Mamba, retention 0",
             544,
             spec6={"hit_uncached": expected},
         )
@@ -351,7 +361,7 @@ def _spec6_diag() -> list[Case]:
             Case(
                 f"spec6_diag_shared1088_b544_budget544_ret{label}",
                 "diag_3x2176_shared1088",
-                f"SPEC 6 / oracle README: shared 1,088, budget 544, retention {label}",
+                f"worked example / oracle README: shared 1,088, budget 544, retention {label}",
                 544,
                 retention_interval=retention,
                 max_num_batched_tokens=544,
@@ -378,7 +388,7 @@ def _spec6_groups() -> list[Case]:
         return Case(
             name,
             f"groups_8x4_2200_shared{shared}",
-            f"SPEC 6: 8 groups of 4 x 2,200 tokens sharing {shared:,}, B=528, retention "
+            f"worked example: 8 groups of 4 x 2,200 tokens sharing {shared:,}, B=528, retention "
             f"{'null' if retention is None else retention}, budget {budget or 'none'}",
             528,
             retention_interval=retention,
@@ -390,9 +400,9 @@ def _spec6_groups() -> list[Case]:
         grp("spec6_groups_shared1600_b528_retnull_budget2048", 1600, None, 2048, 38016, 0),
         grp("spec6_groups_shared1600_b528_ret0_budget2048", 1600, 0, 2048, 25344, 12672),
         grp("spec6_groups_shared1600_b528_retnull_budget8192", 1600, None, 8192, 25344, 12672),
-        # Not a SPEC row: the 2,048 budget of the rows above dropped (SPEC 5 default).
+        # Not a worked example: the 2,048 budget of the rows above dropped (the default).
         grp("spec6_groups_shared1600_b528_ret0", 1600, 0, None, None, None),
-        # The SPEC's 1,500 row states no retention or budget: read with the SPEC 5 defaults
+        # The 1,500 example states no retention or budget: read with the policy defaults
         # (retention 0, no budget) and with the 2,048 budget of the rows above; both agree.
         grp("spec6_groups_shared1500_b528_ret0", 1500, 0, None, 16896, 8448),
         grp("spec6_groups_shared1500_b528_ret0_budget2048", 1500, 0, 2048, 16896, 8448),
@@ -791,10 +801,11 @@ Files:
   full, [sliding_window], mamba) and `error` when a request could not be scheduled; then one
   summary line (`"summary": true`, totals, `hit_rate`, `free_blocks_end`, and `oracle_config`,
   the configuration vLLM resolved). Timings are left out so the files are deterministic.
-* `cases.json`: `cases` maps each case to its trace, its SPEC-5 replay policy (`engine`,
+* `cases.json`: `cases` maps each case to its trace, its replay policy (`engine`,
   `groups`, `block_size`, `prefix_match_unit`, `retention_interval`, `sliding_window`,
   `max_num_batched_tokens`, `num_blocks`, `spec_decode`), the exact oracle arguments and
-  command (run from the repo root), and for SPEC 6 cases what the text states (`spec6`).
+  command (run from the repo root), and for the worked examples of
+  `docs/definitions.md` what they state (`spec6`).
   `notes.num_blocks` explains how vLLM counts `num_gpu_blocks`: one pool shared by all groups,
   block 0 reserved as the null block.
 
@@ -807,7 +818,7 @@ Files:
 .venv/bin/python tools/oracle/make_goldens.py --list       # the cases
 ```
 
-`HPA_ORACLE_PYTHON` (default `/root/.cache/hpa-oracle/bin/python`) and `HPA_ORACLE_SCRIPT`
+`HPA_ORACLE_PYTHON` (default `~/.cache/hpa-oracle/bin/python`) and `HPA_ORACLE_SCRIPT`
 (default `../shared/oracle/vllm_oracle.py`, relative to the repo root) locate the oracle.
 Traces are seeded (numpy `default_rng`; `analyzer.traces.synth.generate` for the `diag_*`,
 `groups_*` and `mixed40` traces), so a rerun is byte-identical (`--check` confirms it). Each
@@ -821,12 +832,12 @@ eviction case included).
 ## Oracle venv (outside the repo; not a project dependency)
 
 ```bash
-python3 -m venv /root/.cache/hpa-oracle
-/root/.cache/hpa-oracle/bin/pip install torch==2.13.0
-/root/.cache/hpa-oracle/bin/pip install --no-deps vllm==0.33.0 \\
+python3 -m venv ~/.cache/hpa-oracle
+~/.cache/hpa-oracle/bin/pip install torch==2.13.0
+~/.cache/hpa-oracle/bin/pip install --no-deps vllm==0.33.0 \\
     -r ../shared/oracle/requirements-min.txt
-/root/.cache/hpa-oracle/bin/pip install --no-deps einops==0.8.2  # missing from that list
-cd ../shared/oracle && /root/.cache/hpa-oracle/bin/python vllm_oracle.py --self-test
+~/.cache/hpa-oracle/bin/pip install --no-deps einops==0.8.2  # missing from that list
+cd ../shared/oracle && ~/.cache/hpa-oracle/bin/python vllm_oracle.py --self-test
 ```
 
 `requirements-min.txt` lacks `einops`: vLLM's model registry imports it while `ModelConfig`
@@ -869,13 +880,13 @@ def readme(summaries: dict[str, dict]) -> str:
         lines.append(f"| `{c.name}` | `{c.trace}` | {_fmt_policy(c)} {nums}")
     lines += [
         "",
-        "## SPEC.md section 6 worked examples",
+        "## The worked examples of docs/definitions.md",
         "",
-        "Every worked example of SPEC.md section 6 (and the oracle README's variants) is a",
+        "Every worked example of `docs/definitions.md` (and the oracle README's variants) is a",
         "`spec6_*` case; `cases.json` keeps what the text states beside it (`spec6`: hit/uncached",
         "per request, or totals). Verdict of the oracle against that text:",
         "",
-        "| case | SPEC / README statement | oracle |",
+        "| case | worked example / README statement | oracle |",
         "| --- | --- | --- |",
     ]
     for c in CASES.values():
@@ -893,7 +904,8 @@ def readme(summaries: dict[str, dict]) -> str:
 
 
 def spec6_verdict(case: Case) -> str | None:
-    """'agrees' / 'DISAGREES: ...' for a case with a SPEC 6 expectation, from its golden file."""
+    """'agrees' / 'DISAGREES: ...' for a case with a worked example's expectation, from its
+    golden file."""
     path = GOLDEN / f"{case.name}.expected.jsonl"
     if case.spec6 is None or not path.exists():
         return None
@@ -905,7 +917,7 @@ def spec6_verdict(case: Case) -> str | None:
     else:
         want = [case.spec6["queried"], case.spec6["hit"], case.spec6["uncached"]]
         got = [summary["queries"], summary["hits"], summary["uncached_common"]]
-    return "agrees" if got == want else f"DISAGREES: SPEC {want}, oracle {got}"
+    return "agrees" if got == want else f"DISAGREES: stated {want}, oracle {got}"
 
 
 def _summary_of(path: Path) -> dict | None:
@@ -928,6 +940,7 @@ def main(argv: list[str] | None = None) -> int:
         "--oracle-script", default=os.environ.get("HPA_ORACLE_SCRIPT", DEFAULT_ORACLE_SCRIPT)
     )
     args = ap.parse_args(argv)
+    args.oracle_python = os.path.expanduser(args.oracle_python)
     if args.list:
         for c in CASES.values():
             print(f"{c.name:50s} {c.trace:28s} {_fmt_policy(c)}")
