@@ -1,7 +1,8 @@
 """Engine `llamacpp` (docs/definitions.md#other-designs): llama-server context checkpoints on a
 hybrid model, pure.
 
-Reference: /work/shared/reference/hybrid-policies.md section 7, and the semantics of
+Reference: docs/engines.md#engine-llamacpp; the research notes beside the checkout
+(`../shared/reference/hybrid-policies.md` section 7, not shipped), and the semantics of
 `tools/server/server-context.cpp` of a 2026 llama.cpp (checkpoint placement, restore,
 invalidation, FIFO). Serial replay like the vLLM engine; all lengths in tokens.
 

@@ -1,6 +1,7 @@
 """Engine `suffix_replay` (docs/definitions.md#other-designs): SuffixReplay / Tail-Replay, pure.
 
-Reference: /work/shared/reference/hybrid-policies.md section 4 (arXiv 2609.33477 and its
+Reference: docs/engines.md#engine-suffix_replay; the research notes beside the checkout
+(`../shared/reference/hybrid-policies.md` section 4, not shipped: arXiv 2609.33477 and its
 predecessor 2608.30310, read through abstracts and summaries). Serial replay like the vLLM
 engine; all lengths in tokens, pool sizes in blocks (pages) of `block_size` tokens.
 

@@ -1,7 +1,8 @@
 """Engine `trtllm` (docs/definitions.md#other-designs): TensorRT-LLM's block reuse for hybrid Mamba
 models, pure.
 
-Reference: /work/shared/reference/hybrid-policies.md section 5 (docs/source/features/kvcache.md,
+Reference: docs/engines.md#engine-trtllm; the research notes beside the checkout
+(`../shared/reference/hybrid-policies.md` section 5, not shipped: docs/source/features/kvcache.md,
 `mamba_cache_manager.py`, the hybrid reuse design). Serial replay like the vLLM engine; all
 lengths in tokens, pool sizes in blocks of `block_size` tokens (`tokens_per_block`).
 
