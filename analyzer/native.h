@@ -1,9 +1,13 @@
 /* Arrays in and out of the compiled kernels (analyzer/prefixes/radix_loop.c,
  * analyzer/traces/token_scan_loop.c): NumPy arrays read through the buffer protocol, so the
- * extensions need neither NumPy's headers nor its C API. A kernel checks each array's
- * item type, dimensions and contiguity here, at the boundary, and then trusts its own
- * indices as the numba loops it replaced did: a wrong array is a TypeError, never a
- * write out of bounds. */
+ * extensions need neither NumPy's headers nor its C API. A kernel checks, at the boundary,
+ * each array's item type, dimensions and contiguity (here), then its shapes and its
+ * contents (in the kernel: offsets and lengths inside the arrays they index, counts that
+ * match, every index its loop will take), in one pass before the loop runs, and only then
+ * trusts its own indices, as the numba loops it replaced did. A wrong array is a
+ * TypeError, wrong contents a ValueError naming the argument and its first bad position
+ * (`hpa_fault`); never a read or write out of bounds. `make asan` runs the kernels' tests
+ * under AddressSanitizer and UBSan (docs/contributing.md, "Compiled kernels"). */
 #ifndef HPA_NATIVE_H
 #define HPA_NATIVE_H
 
@@ -31,6 +35,29 @@ static inline char hpa_kind(const char *format) {
 #else
         if (*format == '<') return 0;
         format++;
+/* Wrong contents found by a check that runs without the GIL: a printf-style message
+ * (PyErr_Format's: %lld for each value) and up to six values, raised as a ValueError
+ * once the GIL is held again. `format` NULL: nothing wrong. */
+typedef struct {
+    const char *format;
+    long long v[6];
+} hpa_fault;
+
+/* Record the first fault (later ones are left: the message names the first bad position);
+ * -> -1, for `return hpa_fail(f, format, values...)` (one to six values). */
+#define hpa_fail(f, format, ...) hpa_fail6(f, format, __VA_ARGS__, 0, 0, 0, 0, 0)
+static inline int hpa_fail6(hpa_fault *f, const char *format, long long a, long long b,
+                            long long c, long long d, long long e, long long g, ...) {
+    if (f->format == NULL) *f = (hpa_fault){format, {a, b, c, d, e, g}};
+    return -1;
+}
+
+/* The ValueError of a recorded fault; NULL, for `return hpa_raise(...)`. */
+static inline PyObject *hpa_raise(const hpa_fault *f) {
+    const long long *v = f->v;
+    return PyErr_Format(PyExc_ValueError, f->format, v[0], v[1], v[2], v[3], v[4], v[5]);
+}
+
 #endif
     }
     if (format[0] == '\0' || format[1] != '\0') return 0;
@@ -98,6 +125,29 @@ static inline Py_ssize_t hpa_unit(PyObject *obj, const char *what) {
 static inline Py_ssize_t hpa_rows(const Py_buffer *v) { return v->ndim == 2 ? v->shape[0] : 1; }
 static inline Py_ssize_t hpa_cols(const Py_buffer *v) {
     return v->ndim == 2 ? v->shape[1] : v->shape[0];
+}
+
+/* Wrong contents found by a check that runs without the GIL: a printf-style message
+ * (PyErr_Format's: %lld for each value) and up to six values, raised as a ValueError
+ * once the GIL is held again. `format` NULL: nothing wrong. */
+typedef struct {
+    const char *format;
+    long long v[6];
+} hpa_fault;
+
+/* Record the first fault (later ones are left: the message names the first bad position);
+ * -> -1, for `return hpa_fail(f, format, values...)` (one to six values). */
+#define hpa_fail(f, format, ...) hpa_fail6(f, format, __VA_ARGS__, 0, 0, 0, 0, 0)
+static inline int hpa_fail6(hpa_fault *f, const char *format, long long a, long long b,
+                            long long c, long long d, long long e, long long g, ...) {
+    if (f->format == NULL) *f = (hpa_fault){format, {a, b, c, d, e, g}};
+    return -1;
+}
+
+/* The ValueError of a recorded fault; NULL, for `return hpa_raise(...)`. */
+static inline PyObject *hpa_raise(const hpa_fault *f) {
+    const long long *v = f->v;
+    return PyErr_Format(PyExc_ValueError, f->format, v[0], v[1], v[2], v[3], v[4], v[5]);
 }
 
 #endif

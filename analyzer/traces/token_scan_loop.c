@@ -90,7 +90,7 @@ static int64_t key_value(scan *s, int64_t i, int64_t k, int64_t line, int64_t *o
     i = blanks(s, i + 1);
     if (i >= s->n || buf[i] != '[') return i; /* null or another value: the parser reads it */
     int64_t *count = s->count + k * s->num_lines;
-    if (line >= s->num_lines || count[line] >= 0) return -1; /* too many lines, or twice */
+    if (count[line] >= 0) return -1; /* twice (line < num_lines: check_contents) */
     int64_t nv = s->num_values[k], start = nv, after;
     if (k < s->num_id_keys)
         after = int_array(s, i + 1, &nv, s->ids + k * s->most, NULL, INT32_MAX);
@@ -136,8 +136,8 @@ static int64_t scan_batch(scan *s) {
         int64_t j = i + 1; /* a string: find its closing quote */
         int escaped = 0;
         while (j < n && buf[j] != '"') {
-            if (buf[j] == '\n') return -1;
-            if (buf[j] == '\\') escaped = 1, j++;
+            if (buf[j] == '\\') escaped = 1, j++; /* the escaped byte: a raw newline too */
+            if (j < n && buf[j] == '\n') return -1;  /* a line ends inside the string */
             j++;
         }
         if (j >= n) return -1;
@@ -156,6 +156,43 @@ static int64_t scan_batch(scan *s) {
 }
 
 enum { BUF, KEYS, KEY_STARTS, OUT, IDS, HASHES, NUM_VALUES, COUNT, NUM_ARRAYS };
+
+/* Every array the scan writes must hold what a batch of this size can give: `out` its
+ * bytes, each id row and `hashes` n / 2 + 1 values (a value takes two bytes at least).
+ * A ValueError otherwise. */
+static int check_sizes(const Py_buffer *b, const scan *s) {
+    int ok = s->num_keys >= s->num_id_keys && hpa_cols(&b[OUT]) >= s->n &&
+             s->most >= s->n / 2 + 1 && hpa_cols(&b[HASHES]) >= s->n / 2 + 1 &&
+             hpa_cols(&b[NUM_VALUES]) == s->num_keys && hpa_rows(&b[COUNT]) == s->num_keys;
+    if (!ok) PyErr_SetString(PyExc_ValueError, "strip: arrays too small for the batch");
+    return ok ? 0 : -1;
+}
+
+/* What the scan will index, proven before it runs: the keys' spans inside `keys`, in
+ * order; no value read yet (each key's values then fit its row); a count column per line
+ * of the batch (the scan counts lines, so it never indexes past them; a last line without
+ * its newline counts, and the scan then gives -1). -> 0, or -1 with
+ * the first fault. */
+static int check_contents(const scan *s, int64_t keys_size, hpa_fault *f) {
+    for (int64_t k = 0; k <= s->num_keys; k++) {
+        int64_t at = s->key_starts[k], before = k ? s->key_starts[k - 1] : 0;
+        if (at < before || at > keys_size)
+            return hpa_fail(f, "strip: key_starts[%lld] = %lld: not an offset in keys (%lld "
+                            "bytes) from %lld on", k, at, keys_size, before);
+    }
+    for (int64_t k = 0; k < s->num_keys; k++)
+        if (s->num_values[k] != 0)
+            return hpa_fail(f, "strip: num_values[%lld] = %lld: 0 needed (no value read yet)",
+                            k, s->num_values[k]);
+    int64_t lines = s->n > 0 && s->buf[s->n - 1] != '\n'; /* a last line without its end */
+    for (const uint8_t *at = s->buf, *end = s->buf + s->n;
+         (at = memchr(at, '\n', (size_t)(end - at))) != NULL; at++)
+        lines++;
+    if (lines != s->num_lines)
+        return hpa_fail(f, "strip: count: %lld columns for the batch's %lld lines",
+                        s->num_lines, lines);
+    return 0;
+}
 
 static PyObject *strip(PyObject *self, PyObject *args) {
     PyObject *o[NUM_ARRAYS];
@@ -177,23 +214,17 @@ static PyObject *strip(PyObject *self, PyObject *args) {
         .num_lines = hpa_cols(&b[COUNT]), .out = b[OUT].buf, .ids = b[IDS].buf,
         .hashes = b[HASHES].buf, .num_values = b[NUM_VALUES].buf, .count = b[COUNT].buf,
     };
-    /* Every array the scan writes must hold what a batch of this size can give: `out` its
-     * bytes, each id row and `hashes` n / 2 + 1 values (a value takes two bytes at least). */
-    int ok = s.num_keys >= s.num_id_keys && hpa_cols(&b[OUT]) >= s.n &&
-             s.most >= s.n / 2 + 1 && hpa_cols(&b[HASHES]) >= s.n / 2 + 1 &&
-             hpa_cols(&b[NUM_VALUES]) == s.num_keys && hpa_rows(&b[COUNT]) == s.num_keys &&
-             s.key_starts[s.num_keys] <= hpa_cols(&b[KEYS]);
-    int64_t size = -1;
-    if (ok) {
-        Py_BEGIN_ALLOW_THREADS;
-        size = scan_batch(&s);
-        Py_END_ALLOW_THREADS;
-    }
-    hpa_release(b, NUM_ARRAYS);
-    if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "strip: arrays too small for the batch");
+    if (check_sizes(b, &s) < 0) {
+        hpa_release(b, NUM_ARRAYS);
         return NULL;
     }
+    hpa_fault fault = {NULL, {0}};
+    int64_t size = -1;
+    Py_BEGIN_ALLOW_THREADS;
+    if (check_contents(&s, hpa_cols(&b[KEYS]), &fault) == 0) size = scan_batch(&s);
+    Py_END_ALLOW_THREADS;
+    hpa_release(b, NUM_ARRAYS);
+    if (fault.format) return hpa_raise(&fault);
     return PyLong_FromLongLong(size);
 }
 

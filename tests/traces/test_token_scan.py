@@ -81,6 +81,25 @@ def test_what_the_scan_cannot_vouch_for_is_left_to_the_parser(name):
     assert strip_token_arrays(LINES[name] + b"\n", 1) is None
 
 
+# Lines that end inside a string: the scan cannot say which line a later array is on.
+ENDS_IN_A_STRING = {
+    "raw newline": b'{"request_id":"a\n","prompt_token_ids":[1]}\n',
+    "escaped raw newline": b'{"request_id":"a\\\n","prompt_token_ids":[1]}\n',
+    "escaped backslash, raw newline": b'{"request_id":"a\\\\\n","prompt_token_ids":[1]}\n',
+    "escaped raw newline in a key": b'{"request_\\\nid":"a","prompt_token_ids":[1]}\n',
+}
+
+
+@pytest.mark.parametrize("name", list(ENDS_IN_A_STRING))
+def test_a_line_that_ends_inside_a_string_is_left_to_the_parser(name):
+    """A raw newline ends a line, escaped or not. The scan took a backslash and a raw
+    newline for an escape inside the string, so it counted one line fewer and gave line 2's
+    array to line 1 (issue 48; Arrow's parse caught it later)."""
+    body = ENDS_IN_A_STRING[name]
+    assert strip_token_arrays(body, 2) is None
+    _assert_same(body)
+
+
 def test_a_body_that_is_not_whole_lines_is_left_to_the_parser():
     assert strip_token_arrays(LINES["compact"], 1) is None  # no final newline
     assert strip_token_arrays(LINES["compact"] + b"\n", 1) is not None
