@@ -310,3 +310,27 @@ def test_without_the_text_extra_one_line_names_it(tmp_path, models):
         "Error: --tokenizer needs the text extra (tokenizers is not installed): "
         "pip install 'hybrid-prefix-analyzer[text]'\n"
     )
+
+
+def test_a_store_from_before_gains_the_provenance_columns(tmp_path, models):
+    """A store whose sources table predates the tokenizer columns: opening it for an ingest
+    adds them (schema.sql), null for the files ingested before."""
+    ids = tmp_path / "ids.jsonl"
+    ids.write_bytes(_line(request_id="a", prompt_token_ids=[1, 2]))
+    db = tmp_path / "old.duckdb"
+    ingest([ids], db_path=db)
+    con = duckdb.connect(str(db))
+    try:
+        for column in ("tokenizer", "tokenizer_sha256", "chat_template_sha256"):
+            con.execute(f"ALTER TABLE sources DROP COLUMN {column}")
+    finally:
+        con.close()
+    log = tmp_path / "chat.jsonl"
+    log.write_bytes(_line(prompt=PROMPTS[0]))
+    ingest([log], db_path=db, tokenizer=str(models["qwen"]))
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        got = con.execute("SELECT format, tokenizer FROM sources ORDER BY source_id").fetchall()
+    finally:
+        con.close()
+    assert got == [("jsonl", None), ("chat", "qwen")]
