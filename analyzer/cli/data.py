@@ -29,6 +29,12 @@ from analyzer.words import plural
 )
 @click.option("--allow-rejects", is_flag=True, help="Exit 0 even when some records were rejected.")
 @click.option(
+    "--reject-truncated",
+    is_flag=True,
+    help="Reject a server log's prompts that may be cut (vLLM's --max-log-len) instead of "
+    "storing them flagged (requests.log_cut_tokens).",
+)
+@click.option(
     "--tokenizer",
     metavar="PATH",
     default=None,
@@ -36,7 +42,12 @@ from analyzer.words import plural
     "chat and completion logs (format chat) are tokenized with it as the server did.",
 )
 def ingest(
-    files: tuple[str, ...], db_path: str, fmt: str, allow_rejects: bool, tokenizer: str | None
+    files: tuple[str, ...],
+    db_path: str,
+    fmt: str,
+    allow_rejects: bool,
+    tokenizer: str | None,
+    reject_truncated: bool,
 ) -> None:
     """Store request records from FILES in the database; list every rejected record.
     A directory stands for the files directly in it, by name.
@@ -48,7 +59,14 @@ def ingest(
     from analyzer.store.ingest import ingest as ingest_files
 
     with progress_bar("ingest", "MiB") as update:
-        result = ingest_files(files, db_path=db_path, fmt=fmt, progress=update, tokenizer=tokenizer)
+        result = ingest_files(
+            files,
+            db_path=db_path,
+            fmt=fmt,
+            progress=update,
+            tokenizer=tokenizer,
+            reject_truncated=reject_truncated,
+        )
     stored_by_format: dict[str, int] = {}  # a format's caveat once per ingest, in order
     empty = [s.path for s in result.sources if s.duplicate_of is None and not s.num_read
              and not s.num_skipped]  # fmt: skip
@@ -76,6 +94,8 @@ def ingest(
             )
         if (why := src.nothing_stored()) is not None:
             click.echo(f"  {why}", err=True)
+        if (cut := src.cut_said()) is not None:
+            click.echo(f"warning: {cut}", err=True)
         if src.path in empty:
             click.echo(f"warning: {src.path}: no records (an empty file)", err=True)
         if src.num_stored:

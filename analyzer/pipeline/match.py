@@ -37,6 +37,7 @@ from analyzer.prefixes.result import (
     to_tokens,
 )
 from analyzer.prefixes.source import RequestMeta
+from analyzer.store.caveats import cut_caveat
 from analyzer.store.export import check_export_path
 from analyzer.store.matches import export_prefix_matches, write_relations
 from analyzer.store.sequences import read_prefixes
@@ -63,6 +64,7 @@ class MatchSummary:
     largest_family: tuple[str, int] | None = None  # (derived label, its requests)
     min_family_tokens: int = DEFAULT_MIN_FAMILY_TOKENS
     cleared: bool = False  # the families of an earlier derivation were removed
+    notes: tuple[str, ...] = ()  # what the figures are read with (store.caveats)
 
     def _one_family_hint(self) -> str | None:
         """When one derived family holds nearly every request (a system prompt all share),
@@ -109,6 +111,7 @@ class MatchSummary:
             out.append(f"hash collisions resolved by exact comparison: {self.exact_fallbacks:,}")
         if self.out:
             out.append(f"exported prefix_matches to {self.out}")
+        out.extend(f"note: {note}" for note in self.notes)
         return out
 
 
@@ -162,6 +165,7 @@ def match_prefixes(
     options = options or MatchOptions()
     con = source.connect()
     try:
+        cut = cut_caveat(con)  # prompts a server log may have cut: shares are a lower bound
         started = time.perf_counter()
         sequences = DuckDBSource(con)
         meta = sequences.meta
@@ -198,7 +202,10 @@ def match_prefixes(
     finally:
         con.close()
     summary = _summary(meta, result, name, seconds, derived, out)
-    return replace(summary, min_family_tokens=min_family_tokens, cleared=clear_derived_families)
+    notes = (cut,) if cut else ()
+    return replace(
+        summary, min_family_tokens=min_family_tokens, cleared=clear_derived_families, notes=notes
+    )
 
 
 def _sharded(con, source: RequestInput, meta: RequestMeta, spec: ExecutorSpec, options):

@@ -33,7 +33,7 @@ from analyzer.sim.dispatch import hit_alignment, load_policy, replay, replay_fro
 from analyzer.sim.fleet import replay_fleet
 from analyzer.sim.records import ResultColumns, SimResult, result_columns
 from analyzer.sim.routing import route
-from analyzer.store.caveats import block_size_caveat, timestamp_caveats
+from analyzer.store.caveats import block_size_caveat, cut_caveat, timestamp_caveats
 from analyzer.store.db import DEFAULT_DB, stored_trace_block, transaction
 from analyzer.store.export import check_export_path
 from analyzer.store.runs import ReplayOutcome, check_measure_from, check_name, store_run
@@ -80,6 +80,7 @@ def run_replay(
         # the geometry first: a policy the trace cannot express fails before it loads
         policy, fitted = fit_policy(policy, stored_trace_block(con))
         mixed = block_size_caveat(con)
+        cut = cut_caveat(con)  # prompts a server log may have cut: hits are a lower bound
         trace = source.driver_trace(con, stream=streams_tokens(policy, spec))
         started = time.perf_counter()
         rows = replay_rows(trace, policy, progress=progress, executor=spec)
@@ -100,7 +101,8 @@ def run_replay(
     finally:
         if session is None:
             con.close()
-    notes = (*([mixed] if mixed else []), *([fitted] if fitted else []), *outcome.notes, *timed)
+    notes = (*([mixed] if mixed else []), *([fitted] if fitted else []), *outcome.notes, *timed,
+             *([cut] if cut else []))  # fmt: skip
     return replace(outcome, notes=notes, num_caches=num_caches(policy, rows))
 
 

@@ -15,7 +15,7 @@ import math
 
 import duckdb
 
-from analyzer.store.db import load_sql, table_names
+from analyzer.store.db import column_names, load_sql, table_names
 from analyzer.traces.readers import SOURCE_INFO
 from analyzer.words import plural
 
@@ -37,6 +37,22 @@ def timestamp_caveats(con: duckdb.DuckDBPyConnection) -> list[str]:
         return []
     rows = con.execute(load_sql("source_formats")).fetchall()
     return [line for fmt, n in rows if (line := timestamp_caveat(fmt, int(n))) is not None]
+
+
+def cut_caveat(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The line for stored prompts a server log may have cut (requests.log_cut_tokens:
+    vLLM's --max-log-len), or None; match and replay print it."""
+    if "log_cut_tokens" not in column_names(con, "requests"):
+        return None  # a store from before the column, or a dataset: nothing flagged
+    rows = con.execute(load_sql("cut_prompts")).fetchall()
+    if not rows:
+        return None
+    (cut, n), *more = rows
+    also = "".join(f", {int(k):,} at {int(at):,} tokens" for at, k in more)
+    return (
+        f"{plural(int(n), 'prompt')} may be cut at {int(cut):,} tokens{also} (a server log's "
+        "--max-log-len): their shared prefixes are a lower bound (docs/traces.md#cut-logs)"
+    )
 
 
 def block_size_caveat(con: duckdb.DuckDBPyConnection) -> str | None:

@@ -42,6 +42,7 @@ from analyzer.traces.readers import (
     not_a_trace,
     side_table,
 )
+from analyzer.words import plural
 
 if TYPE_CHECKING:
     from analyzer.traces.text import ChatTokenizer
@@ -68,12 +69,34 @@ class SourceResult:
     num_skipped: int = 0  # input lines that are not records (server logs)
     rejects: tuple[Reject, ...] = ()  # the first few, for the CLI to show
     num_duplicates: int = 0  # rejects whose request id was stored before
+    # Prompts of exactly cut_at_tokens ids in a log that cuts its lists there (vLLM's
+    # --max-log-len): stored with requests.log_cut_tokens set, or rejected (cut_rejected).
+    num_cut: int = 0
+    cut_at_tokens: int | None = None
+    cut_rejected: bool = False
+
+    def cut_said(self) -> str | None:
+        """The line for prompts the log may have cut, or None (docs/traces.md#cut-logs)."""
+        if not self.num_cut:
+            return None
+        n, cut = self.num_cut, self.cut_at_tokens
+        prompts = plural(n, "prompt")
+        if self.cut_rejected:
+            return (
+                f"{self.path}: {prompts} of exactly {cut:,} tokens rejected: the log cuts "
+                f"its token lists at {cut:,} (vLLM's --max-log-len), so they may be longer"
+            )
+        return (
+            f"{self.path}: {prompts} may be cut at {cut:,} tokens (the log cuts its token "
+            f"lists there: vLLM's --max-log-len): their shared prefixes are a lower bound; "
+            f"stored with log_cut_tokens = {cut:,} (--reject-truncated rejects them)"
+        )
 
     def nothing_stored(self) -> str | None:
         """Why a file that held records stored none of them, one line (None when it stored
         some): every record a duplicate of one stored before, or a question of its format."""
-        if not self.num_read or self.num_stored:
-            return None
+        if not self.num_read or self.num_stored or (self.cut_rejected and self.num_cut):
+            return None  # (prompts rejected as cut: cut_said says so)
         if self.num_duplicates == self.num_read:
             return (
                 f"every one of its {self.num_read:,} records duplicates a request stored "
@@ -128,6 +151,9 @@ class _Tally:
     num_duplicates: int = 0  # rejects whose request id was stored before
     num_skipped: int = 0  # lines that are not records (server logs)
     block_sizes: set[int] = field(default_factory=set)  # up to 2 distinct stored sizes
+    reject_cut: bool = False  # --reject-truncated: reject the prompts the log may have cut
+    cut_at: int | None = None  # the log's verdict (Batch.cut_at_tokens)
+    num_cut: int = 0  # its prompts of exactly cut_at ids, flagged or rejected
 
 
 MAX_REJECTS_KEPT = 20
@@ -145,6 +171,7 @@ def ingest(
     db_path: str | Path = DEFAULT_DB,
     fmt: str = "auto",
     progress: Progress | None = None,
+    reject_truncated: bool = False,
     tokenizer: str | None = None,
 ) -> IngestResult:
     """Store every record of `paths` or list it as rejected; files in the order given.
@@ -154,6 +181,9 @@ def ingest(
     Raises:
         InputFileError: a file is missing, unreadable, or not parseable at all (exit 2).
         ConfigError: an unknown format name, or HPA_MAX_LINE_MIB not a whole number >= 1.
+
+    `reject_truncated`: reject a server log's prompts that may be cut (vLLM's --max-log-len:
+    `SourceResult.cut_said`) rather than store them flagged.
     """
     _check_format(fmt)
     text = _tokenizer(tokenizer)
@@ -174,7 +204,7 @@ def ingest(
     results: list[SourceResult] = []
     try:
         try:
-            _ingest_files(con, paths, (fmt, text), progress, results)
+            _ingest_files(con, paths, (fmt, text), progress, results, reject_truncated)
             stored = any(r.num_stored for r in results)
             mixed = block_size_caveat(con) if stored else None
         finally:
@@ -221,7 +251,9 @@ def _whole_progress(paths: list[Path], progress: Progress | None) -> list:
     ]
 
 
-def _ingest_files(con, paths: list[Path], fmt: tuple, progress, results: list) -> None:
+def _ingest_files(
+    con, paths: list[Path], fmt: tuple, progress, results: list, reject_cut=False
+) -> None:
     """Ingest `paths` as one command: all of them land, or none (an error, Ctrl-C, or a
     kill: the next connect forgets what a command that did not end stored). Batches commit
     as they go, so memory stays flat; the files count only once the command closes."""
@@ -234,7 +266,9 @@ def _ingest_files(con, paths: list[Path], fmt: tuple, progress, results: list) -
     replaced: list[int] = []  # all-rejected earlier ingests read again: dropped at the end
     try:
         for path, file_progress in zip(paths, _whole_progress(paths, progress), strict=True):
-            results.append(_ingest_file(con, path, fmt, known, first_seen, file_progress, replaced))
+            results.append(
+                _ingest_file(con, path, fmt, known, first_seen, file_progress, replaced, reject_cut)
+            )
         with transaction(con):
             for source_id in replaced:
                 con.execute(load_sql("ingest_forget_rejects"), {"source_id": source_id})
@@ -382,7 +416,9 @@ def _unreadable(path: Path, exc: OSError) -> InputFileError:
     return InputFileError(f"{path}: cannot read ({exc.strerror or exc})")
 
 
-def _ingest_file(con, path, given, known, first_seen, progress, replaced) -> SourceResult:
+def _ingest_file(
+    con, path, given, known, first_seen, progress, replaced, reject_cut=False
+) -> SourceResult:
     _check_readable(path)
     digest = _digest(path)
     fmt, text = given
@@ -394,7 +430,7 @@ def _ingest_file(con, path, given, known, first_seen, progress, replaced) -> Sou
     source_id = con.execute(load_sql("ingest_next_source_id")).fetchall()[0][0]
     sources = {sid: p for sid, p, _, _ in known.values()}
     sources[source_id] = str(path)
-    tally = _Tally(source_id, str(path), dict(first_seen), sources)
+    tally = _Tally(source_id, str(path), dict(first_seen), sources, reject_cut=reject_cut)
     _read_into(con, path, _reader(fmt, text), tally, progress)
     _check_parseable(path, fmt, tally)
     sha = digest()
@@ -429,6 +465,9 @@ def _ingest_file(con, path, given, known, first_seen, progress, replaced) -> Sou
         rejects=tuple(tally.rejects),
         num_skipped=tally.num_skipped,
         num_duplicates=tally.num_duplicates,
+        num_cut=tally.num_cut,
+        cut_at_tokens=tally.cut_at,
+        cut_rejected=tally.reject_cut,
     )
 
 
@@ -486,16 +525,47 @@ def _store_batch(con, batch: Batch, tally: _Tally) -> None:
             sizes = pa.compute.unique(rows.column("block_size").drop_null()).to_pylist()
             tally.block_sizes.update(sizes[:2])
     if rejects:
-        con.executemany(
-            load_sql("ingest_insert_rejects"),
-            [
-                [tally.source_id, tally.path, r.line_no, r.field, r.reason, r.raw_excerpt]
-                for r in rejects
-            ],
-        )
-        tally.num_rejected += len(rejects)
-        tally.num_undecodable += sum(r.reason.startswith(_UNDECODABLE) for r in rejects)
-        tally.rejects.extend(rejects[: MAX_REJECTS_KEPT - len(tally.rejects)])
+        _insert_rejects(con, rejects, tally)
+    if batch.cut_at_tokens is not None:
+        _flag_cut(con, batch.cut_at_tokens, tally)
+
+
+def _insert_rejects(con, rejects: list[Reject], tally: _Tally) -> None:
+    con.executemany(
+        load_sql("ingest_insert_rejects"),
+        [
+            [tally.source_id, tally.path, r.line_no, r.field, r.reason, r.raw_excerpt]
+            for r in rejects
+        ],
+    )
+    tally.num_rejected += len(rejects)
+    tally.num_undecodable += sum(r.reason.startswith(_UNDECODABLE) for r in rejects)
+    tally.rejects.extend(rejects[: MAX_REJECTS_KEPT - len(tally.rejects)])
+
+
+def _flag_cut(con, cut_at: int, tally: _Tally) -> None:
+    """The file's prompts of exactly `cut_at` ids, which its log may have cut (the last
+    batch's verdict; every row of the file is stored by then): flagged in
+    requests.log_cut_tokens, or with --reject-truncated removed and rejected."""
+    tally.cut_at = cut_at
+    params = {"source_id": tally.source_id, "cut_at": cut_at}
+    if not tally.reject_cut:
+        tally.num_cut = con.execute(load_sql("ingest_flag_cut"), params).fetchall()[0][0]
+        return
+    cut = con.execute(load_sql("ingest_cut_rows"), params).fetchall()
+    con.execute(load_sql("ingest_delete_cut"), params)
+    reason = (
+        f"{cut_at:,} ids, where this log cuts its token lists (vLLM's --max-log-len): the "
+        "prompt may be longer (--reject-truncated)"
+    )
+    _insert_rejects(
+        con, [Reject(line, "prompt_token_ids", reason, rid) for line, rid in cut], tally
+    )
+    for _, rid in cut:
+        tally.first_seen.pop(rid, None)
+    tally.num_cut = len(cut)
+    tally.num_stored -= len(cut)
+    tally.num_prompt_tokens -= len(cut) * cut_at
 
 
 def _drop_duplicates(batch: Batch, tally: _Tally) -> tuple[pa.Table, list[Reject]]:

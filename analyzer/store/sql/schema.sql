@@ -45,7 +45,10 @@ CREATE TABLE IF NOT EXISTS requests (
     tenant VARCHAR,
     ttft_ms DOUBLE,
     extra JSON,
-    cached_tokens INTEGER   -- engine-reported cached prompt tokens (0..prompt_tokens)
+    cached_tokens INTEGER,  -- engine-reported cached prompt tokens (0..prompt_tokens)
+    -- A server log cuts its token lists at this many ids (vLLM's --max-log-len) and this
+    -- prompt has exactly that many: it may be longer. Null: whole (docs/traces.md).
+    log_cut_tokens INTEGER
 );
 
 CREATE TABLE IF NOT EXISTS rejects (
@@ -64,6 +67,7 @@ ALTER TABLE sources ADD COLUMN IF NOT EXISTS provenance VARCHAR;
 -- Lines that are not records (server-log adapters): counted, neither stored nor rejected.
 ALTER TABLE sources ADD COLUMN IF NOT EXISTS num_skipped BIGINT DEFAULT 0;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS cached_tokens INTEGER;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS log_cut_tokens INTEGER;
 -- A chat log's ids are the tokenizer's (hpa ingest --tokenizer): which one, the sha256 of its
 -- tokenizer.json and of the chat template it rendered with; null for a trace of ids.
 ALTER TABLE sources ADD COLUMN IF NOT EXISTS tokenizer VARCHAR;

@@ -373,3 +373,94 @@ def test_an_output_without_its_prompt_is_one_reject_per_request(tmp_path, db):
         (1, "missing: an output line of a request wit"),
         (3, "not logged: vLLM >= 0.11.2 logs prompt t"),
     ]
+
+
+CUT = FIXTURE.parent / "vllm033_max_log_len.log"  # --max-log-len 512: six prompts cut
+WHOLE = FIXTURE.parent / "vllm033_fixed_len.log"  # six whole prompts of exactly 512 ids
+
+
+def _without_args(path: Path) -> str:
+    return "".join(line for line in path.read_text().splitlines(True) if "args: " not in line)
+
+
+@pytest.mark.parametrize(
+    ("text", "cut_at"),
+    [
+        (CUT.read_text(), 512),  # the args line names max_log_len 512
+        (_without_args(CUT), 512),  # no args line: six prompts of 512 ids, 512 characters
+        ("".join(CUT.read_text().splitlines(True)[:9]), 512),  # two cut prompts, args line
+        ("".join(_without_args(CUT).splitlines(True)[:8]), None),  # two: fewer than MIN_CUT
+        (WHOLE.read_text(), None),  # the args line names no max_log_len: nothing was cut
+        (_without_args(WHOLE), None),  # fixed-length prompts whose text is whole
+        (V033.read_text(), None),
+        (FIXTURE.read_text(), None),  # vLLM 0.6's `args: Namespace(.., max_log_len=None)`
+        (FIXTURE.read_text().replace("max_log_len=None", "max_log_len=48"), 48),
+    ],
+)
+def test_a_log_that_cuts_its_lists_is_found(tmp_path, text, cut_at):
+    """Issue 49 item 2: the log's own args line when it has one (vLLM 0.33's `non-default
+    args: {.., 'max_log_len': 512}`, entrypoints/common/startup.py:96; older releases'
+    `args: Namespace(.., max_log_len=N)`), else at least MIN_CUT prompts at the longest
+    length whose text is cut at the same length (vLLM cuts text and ids at one N,
+    request_logger.py:49-54). Fixed-length prompts of whole text raise no alarm."""
+    path = _v033(tmp_path, "cut.log", text)
+    with open(path, "rb") as f:
+        batches = list(vllm_log.read_vllm_log(path, f, lambda: None))
+    assert [b.cut_at_tokens for b in batches][-1] == cut_at
+    assert all(b.cut_at_tokens is None for b in batches[:-1])
+
+
+CUT_SAID = (
+    "warning: {path}: 6 prompts may be cut at 512 tokens (the log cuts its token lists "
+    "there: vLLM's --max-log-len): their shared prefixes are a lower bound; stored with "
+    "log_cut_tokens = 512 (--reject-truncated rejects them)\n"
+)
+CUT_NOTE = (
+    "note: 6 prompts may be cut at 512 tokens (a server log's --max-log-len): their shared "
+    "prefixes are a lower bound (docs/traces.md#cut-logs)\n"
+)
+
+
+def test_cut_prompts_are_flagged_and_match_and_replay_say_so(tmp_path, db):
+    """Before: six prompts of exactly 512 tokens stored without a word, and match reported
+    83.3% shared (their true prompts are 1,573 to 1,939 tokens, 1,201 of them shared)."""
+    path = _v033(tmp_path, "cut.log", CUT.read_text())
+    runner = CliRunner()
+    res = runner.invoke(cli, ["ingest", "--db", str(db), str(path)])
+    assert res.exit_code == 0, res.output
+    assert CUT_SAID.format(path=path) in res.output
+    assert db_rows(db, "SELECT count(*), min(log_cut_tokens) FROM requests") == [(6, 512)]
+    res = runner.invoke(cli, ["match", "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    assert "shared with any earlier request: 83.3% of prompt tokens" in res.output
+    assert res.output.endswith(CUT_NOTE)
+    res = runner.invoke(cli, ["replay", "--db", str(db), "--set", "block_size=16"])
+    assert res.exit_code == 0, res.output
+    assert res.output.endswith(CUT_NOTE)
+
+    whole = tmp_path / "whole.duckdb"
+    res = runner.invoke(cli, ["ingest", "--db", str(whole), str(_v033(tmp_path, "w.log",
+                                                                      WHOLE.read_text()))])  # fmt: skip
+    assert res.exit_code == 0 and "may be cut" not in res.output, res.output
+    res = runner.invoke(cli, ["match", "--db", str(whole)])
+    assert res.exit_code == 0 and "note:" not in res.output, res.output
+
+
+def test_reject_truncated_rejects_the_cut_prompts(tmp_path, db):
+    path = _v033(tmp_path, "cut.log", CUT.read_text())
+    res = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(path), "--reject-truncated"])
+    assert res.exit_code == 1, res.output
+    assert f"{path}: read 6 = stored 0 + rejected 6 (0 prompt tokens; 19 other" in res.output
+    assert (
+        f"  rejected {path}:2: prompt_token_ids: 512 ids, where this log cuts its token lists "
+        "(vLLM's --max-log-len): the prompt may be longer (--reject-truncated)\n"
+    ) in res.output
+    assert res.output.endswith(
+        f"warning: {path}: 6 prompts of exactly 512 tokens rejected: the log cuts its token "
+        "lists at 512 (vLLM's --max-log-len), so they may be longer\n"
+    )
+    assert "is it a trace of another format" not in res.output
+    assert db_rows(db, "SELECT count(*) FROM requests") == [(0,)]
+    assert db_rows(db, "SELECT num_stored, num_rejected, num_prompt_tokens FROM sources") == [
+        (0, 6, 0)
+    ]

@@ -1,0 +1,2 @@
+-- Remove the prompts of source $source_id cut at $cut_at ids (hpa ingest --reject-truncated).
+DELETE FROM requests WHERE source_id = $source_id AND prompt_tokens = $cut_at;
