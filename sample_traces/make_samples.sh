@@ -5,12 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")"
 HPA="${HPA:-hpa}"
 
-# SPEC 6: 3 requests x 2,176 tokens, first N shared (B=544 block-boundary cases).
+# Worked examples (docs/definitions.md): 3 requests x 2,176 tokens, first N shared (B=544 block-boundary cases).
 for shared in 543 545 1087 1088 1089 1632; do
     "$HPA" synth "diagnostic_${shared}.jsonl" --scenario diagnostic --param shared_tokens="$shared"
 done
 
-# SPEC 6: 32 requests x 2,200 tokens, 8 groups of 4 sharing N tokens (B=528 cases).
+# Worked examples (docs/definitions.md): 32 requests x 2,200 tokens, 8 groups of 4 sharing N tokens (B=528 cases).
 for shared in 1600 1500; do
     "$HPA" synth "groups_${shared}.jsonl" --scenario groups --param shared_tokens="$shared"
 done
