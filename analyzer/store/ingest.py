@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -37,15 +36,11 @@ from analyzer.traces.readers import (
     READERS,
     SOURCE_INFO,
     TRACE_SUFFIXES,
-    Reader,
     detect_format,
     not_a_trace,
     side_table,
 )
 from analyzer.words import plural
-
-if TYPE_CHECKING:
-    from analyzer.traces.text import ChatTokenizer
 
 # (bytes read so far, total bytes) of the whole command, and which file ('file 3 of 710';
 # '' for one file)
@@ -158,10 +153,6 @@ class _Tally:
 
 MAX_REJECTS_KEPT = 20
 INGEST_MEMORY_LIMIT = "512MB"
-_UNUSED_TOKENIZER = (
-    "--tokenizer was not used: no file is a chat or completion log (format chat); the "
-    "traces' own ids are stored"
-)
 _UNDECODABLE = ("malformed JSON", "expected a JSON object")
 
 
@@ -175,18 +166,16 @@ def ingest(
     tokenizer: str | None = None,
 ) -> IngestResult:
     """Store every record of `paths` or list it as rejected; files in the order given.
-    `tokenizer`: a local model folder (or its tokenizer.json) that tokenizes chat and
-    completion logs (format chat) as the server did (analyzer.traces.text).
 
     Raises:
         InputFileError: a file is missing, unreadable, or not parseable at all (exit 2).
-        ConfigError: an unknown format name, or HPA_MAX_LINE_MIB not a whole number >= 1.
+        ConfigError: an unknown format, HPA_MAX_LINE_MIB not a number >= 1, or no tokenizer.
 
     `reject_truncated`: reject a server log's prompts that may be cut (vLLM's --max-log-len:
     `SourceResult.cut_said`) rather than store them flagged.
     """
     _check_format(fmt)
-    text = _tokenizer(tokenizer)
+    text = chat.tokenizer_at(tokenizer)
     max_line_bytes()  # a bad HPA_MAX_LINE_MIB is an error before anything is read
     listed = [_files(Path(p)) for p in paths]
     paths = [f for files, _ in listed for f in files]
@@ -213,8 +202,7 @@ def ingest(
         if created and not _closed(exc, paths):
             remove_store(store)  # a failed first ingest leaves no database behind
         raise
-    unused = text is not None and not any(r.format == chat.NAME for r in results)
-    warnings = ((mixed,) if mixed else ()) + ((_UNUSED_TOKENIZER,) if unused else ())
+    warnings = ((mixed,) if mixed else ()) + chat.unused(text, [r.format for r in results])
     return IngestResult(tuple(results), skipped, warnings)
 
 
@@ -334,31 +322,6 @@ def _not_a_file(path: Path) -> str:
     return "not a regular file"
 
 
-def _tokenizer(path: str | None) -> ChatTokenizer | None:
-    """The tokenizer of `--tokenizer`, loaded before any file is read (ConfigError)."""
-    if path is None:
-        return None
-    from analyzer.traces.text import load
-
-    return load(path)
-
-
-def _reader(fmt: str, text: ChatTokenizer | None) -> Reader:
-    """The reader of `fmt`; a chat log's tokenizes with `text`."""
-    return chat.reader(text) if fmt == chat.NAME and text is not None else READERS[fmt]
-
-
-def _provenance(fmt: str, text: ChatTokenizer | None) -> dict[str, str | None]:
-    """The tokenizer's name and the sha256 of its tokenizer.json and chat template, for a
-    file whose ids it made."""
-    used = fmt == chat.NAME and text is not None
-    return {
-        "tokenizer": text.name if used else None,
-        "tokenizer_sha256": text.tokenizer_sha256 if used else None,
-        "chat_template_sha256": text.chat_template_sha256 if used else None,
-    }
-
-
 def _check_format(fmt: str) -> None:
 
     if fmt != "auto" and fmt not in READERS:
@@ -421,8 +384,7 @@ def _ingest_file(
 ) -> SourceResult:
     _check_readable(path)
     digest = _digest(path)
-    fmt, text = given
-    fmt = detect_format(path) if fmt == "auto" else fmt
+    fmt, text = given[0] if given[0] != "auto" else detect_format(path), given[1]
     if known:  # the file may be one stored already: know that before reading it
         sha = digest()
         if sha in known and not _read_again(known, sha, fmt, replaced):
@@ -431,7 +393,7 @@ def _ingest_file(
     sources = {sid: p for sid, p, _, _ in known.values()}
     sources[source_id] = str(path)
     tally = _Tally(source_id, str(path), dict(first_seen), sources, reject_cut=reject_cut)
-    _read_into(con, path, _reader(fmt, text), tally, progress)
+    _read_into(con, path, chat.reader_or(READERS[fmt], fmt, text), tally, progress)
     _check_parseable(path, fmt, tally)
     sha = digest()
     # The sources row is written last: it marks the file as read whole.
@@ -448,7 +410,7 @@ def _ingest_file(
         "block_size": info.block_size_tokens or _single(tally.block_sizes),
         "provenance": info.provenance,
         "num_skipped": tally.num_skipped,
-        **_provenance(fmt, text),
+        **chat.provenance(fmt, text),
     }
     con.execute(load_sql("ingest_insert_source"), row)
     first_seen.update(tally.first_seen)
@@ -471,7 +433,9 @@ def _ingest_file(
     )
 
 
-def _read_into(con, path: Path, read: Reader, tally: _Tally, progress: FileProgress | None) -> None:
+def _read_into(
+    con, path: Path, read: Callable, tally: _Tally, progress: FileProgress | None
+) -> None:
     total = path.stat().st_size
     with open(path, "rb") as raw:
         counter = CountingReader(raw)

@@ -104,6 +104,42 @@ def reader(tokenizer: ChatTokenizer) -> Callable[[Path, BinaryIO, Callable[[], N
     return read
 
 
+def tokenizer_at(path: str | None) -> ChatTokenizer | None:
+    """The tokenizer of `--tokenizer` (None without one), loaded before any file is read:
+    a ConfigError says why a path is not one (analyzer.traces.text)."""
+    if path is None:
+        return None
+    from analyzer.traces.text import load
+
+    return load(path)
+
+
+def reader_or(default: Callable, fmt: str, tokenizer: ChatTokenizer | None) -> Callable:
+    """The reader of a file of format `fmt`: a chat log's tokenizes with `tokenizer`."""
+    return reader(tokenizer) if fmt == NAME and tokenizer is not None else default
+
+
+def provenance(fmt: str, tokenizer: ChatTokenizer | None) -> dict[str, str | None]:
+    """The `sources` columns of a file of format `fmt`: the tokenizer's folder name and the
+    sha256 of its tokenizer.json and chat template when it made the file's ids, else null."""
+    used = fmt == NAME and tokenizer is not None
+    return {
+        "tokenizer": tokenizer.name if used else None,
+        "tokenizer_sha256": tokenizer.tokenizer_sha256 if used else None,
+        "chat_template_sha256": tokenizer.chat_template_sha256 if used else None,
+    }
+
+
+def unused(tokenizer: ChatTokenizer | None, formats: list[str]) -> tuple[str, ...]:
+    """The warning for a --tokenizer that no file (of `formats`) needed."""
+    if tokenizer is None or NAME in formats:
+        return ()
+    return (
+        "--tokenizer was not used: no file is a chat or completion log (format chat); the "
+        "traces' own ids are stored",
+    )
+
+
 def _tokenized(tokenizer: ChatTokenizer, scope: str, items: list) -> list:
     """(line_no, canonical record or RecordError, raw) of a chunk: texts rendered one by
     one, then tokenized together (the tokenizer's threads)."""
