@@ -2,7 +2,7 @@
 `junctions` tables (optionally derived prompt families), export.
 
 In this process (`--executor local`) the matcher streams every request's tokens once out
-of the store (`pipeline.token_stream`) through the compiled radix tree on the CPU, then
+of the store (`access.token_stream`) through the compiled radix tree on the CPU, then
 reads the junction owners' again to name the junctions; where the rows are stored far out
 of arrival order it holds them all instead (`DuckDBSource.holds_better`); on the GPU it
 reads them chunk by chunk; with another executor it runs sharded by each

@@ -155,7 +155,7 @@ def replay_setup(policy: Policy) -> ReplaySetup:
 def streams_tokens(policy: Policy, spec: ExecutorSpec) -> bool:
     """Whether a replay in this process needs no token id once L1/L2 are known: its results
     follow from them (`replay_from_shared`) and no routing reads prompts. Its driver may
-    then stream the ids through the matcher instead of holding them (`pipeline.streamed`)."""
+    then stream the ids through the matcher instead of holding them (`access.streamed`)."""
     return (
         spec.is_local
         and policy.routing != "prefix_aware"
@@ -219,7 +219,7 @@ def replay_rows(
     trace: Trace, policy: Policy, replayer=None, progress=None, executor=None
 ) -> dict[str, np.ndarray | list]:
     """Per-request rows of one replay. `replayer(requests, policy, num_groups)` replaces the
-    cache replay of one partition (default `sim.replay.replay`; the sweep's one-pass curve).
+    cache replay of one partition (default `sim.dispatch.replay`; the sweep's one-pass curve).
     `executor` runs the partitions (default: in this process)."""
     c = trace.columns
     spec = as_spec(executor)
