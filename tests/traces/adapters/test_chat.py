@@ -334,3 +334,28 @@ def test_a_store_from_before_gains_the_provenance_columns(tmp_path, models):
     finally:
         con.close()
     assert got == [("jsonl", None), ("chat", "qwen")]
+
+
+@pytest.mark.parametrize("name", ["qwen", "llama"])
+def test_a_later_turn_shares_the_earlier_turns_whole_prompt(tmp_path, models, name):
+    """What prefix caching rests on: turn 2's ids start with all of turn 1's (its generation
+    prompt included), so hpa match finds turn 1 whole."""
+    first, second = CONVERSATIONS[1]["messages"][:2], CONVERSATIONS[1]["messages"]
+    kwargs = template_kwargs(name)
+    lines = [
+        _line(request_id="t1", timestamp=1, messages=first, chat_template_kwargs=kwargs),
+        _line(request_id="t2", timestamp=2, messages=second, chat_template_kwargs=kwargs),
+    ]
+    _, rows, _ = _ingest(tmp_path, models, lines, name=name)
+    ids1, ids2 = rows[0][2], rows[1][2]
+    assert len(ids2) > len(ids1) and ids2[: len(ids1)] == ids1
+    db = str(tmp_path / "chat.duckdb")
+    assert CliRunner().invoke(cli, ["match", "--db", db]).exit_code == 0
+    con = duckdb.connect(db, read_only=True)
+    try:
+        shared = con.execute(
+            "SELECT request_id, shared_any_tokens FROM prefix_matches ORDER BY request_id"
+        ).fetchall()
+    finally:
+        con.close()
+    assert shared == [("t1", 0), ("t2", len(ids1))]
