@@ -1,7 +1,7 @@
 """Small model folders built in code for the chat log tests: a byte-level BPE tokenizer
 trained on a few sentences, the special tokens of Qwen2.5 or Llama 3, and the real chat
-template (tests/fixtures/chat_templates). `tools/chat_reference_ids.py` builds the same
-folders and renders the same CONVERSATIONS with transformers (the reference ids)."""
+template (tests/fixtures/chat_templates). `tools/chat_reference/chat_reference_ids.py` builds
+the same folders and renders the same CONVERSATIONS with transformers (the reference ids)."""
 
 from __future__ import annotations
 
