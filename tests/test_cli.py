@@ -135,9 +135,10 @@ BAD_RECORDS = [
         1,
         "prompt_token_ids: empty array (a request needs at least one token)",
     ),
-    (
+    (  # (a file of no record with ids is refused whole: test_a_trace_without_ids_is_refused)
+        '{"request_id": "b", "prompt_token_ids": [1]}\n'
         '{"request_id": "a", "output_token_ids": [1]}',
-        1,
+        2,
         "prompt_token_ids: missing (give prompt_token_ids, or block_hash_ids with block_size)",
     ),
     (

@@ -40,6 +40,7 @@ from analyzer.traces.readers import (
     not_a_trace,
     side_table,
 )
+from analyzer.traces.records import MISSING_IDS, NO_IDS_WHY
 from analyzer.words import plural
 
 # (bytes read so far, total bytes) of the whole command, and which file ('file 3 of 710';
@@ -143,6 +144,7 @@ class _Tally:
     rejects: list[Reject] = field(default_factory=list)
     num_rejected: int = 0
     num_undecodable: int = 0  # rejects that were not a JSON object at all
+    num_no_ids: int = 0  # rejects of records with neither token ids nor block hashes
     num_duplicates: int = 0  # rejects whose request id was stored before
     num_skipped: int = 0  # lines that are not records (server logs)
     block_sizes: set[int] = field(default_factory=set)  # up to 2 distinct stored sizes
@@ -504,6 +506,7 @@ def _insert_rejects(con, rejects: list[Reject], tally: _Tally) -> None:
     )
     tally.num_rejected += len(rejects)
     tally.num_undecodable += sum(r.reason.startswith(_UNDECODABLE) for r in rejects)
+    tally.num_no_ids += sum(r.reason == MISSING_IDS for r in rejects)
     tally.rejects.extend(rejects[: MAX_REJECTS_KEPT - len(tally.rejects)])
 
 
@@ -562,8 +565,16 @@ def _single(block_sizes: set[int]) -> int | None:
 
 
 def _check_parseable(path: Path, fmt: str, tally: _Tally) -> None:
-    """A JSONL file in which no line is a JSON object cannot be parsed at all."""
-    if fmt != "jsonl" or tally.num_stored or not tally.num_read:
+    """A JSONL file in which no line is a JSON object cannot be parsed at all; a trace in
+    which no record has token ids or block hashes cannot be prefix-analysed."""
+    if tally.num_stored or not tally.num_read:
+        return
+    if tally.num_no_ids == tally.num_read:
+        raise InputFileError(
+            f"{path}: none of its {plural(tally.num_read, 'record')} has token ids or block "
+            f"hashes: {NO_IDS_WHY}"
+        )
+    if fmt != "jsonl":
         return
     if tally.num_undecodable == tally.num_read:
         first = tally.rejects[0]

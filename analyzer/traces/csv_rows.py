@@ -16,7 +16,7 @@ import orjson
 from analyzer.errors import InputFileError
 from analyzer.traces.batches import Batch, exact_batch
 from analyzer.traces.jsonlines import LongLine, max_line_bytes, whole_lines
-from analyzer.traces.records import COUNT_FIELDS, RecordError, first_bad_utf8
+from analyzer.traces.records import COUNT_FIELDS, NO_IDS_WHY, RecordError, first_bad_utf8
 
 CSV_BATCH_ROWS = 4096
 _INT = re.compile(r"[+-]?\d+")
@@ -144,6 +144,10 @@ def _header(path: Path, reader, long_lines: deque[LongLine]) -> list[str] | None
         raise InputFileError(f"{path}:{line.line_no}: the CSV header is {line.error().reason}")
     if any(_NOT_UTF8.search(name) for name in header):
         raise InputFileError(f"{path}:1: the CSV header is not valid UTF-8")
+    if "prompt_token_ids" not in header and "block_hash_ids" not in header:
+        raise InputFileError(
+            f"{path}:1: no column holds token ids or block hashes (got {header}): {NO_IDS_WHY}"
+        )
     if "request_id" not in header or len(set(header)) != len(header):
         raise InputFileError(
             f"{path}:1: the CSV header must name request_id and each column once, got {header}"

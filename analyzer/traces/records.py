@@ -32,6 +32,14 @@ STRING_FIELDS = (
     "tenant",
 )
 TOKEN_LIST_FIELDS = ("prompt_token_ids", "output_token_ids")
+MISSING_IDS = "missing (give prompt_token_ids, or block_hash_ids with block_size)"
+# Why a trace of no ids and no hashes (token counts, text) is refused, and what to bring.
+NO_IDS_WHY = (
+    "prefix analysis needs what each prompt holds, token by token (prompt_token_ids) or block "
+    "by block (block_hash_ids with block_size): counts cannot tell whether two prompts share "
+    "a prefix; bring the token ids or block hashes, or the prompts' text as a chat or "
+    "completion log with --tokenizer (docs/traces.md#from-your-logs-to-a-trace)"
+)
 COUNT_FIELDS = ("block_size", "prompt_tokens", "output_tokens", "cached_tokens")
 KNOWN_FIELDS = frozenset(
     STRING_FIELDS
@@ -265,9 +273,7 @@ def _prompt(rec: dict[str, Any], row: dict[str, Any]) -> None:
     if has_ids and has_hashes:
         raise RecordError("block_hash_ids", "give prompt_token_ids or block_hash_ids, not both")
     if not has_ids and not has_hashes:
-        raise RecordError(
-            "prompt_token_ids", "missing (give prompt_token_ids, or block_hash_ids with block_size)"
-        )
+        raise RecordError("prompt_token_ids", MISSING_IDS)
     if "block_size" in rec:
         row["block_size"] = _count("block_size", rec["block_size"], 1)
     claimed = _count("prompt_tokens", rec["prompt_tokens"], 1) if "prompt_tokens" in rec else None
