@@ -24,6 +24,24 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The C loops' tests under AddressSanitizer and UBSan: both extensions built with them into
+# build/asan (the checkout's in-place build stays as it is), then the radix loop's, the token
+# scanner's and the hostile-argument tests run against that build (tools/asan/run_tests.py
+# loads it), with ASan's runtime preloaded. An access out of bounds, a use after free or
+# undefined behaviour aborts the run; pytest captures at the sys level only, so the
+# sanitizer's report reaches the terminal. docs/contributing.md, "Compiled kernels".
+ASAN_BUILD := build/asan
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+ASAN_TESTS := tests/test_native_contents.py tests/prefixes/test_radix.py tests/traces/test_token_scan.py
+.PHONY: asan
+asan: $(STAMP)
+	rm -rf $(ASAN_BUILD)
+	CFLAGS="$(ASAN_FLAGS) -g" LDFLAGS="$(ASAN_FLAGS)" $(PY) setup.py -q build_ext \
+		--build-lib $(ASAN_BUILD) --build-temp $(ASAN_BUILD)/temp
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0 \
+		UBSAN_OPTIONS=print_stacktrace=1 $(PY) tools/asan/run_tests.py $(ASAN_BUILD) \
+		-q -p no:cacheprovider --capture=sys $(ASAN_TESTS)
+
 # The package as users get it: sdist -> wheel -> a fresh venv (not editable) -> the README
 # tour in a temp folder outside the clone (.ci/wheel_tour.sh, ~35 s with a warm pip cache).
 wheel-check: $(STAMP)
