@@ -581,7 +581,7 @@ def test_a_failure_names_file_line_and_reference():
 
 # --- No citation of a document outside the repository, no path of one machine ----------------
 
-SPEC_CITATION = re.compile(r"\bSPEC(?:\.md| ?[0-9§]|-[0-9]|'s\b)")
+SPEC_CITATION = re.compile(r"\bSPEC(?:\.md| ?[0-9§]|-[0-9]|'s\b| section\b)")
 # Absolute paths of one developer's machine: home folders and the workspace (a scratch path
 # under /tmp exists on every machine, and each such default has its environment variable).
 MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:root|home|Users|" + "work" + r")/[\w.-]")
@@ -626,6 +626,7 @@ def test_no_path_of_a_developer_machine_remains():
         ("(SPEC 4.1)", True),
         ("SPEC-5 policy", True),
         ("SPEC.md section 6", True),
+        ("(SPEC section 3)", True),
         ("SPEC_DECODE = (...)", False),
         ("C_SPEC_BLOCKS", False),
     ],
