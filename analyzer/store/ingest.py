@@ -9,13 +9,9 @@ so that memory does not grow with the file.
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import os
-import stat
 import zlib
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,18 +23,22 @@ from analyzer import interrupts
 from analyzer.errors import AnalyzerError, ConfigError, InputFileError
 from analyzer.store.caveats import block_size_caveat
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, remove_store, stores, transaction
+from analyzer.store.ingest_files import (
+    check_readable,
+    damage,
+    listed_files,
+    not_a_file,
+    sha256_later,
+)
 from analyzer.store.write_units import prefetched, write_units
 from analyzer.traces.adapters import chat
 from analyzer.traces.batches import Batch, Reject, SourceInfo
-from analyzer.traces.io import CountingReader, damage_at, open_binary
+from analyzer.traces.io import CountingReader, open_binary
 from analyzer.traces.jsonlines import max_line_bytes
 from analyzer.traces.readers import (
     READERS,
     SOURCE_INFO,
-    TRACE_SUFFIXES,
     detect_format,
-    not_a_trace,
-    side_table,
 )
 from analyzer.traces.records import MISSING_IDS, NO_IDS_WHY
 from analyzer.words import plural
@@ -179,14 +179,14 @@ def ingest(
     _check_format(fmt)
     text = chat.tokenizer_at(tokenizer)
     max_line_bytes()  # a bad HPA_MAX_LINE_MIB is an error before anything is read
-    listed = [_files(Path(p)) for p in paths]
+    listed = [listed_files(Path(p)) for p in paths]
     paths = [f for files, _ in listed for f in files]
     skipped = tuple((str(f), why) for _, left in listed for f, why in left)
     if not paths:
         raise InputFileError(f"nothing to ingest: {'; '.join(f'{f}: {w}' for f, w in skipped)}")
     for path in paths:
         if not path.is_file():
-            raise InputFileError(f"{path}: {_not_a_file(path)}")
+            raise InputFileError(f"{path}: {not_a_file(path)}")
     store = Path(db_path)
     created = not store.exists() or store.stat().st_size == 0  # empty: no store (connect)
     # DuckDB caches written blocks up to its memory limit (80% of RAM by default);
@@ -284,46 +284,6 @@ def _ingest_files(
         raise
 
 
-def _files(path: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """([path], []), or for a directory (the files directly in it named like a trace, by
-    name; the other files with why they are left out); hidden files are not looked at."""
-    if not path.is_dir():
-        part = side_table(path) if path.is_file() else None
-        return ([], [(path, part)]) if part else ([path], [])
-    traces, others = [], []
-    for p in sorted(path.iterdir()):
-        if p.is_file() and not p.name.startswith("."):
-            why = not_a_trace(p)
-            if why is None:
-                traces.append(p)
-            else:
-                others.append((p, why))
-    if not traces:
-        raise InputFileError(
-            f"{path}: a directory with no trace files in it (names ending in "
-            f"{', '.join(TRACE_SUFFIXES)}, also .gz or .zst)"
-        )
-    return traces, others
-
-
-def _not_a_file(path: Path) -> str:
-    """Why `path`, which is no regular file, cannot be ingested."""
-    try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return "a loop of symbolic links"
-        if os.path.lexists(path):
-            return f"cannot be read ({exc.strerror or exc})"
-        return "no such file"
-    if stat.S_ISFIFO(mode):
-        return (
-            "a pipe, not a file: ingest reads a file twice (its sha256, then its records); "
-            "save the stream to a file first"
-        )
-    return "not a regular file"
-
-
 def _check_format(fmt: str) -> None:
 
     if fmt != "auto" and fmt not in READERS:
@@ -348,44 +308,11 @@ def _read_again(known: dict, sha: str, fmt: str, replaced: list[int]) -> bool:
     return True
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _digest(path: Path) -> Callable[[], str]:
-    """The file's sha256, as a call that waits for it: computed in a thread while the file
-    is read (hashing and reading release the GIL; on 70 M tokens 0.3 s no longer in line)."""
-    pool = ThreadPoolExecutor(1, thread_name_prefix="hpa-sha256")
-    future = pool.submit(_sha256, path)
-    pool.shutdown(wait=False)
-
-    def result() -> str:
-        try:
-            return future.result()
-        except OSError as exc:
-            raise _unreadable(path, exc) from None
-
-    return result
-
-
-def _check_readable(path: Path) -> None:
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as exc:
-        raise _unreadable(path, exc) from None
-
-
-def _unreadable(path: Path, exc: OSError) -> InputFileError:
-    return InputFileError(f"{path}: cannot read ({exc.strerror or exc})")
-
-
 def _ingest_file(
     con, path, given, known, first_seen, progress, replaced, reject_cut=False
 ) -> SourceResult:
-    _check_readable(path)
-    digest = _digest(path)
+    check_readable(path)
+    digest = sha256_later(path)
     fmt, text = given[0] if given[0] != "auto" else detect_format(path), given[1]
     if known:  # the file may be one stored already: know that before reading it
         sha = digest()
@@ -449,32 +376,13 @@ def _read_into(
                 for batch in units:
                     _store_batch(con, batch, tally)
         except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
-            raise InputFileError(f"{path}: cannot be read{_damage(path)} ({exc})") from None
+            raise InputFileError(f"{path}: cannot be read{damage(path)} ({exc})") from None
         except Exception as exc:
             if type(exc).__module__.startswith(("zstd", "zstandard")):  # zstandard.backend_c
-                raise InputFileError(
-                    f"{path}: corrupt zstd stream{_damage(path)} ({exc})"
-                ) from None
+                raise InputFileError(f"{path}: corrupt zstd stream{damage(path)} ({exc})") from None
             raise
         if progress:
             progress(total, total)
-
-
-def _damage(path: Path) -> str:
-    """Where a file that cannot be read is damaged: " at the start", " after line N" (lines
-    1 to N read whole) or " in line N" (cut inside it), with the byte of its content; "" where
-    reading it again gets through."""
-    found = damage_at(path)
-    if found is None:
-        return ""
-    if not found.num_bytes:
-        return " at the start"
-    where = (
-        f"after line {found.num_lines:,}"
-        if found.at_line_end
-        else f"in line {found.num_lines + 1:,}"
-    )
-    return f" {where} (byte {found.num_bytes:,} of its decompressed content)"
 
 
 def _store_batch(con, batch: Batch, tally: _Tally) -> None:
