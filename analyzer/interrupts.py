@@ -162,11 +162,11 @@ def message(signum: int) -> str:
     stored = landed()
     if not stored:
         return f"{what}; nothing of this command was stored"
-    listing = _listing(stored)
-    return f"{what} after storing {listing} (whole); nothing else of this command was stored"
+    named = listing(stored)
+    return f"{what} after storing {named} (whole); nothing else of this command was stored"
 
 
-def _listing(stored: tuple[str, ...]) -> str:
+def listing(stored: tuple[str, ...]) -> str:
     """`stored`, runs of consecutive numbers of one thing shortened: "replay runs 7-9"."""
     groups: list[list] = []  # [what, first, last]
     for item in stored:

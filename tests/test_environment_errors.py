@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
-from analyzer.cli.base import environment_error
+from analyzer.cli.faults import environment_error
 from analyzer.store import runs
 from analyzer.store.ingest import ingest
 
