@@ -159,12 +159,12 @@ def replay(
         raise ConfigError("--out: exports one run; give a single --policy")
     if out is not None:
         check_export_path(out)
-    outcomes = []
-    with replay_session(db_path, dataset) as session:  # every run stored, or none
+    # every run stored, or none, when the block ends (the store open to readers till then)
+    with replay_session(db_path, dataset) as session:
         for policy, policy_name in zip(policies, names, strict=True):
             run_name = name if name is None or len(names) == 1 else f"{name} · {policy_name}"
             with progress_bar("replay", "requests") as update:
-                result = run_replay(
+                run_replay(
                     policy,
                     out=out,
                     progress=update,
@@ -173,7 +173,7 @@ def replay(
                     name=run_name,
                     session=session,
                 )
-            outcomes.append(result)
+    outcomes = session.outcomes
     for policy, result in zip(policies, outcomes, strict=True):
         _print_replay(policy, result, render)
     if len(outcomes) > 1:

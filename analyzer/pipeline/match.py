@@ -38,6 +38,7 @@ from analyzer.prefixes.result import (
 )
 from analyzer.prefixes.source import RequestMeta
 from analyzer.store.caveats import cut_caveat
+from analyzer.store.db import connect, open_to_store, trace_fingerprint
 from analyzer.store.export import check_export_path
 from analyzer.store.matches import export_prefix_matches, write_relations
 from analyzer.store.sequences import read_prefixes
@@ -163,7 +164,10 @@ def match_prefixes(
         raise ConfigError("--backend cupy runs in one process; use it with --executor local")
     xp = get_xp(backend) if spec.is_local else np
     options = options or MatchOptions()
-    con = source.connect()
+    # The store's own trace is read on a read-only connection (`hpa query` reads the store
+    # while this matches); the tables are written on a writable one, opened to store them.
+    con = source.connect() if source.is_dataset else connect(db_path, create=False, reader=True)
+    read_from = None if source.is_dataset else trace_fingerprint(con)[0]
     try:
         cut = cut_caveat(con)  # prompts a server log may have cut: shares are a lower bound
         started = time.perf_counter()
@@ -189,6 +193,9 @@ def match_prefixes(
             )
             name = f"{backend_name(xp)}, {result.num_partitions} partitions on executor {spec.name}"
         seconds = time.perf_counter() - started
+        if not source.is_dataset:
+            con.close()
+            con = open_to_store(db_path, read_from)
         derived = write_relations(
             con,
             relations,

@@ -14,7 +14,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +34,14 @@ from analyzer.sim.fleet import replay_fleet
 from analyzer.sim.records import ResultColumns, SimResult, result_columns
 from analyzer.sim.routing import route
 from analyzer.store.caveats import block_size_caveat, cut_caveat, timestamp_caveats
-from analyzer.store.db import DEFAULT_DB, stored_trace_block, transaction
+from analyzer.store.db import (
+    DEFAULT_DB,
+    connect,
+    open_to_store,
+    stored_trace_block,
+    trace_fingerprint,
+    transaction,
+)
 from analyzer.store.export import check_export_path
 from analyzer.store.runs import ReplayOutcome, check_measure_from, check_name, store_run
 
@@ -50,10 +57,11 @@ def run_replay(
     dataset: str | Path | None = None,
     name: str | None = None,
     session: ReplaySession | None = None,
-) -> ReplayOutcome:
+) -> ReplayOutcome | None:
     """Replay the stored trace under `policy`; store and return the run (`name`: what the
     report calls it; default: its engine and what its policy changes). Within a `session`
-    (`replay_session`) the run is stored with the session's other runs, all or none.
+    (`replay_session`) the run is stored with the session's other runs, all or none, when
+    the session ends (its outcome then in `session.outcomes`; this returns None).
 
     `progress(requests replayed, requests)` is called as they replay (analyzer.pipeline.
     partitions: every 64 in this process, as each partition finishes elsewhere).
@@ -74,57 +82,80 @@ def run_replay(
     if out is not None:
         check_export_path(out)  # a bad suffix or a missing folder, before the replay
     spec = as_spec(executor)
-    source = session.source if session is not None else request_input(db_path, dataset)
-    con = session.con if session is not None else source.connect()
-    try:
-        # the geometry first: a policy the trace cannot express fails before it loads
-        policy, fitted = fit_policy(policy, stored_trace_block(con))
-        mixed = block_size_caveat(con)
-        cut = cut_caveat(con)  # prompts a server log may have cut: hits are a lower bound
-        trace = source.driver_trace(con, stream=streams_tokens(policy, spec))
-        started = time.perf_counter()
-        rows = replay_rows(trace, policy, progress=progress, executor=spec)
-        seconds = time.perf_counter() - started
+    if session is None:
+        with replay_session(db_path, dataset) as own:
+            run_replay(policy, out=out, progress=progress, measure_from=measure_from,
+                       executor=spec, name=name, session=own)  # fmt: skip
+        return own.outcomes[0]
+    con = session.con
+    # the geometry first: a policy the trace cannot express fails before it loads
+    policy, fitted = fit_policy(policy, stored_trace_block(con))
+    mixed = block_size_caveat(con)
+    cut = cut_caveat(con)  # prompts a server log may have cut: hits are a lower bound
+    trace = session.source.driver_trace(con, stream=streams_tokens(policy, spec))
+    started = time.perf_counter()
+    rows = replay_rows(trace, policy, progress=progress, executor=spec)
+    seconds = time.perf_counter() - started
+    # arrival times drive a concurrent replay: say which of them an adapter made
+    timed = timestamp_caveats(con) if policy.schedule == "concurrent" else []
+    n, fingerprint = trace.n, session.source.fingerprint
+
+    def store(writer) -> ReplayOutcome:
         outcome = store_run(
-            con,
+            writer,
             policy,
             rows,
             seconds,
-            trace.n,
+            n,
             out=out,
             measure_from=measure_from,
-            fingerprint=source.fingerprint,
+            fingerprint=fingerprint,
             name=name,
         )
-        # arrival times drive a concurrent replay: say which of them an adapter made
-        timed = timestamp_caveats(con) if policy.schedule == "concurrent" else []
-    finally:
-        if session is None:
-            con.close()
-    notes = (*([mixed] if mixed else []), *([fitted] if fitted else []), *outcome.notes, *timed,
-             *([cut] if cut else []))  # fmt: skip
-    return replace(outcome, notes=notes, num_caches=num_caches(policy, rows))
+        notes = (*([mixed] if mixed else []), *([fitted] if fitted else []), *outcome.notes,
+                 *timed, *([cut] if cut else []))  # fmt: skip
+        return replace(outcome, notes=notes, num_caches=num_caches(policy, rows))
+
+    session.pending.append(store)
+    return None
 
 
 @dataclass(frozen=True)
 class ReplaySession:
-    """Several replays of one command on one connection, stored as one write."""
+    """Several replays of one command, computed on one connection and stored as one write:
+    `pending` stores each run on the writable connection, `outcomes` what they stored."""
 
     source: object
     con: object
+    pending: list = field(default_factory=list)
+    outcomes: list = field(default_factory=list)
 
 
 @contextmanager
 def replay_session(
     db_path: str | Path = DEFAULT_DB, dataset: str | Path | None = None
 ) -> Iterator[ReplaySession]:
-    """One connection and one transaction for the runs of `hpa replay --policy a,b,...`:
-    every run is stored, or (an error, a kill) none is."""
+    """The runs of `hpa replay --policy a,b,...`, replayed in the block and stored when it
+    ends, in one transaction: every run is stored, or (an error, a kill) none is. The
+    store's own trace is read on a read-only connection, let go of before the runs are
+    stored on a writable one (`open_to_store`): the store stays open to readers (`hpa
+    query`) while the runs replay. A dataset's runs go to a store opened writable
+    throughout (it may have to be created)."""
     source = request_input(db_path, dataset)
-    con = source.connect()
+    stored = not source.is_dataset
+    con = connect(db_path, create=False, reader=True) if stored else source.connect()
     try:
-        with transaction(con):
-            yield ReplaySession(source, con)
+        read_from = trace_fingerprint(con)[0] if stored else None
+        session = ReplaySession(source, con)
+        yield session
+        if stored:
+            con.close()
+        writer = open_to_store(db_path, read_from) if stored else con
+        try:
+            with transaction(writer):
+                session.outcomes.extend(store(writer) for store in session.pending)
+        finally:
+            writer.close()
     finally:
         con.close()
 

@@ -45,7 +45,13 @@ from analyzer.pipeline.sweep_points import (
 )
 from analyzer.sim.dispatch import make_policy
 from analyzer.store.caveats import block_size_caveat
-from analyzer.store.db import DEFAULT_DB, stored_trace_block
+from analyzer.store.db import (
+    DEFAULT_DB,
+    connect,
+    open_to_store,
+    stored_trace_block,
+    trace_fingerprint,
+)
 from analyzer.store.runs import check_measure_from, check_name
 
 
@@ -80,7 +86,9 @@ def run_sweeps(
     parsed, base, base_policy = _checked(policy_source, overrides, varies, grid, jobs)
     spec = as_spec(executor or "processes", workers=jobs)
     source = request_input(db_path, dataset)
-    con = source.connect()
+    # The store's own trace is read on a read-only connection, let go of before the points
+    # replay: `hpa query` reads the store meanwhile; each sweep is stored on a writable one.
+    con = source.connect() if source.is_dataset else connect(db_path, create=False, reader=True)
     try:
         if source.is_dataset and not spec.is_local:
             return dataset_sweeps(
@@ -92,6 +100,9 @@ def run_sweeps(
         trace, one = source.whole_trace(con), OnePass()
         planned = _planned(trace, one, base, base_policy, parsed, grid, trace_block)
         mixed = block_size_caveat(con)
+        read_from = None if source.is_dataset else trace_fingerprint(con)[0]
+        if not source.is_dataset:
+            con.close()
         counted = _counter(sum(len(points) for _, points, _ in planned), progress)
         outcomes = []
         for knob, points, notes in planned:
@@ -101,9 +112,15 @@ def run_sweeps(
             else:
                 ran = _run_points(trace, points, spec, counted, knob)
                 computed = [(r, s, False) for r, s in ran]
-            outcome = store_sweep(
-                con, base_policy, knob, points, computed, source.fingerprint, measure_from, name
-            )
+            writer = con if source.is_dataset else open_to_store(db_path, read_from)
+            try:
+                outcome = store_sweep(
+                    writer, base_policy, knob, points, computed, source.fingerprint,
+                    measure_from, name,
+                )  # fmt: skip
+            finally:
+                if writer is not con:
+                    writer.close()
             outcome.seconds = time.perf_counter() - started
             outcome.notes = tuple(dict.fromkeys(n for n in (mixed, base_note, *notes) if n))
             outcomes.append(outcome)

@@ -7,6 +7,8 @@ import errno
 import hashlib
 import math
 import os
+import sys
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,7 +23,7 @@ import pyarrow as pa
 from analyzer import interrupts
 from analyzer.errors import InputFileError, StoreError
 from analyzer.store import DEFAULT_DB  # noqa: F401  (defined there, light, for the CLI)
-from analyzer.store.locks import open_error
+from analyzer.store.locks import StoreLockedError, open_error
 
 T = TypeVar("T")
 
@@ -138,6 +140,45 @@ def check_duckdb_file(path: Path) -> None:
         f"{path}: {what}, not an hpa store; give --db a store hpa made "
         f"(`hpa ingest FILE --db NEW.duckdb`)"
     )
+
+
+# How often a writer that has its results asks again for a store another process holds.
+LOCK_POLL_S = 0.2
+
+
+def open_to_store(
+    path: str | Path, read_from: str | None, *, said: Callable[[str], None] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A writable connection to the store at `path` for a command that computed its results
+    on a read-only one and has let go of it (so `hpa query` could read the store meanwhile):
+    where another process holds the store (a reader: `hpa query`, `hpa report`), it waits
+    for it, saying so once (`said`; default: a line on stderr), rather than lose what it
+    computed. `read_from`: the stored trace's fingerprint when the results were computed
+    (`trace_fingerprint`; None: the trace is not the store's, a dataset).
+
+    Raises:
+        StoreError: the stored trace changed meanwhile (another command ingested), so the
+            results are of a trace the store no longer holds; or the store cannot be opened.
+    """
+    said = said or (lambda line: print(f"hpa: {line}", file=sys.stderr, flush=True))
+    waiting = False
+    while True:
+        try:
+            con = connect(path, create=False)
+            break
+        except StoreLockedError as exc:
+            if not waiting:
+                held = str(exc).split("; run this again")[0]
+                said(f"{held}; waiting for it to end, to store the results")
+                waiting = True
+            time.sleep(LOCK_POLL_S)
+    if read_from is not None and trace_fingerprint(con)[0] != read_from:
+        con.close()
+        raise StoreError(
+            f"{path}: the stored trace changed while this command computed (another command "
+            "ingested or replaced it); nothing was stored; run it again"
+        )
+    return con
 
 
 def _empty_file(path: Path) -> bool:

@@ -62,7 +62,11 @@ def open_error(path: Path, exc: BaseException) -> StoreError:
     holder = f"another hpa command (pid {pid}: {command})" if command else (
         f"another process (pid {pid}: {held['exe']})"
     )  # fmt: skip
-    return StoreError(f"{path}: locked by {holder}; run this again when it has ended")
+    return StoreLockedError(f"{path}: locked by {holder}; run this again when it has ended")
+
+
+class StoreLockedError(StoreError):
+    """The store is open in another process that keeps this one from opening it."""
 
 
 def _hpa_command(pid: int) -> str | None:

@@ -131,27 +131,81 @@ def test_a_damaged_data_block_is_one_line_naming_the_store(store, command):
 
 def test_a_command_that_only_reads_leaves_the_store_open_to_others(store):
     """A process holding a reader's connection (as report, metrics, compare, calibrate and
-    plan open the store) holds no write lock: `hpa query` runs beside it, a writer is told
-    who holds it.
+    plan open the store) holds no write lock: `hpa query` runs beside it, a command that
+    writes from its start is told who holds it.
     Before, the reader's connection was writable and `hpa query` was refused: locked."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "from analyzer.store.db import connect; import sys; "
-         f"con = connect({str(store)!r}, create=False, reader=True); print('open', flush=True); "
-         "sys.stdin.read()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    holder = _hold_reader(store)
     try:
-        assert holder.stdout.readline() == "open\n"
         done = subprocess.run(
             [*HPA, "query", "SELECT count(*) AS n FROM requests", "--format", "csv", "--db",
              str(store)], capture_output=True, text=True,
         )  # fmt: skip
         assert (done.returncode, done.stdout, done.stderr) == (0, "n\n3\n", "")
-        writer = subprocess.run([*HPA, *COMMANDS["match"], "--db", str(store)],
-                                capture_output=True, text=True)  # fmt: skip
+        writer = subprocess.run(
+            [*HPA, "query", "CREATE TABLE notes AS SELECT 1 AS x", "--write", "--db", str(store)],
+            capture_output=True, text=True,
+        )  # fmt: skip
         assert writer.returncode == 1
         assert writer.stderr.startswith(
             f"Error: {store}: locked by another process (pid {holder.pid}: "
         )
     finally:
         holder.communicate("")
+
+
+def _hold_reader(store: Path) -> subprocess.Popen:
+    """A process holding a read-only connection to `store` until its stdin closes."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "from analyzer.store.db import connect; import sys; "
+         f"con = connect({str(store)!r}, create=False, reader=True); print('open', flush=True); "
+         "sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout.readline() == "open\n"
+    return holder
+
+
+@pytest.mark.parametrize("command", ["replay", "sweep", "match"])
+def test_a_writer_computes_without_the_lock_and_waits_to_store(store, command):
+    """replay, sweep and match read the trace read-only and let go of it while they compute:
+    with a reader holding the store (a long `hpa report`), they compute, say once that they
+    wait, `hpa query` runs meanwhile, and they store when the reader ends. Before, they held
+    the write lock from start to end, and a reader made them fail at the start."""
+    holder = _hold_reader(store)
+    args = [*HPA, *COMMANDS[command], "--db", str(store)]
+    writer = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = writer.stderr.readline()
+        assert said.startswith(f"hpa: {store}: locked by another process (pid {holder.pid}: ")
+        assert said.endswith("); waiting for it to end, to store the results\n")
+        done = subprocess.run(
+            [*HPA, "query", "SELECT count(*) AS n FROM requests", "--format", "csv", "--db",
+             str(store)], capture_output=True, text=True,
+        )  # fmt: skip
+        assert (done.returncode, done.stdout) == (0, "n\n3\n")
+    finally:
+        holder.communicate("")
+        out, err = writer.communicate()
+    assert (writer.returncode, err) == (0, ""), err
+    table = {"replay": "replay_runs", "sweep": "sweep_points", "match": "prefix_matches"}[command]
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        assert con.execute(f"SELECT count(*) > 0 FROM {table}").fetchall() == [(True,)]
+    finally:
+        con.close()
+
+
+def test_results_of_a_trace_that_changed_meanwhile_are_not_stored(store):
+    from analyzer.errors import StoreError
+    from analyzer.store.db import open_to_store, trace_fingerprint
+
+    con = connect(store, create=False, reader=True)
+    read_from = trace_fingerprint(con)[0]
+    con.close()
+    ingest([SAMPLES / "diagnostic_1087.jsonl"], db_path=store)
+    with pytest.raises(StoreError) as caught:
+        open_to_store(store, read_from)
+    assert str(caught.value) == (
+        f"{store}: the stored trace changed while this command computed (another command "
+        "ingested or replaced it); nothing was stored; run it again"
+    )
