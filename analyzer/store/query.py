@@ -9,6 +9,7 @@ from pathlib import Path
 import duckdb
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from analyzer import interrupts
 from analyzer.errors import StoreError
@@ -179,20 +180,47 @@ _AS_TEXT = re.compile(
 
 def _result(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     """The rows of `sql` (every statement run; the last one's rows), each column of a type
-    in `_AS_TEXT` (or holding one) cast to DuckDB's text of it."""
+    in `_AS_TEXT` (or holding one) cast to DuckDB's text of it, and so is a date or a
+    timestamp column holding a value Python's dates cannot (`infinity`, a year past 9999)."""
     relation = con.sql(sql)
     if relation is None:
         return pa.table({})
     types = [str(t) for t in relation.types]
-    if any(_AS_TEXT.search(t) for t in types):
-        names = [f'"{c.replace(chr(34), chr(34) * 2)}"' for c in relation.columns]
-        relation = relation.project(
-            ", ".join(
-                f"CAST(#{i} AS VARCHAR) AS {name}" if _AS_TEXT.search(t) else f"#{i} AS {name}"
-                for i, (name, t) in enumerate(zip(names, types, strict=True), start=1)
-            )
+    as_text = [bool(_AS_TEXT.search(t)) for t in types]
+    table = None if any(as_text) else relation.to_arrow_table()
+    if table is not None:
+        as_text = [_past_python_dates(column) for column in table.columns]
+        if not any(as_text):
+            return table
+    names = [f'"{c.replace(chr(34), chr(34) * 2)}"' for c in relation.columns]
+    return relation.project(
+        ", ".join(
+            f"CAST(#{i} AS VARCHAR) AS {name}" if text else f"#{i} AS {name}"
+            for i, (name, text) in enumerate(zip(names, as_text, strict=True), start=1)
         )
-    return relation.to_arrow_table()
+    ).to_arrow_table()
+
+
+# Python's dates: 0001-01-01 to 9999-12-31, in days and in microseconds since 1970-01-01.
+_PYTHON_DAYS = (-719_162, 2_932_896)
+_PYTHON_US = (-62_135_596_800 * 10**6, 253_402_300_800 * 10**6 - 1)
+_PER_US = {"s": 10**-6, "ms": 10**-3, "us": 1, "ns": 10**3}
+
+
+def _past_python_dates(column: pa.ChunkedArray) -> bool:
+    """Whether a date or timestamp `column` holds a value outside Python's dates."""
+    kind = column.type
+    if pa.types.is_date32(kind):
+        low, high = _PYTHON_DAYS
+        values = column.cast(pa.int32())
+    elif pa.types.is_timestamp(kind):
+        low, high = (bound * _PER_US[kind.unit] for bound in _PYTHON_US)
+        values = column.cast(pa.int64())
+    else:
+        return False
+    found = pc.min_max(values)
+    least, most = found["min"].as_py(), found["max"].as_py()
+    return least is not None and (least < low or most > high)
 
 
 # How DuckDB names a column it cannot bind (unqualified, and qualified by a table or alias).

@@ -178,3 +178,39 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         export.write_rows(pa.table({"x": [1]}), tmp_path / "x.parquet")
     assert list(tmp_path.iterdir()) == []
+
+
+# Dates and timestamps Python's dates cannot hold (year 1 to 9999): DuckDB's text of the
+# column, on the screen and in --out (they traced back: "OverflowError: date value out of
+# range", and --out wrote "<value out of range: 9223372036854775807>"); a column in range
+# keeps its type.
+PAST_PYTHON = (
+    "SELECT 'infinity'::TIMESTAMP AS t, '-infinity'::DATE AS d, "
+    "'294000-01-01'::TIMESTAMP AS big, 'infinity'::TIMESTAMPTZ AS tz, "
+    "'-infinity'::TIMESTAMP_S AS s, '2024-05-01 10:00:00'::TIMESTAMP AS ok"
+)
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--format", "json"], '{"t":"infinity","d":"-infinity","big":"294000-01-01 00:00:00",'
+         '"tz":"infinity","s":"-infinity","ok":"2024-05-01T10:00:00"}\n'),
+        # a text cell that starts like a formula gets its apostrophe, as every text cell
+        (["--format", "csv"], "t,d,big,tz,s,ok\ninfinity,'-infinity,294000-01-01 00:00:00,"
+         "infinity,'-infinity,2024-05-01 10:00:00\n"),
+    ],
+)  # fmt: skip
+def test_dates_past_python_are_duckdbs_text(db, args, expected):
+    result = CliRunner().invoke(cli, ["query", PAST_PYTHON, "--db", str(db), *args])
+    assert (result.exit_code, result.output) == (0, expected)
+
+
+def test_dates_past_python_in_out_and_in_range_keep_their_type(db, tmp_path):
+    out = tmp_path / "x.parquet"
+    result = CliRunner().invoke(cli, ["query", PAST_PYTHON, "--db", str(db), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    table = pq.read_table(out)
+    assert table.schema.field("t").type == pa.string()
+    assert table.schema.field("ok").type == pa.timestamp("us")
+    assert table.column("t").to_pylist() == ["infinity"]
