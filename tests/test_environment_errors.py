@@ -141,6 +141,28 @@ def test_out_of_memory_is_one_line_naming_the_stage(tmp_path):
         con.close()
 
 
+def test_out_of_memory_in_an_ingest_is_the_machines_not_the_files(tmp_path):
+    """The system refusing memory while an ingest stores its records: the machine's error
+    (it said "FILE: cannot be read ([Errno 12] ...)", exit 2, as if the file were bad)."""
+    db = tmp_path / "t.duckdb"
+    code = (
+        "import errno, analyzer.store.ingest as i\n"
+        "def refused(*args):\n"
+        "    raise OSError(errno.ENOMEM, 'Cannot allocate memory')\n"
+        "i._store_batch = refused\n"
+        "from analyzer.cli import main\n"
+        "main()\n"
+    )
+    trace = str(SAMPLES / "diagnostic_1088.jsonl")
+    done = subprocess.run([sys.executable, "-c", code, "ingest", trace, "--db", str(db)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert (done.returncode, done.stderr) == (1, (
+        "Error: out of memory while storing the input's records ([Errno 12] Cannot allocate "
+        "memory); nothing was stored\n"
+    ))  # fmt: skip
+    assert not db.exists()  # a failed first ingest leaves no store
+
+
 def _rows(db: Path) -> list:
     con = duckdb.connect(str(db), read_only=True)
     try:

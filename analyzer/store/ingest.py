@@ -22,7 +22,15 @@ import pyarrow as pa
 from analyzer import interrupts
 from analyzer.errors import AnalyzerError, ConfigError, InputFileError
 from analyzer.store.caveats import block_size_caveat
-from analyzer.store.db import DEFAULT_DB, connect, load_sql, remove_store, stores, transaction
+from analyzer.store.db import (
+    DEFAULT_DB,
+    connect,
+    load_sql,
+    memory_exhausted,
+    remove_store,
+    stores,
+    transaction,
+)
 from analyzer.store.ingest_files import (
     check_readable,
     damage,
@@ -376,6 +384,8 @@ def _read_into(
                 for batch in units:
                     _store_batch(con, batch, tally)
         except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+            if memory_exhausted(exc):  # the machine's, not the file's (cli/faults.py)
+                raise
             raise InputFileError(f"{path}: cannot be read{damage(path)} ({exc})") from None
         except Exception as exc:
             if type(exc).__module__.startswith(("zstd", "zstandard")):  # zstandard.backend_c
