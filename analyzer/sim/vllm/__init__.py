@@ -6,9 +6,10 @@ from functools import partial
 
 from analyzer.config.policy import Policy
 from analyzer.sim.records import ResultColumns, SimRequest, SimResult
-from analyzer.sim.vllm.compiled import fast_replay
-from analyzer.sim.vllm.compiled.fast import attention_columns, shared_form_applies
+from analyzer.sim.vllm.compiled import fast_replay, serial_gate
+from analyzer.sim.vllm.compiled.fast import attention_columns
 from analyzer.sim.vllm.concurrent import ConcurrentReplay
+from analyzer.sim.vllm.gates import SHARED_FORM, unmodelled_keys
 from analyzer.sim.vllm.layout import make_layout
 from analyzer.sim.vllm.reference import NOT_SCHEDULABLE, VllmReplay
 
@@ -19,6 +20,7 @@ __all__ = [
     "hit_alignment",
     "replay",
     "replay_from_shared",
+    "replay_path",
 ]
 
 
@@ -29,8 +31,21 @@ def replay(
     as its `schedule` says. `num_groups`: KV-cache groups per type (capacity only)."""
     if policy.schedule == "concurrent":
         return ConcurrentReplay(policy, num_groups=num_groups).run(requests)
-    fast = fast_replay(make_layout(policy, num_groups), NOT_SCHEDULABLE)
+    fast = None
+    if not unmodelled_keys(policy):  # a key no shortcut knows: the reference alone
+        fast = fast_replay(make_layout(policy, num_groups), NOT_SCHEDULABLE)
     return (fast or VllmReplay(policy, num_groups=num_groups)).run(requests)
+
+
+def replay_path(policy: Policy, *, num_groups: dict[str, int] | None = None) -> str:
+    """Which replay `replay` runs for `policy`: `concurrent`, the serial fast path's gate
+    (`closed_form`, `dense`, `hybrid`: `analyzer.sim.vllm.gates`) or `reference`."""
+    if policy.schedule == "concurrent":
+        return "concurrent"
+    if unmodelled_keys(policy):
+        return "reference"
+    gate = serial_gate(make_layout(policy, num_groups))
+    return gate.name if gate is not None else "reference"
 
 
 def replay_from_shared(
@@ -40,10 +55,10 @@ def replay_from_shared(
     prefix in its cache (`fast.attention_columns`, all requests at once) where `policy`
     allows it: full attention alone, unbounded, no sliding window or speculative decoding,
     match unit = block. None where requests must replay one by one."""
-    if policy.schedule == "concurrent":
+    if policy.schedule == "concurrent" or unmodelled_keys(policy):
         return None
     layout = make_layout(policy, num_groups)
-    return partial(attention_columns, layout) if shared_form_applies(layout) else None
+    return partial(attention_columns, layout) if SHARED_FORM.admits(layout) else None
 
 
 def check_policy(policy: Policy) -> None:

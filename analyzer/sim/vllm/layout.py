@@ -14,6 +14,46 @@ from analyzer.errors import ConfigError
 FULL, SWA, MAMBA = GROUPS
 
 
+# The policy keys `make_layout` reads: what they mean to a cache, the layout carries.
+LAYOUT_KEYS = frozenset(
+    {
+        "engine",
+        "groups",
+        "block_size",
+        "prefix_match_unit",
+        "retention_interval",
+        "sliding_window",
+        "max_num_batched_tokens",
+        "num_blocks",
+        "spec_decode",
+    }
+)
+# The policy keys one cache's serial replay never reads, each for its reason: the fleet
+# (`replicas`, `routing`, `cache_scope`: the caller partitions requests into caches); the
+# model (it reaches the layout through `block_size` and the group counts); the schedule
+# and the concurrent clock and step time (the entry point gives a concurrent policy to
+# `ConcurrentReplay`, which reads them itself). Any other key set away from its default
+# keeps every shortcut off (`gates.unmodelled_keys`).
+OUTSIDE_CACHE_KEYS = frozenset(
+    {
+        "replicas",
+        "routing",
+        "cache_scope",
+        "model",
+        "schedule",
+        "max_num_seqs",
+        "step_base_ms",
+        "step_token_us",
+        "time_scale",
+        "async_scheduling",
+        "step_model",
+        "gpu",
+        "tensor_parallel",
+        "step_efficiency",
+    }
+)
+
+
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative ints."""
     return -(-a // b)

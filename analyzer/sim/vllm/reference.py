@@ -18,7 +18,8 @@ from analyzer.config.policy import Policy
 from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.coordinator import Coordinator, replay_boundaries
-from analyzer.sim.vllm.layout import CacheLayout, decode_events, make_layout
+from analyzer.sim.vllm.gates import events
+from analyzer.sim.vllm.layout import CacheLayout, make_layout
 from analyzer.sim.vllm.managers import FullAttentionManager, ReqState
 from analyzer.sim.vllm.scheduler import chunk_tokens
 
@@ -38,7 +39,7 @@ class VllmReplay:
         self.layout: CacheLayout = make_layout(policy, num_groups)
         self.interner = HashInterner(ahead=True)  # the replay compares ids, never orders them
         self.coord = Coordinator(self.layout)
-        self._events = decode_events(self.layout)
+        self._events = events(self.layout)  # every position where its gate refuses
         self._evicted_keys = self._track_evicted()
 
     def run(self, requests: Iterable[SimRequest]) -> Iterator[SimResult]:

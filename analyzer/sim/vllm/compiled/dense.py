@@ -31,7 +31,8 @@ import numpy as np
 from analyzer.sim.common.block_hash import HashInterner
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.compiled.compiled_input import StepInput, grown, in_steps
-from analyzer.sim.vllm.layout import FULL, CacheLayout
+from analyzer.sim.vllm.gates import DENSE
+from analyzer.sim.vllm.layout import CacheLayout
 from analyzer.sim.vllm.reference import failed
 
 # Requests handed to the compiled loop at once: results come out in these steps, so the
@@ -43,15 +44,8 @@ OK, NOT_ADMITTED, PREFILL, DECODE = 0, 1, 2, 3
 
 def dense_applies(layout: CacheLayout) -> bool:
     """Whether this module replays `layout`: one full-attention group, bounded, whole-block
-    hashes, no drafter."""
-    return (
-        layout.group_types == (FULL,)
-        and layout.num_blocks is not None
-        and layout.hash_block_size == layout.block_size
-        and layout.hash_lookahead == 0
-        and layout.alloc_lookahead == 0
-        and not layout.eagle_drop
-    )
+    hashes, no drafter (`gates.DENSE` names what it models)."""
+    return DENSE.admits(layout)
 
 
 class DenseReplay:

@@ -26,18 +26,15 @@ import numpy as np
 
 from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.records import ResultColumns, SimRequest, SimResult
+from analyzer.sim.vllm.gates import CLOSED_FORM, SHARED_FORM
 from analyzer.sim.vllm.layout import CacheLayout, cdiv
 from analyzer.sim.vllm.reference import failed
 from analyzer.sim.vllm.scheduler import chunk_tokens
 
 
 def fast_path_applies(layout: CacheLayout) -> bool:
-    return (
-        layout.num_blocks is None
-        and layout.sliding_window is None
-        and not layout.speculative
-        and layout.hash_block_size == layout.block_size
-    )
+    """Whether the closed form replays `layout` (`gates.CLOSED_FORM` names what it models)."""
+    return CLOSED_FORM.admits(layout)
 
 
 class _Req:
@@ -175,8 +172,8 @@ class UnboundedReplay:
 
 def shared_form_applies(layout: CacheLayout) -> bool:
     """Whether `attention_results` gives this layout's results: the closed form with full
-    attention only (no Mamba states to follow request by request)."""
-    return fast_path_applies(layout) and not layout.has_mamba
+    attention only (no Mamba states to follow request by request; `gates.SHARED_FORM`)."""
+    return SHARED_FORM.admits(layout)
 
 
 def attention_columns(

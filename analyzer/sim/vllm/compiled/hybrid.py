@@ -35,7 +35,8 @@ from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.compiled import hybrid_loop, lookup_loop, pool_loop
 from analyzer.sim.vllm.compiled import loop_fields as f
 from analyzer.sim.vllm.compiled.compiled_input import StepInput, in_steps
-from analyzer.sim.vllm.layout import FULL, MAMBA, SWA, CacheLayout, cdiv, decode_events
+from analyzer.sim.vllm.gates import HYBRID, events
+from analyzer.sim.vllm.layout import FULL, MAMBA, SWA, CacheLayout, cdiv
 from analyzer.sim.vllm.reference import failed
 
 # Requests handed to the compiled loop at once (results come out in these steps).
@@ -45,8 +46,8 @@ _TYPES = {FULL: f.FA, SWA: f.SWA, MAMBA: f.MAMBA}
 
 def hybrid_applies(layout: CacheLayout) -> bool:
     """Whether this module replays `layout`: any with full attention (its lookup is
-    attention first)."""
-    return FULL in layout.group_types
+    attention first; `gates.HYBRID` names what it models)."""
+    return HYBRID.admits(layout)
 
 
 class HybridReplay:
@@ -58,7 +59,7 @@ class HybridReplay:
         self.error = not_schedulable.format(layout.num_blocks)
         self.input = StepInput(interner, layout.hash_block_size, layout.hash_lookahead)
         self.cfg = _config(layout)
-        self.events = np.asarray(decode_events(layout), np.int64)
+        self.events = np.asarray(events(layout), np.int64)
         G = len(layout.group_types)
         # the loop's state (loop_fields.py)
         self.pool = _pool(layout.num_blocks)
