@@ -15,6 +15,8 @@ from analyzer.config.policy import Policy
 from analyzer.pipeline.replay import replay_rows, routed_partitions
 from analyzer.sim.dispatch import replay
 from analyzer.sim.vllm.compiled.stack_distance import capacity_curve
+from analyzer.sim.vllm.gates import CAPACITY_CURVE, unmodelled_keys
+from analyzer.sim.vllm.layout import make_layout
 
 AUTO_POINTS = 12
 
@@ -23,18 +25,15 @@ def one_pass_applies(policy: Policy) -> bool:
     """An LRU full-attention-only cache replayed serially: the stack-distance pass is exact
     (under the per-capacity conditions `CapacityCurve.valid` checks), whatever the token
     budget (it only splits the prefill: `sim/vllm/compiled/stack_distance.py`). Never under the
-    concurrent schedule, where requests in flight pin blocks and preempt."""
-    if (
-        policy.model is not None
-        and load_model(policy.model)["num_groups"].get("full_attention", 1) != 1
-    ):
+    concurrent schedule, where requests in flight pin blocks and preempt. What the pass
+    models is declared by its gate (`analyzer.sim.vllm.gates.CAPACITY_CURVE`)."""
+    if policy.engine != "vllm" or policy.schedule != "serial" or unmodelled_keys(policy):
         return False
-    return (
-        policy.engine == "vllm"
-        and policy.schedule == "serial"
-        and policy.groups == ("full_attention",)
-        and policy.spec_decode == "none"
-    )
+    counts = None
+    if policy.model is not None:
+        preset = load_model(policy.model)["num_groups"]
+        counts = {group: preset.get(group, 1) for group in policy.groups}
+    return CAPACITY_CURVE.admits(make_layout(policy, counts))
 
 
 class OnePass:
