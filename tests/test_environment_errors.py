@@ -108,7 +108,7 @@ def _behind(shown: BaseException, cause: BaseException) -> BaseException:
     ],
 )
 def test_errors_of_the_machine_are_one_line(exc, message, monkeypatch):
-    monkeypatch.setattr("analyzer.store.db._STORES", [])  # no store opened: "the store"
+    monkeypatch.setattr("analyzer.store.faults._STORES", [])  # no store opened: "the store"
     assert environment_error(exc) == message
 
 

@@ -26,7 +26,7 @@ def environment_error(exc: BaseException) -> str | None:
     disk or a folder that will not be written; each says what the command stored."""
     import duckdb
 
-    from analyzer.store.db import memory_exhausted, opened_stores
+    from analyzer.store.faults import memory_exhausted, opened_stores
     from analyzer.store.locks import damage, damaged_store
 
     stored = _stored_note()
@@ -92,7 +92,7 @@ _OPENING = {"connect", "open_reader", "_attach", "_ensure_schema", "_read_only_o
 def _failed_stage(exc: BaseException) -> tuple[str, str]:
     """(the stage of the command `exc` arose in, its first line), from the traceback of the
     error behind `exc` that ran out of memory."""
-    from analyzer.store.db import errors_behind, memory_exhausted
+    from analyzer.store.faults import errors_behind, memory_exhausted
 
     behind = [e for e in errors_behind(exc) if memory_exhausted(e)]
     cause = behind[-1] if behind else exc

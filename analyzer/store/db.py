@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import math
 import os
@@ -23,6 +22,7 @@ import pyarrow as pa
 from analyzer import interrupts
 from analyzer.errors import InputFileError, StoreError
 from analyzer.store import DEFAULT_DB  # noqa: F401  (defined there, light, for the CLI)
+from analyzer.store.faults import check_duckdb_file, note_opened, out_of_memory
 from analyzer.store.locks import StoreLockedError, open_error
 
 T = TypeVar("T")
@@ -80,7 +80,7 @@ def connect(
             folder does not exist.
     """
     path = Path(path)
-    _opened(path)
+    note_opened(path)
     empty = _empty_file(path)
     if not create and (empty or not path.exists()):
         what = " (an empty file)" if empty else ""
@@ -119,29 +119,6 @@ def connect(
 # Every connection to a store: DuckDB fetches or loads no extension of its own accord (a
 # SQLite file made it download sqlite_scanner); those hpa uses are built in.
 NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-# What a DuckDB file holds at bytes 8..12 (after its header's checksum), and a SQLite file's start.
-_DUCKDB_MAGIC = b"DUCK"
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-def check_duckdb_file(path: Path) -> None:
-    """Raise StoreError unless the file at `path` (present, not empty) starts as a DuckDB
-    database does: a SQLite file, a trace or anything else given as `--db` is named as
-    such before DuckDB is asked to open it."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError:
-        return  # DuckDB's own error says why (a folder, no permission)
-    if head[8:12] == _DUCKDB_MAGIC:
-        return
-    what = "a SQLite database" if head.startswith(_SQLITE_MAGIC) else "not a DuckDB database"
-    raise StoreError(
-        f"{path}: {what}, not an hpa store; give --db a store hpa made "
-        f"(`hpa ingest FILE --db NEW.duckdb`)"
-    )
-
-
 # How often a writer that has its results asks again for a store another process holds.
 LOCK_POLL_S = 0.2
 
@@ -389,52 +366,6 @@ def _restore_settings(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(load_sql("threads_set"), {"threads": opened["threads"]})
     else:
         con.execute(load_sql("threads_reset"))
-
-
-def out_of_memory(exc: BaseException) -> bool:
-    """Whether `exc` is DuckDB running out of buffer memory (pyarrow's stream reader passes
-    it on as an OSError with DuckDB's message)."""
-    return isinstance(exc, duckdb.OutOfMemoryException) or str(exc).startswith(
-        "Out of Memory Error"
-    )
-
-
-def errors_behind(exc: BaseException) -> Iterator[BaseException]:
-    """`exc`, then the errors it was raised from or while handling, innermost last."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-
-
-def memory_exhausted(exc: BaseException) -> bool:
-    """Whether `exc` (or an error behind it) is the machine out of memory: Python's or
-    Arrow's MemoryError, DuckDB's, an allocation the system refused (ENOMEM), a thread it
-    could not start."""
-    for e in errors_behind(exc):
-        if isinstance(e, MemoryError) or out_of_memory(e) or "bad allocation" in str(e):
-            return True
-        if isinstance(e, OSError) and e.errno == errno.ENOMEM:
-            return True
-        if isinstance(e, RuntimeError) and str(e) == "can't start new thread":
-            return True
-    return False
-
-
-def opened_stores() -> list[Path]:
-    """The stores this process opened, the last one last (the one an error most likely
-    concerns)."""
-    return list(_STORES)
-
-
-def _opened(path: Path) -> None:
-    if path in _STORES:
-        _STORES.remove(path)
-    _STORES.append(path)
-
-
-_STORES: list[Path] = []
 
 
 def under_each_cap(run: Callable[[str | None], T], caps: Sequence[str | None]) -> T:

@@ -26,11 +26,11 @@ from analyzer.store.db import (
     DEFAULT_DB,
     connect,
     load_sql,
-    memory_exhausted,
     remove_store,
     stores,
     transaction,
 )
+from analyzer.store.faults import memory_exhausted
 from analyzer.store.ingest_files import (
     check_readable,
     damage,

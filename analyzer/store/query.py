@@ -16,11 +16,11 @@ from analyzer.errors import StoreError
 from analyzer.store.db import (
     DEFAULT_DB,
     NO_EXTENSIONS,
-    check_duckdb_file,
     connect,
     killed_ingest_left,
     load_sql,
 )
+from analyzer.store.faults import check_duckdb_file
 from analyzer.store.locks import damage, damaged_store, open_error
 
 # DuckDB settings of a guarded query: no files, no extensions fetched or loaded behind its back.
