@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from analyzer.errors import StoreError
 from analyzer.store.dataset import read_rows, register_requests
-from analyzer.store.db import load_sql, query_arrow
+from analyzer.store.db import NO_EXTENSIONS, load_sql, query_arrow
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def read_sequences(
         con = duckdb.connect()
         register_requests(con, read_rows(trace.dataset, ids))
     else:
-        con = duckdb.connect(str(trace.db_path), read_only=True)
+        con = duckdb.connect(str(trace.db_path), read_only=True, config=NO_EXTENSIONS)
     try:
         con.register("match_wanted", wanted)
         sql = load_sql("match_partition_sequences")

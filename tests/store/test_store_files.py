@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
-from analyzer.store.db import connect
+from analyzer.store.db import NO_EXTENSIONS, connect
 from analyzer.store.ingest import ingest
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
@@ -209,3 +210,22 @@ def test_results_of_a_trace_that_changed_meanwhile_are_not_stored(store):
         f"{store}: the stored trace changed while this command computed (another command "
         "ingested or replaced it); nothing was stored; run it again"
     )
+
+
+def test_a_workers_connection_fetches_or_loads_no_extension(store, monkeypatch):
+    """A worker reading its partition's sequences opens the store itself, with the same
+    settings as every other connection to it."""
+    from analyzer.store import sequences
+
+    opened, real = [], duckdb.connect
+
+    def spy(*args, **kwargs):
+        opened.append(kwargs.get("config", {}))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sequences.duckdb, "connect", spy)
+    flat, offsets = sequences.read_sequences(
+        sequences.TraceInput(db_path=str(store)), np.array([0, 1])
+    )
+    assert len(offsets) == 3 and len(flat) == offsets[-1]
+    assert opened == [NO_EXTENSIONS]
