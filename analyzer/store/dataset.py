@@ -48,6 +48,7 @@ COLUMNS = {
     "ttft_ms": "DOUBLE",
     "extra": "JSON",
     "cached_tokens": "INTEGER",
+    "log_cut_tokens": "INTEGER",
 }
 REQUIRED = ("request_id", "arrival_seq", "prompt_tokens")
 
