@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(HPA) demo --out build/demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15  # the slowest, for the 15-minute budget on 2 cores
 
 # The C loops' tests under AddressSanitizer and UBSan: both extensions built with them into
 # build/asan (the checkout's in-place build stays as it is), then the radix loop's, the token
