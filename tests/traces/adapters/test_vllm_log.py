@@ -439,8 +439,8 @@ def test_cut_prompts_are_flagged_and_match_and_replay_say_so(tmp_path, db):
     assert res.output.endswith(CUT_NOTE)
 
     whole = tmp_path / "whole.duckdb"
-    res = runner.invoke(cli, ["ingest", "--db", str(whole), str(_v033(tmp_path, "w.log",
-                                                                      WHOLE.read_text()))])  # fmt: skip
+    log = _v033(tmp_path, "w.log", WHOLE.read_text())
+    res = runner.invoke(cli, ["ingest", "--db", str(whole), str(log)])
     assert res.exit_code == 0 and "may be cut" not in res.output, res.output
     res = runner.invoke(cli, ["match", "--db", str(whole)])
     assert res.exit_code == 0 and "note:" not in res.output, res.output
