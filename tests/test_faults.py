@@ -107,9 +107,12 @@ def as_queried(db: Path) -> tuple[dict[str, int], list[str]]:
     if not tables:
         return {}, []
     checks = [sql for table in tables for sql in INVARIANTS.get(table, ())]
-    counts = ", ".join(f'(SELECT count(*) FROM "{t}") AS "{t}"' for t in tables)
-    found = query(db, f"SELECT {counts}")
-    broken = [sql for sql in checks if next(iter(query(db, sql).values())) != 0]
+    # one `hpa query` for every count and check (a process each took ~0.6 s, 9 per kill)
+    counts = [f'(SELECT count(*) FROM "{t}") AS "{t}"' for t in tables]
+    each = [f'({sql}) AS "check {i}"' for i, sql in enumerate(checks)]
+    row = query(db, f"SELECT {', '.join(counts + each)}")
+    found = {t: row[t] for t in tables}
+    broken = [sql for i, sql in enumerate(checks) if row[f"check {i}"] != 0]
     return found, broken
 
 
