@@ -35,29 +35,6 @@ static inline char hpa_kind(const char *format) {
 #else
         if (*format == '<') return 0;
         format++;
-/* Wrong contents found by a check that runs without the GIL: a printf-style message
- * (PyErr_Format's: %lld for each value) and up to six values, raised as a ValueError
- * once the GIL is held again. `format` NULL: nothing wrong. */
-typedef struct {
-    const char *format;
-    long long v[6];
-} hpa_fault;
-
-/* Record the first fault (later ones are left: the message names the first bad position);
- * -> -1, for `return hpa_fail(f, format, values...)` (one to six values). */
-#define hpa_fail(f, format, ...) hpa_fail6(f, format, __VA_ARGS__, 0, 0, 0, 0, 0)
-static inline int hpa_fail6(hpa_fault *f, const char *format, long long a, long long b,
-                            long long c, long long d, long long e, long long g, ...) {
-    if (f->format == NULL) *f = (hpa_fault){format, {a, b, c, d, e, g}};
-    return -1;
-}
-
-/* The ValueError of a recorded fault; NULL, for `return hpa_raise(...)`. */
-static inline PyObject *hpa_raise(const hpa_fault *f) {
-    const long long *v = f->v;
-    return PyErr_Format(PyExc_ValueError, f->format, v[0], v[1], v[2], v[3], v[4], v[5]);
-}
-
 #endif
     }
     if (format[0] == '\0' || format[1] != '\0') return 0;
