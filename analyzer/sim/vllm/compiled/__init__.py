@@ -14,17 +14,15 @@ from analyzer.sim.common.block_hash import HashInterner
 from analyzer.sim.vllm.compiled.dense import DenseReplay
 from analyzer.sim.vllm.compiled.fast import UnboundedReplay
 from analyzer.sim.vllm.compiled.hybrid import HybridReplay
-from analyzer.sim.vllm.gates import CLOSED_FORM, DENSE, HYBRID, Gate
+from analyzer.sim.vllm.gates import CLOSED_FORM, DENSE, SERIAL_PATHS, Gate
 from analyzer.sim.vllm.layout import CacheLayout
-
-_REPLAYS = {CLOSED_FORM: UnboundedReplay, DENSE: DenseReplay, HYBRID: HybridReplay}
 
 
 def serial_gate(layout: CacheLayout) -> Gate | None:
     """The gate (`analyzer.sim.vllm.gates`) of the fast path that replays `layout`
     serially: the closed form, then the dense loop, then the hybrid loop; None where only
     the reference does."""
-    for gate in (CLOSED_FORM, DENSE, HYBRID):
+    for gate in SERIAL_PATHS:
         if gate.admits(layout):
             return gate
     return None
@@ -42,4 +40,5 @@ def fast_replay(
     interner = HashInterner(ahead=True)  # a replay compares ids, never orders them
     if gate is CLOSED_FORM:
         return UnboundedReplay(layout, interner)
-    return _REPLAYS[gate](layout, interner, not_schedulable)
+    replay = DenseReplay if gate is DENSE else HybridReplay
+    return replay(layout, interner, not_schedulable)

@@ -26,15 +26,9 @@ import numpy as np
 
 from analyzer.sim.common.block_hash import HashInterner, request_hashes
 from analyzer.sim.records import ResultColumns, SimRequest, SimResult
-from analyzer.sim.vllm.gates import CLOSED_FORM, SHARED_FORM
 from analyzer.sim.vllm.layout import CacheLayout, cdiv
 from analyzer.sim.vllm.reference import failed
 from analyzer.sim.vllm.scheduler import chunk_tokens
-
-
-def fast_path_applies(layout: CacheLayout) -> bool:
-    """Whether the closed form replays `layout` (`gates.CLOSED_FORM` names what it models)."""
-    return CLOSED_FORM.admits(layout)
 
 
 class _Req:
@@ -170,19 +164,13 @@ class UnboundedReplay:
 # -- full attention alone: every hit follows from the prefix shared with earlier requests ---
 
 
-def shared_form_applies(layout: CacheLayout) -> bool:
-    """Whether `attention_results` gives this layout's results: the closed form with full
-    attention only (no Mamba states to follow request by request; `gates.SHARED_FORM`)."""
-    return SHARED_FORM.admits(layout)
-
-
 def attention_columns(
     layout: CacheLayout,
     request_ids: Sequence[str],
     prompt_tokens: np.ndarray,
     shared_tokens: np.ndarray,
 ) -> ResultColumns:
-    """Per request, what `UnboundedReplay` gives under a layout `shared_form_applies` to,
+    """Per request, what `UnboundedReplay` gives under a layout `gates.SHARED_FORM` admits,
     as columns (`records.result_columns`; every field but `chunks`, which no table keeps:
     `attention_results` adds them), from the requests' ids, their prompt lengths and
     `shared_tokens` (per request, in tokens): the longest prefix of its prompt shared with
