@@ -29,6 +29,7 @@ the other canonical string fields are kept where the line gives them at its top 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -97,7 +98,8 @@ def reader(tokenizer: ChatTokenizer) -> Callable[[Path, BinaryIO, Callable[[], N
     """The chat log reader that tokenizes with `tokenizer`."""
 
     def read(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> Iterator[Batch]:
-        scope, _ = hashchain.file_scope(path)
+        # the file is read once more for its digest only where a line has no id of its own
+        scope = cache(lambda: hashchain.file_scope(path)[0])
         for items in json_line_chunks(path, stream, progress):
             yield exact_batch(_tokenized(tokenizer, scope, items))
 
@@ -140,7 +142,7 @@ def unused(tokenizer: ChatTokenizer | None, formats: list[str]) -> tuple[str, ..
     )
 
 
-def _tokenized(tokenizer: ChatTokenizer, scope: str, items: list) -> list:
+def _tokenized(tokenizer: ChatTokenizer, scope: Callable[[], str], items: list) -> list:
     """(line_no, canonical record or RecordError, raw) of a chunk: texts rendered one by
     one, then tokenized together (the tokenizer's threads)."""
     from analyzer.traces.text import TemplateRefused
@@ -165,7 +167,9 @@ def _tokenized(tokenizer: ChatTokenizer, scope: str, items: list) -> list:
     return out
 
 
-def _request(tokenizer: ChatTokenizer, scope: str, n: int, obj: Any) -> tuple[dict, str, bool]:
+def _request(
+    tokenizer: ChatTokenizer, scope: Callable[[], str], n: int, obj: Any
+) -> tuple[dict, str, bool]:
     """(canonical record without ids, text to tokenize, whether it is a chat) of one line."""
     if isinstance(obj, RecordError):
         raise obj
@@ -208,10 +212,10 @@ def _first(obj: dict[str, Any], keys: tuple[str, ...], default: Any = None) -> A
     return next((obj[k] for k in keys if obj.get(k) is not None), default)
 
 
-def _request_id(obj: dict, body: dict, response: dict, scope: str, n: int) -> str:
+def _request_id(obj: dict, body: dict, response: dict, scope: Callable[[], str], n: int) -> str:
     found = _first(obj, _ID_KEYS, _first(body, ("request_id",), response.get("id")))
     if found is None:
-        return f"{scope}:{n}"
+        return f"{scope()}:{n}"
     if not isinstance(found, (str, int)) or isinstance(found, bool):
         raise RecordError("request_id", f"expected a string, got {type_name(found)}")
     return str(found)
