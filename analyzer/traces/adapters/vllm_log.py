@@ -196,7 +196,12 @@ def read_vllm_log(
 
 
 def _line(scan: _Scan, line_no: int, line: str) -> None:
-    if not any(word in line for word in ("equest ", "Generated response ", "LLM engine", "args: ")):
+    if (  # chained `in` tests: a third of any() over a tuple's cost, on every line of the log
+        "equest " not in line
+        and "Generated response " not in line
+        and "LLM engine" not in line
+        and "args: " not in line
+    ):
         scan.stats.num_skipped += 1
         return
     line = plain(line)
