@@ -95,7 +95,7 @@ def read_csv(
         except csv.Error as exc:
             values = RecordError(None, f"malformed CSV ({exc})")
         if long_lines:  # the record holds a line too long to read: that line's reject
-            items.extend((ln.line_no, ln.error(), ln.head) for ln in long_lines)
+            items.extend(ln.reject() for ln in long_lines)
             long_lines.clear()
         elif isinstance(values, RecordError):
             items.append((line_no, values, b""))

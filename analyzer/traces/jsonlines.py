@@ -66,6 +66,10 @@ class LongLine:
             f"{_size(self.limit_bytes)} ({MAX_LINE_VARIABLE}): skipped unread",
         )
 
+    def reject(self) -> Item:
+        """The line as a reject item: (line_no, its error, its first bytes)."""
+        return self.line_no, self.error(), self.head
+
 
 def _size(num_bytes: int) -> str:
     return f"{num_bytes >> 20:,} MiB" if num_bytes % (1 << 20) == 0 else f"{num_bytes:,} bytes"
@@ -283,7 +287,7 @@ def json_line_chunks(
     line longer than the limit is a RecordError (LongLine.error) with its first bytes."""
     for piece in line_bodies(path, stream, progress):
         if isinstance(piece, LongLine):
-            yield [(piece.line_no, piece.error(), piece.head)]
+            yield [piece.reject()]
         else:
             yield list(decoded_lines(*piece))
 

@@ -146,7 +146,7 @@ def read_jsonl(path: Path, stream: BinaryIO, progress: Callable[[], None]) -> It
 
 def _parsed(piece: tuple[bytes, int] | LongLine) -> Batch:
     if isinstance(piece, LongLine):
-        return exact_batch([(piece.line_no, piece.error(), piece.head)])
+        return exact_batch([piece.reject()])
     return _jsonl_batch(*piece)
 
 
