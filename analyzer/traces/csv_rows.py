@@ -126,9 +126,8 @@ def _csv_lines(
             long_lines.append(piece)
             yield "\n"
             continue
-        text = piece[0].decode("utf-8", "surrogateescape")
-        for line in text.split("\n")[:-1]:
-            yield line + "\n"
+        # whole lines: StringIO splits them at "\n" alone, each kept with its newline
+        yield from io.StringIO(piece[0].decode("utf-8", "surrogateescape"))
 
 
 def _header(path: Path, reader, long_lines: deque[LongLine]) -> list[str] | None:
