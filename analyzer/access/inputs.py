@@ -32,7 +32,9 @@ class StoredRequests:
     is_dataset = False
 
     def connect(self) -> duckdb.DuckDBPyConnection:
-        return connect(self.db_path, create=False)
+        """A read-only connection: `hpa query` reads the store while the command computes;
+        the driver opens a writable one to store its results (`store.db.open_to_store`)."""
+        return connect(self.db_path, create=False, reader=True)
 
     @property
     def fingerprint(self) -> str | None:
@@ -59,7 +61,7 @@ class StoredRequests:
     def read_only_trace(self, spec: ExecutorSpec) -> Trace:
         """For a driver that writes nothing (plan): the store's requests, loaded whole, and
         the store closed again."""
-        con = connect(self.db_path, create=False, reader=True)
+        con = self.connect()
         try:
             return load_trace(con)
         finally:

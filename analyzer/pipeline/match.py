@@ -38,7 +38,7 @@ from analyzer.prefixes.result import (
 )
 from analyzer.prefixes.source import RequestMeta
 from analyzer.store.caveats import cut_caveat
-from analyzer.store.db import connect, open_to_store, trace_fingerprint
+from analyzer.store.db import open_to_store, trace_fingerprint
 from analyzer.store.export import check_export_path
 from analyzer.store.matches import export_prefix_matches, write_relations
 from analyzer.store.sequences import read_prefixes
@@ -166,7 +166,7 @@ def match_prefixes(
     options = options or MatchOptions()
     # The store's own trace is read on a read-only connection (`hpa query` reads the store
     # while this matches); the tables are written on a writable one, opened to store them.
-    con = source.connect() if source.is_dataset else connect(db_path, create=False, reader=True)
+    con = source.connect()
     read_from = None if source.is_dataset else trace_fingerprint(con)[0]
     try:
         cut = cut_caveat(con)  # prompts a server log may have cut: shares are a lower bound

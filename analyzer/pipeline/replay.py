@@ -36,7 +36,6 @@ from analyzer.sim.routing import route
 from analyzer.store.caveats import block_size_caveat, cut_caveat, timestamp_caveats
 from analyzer.store.db import (
     DEFAULT_DB,
-    connect,
     open_to_store,
     stored_trace_block,
     trace_fingerprint,
@@ -143,7 +142,7 @@ def replay_session(
     throughout (it may have to be created)."""
     source = request_input(db_path, dataset)
     stored = not source.is_dataset
-    con = connect(db_path, create=False, reader=True) if stored else source.connect()
+    con = source.connect()
     try:
         read_from = trace_fingerprint(con)[0] if stored else None
         session = ReplaySession(source, con)

@@ -47,7 +47,6 @@ from analyzer.sim.dispatch import make_policy
 from analyzer.store.caveats import block_size_caveat
 from analyzer.store.db import (
     DEFAULT_DB,
-    connect,
     open_to_store,
     stored_trace_block,
     trace_fingerprint,
@@ -88,7 +87,7 @@ def run_sweeps(
     source = request_input(db_path, dataset)
     # The store's own trace is read on a read-only connection, let go of before the points
     # replay: `hpa query` reads the store meanwhile; each sweep is stored on a writable one.
-    con = source.connect() if source.is_dataset else connect(db_path, create=False, reader=True)
+    con = source.connect()
     try:
         if source.is_dataset and not spec.is_local:
             return dataset_sweeps(
