@@ -178,19 +178,17 @@ class _Lines:
             return
         ends = np.flatnonzero(buf == 10)
         starts = np.concatenate(([0], ends[:-1] + 1))
-        at = 0  # where the lines not yet given start
+        first, at = self.first_line, 0  # line i is number first + i; `at`: the next not given
         for i in np.flatnonzero(ends - starts > self.limit_bytes).tolist():
             start, end = int(starts[i]), int(ends[i])
             if start > at:
                 yield body[at:start], self.first_line
-                self.first_line += int(np.count_nonzero(buf[at:start] == 10))
             head = body[start : min(end, start + _HEAD_BYTES)]
-            yield LongLine(self.first_line, end - start, self.limit_bytes, head)
-            self.first_line += 1
-            at = end + 1
+            yield LongLine(first + i, end - start, self.limit_bytes, head)
+            self.first_line, at = first + i + 1, end + 1
         if at < len(body):
             yield body[at:], self.first_line
-            self.first_line += int(np.count_nonzero(buf[at:] == 10))
+        self.first_line = first + len(ends)
 
 
 def line_bodies(
