@@ -26,7 +26,7 @@ def environment_error(exc: BaseException) -> str | None:
     disk or a folder that will not be written; each says what the command stored."""
     import duckdb
 
-    from analyzer.store.faults import memory_exhausted, opened_stores
+    from analyzer.store.faults import first_line, memory_exhausted, opened_stores
     from analyzer.store.locks import damage, damaged_store
 
     stored = _stored_note()
@@ -44,12 +44,8 @@ def environment_error(exc: BaseException) -> str | None:
         isinstance(exc, duckdb.TransactionException)
         and ("Could not write" in str(exc) or "Failed to commit" in str(exc))
     ):
-        return f"the database could not be written ({_first_line(exc)}); {stored}"
+        return f"the database could not be written ({first_line(exc)}); {stored}"
     return None
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _stored_note() -> str:
@@ -92,7 +88,7 @@ _OPENING = {"connect", "open_reader", "_attach", "_ensure_schema", "_read_only_o
 def _failed_stage(exc: BaseException) -> tuple[str, str]:
     """(the stage of the command `exc` arose in, its first line), from the traceback of the
     error behind `exc` that ran out of memory."""
-    from analyzer.store.faults import errors_behind, memory_exhausted
+    from analyzer.store.faults import errors_behind, first_line, memory_exhausted
 
     behind = [e for e in errors_behind(exc) if memory_exhausted(e)]
     cause = behind[-1] if behind else exc
@@ -104,8 +100,8 @@ def _failed_stage(exc: BaseException) -> tuple[str, str]:
     for frame in reversed(frames):
         module = str(frame.f_globals.get("__name__", ""))
         if module == "analyzer.store.db" and frame.f_code.co_name in _OPENING:
-            return "opening the store", _first_line(cause)
+            return "opening the store", first_line(cause)
         for prefix, stage in _STAGES:
             if module == prefix or module.startswith(prefix + "."):
-                return stage, _first_line(cause)
-    return "running the command", _first_line(cause)
+                return stage, first_line(cause)
+    return "running the command", first_line(cause)

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from analyzer.errors import InputFileError
 from analyzer.store.db import load_sql
+from analyzer.store.faults import first_line
 
 # Every column of `requests` (schema.sql) with its DuckDB type: absent ones read as NULL.
 COLUMNS = {
@@ -71,7 +72,7 @@ def open_dataset(path: str | Path) -> pads.Dataset:
         dataset = pads.dataset(str(path), format="parquet")
         names = set(dataset.schema.names)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise InputFileError(f"{path}: not a Parquet dataset ({_first_line(exc)})") from None
+        raise InputFileError(f"{path}: not a Parquet dataset ({first_line(exc)})") from None
     if not dataset.files:
         raise InputFileError(f"{path}: no Parquet files in the dataset")
     for name in REQUIRED:
@@ -111,8 +112,3 @@ def fingerprint(path: str | Path) -> str:
     dataset = open_dataset(path)
     parts = sorted(f"{Path(f).name}:{Path(f).stat().st_size}" for f in dataset.files)
     return "dataset:" + ",".join(parts)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

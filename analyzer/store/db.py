@@ -484,10 +484,6 @@ def column_names(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
     return {r[0] for r in rows}
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
 def query_arrow(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> pa.Table:
     """The rows of one SQL statement as a pyarrow Table (empty when it returns none)."""
     relation = con.sql(sql, params=params)

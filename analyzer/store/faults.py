@@ -53,6 +53,12 @@ def errors_behind(exc: BaseException) -> Iterator[BaseException]:
         exc = exc.__cause__ or exc.__context__
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of `exc`'s message (its type's name where it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def memory_exhausted(exc: BaseException) -> bool:
     """Whether `exc` (or an error behind it) is the machine out of memory: Python's or
     Arrow's MemoryError, DuckDB's, an allocation the system refused (ENOMEM), a thread it

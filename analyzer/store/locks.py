@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from analyzer.errors import StoreError
+from analyzer.store.faults import first_line
 
 # DuckDB: 'Could not set lock on file "P": Conflicting lock is held in EXE (PID 123) ...'
 _HELD = re.compile(r"Conflicting lock is held in (?P<exe>.+?) \(PID (?P<pid>\d+)\)")
@@ -50,7 +51,7 @@ def open_error(path: Path, exc: BaseException) -> StoreError:
         return StoreError(damaged_store(path, why))
     text = str(exc).strip()
     held = _HELD.search(text)
-    first = text.splitlines()[0] if text else type(exc).__name__
+    first = first_line(exc)
     if "Could not write" in text:  # a full disk, a quota: the machine's, not the store's
         return StoreError(f"{path}: could not be written ({first}); nothing was stored")
     if "Operation not permitted" in text or "Permission denied" in text:

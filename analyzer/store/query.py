@@ -20,7 +20,7 @@ from analyzer.store.db import (
     killed_ingest_left,
     load_sql,
 )
-from analyzer.store.faults import check_duckdb_file
+from analyzer.store.faults import check_duckdb_file, first_line
 from analyzer.store.locks import damage, damaged_store, open_error
 
 # DuckDB settings of a guarded query: no files, no extensions fetched or loaded behind its back.
@@ -88,7 +88,7 @@ def check_statements(sql: str, *, write: bool = False, files: bool = False) -> N
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        raise StoreError(f"query failed: {_first_line(exc)}") from None
+        raise StoreError(f"query failed: {first_line(exc)}") from None
     for number, statement in enumerate(statements, start=1):
         needs = _needs(statement)
         missing = [flag for flag in needs if not {"--write": write, "--files": files}[flag]]
@@ -162,11 +162,6 @@ def _table_functions(select: str) -> list[str] | None:
         elif isinstance(node, list):
             stack.extend(node)
     return found
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # DuckDB types no export format carries as they are (Arrow drops a TIMETZ's offset, holds a
