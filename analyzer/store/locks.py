@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from analyzer.errors import StoreError
-from analyzer.store.faults import first_line
+from analyzer.store.faults import errors_behind, first_line
 
 # DuckDB: 'Could not set lock on file "P": Conflicting lock is held in EXE (PID 123) ...'
 _HELD = re.compile(r"Conflicting lock is held in (?P<exe>.+?) \(PID (?P<pid>\d+)\)")
@@ -24,14 +24,11 @@ _DAMAGE = re.compile(r"Corrupt database file|Data Corruption Error|not a valid D
 def damage(exc: BaseException) -> str | None:
     """DuckDB's words where `exc`, or an error it was raised from or while handling, says a
     store's file is damaged; else None."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        text = str(exc).strip()
+    for e in errors_behind(exc):
+        text = str(e).strip()
         found = _DAMAGE.search(text)
         if found:
             return text[found.start() :].splitlines()[0]
-        exc = exc.__cause__ or exc.__context__
     return None
 
 
