@@ -203,7 +203,7 @@ def ingest(
     results: list[SourceResult] = []
     try:
         try:
-            _ingest_files(con, paths, (fmt, text), progress, results, reject_truncated)
+            _ingest_files(con, paths, fmt, text, progress, results, reject_truncated)
             stored = any(r.num_stored for r in results)
             mixed = block_size_caveat(con) if stored else None
         finally:
@@ -250,7 +250,7 @@ def _whole_progress(paths: list[Path], progress: Progress | None) -> list:
 
 
 def _ingest_files(
-    con, paths: list[Path], fmt: tuple, progress, results: list, reject_cut=False
+    con, paths: list[Path], fmt: str, text, progress, results: list, reject_cut=False
 ) -> None:
     """Ingest `paths` as one command: all of them land, or none (an error, Ctrl-C, or a
     kill: the next connect forgets what a command that did not end stored). Batches commit
@@ -265,7 +265,9 @@ def _ingest_files(
     try:
         for path, file_progress in zip(paths, _whole_progress(paths, progress), strict=True):
             results.append(
-                _ingest_file(con, path, fmt, known, first_seen, file_progress, replaced, reject_cut)
+                _ingest_file(
+                    con, path, fmt, text, known, first_seen, file_progress, replaced, reject_cut
+                )
             )
         with transaction(con):
             for source_id in replaced:
@@ -317,11 +319,11 @@ def _read_again(known: dict, sha: str, fmt: str, replaced: list[int]) -> bool:
 
 
 def _ingest_file(
-    con, path, given, known, first_seen, progress, replaced, reject_cut=False
+    con, path, fmt, text, known, first_seen, progress, replaced, reject_cut=False
 ) -> SourceResult:
     check_readable(path)
     digest = sha256_later(path)
-    fmt, text = given[0] if given[0] != "auto" else detect_format(path), given[1]
+    fmt = detect_format(path) if fmt == "auto" else fmt
     if known:  # the file may be one stored already: know that before reading it
         sha = digest()
         if sha in known and not _read_again(known, sha, fmt, replaced):
