@@ -439,8 +439,7 @@ def _flag_cut(con, cut_at: int, tally: _Tally) -> None:
     if not tally.reject_cut:
         tally.num_cut = con.execute(load_sql("ingest_flag_cut"), params).fetchall()[0][0]
         return
-    cut = con.execute(load_sql("ingest_cut_rows"), params).fetchall()
-    con.execute(load_sql("ingest_delete_cut"), params)
+    cut = sorted(con.execute(load_sql("ingest_delete_cut"), params).fetchall())
     reason = (
         f"{cut_at:,} ids, where this log cuts its token lists (vLLM's --max-log-len): the "
         "prompt may be longer (--reject-truncated)"
