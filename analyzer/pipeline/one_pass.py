@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
-from analyzer.pipeline.replay import replay_rows, routed_partitions
+from analyzer.pipeline.replay import num_groups, replay_rows, routed_partitions
 from analyzer.sim.dispatch import replay
 from analyzer.sim.vllm.compiled.stack_distance import capacity_curve
 from analyzer.sim.vllm.gates import CAPACITY_CURVE, unmodelled_keys
@@ -29,11 +28,7 @@ def one_pass_applies(policy: Policy) -> bool:
     models is declared by its gate (`analyzer.sim.vllm.gates.CAPACITY_CURVE`)."""
     if policy.engine != "vllm" or policy.schedule != "serial" or unmodelled_keys(policy):
         return False
-    counts = None
-    if policy.model is not None:
-        preset = load_model(policy.model)["num_groups"]
-        counts = {group: preset.get(group, 1) for group in policy.groups}
-    return CAPACITY_CURVE.admits(make_layout(policy, counts))
+    return CAPACITY_CURVE.admits(make_layout(policy, num_groups(policy)))
 
 
 class OnePass:
