@@ -16,12 +16,14 @@ import math
 import duckdb
 
 from analyzer.store.db import column_names, load_sql, table_names
-from analyzer.traces.readers import SOURCE_INFO
 from analyzer.words import plural
 
 
 def timestamp_caveat(fmt: str, requests: int) -> str | None:
     """The line for `requests` requests ingested in `fmt`, if its adapter makes timestamps."""
+    # imported here: the readers (pyarrow.compute, every adapter) cost `hpa match` 0.13 s
+    from analyzer.traces.readers import SOURCE_INFO
+
     info = SOURCE_INFO.get(fmt)
     if info is None or info.timestamps is None:
         return None
