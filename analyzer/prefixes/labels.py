@@ -34,7 +34,7 @@ def namespace_seed(namespace: tuple) -> int:
 
 
 # Units of owner sequences fetched and hashed at once (a batch holds at least one owner).
-ID_BATCH_UNITS = 1 << 20
+ID_BATCH_UNITS = 1 << 16
 
 
 def junction_ids(
@@ -60,14 +60,19 @@ def junction_ids(
     keys = np.zeros(owners.size, dtype=np.uint64)
     tables = PowerTables(DEFAULT_HASH, xp=np)
     batch = MatchOptions(chunk_tokens=ID_BATCH_UNITS)
+    by_owner = np.argsort(row, kind="stable")  # each batch's junctions: one run of these
+    bounds = np.searchsorted(row[by_owner], np.arange(uniq.size + 1))
     for a, b in chunk_bounds(need if lengths is None else lengths[uniq], batch):
         flat, offsets = fetch(uniq[a:b])
         lens = np.minimum(np.diff(offsets), need[a:b])
-        seg, local = ragged_arange(lens, xp=np)
-        cut = flat[offsets[:-1][seg] + local]
-        starts = exclusive_cumsum(lens, xp=np)[:-1]
+        if np.array_equal(lens, np.diff(offsets)):  # fetched as far as needed: no cut
+            cut, starts = flat, offsets[:-1]
+        else:
+            seg, local = ragged_arange(lens, xp=np)
+            cut = flat[offsets[:-1][seg] + local]
+            starts = exclusive_cumsum(lens, xp=np)[:-1]
         hasher = ChunkHash(cut, tables, xp=np)
-        mine = np.flatnonzero((row >= a) & (row < b))
+        mine = by_owner[bounds[a] : bounds[b]]
         at = starts[row[mine] - a]
         keys[mine] = hasher.keys(at + depths[mine] - 1, hasher.constants(at, seeds[mine]))
     return dedupe([f"{int(k):016x}" for k in keys])

@@ -164,6 +164,19 @@ class ArenaSequences:
         starts[ids] = offsets[:-1]
         return PartitionSource.gapped(self.meta, flat, starts)
 
+    def prefixes(self, ids: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(flat, int64 offsets): the first `lens[k]` units (at most its length) of request
+        `ids[k]`'s inserted sequence, one after another (`ids` ascending, unique): what the
+        junction ids hash of each owner (up to its deepest junction), not the rest."""
+        ids = np.asarray(ids, dtype=np.int64)
+        want = np.zeros(self.meta.n, dtype=np.int64)
+        want[ids] = np.minimum(lens, self.meta.insert_len[ids])
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(want[ids], out=offsets[1:])
+        flat = np.empty(int(offsets[-1]), dtype=self.arena.dtype)
+        radix_loop.rebuild(ids, want, self.e, self.w, self.leaf_at, self.arena, flat, offsets[:-1])
+        return flat, offsets
+
 
 def radix_views(meta: RequestMeta, flat: np.ndarray, starts: np.ndarray):
     """Per view of `engine` ("any", "replica", "conversation"): (L, p, e, w) per request
