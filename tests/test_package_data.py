@@ -28,7 +28,7 @@ from analyzer.config.policy import read_source
 from analyzer.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_DIRS = ("analyzer/schemas", "analyzer/store/sql")
+DATA_DIRS = ("analyzer/schemas", "analyzer/store/sql", "analyzer/prefixes/sort_kernels.cu")
 # The first setuptools that reads pyproject's `license = "Apache-2.0"` (PEP 639).
 MIN_SETUPTOOLS = (77,)
 
@@ -46,7 +46,7 @@ def _data_files() -> list[str]:
         files = sorted(
             str(p.relative_to(ROOT))
             for d in DATA_DIRS
-            for p in (ROOT / d).rglob("*")
+            for p in ((ROOT / d).rglob("*") if (ROOT / d).is_dir() else [ROOT / d])
             if p.is_file() and "__pycache__" not in p.parts
         )
     return files

@@ -26,7 +26,14 @@ from analyzer.prefixes.radix import (
     available,
     radix_views,
 )
-from analyzer.prefixes.source import Archive, Chunk, RequestMeta, SequenceSource
+from analyzer.prefixes.sort_match import MATCHED_BY_SORT
+from analyzer.prefixes.source import (
+    Archive,
+    Chunk,
+    PartitionSource,
+    RequestMeta,
+    SequenceSource,
+)
 
 # How a summary names the compiled radix trees' path: the C loop `python -m analyzer.kernels`
 # reports built ("radix trees: C (built)").
@@ -47,8 +54,17 @@ class MatchOptions:
     # by the compiled radix tree (`radix`) when xp is NumPy: same answers, a fraction of
     # the time.
     compiled_min_units: int = COMPILED_MIN_UNITS
+    # Which vectorised matcher answers where the radix tree does not: "auto" (the sort
+    # matcher on CuPy, the chunked one elsewhere), "sort" or "chunked" (`MATCHERS`).
+    matcher: str = "auto"
+    # The sort matcher splits each view's sort into this many key ranges (a power of two;
+    # 0: as many as the device's free memory needs).
+    sort_passes: int = 0
     # Called as progress(requests done, total) after each chunk; never changes a result.
     progress: Callable[[int, int], None] | None = field(default=None, compare=False)
+
+
+MATCHERS = ("auto", "sort", "chunked")
 
 
 @dataclass
@@ -113,6 +129,8 @@ def run_matcher(source: SequenceSource, *, xp: Any, options: MatchOptions) -> Ma
     compiled = _compiled_match(source, xp=xp, options=options)
     if compiled is not None:
         return compiled
+    if _takes_sort(xp, options):
+        return _sort_arrays(source, xp=xp, options=options)
     archive = Archive(source, options.archive_tokens)
     views = _make_views(meta, archive, options, xp=xp)
     tables = PowerTables(options.hash_params, xp=xp)
@@ -148,6 +166,64 @@ def _compiled_match(source: SequenceSource, *, xp: Any, options: MatchOptions):
     if options.progress:
         options.progress(meta.n, meta.n)
     return arrays
+
+
+def _takes_sort(xp: Any, options: MatchOptions) -> bool:
+    if options.matcher not in MATCHERS:
+        raise ValueError(f"unknown matcher {options.matcher!r}; known: {', '.join(MATCHERS)}")
+    if options.matcher == "auto":
+        return backend_name(xp) == "cupy"
+    return options.matcher == "sort"
+
+
+def _sort_arrays(source: SequenceSource, *, xp: Any, options: MatchOptions) -> MatchArrays:
+    """The sort matcher's answers (`sort_match`) over every sequence, read once: held
+    where the source holds them, else in one read (`held()`, or one chunk)."""
+    from analyzer.prefixes import sort_device
+
+    meta = source.meta
+    warming = sort_device.warm_up() if backend_name(xp) == "cupy" else None
+    if getattr(source, "holds_all", False):
+        held = source
+    elif hasattr(source, "held"):
+        held = source.held()  # CUDA starts meanwhile
+    else:
+        chunk = source.read(0, meta.n)
+        held = PartitionSource(meta, chunk.flat, chunk.offsets)
+    if warming is not None:
+        warming.join()
+    views = sort_device.match_held(meta, held.flat, held.starts, xp=xp, options=options)
+    if options.progress:
+        options.progress(meta.n, meta.n)
+    any_view = views["any"]
+    conversation = views.get("conversation")
+    return MatchArrays(
+        shared_any=any_view.L,
+        parent=any_view.p,
+        shared_replica=views.get("replica", any_view).L,
+        shared_conversation=conversation.L if conversation else np.full(meta.n, -1, np.int64),
+        insert_shared=any_view.e,
+        insert_parent=any_view.w,
+        exact_fallbacks=sum(v.fallbacks for v in views.values()),
+        archive_rereads=0,
+        sequences=HeldSequences(held),
+        path=f"{MATCHED_BY_SORT} ({backend_name(xp)})",
+    )
+
+
+@dataclass(frozen=True)
+class HeldSequences:
+    """What rebuilds the junction owners' sequences from the held read, as
+    `radix.ArenaSequences` does from the trees' arena: nothing is read twice."""
+
+    source: Any
+
+    def held(self, ids: np.ndarray) -> PartitionSource:
+        ids = np.asarray(ids, dtype=np.int64)
+        flat, offsets = self.source.fetch(ids)
+        starts = np.zeros(self.source.meta.n, dtype=np.int64)
+        starts[ids] = offsets[:-1]
+        return PartitionSource.gapped(self.source.meta, flat, starts)
 
 
 def match_stream(

@@ -24,7 +24,8 @@ from analyzer.prefixes.arrays import U64_MAX, Array, ragged_arange, u64, weighte
 _FMIX_1 = 0xFF51AFD7ED558CCD
 _FMIX_2 = 0xC4CEB9FE1A85EC53
 _SEED_MIX = 0x9E3779B97F4A7C15
-_SPREAD = 0xD6E8FEB86659FD93
+# The odd constant every key is multiplied by last (the fused kernels use it too).
+KEY_SPREAD = 0xD6E8FEB86659FD93
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +117,7 @@ class ChunkHash:
         which the sort (`stable_argsort_u64`) relies on for speed."""
         xp = self.xp
         h = (xp.take(self.running, pos + 1) + const) * xp.take(self.tables.powers, pos)
-        keys = h * u64(_SPREAD, xp=xp)
+        keys = h * u64(KEY_SPREAD, xp=xp)
         if self.params.key_mask != U64_MAX:
             keys = keys & u64(self.params.key_mask, xp=xp)
         return keys

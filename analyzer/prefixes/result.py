@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from analyzer.prefixes.backend import to_numpy
+from analyzer.prefixes.backend import backend_name, to_numpy
 from analyzer.prefixes.engine import MatchArrays, MatchOptions, run_matcher
 from analyzer.prefixes.junctions import Junctions, find_junctions, junction_paths
 from analyzer.prefixes.labels import family_labels, junction_ids
@@ -36,6 +36,8 @@ class PrefixResult:
 def compute(source: SequenceSource, *, xp: Any, options: MatchOptions) -> PrefixResult:
     """Match `source` and derive its junctions; no database writes."""
     arrays = run_matcher(source, xp=xp, options=options)
+    if backend_name(xp) == "cupy":
+        xp = np  # the answers are on the host: junctions there cost milliseconds, no syncs
     e, w = xp.asarray(arrays.insert_shared), xp.asarray(arrays.insert_parent)
     length = xp.asarray(source.meta.insert_len)
     found = find_junctions(e, w, length, xp=xp)

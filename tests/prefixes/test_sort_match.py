@@ -1,0 +1,256 @@
+"""The one-sort matcher (sort_match.py) and its fused kernels (sort_kernels.cu, built for
+the host) against the compiled radix tree and the plain trie: every view, every answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analyzer.prefixes.backend import _CuPyNamespace
+from analyzer.prefixes.engine import MatchOptions, run_matcher
+from analyzer.prefixes.memory import MemorySource, Request
+from analyzer.prefixes.prefix_hash import HashParams
+from analyzer.prefixes.sort_device import FusedSteps, check_layout, passes_for
+from analyzer.prefixes.sort_match import SortSteps, sort_match, view_rows
+from analyzer.prefixes.source import PartitionSource
+
+from .helpers import assert_same_arrays, assert_same_as_trie, requests_
+from .host_kernels import HostKernels
+
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+RADIX = MatchOptions(compiled_min_units=0)
+MASKS = (None, 0x1, 0x7, 0xFFFF)  # narrow keys: collisions everywhere, answers unchanged
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    return HostKernels(tmp_path_factory.mktemp("sort_kernels"))
+
+
+def _params(mask: int | None) -> HashParams:
+    return HashParams() if mask is None else HashParams(key_mask=mask)
+
+
+def _fused(kernels, xp=np):
+    def steps(flat, params):
+        return FusedSteps(xp.asarray(flat), kernels, params=params, xp=xp)
+
+    return steps
+
+
+def _plain(xp=np):
+    def steps(flat, params):
+        return SortSteps(xp.asarray(flat), params=params, xp=xp)
+
+    return steps
+
+
+def _as_arrays(views, n):
+    """The per-view answers laid out as `MatchArrays` fields."""
+    any_view = views["any"]
+    return {
+        "shared_any": any_view.L,
+        "parent": any_view.p,
+        "shared_replica": views.get("replica", any_view).L,
+        "shared_conversation": (
+            views["conversation"].L if "conversation" in views else np.full(n, -1)
+        ),
+        "insert_shared": any_view.e,
+        "insert_parent": any_view.w,
+    }
+
+
+def _check(requests, make_steps, *, mask=None, passes=1, narrow=False, xp=np):
+    source = MemorySource.from_requests(requests)
+    flat = source.flat.astype(np.int32) if narrow else source.flat
+    params = _params(mask)
+    views = sort_match(
+        source.meta,
+        flat,
+        source.offsets[:-1],
+        xp=xp,
+        params=params,
+        steps=make_steps(flat, params),
+        passes=passes,
+    )
+    ref = run_matcher(MemorySource.from_requests(requests), xp=np, options=RADIX)
+    for field, got in _as_arrays(views, source.meta.n).items():
+        assert np.array_equal(got, getattr(ref, field)), field
+    return views
+
+
+@SETTINGS
+@given(requests_(), st.sampled_from(MASKS), st.sampled_from([1, 4]))
+def test_plain_steps_equal_the_radix_tree(requests, mask, passes):
+    _check(requests, _plain(), mask=mask, passes=passes)
+
+
+@SETTINGS
+@given(requests_(), st.sampled_from(MASKS), st.sampled_from([1, 2, 8]))
+def test_fused_kernels_equal_the_radix_tree(kernels, requests, mask, passes):
+    _check(requests, _fused(kernels), mask=mask, passes=passes)
+
+
+@SETTINGS
+@given(requests_(hash_ids=False), st.sampled_from(MASKS))
+def test_int32_units_give_the_int64_answers(kernels, requests, mask):
+    _check(requests, _fused(kernels), mask=mask, narrow=True)
+
+
+class _NumPyAsCuPy(_CuPyNamespace):
+    """The adapter over NumPy, whose argsort is made stable as CuPy's always is."""
+
+    def argsort(self, x, /, *, axis=-1, stable=True):
+        return np.argsort(x, axis=axis, kind="stable")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(requests_(max_requests=14), st.sampled_from(MASKS))
+def test_through_the_cupy_namespace_adapter(kernels, requests, mask):
+    """CuPy's spelling of every call (the adapter over NumPy): the xp code uses nothing
+    CuPy lacks."""
+    cupy_like = _NumPyAsCuPy(np)
+    _check(requests, _plain(cupy_like), mask=mask, xp=cupy_like)
+    _check(requests, _fused(kernels, cupy_like), mask=mask, xp=cupy_like)
+
+
+@SETTINGS
+@given(requests_())
+def test_the_engine_takes_it_when_asked_and_derives_the_same_junctions(requests):
+    from analyzer.prefixes.result import compute
+
+    got = compute(MemorySource.from_requests(requests), xp=np, options=MatchOptions(matcher="sort"))
+    ref = compute(MemorySource.from_requests(requests), xp=np, options=RADIX)
+    assert_same_arrays(got.arrays, ref.arrays)
+    assert_same_as_trie(requests, got.arrays)
+    assert got.arrays.path == "the sort matcher (numpy)"
+    assert np.array_equal(got.path_junctions, ref.path_junctions)
+    assert np.array_equal(got.path_requests, ref.path_requests)
+
+
+@SETTINGS
+@given(requests_(), st.sampled_from(MASKS))
+def test_fused_keys_are_the_plain_keys_bit_for_bit(kernels, requests, mask):
+    source = MemorySource.from_requests(requests)
+    params, meta = _params(mask), source.meta
+    rows = view_rows(meta, meta.ns_any, source.offsets[:-1], xp=np)
+    plain, fused = (
+        SortSteps(source.flat, params=params, xp=np),
+        _fused(kernels)(source.flat, params),
+    )
+    for steps in (plain, fused):
+        steps.bind(rows)
+    for lo, hi in ((0, rows.units), (rows.units // 3, rows.units)):
+        for a, b in zip(plain.element_keys(lo, hi), fused.element_keys(lo, hi), strict=True):
+            assert np.array_equal(a, b)
+    depths = np.maximum(rows.lens // 2, 1)
+    asked = np.arange(rows.m)
+    assert np.array_equal(plain.keys_at(asked, depths), fused.keys_at(asked, depths))
+
+
+def test_sequences_anywhere_in_the_array(kernels):
+    requests = [Request("a", prompt=(1, 2, 3)), Request("b", prompt=(1, 2, 4)), Request("c")]
+    requests[2] = Request("c", prompt=(1, 2, 3, 5))
+    flat = np.asarray([9, 1, 2, 3, 9, 9, 1, 2, 4, 1, 2, 3, 5], dtype=np.int64)
+    starts = np.asarray([1, 6, 9])
+    meta = MemorySource.from_requests(requests).meta
+    for steps in (SortSteps(flat, xp=np), FusedSteps(flat, kernels, params=HashParams(), xp=np)):
+        views = sort_match(meta, flat, starts, xp=np, steps=steps)
+        assert views["any"].e.tolist() == [0, 2, 3]
+        assert views["any"].w.tolist() == [-1, 0, 0]
+
+
+CASES = {
+    # name: requests, then per request (e, w, L, p) of the any view
+    "identical": ([("a", (1, 2, 3)), ("b", (1, 2, 3))], [(0, -1, 0, -1), (3, 0, 3, 0)]),
+    "prefix of an earlier one": (
+        [("a", (1, 2, 3, 4)), ("b", (1, 2))],
+        [(0, -1, 0, -1), (2, 0, 2, 0)],
+    ),
+    "own repeats only": ([("a", (7, 7, 7, 7)), ("b", (8, 7, 7))], [(0, -1, 0, -1)] * 2),
+    "the earliest holder, not the longest": (
+        [("a", (1, 2)), ("b", (1, 2, 3, 4)), ("c", (1, 2, 3, 5))],
+        [(0, -1, 0, -1), (2, 0, 2, 0), (3, 1, 3, 1)],
+    ),
+    "empty prompt": ([("a", (1,)), ("b", ())], [(0, -1, 0, -1), (0, -1, 0, -1)]),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("mask", [None, 0x1])
+def test_worked_cases(kernels, name, mask):
+    prompts, want = CASES[name]
+    requests = [Request(rid, prompt=p) for rid, p in prompts]
+    for make in (_plain(), _fused(kernels)):
+        views = _check(requests, make, mask=mask)
+        got = list(zip(*(views["any"].__dict__[k].tolist() for k in "ewLp"), strict=True))
+        assert got == want
+
+
+def test_the_query_stops_at_the_prompt_where_the_inserted_sequence_goes_on(kernels):
+    requests = [
+        Request("a", prompt=(1, 2), output=(3, 4)),
+        Request("b", prompt=(1, 2, 3), output=(4, 5)),
+    ]
+    views = _check(requests, _fused(kernels))
+    assert (views["any"].e[1], views["any"].w[1]) == (4, 0)  # into a's output
+    assert (views["any"].L[1], views["any"].p[1]) == (3, 0)  # b's prompt is 3 long
+
+
+def test_collisions_take_the_exact_path_and_count_it(kernels):
+    requests = [Request(f"r{i}", prompt=(i % 3, 1, i % 2, 4)) for i in range(8)]
+    views = _check(requests, _fused(kernels), mask=0x1)
+    assert views["any"].fallbacks > 0
+    assert _check(requests, _fused(kernels))["any"].fallbacks == 0
+
+
+LAYOUT_ERRORS = [
+    (np.zeros(3, np.float64), [0, 1], [1, 1], "units must be int32 or int64, not float64"),
+    (np.zeros(3, np.int32), [0], [1, 1], "1 starts for 2 requests"),
+    (np.zeros(3, np.int32), [0, 2], [1, 2], "a request's units lie outside the array of units"),
+    (np.zeros(3, np.int32), [-1, 0], [1, 1], "a request's units lie outside the array of units"),
+]
+
+
+@pytest.mark.parametrize(("flat", "starts", "lens", "message"), LAYOUT_ERRORS)
+def test_the_layout_is_checked_before_any_kernel_reads_it(flat, starts, lens, message):
+    meta = MemorySource.from_requests(
+        [Request(f"r{i}", prompt=tuple(range(n))) for i, n in enumerate(lens)]
+    ).meta
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        check_layout(meta, flat, np.asarray(starts))
+
+
+@pytest.mark.parametrize(
+    ("units", "free_gib", "want"),
+    [(10**6, 80, 1), (10**9, 80, 2), (2 * 10**9, 80, 4), (10**8, 1, 32)],
+)
+def test_passes_fit_the_free_device_memory(units, free_gib, want):
+    assert passes_for(units, free_gib << 30, 4) == want
+
+
+def test_units_that_do_not_fit_at_all_are_refused():
+    with pytest.raises(MemoryError, match="do not fit the device's 1.0 GiB free"):
+        passes_for(10**9, 1 << 30, 4)
+
+
+def test_held_sources_and_one_read_sources_answer_alike():
+    requests = [Request(f"r{i}", prompt=(1, 2, i)) for i in range(5)]
+    memory = MemorySource.from_requests(requests)
+    held = PartitionSource(memory.meta, memory.flat, memory.offsets)
+    sort = MatchOptions(matcher="sort")
+    assert_same_arrays(
+        run_matcher(held, xp=np, options=sort), run_matcher(memory, xp=np, options=sort)
+    )
+
+
+def test_an_unknown_matcher_lists_the_known_ones():
+    source = MemorySource.from_requests([Request("a", prompt=(1,))])
+    with pytest.raises(ValueError, match="unknown matcher 'tree'; known: auto, sort, chunked"):
+        run_matcher(source, xp=np, options=MatchOptions(matcher="tree", compiled_min_units=9))
