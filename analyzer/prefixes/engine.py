@@ -33,6 +33,7 @@ from analyzer.prefixes.source import (
     PartitionSource,
     RequestMeta,
     SequenceSource,
+    gather,
 )
 
 # How a summary names the compiled radix trees' path: the C loop `python -m analyzer.kernels`
@@ -213,17 +214,17 @@ def _sort_arrays(source: SequenceSource, *, xp: Any, options: MatchOptions) -> M
 
 @dataclass(frozen=True)
 class HeldSequences:
-    """What rebuilds the junction owners' sequences from the held read, as
-    `radix.ArenaSequences` does from the trees' arena: nothing is read twice."""
+    """The junction owners' sequences from the held read, as `radix.ArenaSequences` gives
+    them from the trees' arena: nothing is read twice."""
 
     source: Any
 
-    def held(self, ids: np.ndarray) -> PartitionSource:
+    def prefixes(self, ids: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(flat, int64 offsets): the first `lens[k]` units (at most its length) of request
+        `ids[k]`'s inserted sequence, one after another."""
         ids = np.asarray(ids, dtype=np.int64)
-        flat, offsets = self.source.fetch(ids)
-        starts = np.zeros(self.source.meta.n, dtype=np.int64)
-        starts[ids] = offsets[:-1]
-        return PartitionSource.gapped(self.source.meta, flat, starts)
+        lens = np.minimum(np.asarray(lens, dtype=np.int64), self.source.meta.insert_len[ids])
+        return gather(self.source.flat, np.asarray(self.source.starts)[ids], lens)
 
 
 def match_stream(

@@ -3,11 +3,16 @@ the host) against the compiled radix tree and the plain trie: every view, every 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import duckdb
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analyzer.prefixes import engine
 from analyzer.prefixes.backend import _CuPyNamespace
 from analyzer.prefixes.engine import MatchOptions, run_matcher
 from analyzer.prefixes.memory import MemorySource, Request
@@ -254,3 +259,34 @@ def test_an_unknown_matcher_lists_the_known_ones():
     source = MemorySource.from_requests([Request("a", prompt=(1,))])
     with pytest.raises(ValueError, match="unknown matcher 'tree'; known: auto, sort, chunked"):
         run_matcher(source, xp=np, options=MatchOptions(matcher="tree", compiled_min_units=9))
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+TABLES = ("prefix_matches", "junctions", "junction_requests")
+
+
+def _tables(db: Path) -> dict:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("sample", ["mixed_hash_ids.jsonl.gz", "groups_1500.jsonl"])
+def test_hpa_match_through_the_sort_matcher_stores_the_same_tables(tmp_path, monkeypatch, sample):
+    """The whole `hpa match` path (one held read, junction ids from it) on the samples."""
+    from analyzer.cli.base import cli
+
+    runner = CliRunner()
+    dbs = {name: tmp_path / f"{name}.duckdb" for name in ("radix", "sort")}
+    for db in dbs.values():
+        res = runner.invoke(cli, ["ingest", "--db", str(db), str(SAMPLES / sample)])
+        assert res.exit_code == 0, res.output
+    assert runner.invoke(cli, ["match", "--db", str(dbs["radix"])]).exit_code == 0
+    monkeypatch.setattr(engine, "_compiled_match", lambda *args, **kwargs: None)
+    monkeypatch.setattr(engine, "_takes_sort", lambda xp, options: True)
+    res = runner.invoke(cli, ["match", "--db", str(dbs["sort"])])
+    assert res.exit_code == 0, res.output
+    assert "on the sort matcher (numpy)" in res.output
+    assert _tables(dbs["sort"]) == _tables(dbs["radix"])
