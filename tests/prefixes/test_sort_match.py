@@ -3,6 +3,9 @@ the host) against the compiled radix tree and the plain trie: every view, every 
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import duckdb
@@ -17,7 +20,7 @@ from analyzer.prefixes.backend import _CuPyNamespace
 from analyzer.prefixes.engine import MatchOptions, run_matcher
 from analyzer.prefixes.memory import MemorySource, Request
 from analyzer.prefixes.prefix_hash import HashParams
-from analyzer.prefixes.sort_device import FusedSteps, check_layout, passes_for
+from analyzer.prefixes.sort_device import FusedSteps, check_layout, passes_for, source_text
 from analyzer.prefixes.sort_match import SortSteps, sort_match, view_rows
 from analyzer.prefixes.source import PartitionSource
 
@@ -290,3 +293,26 @@ def test_hpa_match_through_the_sort_matcher_stores_the_same_tables(tmp_path, mon
     assert res.exit_code == 0, res.output
     assert "on the sort matcher (numpy)" in res.output
     assert _tables(dbs["sort"]) == _tables(dbs["radix"])
+
+
+def test_the_cuda_source_compiles_to_the_kernels_the_steps_launch(kernels, tmp_path):
+    """nvcc (where the CUDA toolkit is installed, as on the GPU machines and this CI's
+    image) compiles the device side of sort_kernels.cu without a warning, and its entry
+    points are exactly the kernels FusedSteps launches."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc: the device side is compiled by CuPy on a GPU machine")
+    source = tmp_path / "sort_kernels.cu"
+    source.write_text(source_text())
+    ptx = tmp_path / "sort_kernels.ptx"
+    subprocess.run(
+        [nvcc, "-ptx", "-arch=sm_80", "-std=c++14", "-Werror", "all-warnings", "-o", ptx, source],
+        check=True,
+        capture_output=True,
+    )
+    entries = set(re.findall(r"\.entry (\w+)\(", ptx.read_text()))
+    requests = [Request("a", prompt=(1, 2, 3)), Request("b", prompt=(1, 2, 4))]
+    kernels.launched.clear()
+    for narrow in (False, True):
+        _check(requests, _fused(kernels), narrow=narrow)
+    assert entries == set(kernels.launched)
