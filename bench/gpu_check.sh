@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# GPU check for the prefix matcher (`make bench-gpu`): the CuPy tests, then the CPU radix tree
-# (what `hpa match` does by default) vs the NumPy and CuPy vectorised matchers on
-# one generated trace (answers must be identical) with each backend's throughput.
+# GPU check for the prefix matcher (`make bench-gpu`, at most ~5 minutes at 50 M tokens): the
+# CuPy tests, then bench/bench_gpu.py: the device's sort and scan rates, the sort matcher on
+# CuPy against the C radix tree in process (answers must be identical), and `hpa match
+# --backend cupy` against `--backend numpy` as whole processes, first run and warm. The
+# figures go to $OUT/bench_gpu.json ($OUT: the device machine's output folder; else here).
 #
 # Installs nothing from the network. What the machine's Python lacks (CuPy; duckdb and orjson,
 # which the tests' fixtures and the DuckDB-backed source import; a GPU image often has numpy,
 # numba, pyarrow, click, pytest and hypothesis but not these) is installed only from wheels
 # carried in $WHEELS (default bench/wheels/), with pip --no-index, into a private directory
 # ($SITE, default /tmp/hpa-site) put first on PYTHONPATH: the image's own packages stay as
-# they are. Environment: TOKENS (default 50e6), CHUNK_TOKENS (default 67108864).
+# they are. Environment: TOKENS (default 50e6), OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -16,7 +18,6 @@ PY=${PY:-.venv/bin/python}
 WHEELS=${WHEELS:-bench/wheels}
 SITE=${SITE:-/tmp/hpa-site}
 TOKENS=${TOKENS:-50e6}
-CHUNK_TOKENS=${CHUNK_TOKENS:-67108864}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the analyzer package, not installed
 
 if ! "$PY" -c "import cupy, duckdb, orjson" 2>/dev/null; then
@@ -37,12 +38,13 @@ fi
 from analyzer.prefixes.backend import get_xp
 xp = get_xp("cupy")  # raises a clear BackendUnavailable when no device is usable
 props = xp.cuda.runtime.getDeviceProperties(0)
-print("device:", props["name"].decode(), f"{props['totalGlobalMem'] / 2**30:.0f} GiB")
+print("device:", props["name"].decode(), f"{props['totalGlobalMem'] / 2**30:.0f} GiB,",
+      "CuPy", xp._cp.__version__)
 PYEOF
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 
 echo "== CuPy tests (pytest -m gpu)"
 time "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/prefixes
 
-echo "== radix (CPU), NumPy and CuPy matchers on a generated trace (sequences preloaded: matcher time only)"
-time "$PY" bench/bench_match.py --tokens "$TOKENS" --backends radix,numpy,cupy --no-trie \
-    --source memory --chunk-tokens "$CHUNK_TOKENS"
+echo "== sort and scan rates; the sort matcher vs the radix tree in process; hpa match as processes"
+time "$PY" bench/bench_gpu.py --tokens "$TOKENS" --out "${OUT:-.}/bench_gpu.json"

@@ -42,3 +42,19 @@ def test_cupy_equals_numpy(cupy_xp, requests):
         assert_same_arrays(a.arrays, b.arrays)
         assert np.array_equal(a.path_junctions, b.path_junctions)
         assert_same_as_trie(requests, b.arrays)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(requests_(max_requests=20))
+def test_the_fused_kernels_on_the_device_split_or_not(cupy_xp, requests):
+    """The sort matcher's CUDA module: one sort or four key ranges, wide and narrow keys."""
+    for params in (HashParams(), HashParams(key_mask=0x7)):
+        for passes in (1, 4):
+            options = MatchOptions(hash_params=params, sort_passes=passes)
+            got = compute(MemorySource.from_requests(requests), xp=cupy_xp, options=options)
+            assert got.arrays.path == "the sort matcher (cupy)"
+            assert_same_as_trie(requests, got.arrays)
