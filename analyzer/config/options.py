@@ -12,13 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from analyzer.config.host_tier import DEFAULT_INTERCONNECT, INTERCONNECTS
 from analyzer.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class Option:
     """One engine option. `kind`: int, number, number_or_auto (a number or the string "auto"),
-    bool or choice; `nullable`: null allowed."""
+    number_or_name (a number or one of `choices`), bool or choice; `nullable`: null allowed."""
 
     engine: str
     kind: str
@@ -45,12 +46,21 @@ class Option:
             return value
         if self.kind == "number_or_auto" and value == "auto":
             return value
+        if self.kind == "number_or_name" and isinstance(value, str):
+            if value not in self.choices:
+                raise ConfigError(
+                    f"policy key {key!r}: unknown name {value!r}; known: "
+                    f"{', '.join(self.choices)} (or a number)"
+                )
+            return value
         numeric = (int,) if self.kind == "int" else (int, float)
         # `not (a <= v <= b)` also refuses nan
         if type(value) not in numeric or not (self.minimum <= value <= self.maximum):
             what = "an integer" if self.kind == "int" else "a number"
             null = " or null" if self.nullable else ""
             auto = " or 'auto'" if self.kind == "number_or_auto" else ""
+            if self.kind == "number_or_name":
+                auto = f" or one of {', '.join(self.choices)}"
             raise ConfigError(
                 f"policy key {key!r}: expected {what} >= {self.minimum:g} and <= "
                 f"{self.maximum:,.0f}{null}{auto}, got {value!r}"
@@ -59,6 +69,47 @@ class Option:
 
 
 OPTIONS: dict[str, Option] = {
+    # vLLM 0.33's host KV tier: the OffloadingConnector with its CPU backend
+    # (../shared/reference/kv-offload.md; analyzer/sim/vllm/host_tier.py).
+    "host_tier_gib": Option(
+        "vllm",
+        "number",
+        0,
+        "Host (CPU) KV tier in GiB over all workers (--kv-offloading-size); 0 = none. Its "
+        "slots follow from the model preset's bytes per block (analyzer/config/host_tier.py).",
+    ),
+    "host_tier_chunks": Option(
+        "vllm",
+        "int",
+        None,
+        "The host tier's slot count itself (vLLM's num_chunks, one GPU block each), for a "
+        "policy without a model preset's bytes per block; null = from host_tier_gib.",
+        minimum=1,
+        nullable=True,
+    ),
+    "host_tier_policy": Option(
+        "vllm",
+        "choice",
+        "lru",
+        "The host tier's eviction (eviction_policy): lru (request-scoped recency) or arc.",
+        choices=("lru", "arc"),
+    ),
+    "offload_prompt_only": Option(
+        "vllm",
+        "bool",
+        True,
+        "Store prompt chunks only, never decode tokens (vLLM's default).",
+    ),
+    "host_bandwidth_gbps": Option(
+        "vllm",
+        "number_or_name",
+        DEFAULT_INTERCONNECT,
+        "A host-tier load's one-way bandwidth in GB/s, or an interconnect: "
+        + ", ".join(f"{r.name} {r.h2d_gbps:g}" for r in INTERCONNECTS.values())
+        + ".",
+        minimum=0.001,
+        choices=tuple(INTERCONNECTS),
+    ),
     # SGLang MambaRadixCache / SWARadixCache (reference/hybrid-policies.md section 1).
     "sglang_strategy": Option(
         "sglang",
@@ -181,14 +232,28 @@ OPTIONS: dict[str, Option] = {
 }
 
 
+# Options a policy leaves out of `Policy.options` at their defaults (`Policy.option` gives
+# the default): added after runs of their engine were stored, whose identities (canonical
+# JSON) and equality with a default Policy must not change.
+QUIET_AT_DEFAULT = frozenset(
+    {"host_tier_gib", "host_tier_chunks", "host_tier_policy", "offload_prompt_only",
+     "host_bandwidth_gbps"}
+)  # fmt: skip
+
+
 def resolve(engine: str, values: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """The engine's options (sorted by key), defaults filled in; others' keys are errors."""
     for key in sorted(values):
         owner = OPTIONS[key].engine
         if owner != engine:
             raise ConfigError(f"policy key {key!r} applies to engine {owner}, not {engine}")
-    return tuple(
+    resolved = (
         (key, OPTIONS[key].check(key, values.get(key, opt.default)))
         for key, opt in sorted(OPTIONS.items())
         if opt.engine == engine
+    )
+    return tuple(
+        (key, value)
+        for key, value in resolved
+        if key not in QUIET_AT_DEFAULT or value != OPTIONS[key].default
     )

@@ -185,6 +185,9 @@ def _option_property(option: Option, owner: str = "engine") -> dict[str, Any]:
         prop = {"type": "boolean"}
     elif option.kind == "number_or_auto":
         prop = {"anyOf": [{"type": "number", "minimum": option.minimum}, {"const": "auto"}]}
+    elif option.kind == "number_or_name":
+        number = {"type": "number", "minimum": option.minimum}
+        prop = {"anyOf": [number, {"enum": list(option.choices)}]}
     else:
         kind = "integer" if option.kind == "int" else "number"
         prop = {"type": [kind, "null"] if option.nullable else kind, "minimum": option.minimum}

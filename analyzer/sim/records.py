@@ -104,6 +104,13 @@ class SimResult(NamedTuple):
     the earlier requests had ever cached, evicted or not (a bounded vLLM pool with sub-block
     hits sets it; None elsewhere).
 
+    A host KV tier (vLLM's OffloadingConnector, policy key `host_tier_gib`) gives
+    `host_hit_tokens`: what the tier added to the GPU hit at the first admission (loaded,
+    not computed; `hit_tokens` stays the GPU's own), `host_wait_steps`: the engine steps it
+    spent waiting for that load (WAITING_FOR_REMOTE_KVS), and `host_wait_s`: the load's
+    time on the link (serial) or the time it waited (concurrent clock); 0 and None
+    without a load.
+
     A NamedTuple rather than a dataclass: one is built per request, and this is ~4x cheaper.
     """
 
@@ -130,6 +137,9 @@ class SimResult(NamedTuple):
     recomputed_tokens: int = 0
     held_blocks: int | None = None
     cached_ever_tokens: int | None = None
+    host_hit_tokens: int = 0
+    host_wait_steps: int = 0
+    host_wait_s: float | None = None
 
 
 ResultColumns = dict[str, "np.ndarray | list"]

@@ -10,6 +10,7 @@ from analyzer.sim.vllm.compiled import fast_replay, serial_gate
 from analyzer.sim.vllm.compiled.fast import attention_columns
 from analyzer.sim.vllm.concurrent import ConcurrentReplay
 from analyzer.sim.vllm.gates import SHARED_FORM, unmodelled_keys
+from analyzer.sim.vllm.host_replay import HostTierReplay
 from analyzer.sim.vllm.layout import make_layout
 from analyzer.sim.vllm.reference import NOT_SCHEDULABLE, VllmReplay
 
@@ -31,20 +32,27 @@ def replay(
     as its `schedule` says. `num_groups`: KV-cache groups per type (capacity only)."""
     if policy.schedule == "concurrent":
         return ConcurrentReplay(policy, num_groups=num_groups).run(requests)
+    layout = make_layout(policy, num_groups)
+    if layout.host_tier is not None:
+        return HostTierReplay(policy, num_groups=num_groups).run(requests)
     fast = None
     if not unmodelled_keys(policy):  # a key no shortcut knows: the reference alone
-        fast = fast_replay(make_layout(policy, num_groups), NOT_SCHEDULABLE)
+        fast = fast_replay(layout, NOT_SCHEDULABLE)
     return (fast or VllmReplay(policy, num_groups=num_groups)).run(requests)
 
 
 def replay_path(policy: Policy, *, num_groups: dict[str, int] | None = None) -> str:
     """Which replay `replay` runs for `policy`: `concurrent`, the serial fast path's gate
-    (`closed_form`, `dense`, `hybrid`: `analyzer.sim.vllm.gates`) or `reference`."""
+    (`closed_form`, `dense`, `hybrid`: `analyzer.sim.vllm.gates`), `host_tier` (the
+    reference with a host KV tier, `host_replay.py`) or `reference`."""
     if policy.schedule == "concurrent":
         return "concurrent"
     if unmodelled_keys(policy):
         return "reference"
-    gate = serial_gate(make_layout(policy, num_groups))
+    layout = make_layout(policy, num_groups)
+    if layout.host_tier is not None:
+        return "host_tier"
+    gate = serial_gate(layout)
     return gate.name if gate is not None else "reference"
 
 

@@ -46,9 +46,12 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
     order the requests were given."""
 
     check_memo = False  # tests: recompute every kept lookup and admission, assert equal
+    host_tier_modelled = False  # a host KV tier's replay (host_concurrent.py) sets it
 
     def __init__(self, policy: Policy, *, num_groups: dict[str, int] | None = None) -> None:
         super().__init__(policy, num_groups=num_groups)
+        if self.layout.host_tier is not None and not self.host_tier_modelled:
+            raise ConfigError("policy key 'host_tier_gib': not modelled on schedule concurrent")
         budget = policy.step_token_budget
         if budget != self.layout.max_num_batched_tokens:
             self.layout = replace(self.layout, max_num_batched_tokens=budget)

@@ -277,6 +277,33 @@ class Coordinator:
             self.pool.free_blocks(copies)
         return True
 
+    def admit_loading(self, req: ReqState, local: int, ext: int, hit: list[list[int]]) -> bool:
+        """vLLM's admission of a request whose GPU hit (`local` tokens, blocks `hit` per
+        manager) a connector extends by `ext` tokens it loads: the whole sequence must fit;
+        each group adopts the hit blocks within the window of local + ext (NULL before),
+        takes fresh blocks for the rest, and nothing is cached until the load is in
+        (`allocate_slots` with `delay_cache_blocks`). False: it does not fit."""
+        total, full, B = local + ext, req.num_tokens, self.layout.block_size
+        if self.pool.bounded and not (
+            self._fits(hit, full, total, local, full)
+            and self._fits(hit, total, total, local, total, False)
+        ):
+            return False
+        for m in self.managers:
+            skipped = m.skipped_tokens(total) // B
+            adopted = hit[m.gid][skipped:]
+            self.pool.touch(adopted)
+            m.blocks = [NULL] * skipped + list(adopted)
+            m.ncached = len(m.blocks)
+            m.active = True
+        for m in self.managers:
+            new = cdiv(total, B) - len(m.blocks)
+            if new > 0:
+                m.blocks += self.pool.new_blocks(new)
+        for m in self.managers:
+            m.allocate(total, total, [])
+        return True
+
     def decode(self, req: ReqState) -> bool:
         """`step(req, 1)` for a decode token (sequence = computed + 1) when every group is
         full attention without a drafter (`plain`): allocate the block the token starts,

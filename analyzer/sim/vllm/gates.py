@@ -50,6 +50,7 @@ INERT: dict[str, Callable[[CacheLayout], Any]] = {
     "alloc_lookahead": lambda layout: 0,
     "mamba_spec_blocks": lambda layout: 0,
     "hybrid": lambda layout: False,
+    "host_tier": lambda layout: None,
 }
 
 
@@ -101,6 +102,9 @@ _ALL = frozenset(
     }
 )
 _SPEC = frozenset({"hash_lookahead", "eagle_drop", "alloc_lookahead", "mamba_spec_blocks"})
+# The host KV tier: no shortcut models it (stores, loads and the wait run step by step in
+# the reference and the concurrent replay, every decode step included).
+_HOST = frozenset({"host_tier"})
 _FINE = frozenset({"hash_block_size", "fine", "alignment"})
 
 CLOSED_FORM = Gate(
@@ -108,7 +112,7 @@ CLOSED_FORM = Gate(
     models=frozenset(
         {"block_size", "group_types", "retention_interval", "max_num_batched_tokens", "hybrid"}
     ),
-    refuses=frozenset({"sliding_window", "num_blocks"}) | _SPEC | _FINE,
+    refuses=frozenset({"sliding_window", "num_blocks"}) | _SPEC | _FINE | _HOST,
     why="compiled/fast.py UnboundedReplay: no eviction, full attention and Mamba states "
     "followed as hash sets; without a drafter one group or several behave alike",
 )
@@ -125,7 +129,7 @@ DENSE = Gate(
     models=frozenset(
         {"block_size", "group_types", "num_blocks", "max_num_batched_tokens", "retention_interval"}
     ),
-    refuses=frozenset({"sliding_window", "hybrid"}) | _SPEC | _FINE,
+    refuses=frozenset({"sliding_window", "hybrid"}) | _SPEC | _FINE | _HOST,
     condition=lambda layout: layout.group_types == (FULL,) and layout.num_blocks is not None,
     why="compiled/dense.py DenseReplay: one full-attention group in a bounded pool "
     "(retention acts on no full-attention block)",
@@ -133,7 +137,7 @@ DENSE = Gate(
 HYBRID = Gate(
     "hybrid",
     models=_ALL,
-    refuses=frozenset(),
+    refuses=_HOST,
     condition=lambda layout: FULL in layout.group_types,
     why="compiled/hybrid.py HybridReplay: every layout with full attention, field by field "
     "as the reference (its lookup is attention first)",
@@ -151,7 +155,7 @@ CAPACITY_CURVE = Gate(
             "alignment",
         }
     ),
-    refuses=frozenset({"sliding_window", "hybrid", "fine"}) | _SPEC,
+    refuses=frozenset({"sliding_window", "hybrid", "fine"}) | _SPEC | _HOST,
     condition=lambda layout: layout.group_types == (FULL,),
     why="compiled/stack_distance.py capacity_curve: one LRU full-attention group, every "
     "pool size at once (a budget only splits prefills; a whole-block match compares the "
@@ -160,7 +164,7 @@ CAPACITY_CURVE = Gate(
 DECODE_EVENTS = Gate(
     "decode_events",
     models=_ALL,
-    refuses=frozenset(),
+    refuses=_HOST,
     why="layout.decode_events: the positions where a decode step can change the cache, "
     "which the reference's and the concurrent replay's sleeping decoders and the hybrid "
     "loop skip between; an unmodelled field makes every position one",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from analyzer.config.policy import GROUPS, Policy
 from analyzer.errors import ConfigError
+from analyzer.sim.vllm.host_tier import HostTierSpec, host_tier_spec
 
 FULL, SWA, MAMBA = GROUPS
 
@@ -26,11 +27,20 @@ LAYOUT_KEYS = frozenset(
         "max_num_batched_tokens",
         "num_blocks",
         "spec_decode",
+        # the host tier (host_tier.host_tier_spec): its slots need the model's bytes per
+        # block over the workers
+        "host_tier_gib",
+        "host_tier_chunks",
+        "host_tier_policy",
+        "offload_prompt_only",
+        "host_bandwidth_gbps",
+        "model",
+        "tensor_parallel",
     }
 )
 # The policy keys one cache's serial replay never reads, each for its reason: the fleet
 # (`replicas`, `routing`, `cache_scope`: the caller partitions requests into caches); the
-# model (it reaches the layout through `block_size` and the group counts); the schedule
+# schedule
 # and the concurrent clock and step time (the entry point gives a concurrent policy to
 # `ConcurrentReplay`, which reads them itself). Any other key set away from its default
 # keeps every shortcut off (`gates.unmodelled_keys`).
@@ -39,7 +49,6 @@ OUTSIDE_CACHE_KEYS = frozenset(
         "replicas",
         "routing",
         "cache_scope",
-        "model",
         "schedule",
         "max_num_seqs",
         "step_base_ms",
@@ -48,7 +57,6 @@ OUTSIDE_CACHE_KEYS = frozenset(
         "async_scheduling",
         "step_model",
         "gpu",
-        "tensor_parallel",
         "step_efficiency",
     }
 )
@@ -77,6 +85,7 @@ class CacheLayout:
     - `num_blocks`: pool size as vLLM's num_gpu_blocks (block 0 is the null block), or None.
     - `hybrid`: more than one KV-cache group (vLLM's hybrid coordinator, even when all groups
       are full attention; a single group gets the unitary one, which differs for EAGLE).
+    - `host_tier`: the host KV tier (vLLM's OffloadingConnector, `host_tier.py`), or None.
     """
 
     block_size: int
@@ -93,6 +102,7 @@ class CacheLayout:
     alloc_lookahead: int
     mamba_spec_blocks: int
     hybrid: bool
+    host_tier: HostTierSpec | None = None
 
     @property
     def has_mamba(self) -> bool:
@@ -143,6 +153,7 @@ def make_layout(policy: Policy, num_groups: dict[str, int] | None = None) -> Cac
         alloc_lookahead=0 if spec == "none" else 1,
         mamba_spec_blocks=0 if spec == "none" else 1,
         hybrid=hybrid,
+        host_tier=host_tier_spec(policy),
     )
 
 

@@ -35,6 +35,8 @@ class MambaManager(Manager):
     sparse = True
     REQUEST_FIELDS = (*Manager.REQUEST_FIELDS, "last_state", "retired", "allocated")
 
+    handoffs: list[tuple[int, int]] | None = None  # set by a host tier (offload.py)
+
     def start(self) -> None:
         super().start()
         self.last_state: int | None = None  # slot of the state the previous step started from
@@ -196,8 +198,20 @@ class MambaManager(Manager):
         return mask
 
     def cache(self, req: ReqState, num_tokens: int, boundaries: list[int]) -> None:
+        before = self.ncached
         super().cache(req, num_tokens, boundaries)
+        if self.handoffs is not None and self.ncached > before:
+            self._hand_off(before, self.ncached, boundaries)
         self._cache_prompt_tail(req, num_tokens)
+
+    def _hand_off(self, start: int, end: int, boundaries: list[int]) -> None:
+        """The states just hashed, as (group, boundary tokens), for a host tier to store
+        (vLLM `MambaManager.cache_blocks`' boundary-state offloads)."""
+        mask = self.mask(start, end, boundaries)
+        blocks = self.blocks
+        for i in range(start, end):
+            if blocks[i] != NULL and (mask is None or mask[i - start]):
+                self.handoffs.append((self.gid, (i + 1) * self.B))
 
     def _cache_prompt_tail(self, req: ReqState, num_tokens: int) -> None:
         """Key the running state at the prompt's last hash boundary when a chunk ends there

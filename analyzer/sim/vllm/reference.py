@@ -139,6 +139,7 @@ class VllmReplay:
         if not self.coord.step(req, n, hit, self.coord.hit_blocks(found), boundaries):
             return NOT_SCHEDULABLE.format(layout.num_blocks)
         chunks.append(n)
+        self._stepped(req, hit + n)
         req.computed = hit + n - pad
         return None
 
@@ -152,6 +153,7 @@ class VllmReplay:
             if n == 0 or not coord.step(req, n, boundaries=boundaries):
                 return NOT_SCHEDULABLE.format(layout.num_blocks)
             chunks.append(n)
+            self._stepped(req, req.computed + n)
             req.computed += n
         self._sampled(req, boundaries)
         # The prefill sampled output token 1; each decode step computes one and samples one.
@@ -165,6 +167,7 @@ class VllmReplay:
             if not fits:
                 chunks.extend([1] * (c - first))
                 return NOT_SCHEDULABLE.format(layout.num_blocks)
+            self._stepped(req, c + 1)
             req.computed = c + 1
             self._sampled(req, boundaries)
         chunks.extend([1] * steps)
@@ -179,6 +182,9 @@ class VllmReplay:
             self.coord.cache(req, req.computed, boundaries)
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _stepped(self, req: ReqState, horizon: int) -> None:
+        """A step scheduled `req` up to `horizon` tokens (a host tier acts here)."""
 
     def _show_hashes(self, req: ReqState) -> None:
         """The hashes vLLM has at `req.num_tokens` tokens: blocks whose lookahead exists."""

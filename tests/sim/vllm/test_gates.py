@@ -33,6 +33,7 @@ from analyzer.sim.vllm.gates import (
     undeclared_keys,
     unmodelled_keys,
 )
+from analyzer.sim.vllm.host_tier import host_tier_spec
 from analyzer.sim.vllm.layout import LAYOUT_KEYS, make_layout
 from tests.sim.vllm.test_oracle_golden import CASES, _num_groups
 
@@ -60,21 +61,46 @@ def test_every_vllm_policy_key_is_carried_or_declared_outside():
 
 
 def _policy_reads(function) -> set[str]:
+    """The policy keys `function` reads: `policy.KEY`, and `policy.option("KEY")` for an
+    engine option."""
     tree = ast.parse(inspect.getsource(function))
-    return {
-        node.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
+    reads = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _is_policy(node.func) and node.func.attr == "option":
+            reads.add(node.args[0].value)
+        elif _is_policy(node) and node.attr != "option":
+            reads.add(node.attr)
+    return reads
+
+
+def _is_policy(node) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
         and isinstance(node.value, ast.Name)
         and node.value.id == "policy"
-    }
+    )
 
 
 def test_layout_keys_are_what_make_layout_reads():
-    reads = _policy_reads(layout.make_layout) | _policy_reads(layout._group_counts)
+    reads = set().union(
+        *map(_policy_reads, (layout.make_layout, layout._group_counts, host_tier_spec))
+    )
     properties = {"hash_block_tokens": {"prefix_match_unit", "block_size"}}
     keys = set().union(*(properties.get(name, {name}) for name in reads))
     assert keys == set(LAYOUT_KEYS)
+
+
+def test_every_gate_refuses_a_host_tier():
+    base = make_layout(make_policy({**TREE64, "num_blocks": 20}))
+    tier = make_layout(make_policy({**TREE64, "num_blocks": 20, "host_tier_chunks": 8}))
+    assert tier.host_tier is not None and base.host_tier is None
+    assert [g.name for g in GATES if g.admits(base)] == [
+        "dense", "hybrid", "capacity_curve", "decode_events"
+    ]  # fmt: skip
+    assert [g.name for g in GATES if g.admits(tier)] == []
+    assert gates.events(tier) == tuple(range(64))  # every decode step runs
+    policy = make_policy({**TREE64, "host_tier_chunks": 8})
+    assert replay_path(policy) == "host_tier" and replay_from_shared(policy) is None
 
 
 # -- runtime: a field or key outside the allow-list turns the shortcut off ----------------

@@ -1,9 +1,10 @@
 """The host-tier goldens (tests/golden/oracle_offload/, vLLM 0.33's OffloadingConnector) hold
-what the reference note (kv-offload.md) says vLLM does, and agree with hpa's replay where a
-replay without a host tier must agree (issue 51 item 3).
+what the reference note (kv-offload.md) says vLLM does, and hpa's replay with the host tier
+(policy keys host_tier_*, analyzer/sim/vllm/offload.py) gives the oracle's figures request by
+request: GPU hit, host hit, steps waiting for the load, and the chunks scheduled (issue 51
+items 1 and 3).
 
-hpa has no host tier yet, so the goldens cannot be replayed whole; these tests pin, per case
-and request, the rules the engine work must reproduce:
+The rules the goldens pin, per case and request:
 
 - a host hit only extends the GPU hit, from a block-aligned GPU hit, in whole chunks, up to
   the prompt (prompt - 1 with a sliding-window or Mamba group);
@@ -42,6 +43,44 @@ def _rows(name: str) -> tuple[list[dict], dict]:
 def _trace(name: str) -> dict[str, dict]:
     lines = (GOLDEN / CASES[name]["trace"]).read_text().splitlines()
     return {r["request_id"]: r for r in map(json.loads, lines)}
+
+
+def _policy(name: str) -> dict:
+    """The case's GPU side with its host tier, as hpa policy keys."""
+    case = CASES[name]
+    tier = case["host_tier"]
+    assert tier["blocks_per_chunk"] == 1  # hpa's chunk is one block (vLLM's default)
+    return {
+        **case["policy"],
+        "host_tier_chunks": tier["chunks"],
+        "host_tier_policy": tier["eviction_policy"],
+        "offload_prompt_only": tier["offload_prompt_only"],
+    }
+
+
+def _requests(name: str, ids: list[str]) -> list[SimRequest]:
+    trace = _trace(name)
+    return [
+        SimRequest(rid, trace[rid]["prompt_token_ids"], trace[rid]["output_token_ids"],
+                   timestamp_s=trace[rid]["timestamp"])
+        for rid in ids
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, c in CASES.items() if c["policy"].get("schedule") != "concurrent")
+)
+def test_hpa_gives_the_oracles_figures_request_by_request(name):
+    rows, _ = _rows(name)
+    results = replay(_requests(name, [r["request_id"] for r in rows]), make_policy(_policy(name)))
+    got = [
+        (s.request_id, s.hit_tokens, s.host_hit_tokens, s.host_wait_steps, list(s.chunks))
+        for s in results
+    ]
+    want = [
+        (r["request_id"], r["gpu_hit"], r["host_hit"], r["wait_steps"], r["chunks"]) for r in rows
+    ]
+    assert got == want
 
 
 def _chunk(name: str) -> int:

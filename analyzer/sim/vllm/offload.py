@@ -1,0 +1,289 @@
+"""vLLM 0.33's scheduler-side offloading connector (`OffloadingConnectorScheduler`) over a host
+tier (`host_tier.HostTier`): what a request looks up, loads and stores, step by step
+(../shared/reference/kv-offload.md sections 2.3 to 2.5). One chunk is one GPU block.
+
+- Lookup, only beyond the block-aligned GPU hit: full-attention groups need every chunk key
+  from there on (a prefix run); sliding-window groups a run of the window's chunks ending at
+  the hit's end, Mamba groups (window 1) a state exactly there. With a windowed group the end
+  is capped at the sequence - 1 (and floored to a chunk with Mamba). A hit adds whole chunks
+  or nothing; a key still being stored or loaded by another request defers the request.
+- Stores, write-through: in each step, every full chunk the step computes (of the prompt
+  alone when `prompt_only`) is offered from the store cursor on, one offer per request; the
+  chunks a GPU hit adopted are offered again in the first step (a host hit skips them). An
+  offer that finds no slot is dropped and the cursor stays: offered again next step.
+  Sliding-window groups offer the blocks their mask keeps; Mamba groups offer the states
+  the GPU cache hashes (one offer each, never retried). A store is readable once the step
+  after it has run (its completion comes with that step's outputs).
+- Keys are pool keys: the chunk's last block hash x groups + group id.
+"""
+
+from __future__ import annotations
+
+from analyzer.sim.vllm.block_pool import NULL
+from analyzer.sim.vllm.coordinator import Coordinator
+from analyzer.sim.vllm.host_tier import HIT, MISS, PENDING, Access, HostTier, HostTierSpec
+from analyzer.sim.vllm.layout import FULL, MAMBA, SWA, CacheLayout, cdiv
+from analyzer.sim.vllm.managers import ReqState
+
+
+class Offload:
+    """One request's connector state (vLLM `RequestOffloadState`)."""
+
+    __slots__ = ("access", "next_chunk", "handoffs", "loaded_keys", "host_hit", "wait_steps")
+
+    def __init__(self, num_groups: int) -> None:
+        self.access = Access()
+        self.next_chunk = [0] * num_groups  # store cursor per group
+        self.handoffs: list[tuple[int, int]] = []  # Mamba states hashed this step
+        self.loaded_keys = 0
+        self.host_hit = 0  # tokens of the first admission's host hit
+        self.wait_steps = 0
+
+
+class Connector:
+    """The host tier and the connector's rules, for one cache."""
+
+    def __init__(self, layout: CacheLayout, coord: Coordinator, spec: HostTierSpec) -> None:
+        self.layout = layout
+        self.coord = coord
+        self.spec = spec
+        self.tier = HostTier(spec)
+        self.c = layout.block_size  # tokens per chunk (one block)
+        self.s = layout.block_size // layout.hash_block_size  # hashes per chunk
+        self.groups = coord.pool.num_groups
+        types = layout.group_types
+        self.windows = [self._window(t) for t in types]
+        full = [(g, None) for g, t in enumerate(types) if t == FULL]
+        windowed = sorted(
+            ((g, self.windows[g]) for g, t in enumerate(types) if t != FULL),
+            key=lambda row: -row[1],
+        )
+        self.lookup_groups = tuple(full + windowed)
+        self.windowed_groups = tuple(windowed)
+        self.mamba = MAMBA in types
+        self.in_flight: list[list[int]] = []  # the store jobs of the last step
+        self.loading: dict[int, int] = {}  # key -> loads reading it (being loaded)
+        for m in coord.managers:
+            if m.kind == MAMBA:
+                m.handoffs = []
+
+    def _window(self, kind: str) -> int | None:
+        """Chunks a windowed group's hit needs (vLLM `sliding_window_size_in_chunks`)."""
+        if kind == MAMBA:
+            return 1
+        if kind == SWA:
+            W, c = self.layout.sliding_window, self.c
+            return max(cdiv(W, c), cdiv(W - 1, c))
+        return None
+
+    def key(self, req: ReqState, gid: int, chunk: int) -> int:
+        """The key of chunk `chunk` (0-based) of group `gid`, its position recorded."""
+        return req.hashes[(chunk + 1) * self.s - 1] * self.groups + gid
+
+    def _note(self, off: Offload, key: int, gid: int, chunk: int) -> int:
+        off.access.position.setdefault(key, ((chunk + 1) * self.c, gid))
+        return key
+
+    # -- lookup --------------------------------------------------------------------------------
+
+    def lookup(self, req: ReqState, local: int) -> int | None:
+        """Tokens the host tier adds to the block-aligned GPU hit `local` (0: none), or None:
+        a key it needs is still being stored or loaded (the request waits a step)."""
+        c = self.c
+        num_keys = len(req.hashes) // self.s
+        top = req.num_tokens
+        if self.windowed_groups:
+            top -= 1
+            if self.mamba:
+                top = top // c * c
+        hit, defer, looked_windowed = 0, False, False
+        groups = self.lookup_groups
+        start = local // c
+        while groups:
+            todo, groups = groups, ()
+            for gid, window in todo:
+                top = min(top, num_keys * c)
+                if top - local < c:
+                    return 0
+                end = min(cdiv(top, c), num_keys)
+                if window is None:
+                    n = self._prefix_run(req, gid, start, end)
+                else:
+                    first = self._load_window(gid, min(top, end * c))
+                    n = self._window_run(req, gid, start, end, window, first)
+                if n == 0:
+                    return 0
+                if n is None:
+                    defer = True
+                else:
+                    top = min(top, c * (start + n))
+                new = top - local
+                if new < c:
+                    return 0
+                if new < hit:
+                    if defer:
+                        defer, groups = False, self.lookup_groups
+                    elif looked_windowed and not groups:
+                        groups = self.windowed_groups
+                looked_windowed |= window is not None
+                hit = new
+        if defer or self._being_loaded(req, local, hit):
+            return None
+        return hit
+
+    def _prefix_run(self, req: ReqState, gid: int, start: int, end: int) -> int | None:
+        lookup, n, defer = self.tier.lookup, 0, False
+        for chunk in range(start, end):
+            found = lookup(self.key(req, gid, chunk))
+            if found == MISS:
+                break
+            n += 1
+            defer |= found == PENDING
+        return None if defer else n
+
+    def _window_run(
+        self, req: ReqState, gid: int, start: int, end: int, window: int, first: int
+    ) -> int | None:
+        """The end (in chunks from `start`) of the right-most run of `window` present keys
+        (`first` for the first run), scanning from the right; a run from `start` shorter
+        than the window when none is found."""
+        lookup = self.tier.lookup
+        run, pending, need = 0, False, first
+        for i in range(end - start - 1, -1, -1):
+            found = lookup(self.key(req, gid, start + i))
+            if found == MISS:
+                run, pending, need = 0, False, window
+            else:
+                run += 1
+                pending |= found == PENDING
+            if run == need:
+                return None if pending else i + need
+        return None if pending else run
+
+    def _load_window(self, gid: int, tokens: int) -> int:
+        """Chunks a load of a windowed group reads when the hit ends at `tokens`."""
+        window = self.windows[gid]
+        if self.layout.group_types[gid] == SWA:
+            pad = -tokens % self.c
+            window = max(window, cdiv(self.layout.sliding_window - 1 + pad, self.c))
+        return window
+
+    def _being_loaded(self, req: ReqState, local: int, hit: int) -> bool:
+        if not self.loading:
+            return False
+        c = self.c
+        start = local // c
+        end = cdiv(local + hit, c)
+        for gid, window in self.lookup_groups:
+            chunks = range(start, end)
+            if window is not None:
+                chunks = chunks[-self._load_window(gid, local + hit) :]
+            if any(self.key(req, gid, i) in self.loading for i in chunks):
+                return True
+        return False
+
+    # -- load ----------------------------------------------------------------------------------
+
+    def load(self, req: ReqState, off: Offload, local: int, ext: int) -> list[int]:
+        """The keys a load of `ext` tokens after `local` reads, pinned (vLLM
+        `update_state_after_alloc`): per group, from its first fresh block to the end. The
+        store cursors move past the hit (its chunks are not offered again)."""
+        pool, end = self.coord.pool, local + ext
+        keys: list[int] = []
+        chunks = cdiv(end, self.c)
+        for m in self.coord.managers:
+            blocks = m.blocks
+            first = chunks
+            for i in range(cdiv(local, self.c), chunks):
+                if blocks[i] != NULL and pool.primary[blocks[i]] == -1:
+                    first = i
+                    break
+            keys += [
+                self._note(off, self.key(req, m.gid, i), m.gid, i) for i in range(first, chunks)
+            ]
+            off.next_chunk[m.gid] = chunks
+        self.tier.prepare_load(keys, off.access)
+        for key in keys:
+            self.loading[key] = self.loading.get(key, 0) + 1
+        off.loaded_keys = len(keys)
+        return keys
+
+    def loaded(self, keys: list[int]) -> None:
+        """A load finished: its keys are idle again."""
+        self.tier.complete_load(keys)
+        loading = self.loading
+        for key in keys:
+            loading[key] -= 1
+            if not loading[key]:
+                del loading[key]
+
+    # -- stores --------------------------------------------------------------------------------
+
+    def take_handoffs(self, off: Offload) -> None:
+        """The Mamba states the bound request's last cache call hashed."""
+        for m in self.coord.managers:
+            if m.kind == MAMBA and m.handoffs:
+                off.handoffs += m.handoffs
+                m.handoffs.clear()
+
+    def offer_states(self, req: ReqState, off: Offload, jobs: list[list[int]]) -> None:
+        """Offer the Mamba states the request hashed (vLLM `_build_aligned_boundary_store_jobs`):
+        one offer each, those past the offloadable horizon left out, failures dropped."""
+        horizon = self._offloadable(req, req.num_tokens)
+        for gid, boundary in off.handoffs:
+            if boundary > horizon or boundary % self.c:
+                continue
+            chunk = boundary // self.c - 1
+            key = self._note(off, self.key(req, gid, chunk), gid, chunk)
+            stored = self.tier.prepare_store([key], off.access)
+            if stored:
+                jobs.append(stored)
+        off.handoffs.clear()
+
+    def offer_chunks(
+        self, req: ReqState, off: Offload, horizon: int, boundaries: list[int], jobs: list
+    ) -> None:
+        """Offer the full chunks up to `horizon` tokens from the cursors on (vLLM
+        `_build_store_jobs`, one request); a failed offer leaves the cursors where they are."""
+        offloadable = self._offloadable(req, horizon)
+        num_keys = len(req.hashes) // self.s
+        keys: list[int] = []
+        ends = []
+        for m in self.coord.managers:
+            end = min(offloadable // self.c, len(m.blocks), num_keys)
+            ends.append(end)
+            start = off.next_chunk[m.gid]
+            if m.kind == MAMBA or end <= start:
+                continue
+            mask = m.mask(start, end, boundaries) if m.kind == SWA else None
+            blocks = m.blocks
+            for i in range(start, end):
+                if blocks[i] == NULL or (mask is not None and not mask[i - start]):
+                    continue
+                keys.append(self._note(off, self.key(req, m.gid, i), m.gid, i))
+        stored = self.tier.prepare_store(keys, off.access) if keys else []
+        if stored is None:
+            return
+        for gid, end in enumerate(ends):
+            off.next_chunk[gid] = max(off.next_chunk[gid], end)
+        if stored:
+            jobs.append(stored)
+
+    def _offloadable(self, req: ReqState, tokens: int) -> int:
+        tokens = min(tokens, req.num_tokens)
+        return min(tokens, req.prompt) if self.spec.prompt_only else tokens
+
+    def end_step(self, jobs: list[list[int]]) -> None:
+        """A step's outputs came back: the stores planned in the step before it completed;
+        this step's are in flight."""
+        for keys in self.in_flight:
+            self.tier.complete_store(keys)
+        self.in_flight = jobs
+
+    def drain(self) -> None:
+        """Every store in flight completes (the serial replay waits for them)."""
+        self.end_step([])
+        self.end_step([])
+
+
+__all__ = ["HIT", "Connector", "Offload"]
