@@ -116,16 +116,17 @@ class DuckDBSource:
         order = storage_order(self.con, sql)
         return keeps_early(order, units) and source_parts(self.con, sql, order) is None
 
-    def held(self, ids: np.ndarray | None = None) -> PartitionSource:
+    def held(self, ids: np.ndarray | None = None, *, allocate=np.empty) -> PartitionSource:
         """A source holding the inserted sequences of requests `ids` (ascending, unique;
         every request by default) and no other, read in one scan of every list under
         HELD_MEMORY_CAPS (an IN filter would not read fewer blocks, and its join need not
-        keep storage order): the other rows are read past."""
+        keep storage order): the other rows are read past. `allocate(size, dtype)` makes
+        the array they are read into (the GPU matcher's: page-locked host memory)."""
         meta, lists = self.meta, self.lists()
         rows = np.arange(meta.n) if ids is None else np.asarray(ids, dtype=np.int64)
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(meta.insert_len[rows], out=offsets[1:])
-        flat = np.empty(int(offsets[-1]), dtype=lists.dtype)
+        flat = allocate(int(offsets[-1]), lists.dtype)
         starts = np.full(meta.n, -1, dtype=np.int64)
         starts[rows] = offsets[:-1]
         prompt = np.where(starts >= 0, lists.prompt_len, 0)  # read past: starts stay < 0

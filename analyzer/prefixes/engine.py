@@ -187,7 +187,7 @@ def _sort_arrays(source: SequenceSource, *, xp: Any, options: MatchOptions) -> M
     if getattr(source, "holds_all", False):
         held = source
     elif hasattr(source, "held"):
-        held = source.held()  # CUDA starts meanwhile
+        held = source.held(allocate=sort_device.host_allocator(xp))  # CUDA starts meanwhile
     else:
         chunk = source.read(0, meta.n)
         held = PartitionSource(meta, chunk.flat, chunk.offsets)

@@ -67,6 +67,21 @@ class CudaKernels:
         self.module.get_function(name)((blocks,), (THREADS,), args)
 
 
+def host_allocator(xp: Any):
+    """How the ids are allocated on the host for `xp`: page-locked memory for CuPy (its copy
+    to the device is one DMA transfer, not staged through a bounce buffer), else np.empty."""
+    if backend_name(xp) != "cupy":
+        return np.empty
+    cupy = xp._cp
+
+    def pinned(size: int, dtype: Any) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        memory = cupy.cuda.alloc_pinned_memory(max(size, 1) * dtype.itemsize)
+        return np.frombuffer(memory, dtype=dtype, count=size)  # keeps `memory` alive
+
+    return pinned
+
+
 def warm_up() -> threading.Thread:
     """Start CUDA and load the kernels in a thread (while the ids are read)."""
 

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer.prefixes import engine
+from analyzer.access.sources import DuckDBSource
+from analyzer.prefixes import engine, sort_device
 from analyzer.prefixes.backend import _CuPyNamespace
 from analyzer.prefixes.engine import MatchOptions, run_matcher
 from analyzer.prefixes.memory import MemorySource, Request
@@ -289,8 +290,18 @@ def test_hpa_match_through_the_sort_matcher_stores_the_same_tables(tmp_path, mon
     assert runner.invoke(cli, ["match", "--db", str(dbs["radix"])]).exit_code == 0
     monkeypatch.setattr(engine, "_compiled_match", lambda *args, **kwargs: None)
     monkeypatch.setattr(engine, "_takes_sort", lambda xp, options: True)
+    allocated = []
+
+    def allocate(size, dtype):  # as the GPU's page-locked allocator is asked
+        allocated.append(size)
+        return np.empty(size, dtype)
+
+    monkeypatch.setattr(sort_device, "host_allocator", lambda xp: allocate)
+    # as on the GPU: the store's source reaches the matcher, which reads it once
+    monkeypatch.setattr(DuckDBSource, "holds_better", lambda self: False)
     res = runner.invoke(cli, ["match", "--db", str(dbs["sort"])])
     assert res.exit_code == 0, res.output
+    assert len(allocated) == 1  # every id read once, into the array the allocator made
     assert "on the sort matcher (numpy)" in res.output
     assert _tables(dbs["sort"]) == _tables(dbs["radix"])
 
