@@ -111,8 +111,8 @@ class SortSteps:
         return self.keys_at(row, depth), row
 
     def keys_at(self, rows: Array, depths: Array) -> Array:
-        pos = xp_take(self.xp, self.rows.starts, rows) + depths - 1
-        return self.hasher.keys(pos, xp_take(self.xp, self.const, rows))
+        pos = self.xp.take(self.rows.starts, rows) + depths - 1
+        return self.hasher.keys(pos, self.xp.take(self.const, rows))
 
     def count_heads(self, sorted_keys: Array, sorted_rows: Array) -> Array:
         xp = self.xp
@@ -131,10 +131,6 @@ class SortSteps:
             at = xp.take(starts, xp.where(holder >= 0, holder, 0))
             bad = bad | ~prefixes_equal(self.flat, at, self.flat, starts, depth, xp=xp)
         return bad
-
-
-def xp_take(xp: Any, values: Array, index: Array) -> Array:
-    return xp.take(values, index) if index.shape[0] else values[:0]
 
 
 @dataclass(frozen=True)
