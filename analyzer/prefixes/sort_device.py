@@ -14,6 +14,8 @@ constants (base, key mask). Anything else the matcher learns runs the plain step
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
 
@@ -21,7 +23,7 @@ import numpy as np
 
 from analyzer.prefixes.arrays import Array
 from analyzer.prefixes.backend import backend_name
-from analyzer.prefixes.prefix_hash import DEFAULT_HASH, KEY_SPREAD, HashParams, namespace_seeds
+from analyzer.prefixes.prefix_hash import KEY_SPREAD, HashParams, namespace_seeds
 from analyzer.prefixes.sort_match import SortAnswers, ViewRows, sort_match
 from analyzer.prefixes.source import RequestMeta
 
@@ -212,21 +214,40 @@ def passes_for(units: int, free_bytes: int, unit_bytes: int) -> int:
     return passes
 
 
+@dataclass(frozen=True)
+class Device:
+    """What the fused steps need of a device: its kernels, its free memory (bytes) now,
+    and the copy of host ids onto it."""
+
+    kernels: Kernels
+    free_bytes: Callable[[], int]
+    to_device: Callable[[np.ndarray], Array]
+
+
+def cuda_device(cupy: Any) -> Device:
+    return Device(CudaKernels(cupy), lambda: cupy.cuda.Device().mem_info[0], cupy.asarray)
+
+
 def match_held(
-    meta: RequestMeta, flat: np.ndarray, starts: np.ndarray, *, xp: Any, options: Any
+    meta: RequestMeta,
+    flat: np.ndarray,
+    starts: np.ndarray,
+    *,
+    xp: Any,
+    options: Any,
+    device: Device | None = None,
 ) -> dict[str, SortAnswers]:
-    """The sort matcher over sequences held on the host: on CuPy the fused kernels (ids
-    copied once), elsewhere the plain steps."""
+    """The sort matcher over sequences held on the host: on CuPy the fused kernels (the
+    ids copied once; `device` defaults to the current CUDA device), elsewhere the plain
+    steps."""
     check_layout(meta, flat, starts)
-    params: HashParams = getattr(options, "hash_params", DEFAULT_HASH)
-    passes = getattr(options, "sort_passes", 0) or 1
+    params: HashParams = options.hash_params
     if backend_name(xp) != "cupy":
+        passes = options.sort_passes or 1
         return sort_match(meta, flat, starts, xp=xp, params=params, passes=passes)
-    cupy = xp._cp
-    kernels = CudaKernels(cupy)
-    if not getattr(options, "sort_passes", 0):
-        free_bytes = cupy.cuda.Device().mem_info[0]
-        passes = passes_for(int(meta.insert_len.sum()), free_bytes, flat.dtype.itemsize)
-    device_flat = cupy.asarray(flat)
-    steps = FusedSteps(device_flat, kernels, params=params, xp=xp)
+    device = device or cuda_device(xp._cp)
+    passes = options.sort_passes or passes_for(
+        int(meta.insert_len.sum()), device.free_bytes(), flat.dtype.itemsize
+    )
+    steps = FusedSteps(device.to_device(flat), device.kernels, params=params, xp=xp)
     return sort_match(meta, flat, starts, xp=xp, params=params, steps=steps, passes=passes)

@@ -21,7 +21,14 @@ from analyzer.prefixes.backend import _CuPyNamespace
 from analyzer.prefixes.engine import MatchOptions, run_matcher
 from analyzer.prefixes.memory import MemorySource, Request
 from analyzer.prefixes.prefix_hash import HashParams
-from analyzer.prefixes.sort_device import FusedSteps, check_layout, passes_for, source_text
+from analyzer.prefixes.sort_device import (
+    Device,
+    FusedSteps,
+    check_layout,
+    match_held,
+    passes_for,
+    source_text,
+)
 from analyzer.prefixes.sort_match import SortSteps, sort_match, view_rows
 from analyzer.prefixes.source import PartitionSource
 
@@ -247,6 +254,30 @@ def test_passes_fit_the_free_device_memory(units, free_gib, want):
 def test_units_that_do_not_fit_at_all_are_refused():
     with pytest.raises(MemoryError, match="do not fit the device's 1.0 GiB free"):
         passes_for(10**9, 1 << 30, 4)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(requests_(), st.sampled_from([None, 0x7]), st.sampled_from([64, 1 << 20]))
+def test_the_device_branch_sizes_its_passes_and_answers_alike(kernels, requests, mask, free_bytes):
+    """match_held's CuPy branch on a host device (the kernels built for the host, CuPy's
+    spellings over NumPy): a device too small for one sort splits it, the same answers."""
+    source = MemorySource.from_requests(requests)
+    options = MatchOptions(hash_params=_params(mask))
+    device = Device(kernels, lambda: free_bytes + 16 * source.flat.shape[0], np.asarray)
+    kernels.launched.clear()
+    views = match_held(
+        source.meta,
+        source.flat,
+        source.offsets[:-1],
+        xp=_NumPyAsCuPy(np),
+        options=options,
+        device=device,
+    )
+    ref = run_matcher(MemorySource.from_requests(requests), xp=np, options=RADIX)
+    for field, got in _as_arrays(views, source.meta.n).items():
+        assert np.array_equal(got, getattr(ref, field)), field
+    if source.flat.shape[0]:
+        assert "hpa_element_keys" in kernels.launched
 
 
 def test_held_sources_and_one_read_sources_answer_alike():
