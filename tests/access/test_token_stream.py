@@ -17,6 +17,7 @@ from analyzer.access.token_stream import (
     _joined,
     early_units,
     merged_cap,
+    stream_caps,
     vector_bytes,
 )
 
@@ -113,3 +114,28 @@ def test_vector_bytes_is_the_fullest_run_of_vector_rows(lens):
     rows = min(VECTOR_ROWS, len(lens))
     want = max(int(lens[i : i + rows].sum()) for i in range(0, len(lens) - rows + 1))
     assert vector_bytes(lens, 4) == 4 * want
+
+
+@pytest.mark.parametrize(
+    "rows, prompt_tokens, hash_ids, caps",
+    [
+        (2048, 3190, 0, ("100MB", "256MB", None)),  # 4 x 26.1 MB vectors: 48 MB ran out
+        (8000, 1000, 0, ("48MB", "256MB", None)),  # 4 x 8.2 MB: the first cap holds them
+        (100, 3190, 0, ("48MB", "256MB", None)),  # fewer rows than a vector: 1.3 MB
+        (2048, 9000, 0, ("282MB", None)),  # past the second cap: it is left out
+        (2048, 0, 1600, ("100MB", "256MB", None)),  # int64 hash ids: 8 bytes each
+    ],
+)
+def test_the_first_stream_cap_holds_four_vectors_of_the_widest_rows(
+    rows, prompt_tokens, hash_ids, caps
+):
+    """A stream that ran out of memory under its first cap starts again under the next: the
+    first is raised to what a scan of the trace's widest 2,048 rows holds, not the cache of
+    a cap far above it."""
+    lens = np.full(rows, prompt_tokens, dtype=np.int64)
+    none = np.zeros(rows, dtype=np.int64)
+    hashed = np.full(rows, bool(hash_ids))
+    lists = ExpectedLists(
+        lens, none + hash_ids, none, hashed, 0, np.dtype(np.int64 if hash_ids else np.int32)
+    )
+    assert stream_caps(lists) == caps
