@@ -13,15 +13,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
-from analyzer.access.streamed import stored_trace
-from analyzer.access.trace import Trace, dataset_trace, load_trace, read_dataset_trace
 from analyzer.executors import ExecutorSpec
 from analyzer.store.dataset import fingerprint, open_dataset, register_requests
 from analyzer.store.db import DEFAULT_DB, connect
 from analyzer.store.sequences import TraceInput
+
+if TYPE_CHECKING:
+    from analyzer.access.trace import Trace
+
+# The traces (access.trace, access.streamed: the replay's, with the sharded matcher and the
+# simulator's records) are imported where a trace is read: `hpa match` reads none, and
+# importing them cost it 0.03 s.
 
 
 @dataclass(frozen=True)
@@ -50,17 +56,24 @@ class StoredRequests:
 
     def whole_trace(self, con: duckdb.DuckDBPyConnection) -> Trace:
         """Every column and token id, loaded here (the store's requests on `con`)."""
+        from analyzer.access.trace import load_trace
+
         return load_trace(con)
 
     def driver_trace(self, con: duckdb.DuckDBPyConnection, *, stream: bool = False) -> Trace:
         """What a replay's driver holds: the store's requests, loaded whole; with `stream`
         (the replay needs no token id after L1/L2), their token ids may stay in the store
         and stream through the matcher once (`access.streamed`)."""
+        from analyzer.access.streamed import stored_trace
+        from analyzer.access.trace import load_trace
+
         return stored_trace(con) if stream else load_trace(con)
 
     def read_only_trace(self, spec: ExecutorSpec) -> Trace:
         """For a driver that writes nothing (plan): the store's requests, loaded whole, and
         the store closed again."""
+        from analyzer.access.trace import load_trace
+
         con = self.connect()
         try:
             return load_trace(con)
@@ -105,15 +118,21 @@ class DatasetRequests:
 
     def whole_trace(self, con: duckdb.DuckDBPyConnection) -> Trace:
         """Every column and token id of the dataset, read here once."""
+        from analyzer.access.trace import dataset_trace
+
         return dataset_trace(self.path, whole=True)
 
     def driver_trace(self, con: duckdb.DuckDBPyConnection, *, stream: bool = False) -> Trace:
         """What a replay's driver holds: the scalar columns (workers read the token ids)."""
+        from analyzer.access.trace import read_dataset_trace
+
         return read_dataset_trace(con, self.path)
 
     def read_only_trace(self, spec: ExecutorSpec) -> Trace:
         """For a driver that writes nothing (plan; no store is created): the dataset read
         whole with a local `spec`, else only its scalars (workers read the rest)."""
+        from analyzer.access.trace import dataset_trace
+
         return dataset_trace(self.path, whole=spec.is_local)
 
     def hand_over(self, con: duckdb.DuckDBPyConnection) -> None:

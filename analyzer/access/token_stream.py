@@ -28,11 +28,11 @@ import pyarrow as pa
 
 from analyzer.access.arrays import joined
 from analyzer.access.run_merge import merged
-from analyzer.access.trace import TOKEN_DTYPES
 from analyzer.prefixes.engine import MatchArrays, match_stream
 from analyzer.prefixes.source import RequestMeta
 from analyzer.store.db import cursor, load_sql, scan_settings, under_each_cap
 from analyzer.store.tokens import (
+    TOKEN_DTYPES,
     column_values,
     positions,
     requests_changed,

@@ -43,15 +43,15 @@ from analyzer.store.db import (
     with_list_lengths,
 )
 from analyzer.store.sequences import check_requests
-from analyzer.store.tokens import STREAM_MEMORY_CAP, Placement, flat_lists, place_lists
+from analyzer.store.tokens import (
+    STREAM_MEMORY_CAP,
+    TOKEN_DTYPES,
+    Placement,
+    flat_lists,
+    place_lists,
+)
 
 TOKEN_COLUMNS = ("prompt_token_ids", "block_hash_ids", "output_token_ids")
-# As stored: token ids INTEGER[], block hash ids BIGINT[].
-TOKEN_DTYPES = {
-    "prompt_token_ids": np.dtype(np.int32),
-    "block_hash_ids": np.dtype(np.int64),
-    "output_token_ids": np.dtype(np.int32),
-}
 
 
 # Units the replay's L1/L2 pass hashes at once: its transient memory (about 40 B a unit), as

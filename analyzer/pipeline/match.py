@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.access.inputs import RequestInput, request_input
-from analyzer.access.sharded import match_sharded
 from analyzer.access.sources import DuckDBSource
 from analyzer.errors import ConfigError
 from analyzer.executors import ExecutorSpec, as_spec
@@ -219,6 +218,8 @@ def match_prefixes(
 def _sharded(con, source: RequestInput, meta: RequestMeta, spec: ExecutorSpec, options):
     """(connection, merged result): the driver reads the first K units, workers read and
     match their partitions; the store's connection is closed while workers read it."""
+    from analyzer.access.sharded import match_sharded  # the executors' (not a local match's)
+
     prefixes = read_prefixes(con, spec.shard_tokens)
     source.hand_over(con)
     result = match_sharded(meta, prefixes, source.workers, spec, options, options.progress)

@@ -22,6 +22,12 @@ import numpy as np
 from analyzer.errors import StoreError
 from analyzer.store.db import load_sql, scan_settings, under_each_cap
 
+# As stored: token ids INTEGER[], block hash ids BIGINT[].
+TOKEN_DTYPES = {
+    "prompt_token_ids": np.dtype(np.int32),
+    "block_hash_ids": np.dtype(np.int64),
+    "output_token_ids": np.dtype(np.int32),
+}
 STREAM_BYTES = 16 << 20  # values a streamed batch holds, in bytes
 # DuckDB's buffer limit while token ids are copied out into arrays (`place_lists`): each
 # block is read once, and cached it would only sit beside its copy. One thread reads under
