@@ -13,9 +13,7 @@ with identical tables. The figures are defined in
 
 from __future__ import annotations
 
-import contextlib
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -171,7 +169,6 @@ def match_prefixes(
     # while this matches); the tables are written on a writable one, opened to store them.
     con = source.connect()
     read_from = None if source.is_dataset else trace_fingerprint(con)[0]
-    writable = _Writable(db_path, read_from, source.is_dataset)
     try:
         cut = cut_caveat(con)  # prompts a server log may have cut: shares are a lower bound
         started = time.perf_counter()
@@ -183,8 +180,6 @@ def match_prefixes(
             # stored far out of arrival order (a stream would keep them early)
             held = sequences.held() if xp is np and sequences.holds_better() else None
             result = compute(held or sequences, xp=xp, options=options)
-            if held is None and result.arrays.sequences is not None:
-                writable.open_early(con)  # the trees' arena has every owner: reads are done
             relations = _relations(meta, result, _junction_nodes(meta, result, held, sequences))
             name = _path_said(result.arrays.path, xp, meta, options.compiled_min_units)
         else:
@@ -194,7 +189,9 @@ def match_prefixes(
             )
             name = f"{backend_name(xp)}, {result.num_partitions} partitions on executor {spec.name}"
         seconds = time.perf_counter() - started
-        con = writable.take(con)
+        if not source.is_dataset:
+            con.close()
+            con = open_to_store(db_path, read_from)
         derived = write_relations(
             con,
             relations,
@@ -206,7 +203,6 @@ def match_prefixes(
         if out is not None:
             export_prefix_matches(con, out)
     finally:
-        writable.discard()
         con.close()
     summary = _summary(meta, result, name, seconds, derived, out)
     notes = (cut,) if cut else ()
@@ -224,41 +220,6 @@ def _sharded(con, source: RequestInput, meta: RequestMeta, spec: ExecutorSpec, o
     source.hand_over(con)
     result = match_sharded(meta, prefixes, source.workers, spec, options, options.progress)
     return source.take_back(con), result
-
-
-class _Writable:
-    """The writable connection the tables are stored on, opened once the read-only one is
-    closed (`open_to_store`): in a thread while the junction ids are hashed where nothing
-    more is read (`open_early`; 0.03-0.05 s of a 25.5 M-token match), else when taken. A
-    dataset's tables go on the connection that read it."""
-
-    def __init__(self, db_path: str | Path, read_from: str | None, is_dataset: bool) -> None:
-        self.db_path, self.read_from, self.is_dataset = db_path, read_from, is_dataset
-        self.opening: Future | None = None
-
-    def open_early(self, con) -> None:
-        if self.is_dataset:
-            return
-        con.close()
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpa-open-store")
-        self.opening = pool.submit(open_to_store, self.db_path, self.read_from)
-        pool.shutdown(wait=False)
-
-    def take(self, con):
-        """The writable connection (`con` itself for a dataset)."""
-        if self.opening is not None:
-            opening, self.opening = self.opening, None
-            return opening.result()
-        if self.is_dataset:
-            return con
-        con.close()
-        return open_to_store(self.db_path, self.read_from)
-
-    def discard(self) -> None:
-        """Close a connection opened early that an error left untaken."""
-        if self.opening is not None:
-            with contextlib.suppress(Exception):
-                self.opening.result().close()
 
 
 def _junction_nodes(meta: RequestMeta, result: PrefixResult, held, sequences) -> pa.Table:
