@@ -10,6 +10,7 @@ from analyzer.access import sources, token_stream
 from analyzer.access.sources import DuckDBSource
 from analyzer.errors import StoreError
 from analyzer.pipeline.match import compute, match_prefixes
+from analyzer.prefixes import radix
 from analyzer.prefixes.engine import MatchOptions
 from analyzer.prefixes.memory import Request
 from analyzer.store.ingest import ingest
@@ -150,3 +151,47 @@ def test_files_that_interleave_in_time_are_streamed_merged_not_held(tmp_path, mo
     monkeypatch.setattr(DuckDBSource, "holds_better", lambda self: True)
     match_prefixes(db, backend="numpy", options=always)
     assert _tables(db) == streamed
+
+
+def test_a_streamed_match_reads_each_list_once(tmp_path, monkeypatch):
+    """The stream reads every list column once (prompts unnested, the others whole), and the
+    junction ids hash the owners rebuilt from the radix trees' arena up to their deepest
+    junction: no second read of any list (no held source, no fetch, no chunk)."""
+    monkeypatch.setattr(sources, "HOLD_SMALL_BYTES", 0)
+    monkeypatch.setattr(token_stream, "HELD_FRACTION", 1)  # prompts unnested, others whole
+    reads: list[str] = []
+    for name in ("row_values", "column_values"):
+        read = getattr(token_stream, name)
+
+        def spy(con, sql, column, *args, read=read, **kwargs):
+            reads.append(column)
+            return read(con, sql, column, *args, **kwargs)
+
+        monkeypatch.setattr(token_stream, name, spy)
+    again: list[str] = []
+    for name in ("held", "fetch", "read"):
+        method = getattr(DuckDBSource, name)
+        monkeypatch.setattr(
+            DuckDBSource,
+            name,
+            lambda self, *a, name=name, method=method: again.append(name) or method(self, *a),
+        )
+    rebuilt = []
+    prefixes = radix.ArenaSequences.prefixes
+    monkeypatch.setattr(
+        radix.ArenaSequences,
+        "prefixes",
+        lambda self, ids, lens: (
+            rebuilt.append((int(np.sum(lens)), int(self.meta.insert_len[ids].sum())))
+            or prefixes(self, ids, lens)
+        ),
+    )
+    db = store(tmp_path / "t.duckdb", REQUESTS)
+    match_prefixes(db, backend="numpy", options=MatchOptions(compiled_min_units=0))
+    assert sorted(reads) == ["block_hash_ids", "output_token_ids", "prompt_token_ids"]
+    assert again == []
+    [(hashed, whole)] = rebuilt
+    assert 0 < hashed < whole  # the owners up to their deepest junction, not whole
+    want = store(tmp_path / "want.duckdb", REQUESTS)  # the vectorised matcher, by chunks
+    match_prefixes(want, backend="numpy", options=MatchOptions(compiled_min_units=1 << 40))
+    assert _tables(db) == _tables(want)

@@ -5,6 +5,7 @@ batches, under a memory cap DuckDB runs out of or not."""
 from __future__ import annotations
 
 import random
+import tracemalloc
 
 import duckdb
 import numpy as np
@@ -164,3 +165,34 @@ def test_small_or_hash_id_traces_are_loaded(tmp_path):
         assert isinstance(stored_trace(con), LoadedTrace)
     finally:
         con.close()
+
+
+def test_the_streamed_replay_holds_one_array_of_ids(tmp_path, monkeypatch):
+    """What NumPy and Python allocate at the peak of an unbounded full-attention replay that
+    streams its ids is one id array (the radix trees' arena: 4 bytes a unit, int32) and its
+    answers per request: a second copy of the ids (held lists beside the arena, widened to
+    int64, a list of rows) would add at least 4 bytes a unit. DuckDB's own memory (its cache
+    under the stream's cap: store/tokens, token_stream.stream_caps) is not counted here."""
+    monkeypatch.setattr(streamed, "COMPILED_MIN_UNITS", 0)
+    monkeypatch.setattr(token_stream, "BATCH_BYTES", 1 << 16)
+    records = list(generate("mixed", seed=3, num_requests=1200))
+    db = tmp_path / "t.duckdb"
+    ingest([write_jsonl(tmp_path / "t.jsonl", records)], db_path=db)
+    units = sum(
+        len(r["prompt_token_ids"]) + max(len(r.get("output_token_ids") or []) - 1, 0)
+        for r in records
+    )
+    chunks = []
+    match = token_stream.match_stream
+    monkeypatch.setattr(
+        token_stream, "match_stream", lambda *a: chunks.append(1) or match(*a)
+    )  # streamed, not held
+    tracemalloc.start()
+    try:
+        run_replay(make_policy(FA), db_path=db)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert chunks and units > 1_000_000
+    # measured: 5.0 bytes a unit (1,757,653 units, 1,200 requests)
+    assert peak < 4 * units * 1.1 + 2048 * len(records) + (1 << 20)
