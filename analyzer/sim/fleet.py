@@ -33,6 +33,7 @@ from analyzer.sim.common.collector import collector_paused
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.routers import make_router
 from analyzer.sim.routers.base import ReplicaLoad, Request
+from analyzer.sim.vllm import concurrent_replay
 from analyzer.sim.vllm.concurrent import ConcurrentReplay
 from analyzer.sim.vllm.replica import INF
 
@@ -93,7 +94,8 @@ def replay_fleet(
 
 def _fleet(requests, policy: Policy, num_groups, conversation_ids, trace_replicas) -> FleetRun:
     n = len(requests)
-    replicas = [ConcurrentReplay(policy, num_groups=num_groups) for _ in range(policy.replicas)]
+    # each replica's scheduler and cache, with its host KV tier where the policy has one
+    replicas = [concurrent_replay(policy, num_groups=num_groups) for _ in range(policy.replicas)]
     first = replicas[0]
     flights = first.start(list(requests))
     for r in replicas:

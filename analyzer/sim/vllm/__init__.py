@@ -10,6 +10,7 @@ from analyzer.sim.vllm.compiled import fast_replay, serial_gate
 from analyzer.sim.vllm.compiled.fast import attention_columns
 from analyzer.sim.vllm.concurrent import ConcurrentReplay
 from analyzer.sim.vllm.gates import SHARED_FORM, unmodelled_keys
+from analyzer.sim.vllm.host_concurrent import HostTierConcurrent
 from analyzer.sim.vllm.host_replay import HostTierReplay
 from analyzer.sim.vllm.layout import make_layout
 from analyzer.sim.vllm.reference import NOT_SCHEDULABLE, VllmReplay
@@ -18,6 +19,7 @@ __all__ = [
     "ConcurrentReplay",
     "VllmReplay",
     "check_policy",
+    "concurrent_replay",
     "hit_alignment",
     "replay",
     "replay_from_shared",
@@ -31,7 +33,7 @@ def replay(
     """Replay `requests` (arrival order, one cache) under `policy`, serially or concurrently
     as its `schedule` says. `num_groups`: KV-cache groups per type (capacity only)."""
     if policy.schedule == "concurrent":
-        return ConcurrentReplay(policy, num_groups=num_groups).run(requests)
+        return concurrent_replay(policy, num_groups=num_groups).run(requests)
     layout = make_layout(policy, num_groups)
     if layout.host_tier is not None:
         return HostTierReplay(policy, num_groups=num_groups).run(requests)
@@ -39,6 +41,15 @@ def replay(
     if not unmodelled_keys(policy):  # a key no shortcut knows: the reference alone
         fast = fast_replay(layout, NOT_SCHEDULABLE)
     return (fast or VllmReplay(policy, num_groups=num_groups)).run(requests)
+
+
+def concurrent_replay(
+    policy: Policy, *, num_groups: dict[str, int] | None = None
+) -> ConcurrentReplay:
+    """One replica's concurrent replay for `policy`: with its host KV tier where it has one."""
+    if make_layout(policy, num_groups).host_tier is not None:
+        return HostTierConcurrent(policy, num_groups=num_groups)
+    return ConcurrentReplay(policy, num_groups=num_groups)
 
 
 def replay_path(policy: Policy, *, num_groups: dict[str, int] | None = None) -> str:

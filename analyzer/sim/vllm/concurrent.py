@@ -206,7 +206,8 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
         if budget >= 0:
             self._schedule_waiting(scheduled, budget, self.clock)
         coord.end_step()
-        if not scheduled and not sleepers:
+        work = self._connector_step(scheduled)
+        if not scheduled and not sleepers and not work:
             if self.in_flight:
                 self.blocked = True  # nothing to add until a step's outputs come back
             elif budget >= 0 and not self.running and self.waiting:
@@ -217,7 +218,7 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
             step_s = self.step_base_s + self.step_token_s * total
         else:
             step_s = self._priced(scheduled, sleepers, skipped)
-        end_s = max(self.clock, self.gpu_free_s) + step_s
+        end_s = self._step_end_s(max(self.clock, self.gpu_free_s), step_s)
         self.gpu_free_s = end_s
         self.num_steps += 1
         self.num_tokens += total
@@ -230,6 +231,28 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
         for f in skipped:  # caught up already (`_schedule_running`)
             self._wake(f)
             self.active[f] = None
+
+    # -- a connector's hooks (a host KV tier: host_concurrent.py) --------------------------------
+
+    def _connector_step(self, scheduled: list[tuple[Flight, int]]) -> bool:
+        """The step's connector work once it is scheduled (vLLM `build_connector_meta`):
+        whether there is any, which makes a step that scheduled nothing run anyway."""
+        return False
+
+    def _connector_busy(self) -> bool:
+        """Whether a connector has work that keeps the engine stepping with nothing to
+        schedule (transfers in flight, finished requests to flush)."""
+        return False
+
+    def _step_end_s(self, start_s: float, step_s: float) -> float:
+        """When a step starting at `start_s` that takes `step_s` ends."""
+        return start_s + step_s
+
+    def _finishing(self, f: Flight) -> None:
+        """`f` finished (its blocks are about to be freed)."""
+
+    def _outputs(self) -> None:
+        """The oldest step's outputs were processed (a connector's transfers report)."""
 
     def _priced(self, scheduled: list[tuple[Flight, int]], sleepers: int, skipped) -> float:
         """The step's time by the step model: its prefill chunks (new tokens, tokens already

@@ -277,18 +277,24 @@ class Coordinator:
             self.pool.free_blocks(copies)
         return True
 
-    def admit_loading(self, req: ReqState, local: int, ext: int, hit: list[list[int]]) -> bool:
+    def admit_loading(
+        self, req: ReqState, local: int, ext: int, hit: list[list[int]], reserved: int = 0
+    ) -> bool:
         """vLLM's admission of a request whose GPU hit (`local` tokens, blocks `hit` per
-        manager) a connector extends by `ext` tokens it loads: the whole sequence must fit;
+        manager) a connector extends by `ext` tokens it loads: the whole sequence must fit,
+        and the load's blocks beside the `reserved` ones the prefills in flight still need;
         each group adopts the hit blocks within the window of local + ext (NULL before),
         takes fresh blocks for the rest, and nothing is cached until the load is in
         (`allocate_slots` with `delay_cache_blocks`). False: it does not fit."""
         total, full, B = local + ext, req.num_tokens, self.layout.block_size
-        if self.pool.bounded and not (
-            self._fits(hit, full, total, local, full)
-            and self._fits(hit, total, total, local, total, False)
-        ):
-            return False
+        if self.pool.bounded:
+            need = sum(
+                m.blocks_needed(hit[m.gid], total, total, local, total) for m in self.managers
+            )
+            if not self._fits(hit, full, total, local, full) or (
+                need > self.pool.num_free() - reserved
+            ):
+                return False
         for m in self.managers:
             skipped = m.skipped_tokens(total) // B
             adopted = hit[m.gid][skipped:]

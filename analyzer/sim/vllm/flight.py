@@ -64,6 +64,7 @@ class Flight:
         "stale",
         "decode_from",
         "order",
+        "host",
     )
 
     def __init__(
@@ -117,6 +118,7 @@ class Flight:
         self.stale = 0
         self.decode_from: int | None = None  # its length at its first decode since admission
         self.order = 0  # when it joined the running requests (their order: admission order)
+        self.host = None  # its host-tier state (offload.Offload) when the cache has a tier
 
     def set_junction(self, junction: int) -> None:
         """The lookup's shared-prefix boundary joins the positions whose state is kept."""
@@ -186,4 +188,5 @@ class Flight:
             hit_total_tokens=self.hit_total_tokens,
             recomputed_tokens=self.recomputed_tokens,
             held_blocks=self.held_blocks,
+            **({} if self.host is None else self.host.figures()),
         )

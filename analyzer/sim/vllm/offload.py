@@ -29,7 +29,18 @@ from analyzer.sim.vllm.managers import ReqState
 class Offload:
     """One request's connector state (vLLM `RequestOffloadState`)."""
 
-    __slots__ = ("access", "next_chunk", "handoffs", "loaded_keys", "host_hit", "wait_steps")
+    __slots__ = (
+        "access",
+        "next_chunk",
+        "handoffs",
+        "loaded_keys",
+        "host_hit",
+        "wait_steps",
+        "wait_s",
+        "keys",
+        "done_s",
+        "issued_s",
+    )
 
     def __init__(self, num_groups: int) -> None:
         self.access = Access()
@@ -37,7 +48,19 @@ class Offload:
         self.handoffs: list[tuple[int, int]] = []  # Mamba states hashed this step
         self.loaded_keys = 0
         self.host_hit = 0  # tokens of the first admission's host hit
-        self.wait_steps = 0
+        self.wait_steps = 0  # steps spent waiting for loads (every admission's)
+        self.wait_s: float | None = None  # their time (None: no load)
+        self.keys: list[int] | None = None  # the load in flight, None: none
+        self.done_s = 0.0  # when it lands
+        self.issued_s = 0.0  # when it was issued
+
+    def figures(self) -> dict:
+        """Its SimResult fields."""
+        return {
+            "host_hit_tokens": self.host_hit,
+            "host_wait_steps": self.wait_steps,
+            "host_wait_s": self.wait_s,
+        }
 
 
 class Connector:
@@ -241,22 +264,29 @@ class Connector:
         off.handoffs.clear()
 
     def offer_chunks(
-        self, req: ReqState, off: Offload, horizon: int, boundaries: list[int], jobs: list
+        self,
+        req: ReqState,
+        off: Offload,
+        horizon: int,
+        boundaries: list[int],
+        jobs: list,
+        tables: list[list[int]] | None = None,
     ) -> None:
         """Offer the full chunks up to `horizon` tokens from the cursors on (vLLM
-        `_build_store_jobs`, one request); a failed offer leaves the cursors where they are."""
+        `_build_store_jobs`, one request), from its block `tables` per group (default: the
+        bound request's); a failed offer leaves the cursors where they are."""
         offloadable = self._offloadable(req, horizon)
         num_keys = len(req.hashes) // self.s
         keys: list[int] = []
         ends = []
         for m in self.coord.managers:
-            end = min(offloadable // self.c, len(m.blocks), num_keys)
+            blocks = m.blocks if tables is None else tables[m.gid]
+            end = min(offloadable // self.c, len(blocks), num_keys)
             ends.append(end)
             start = off.next_chunk[m.gid]
             if m.kind == MAMBA or end <= start:
                 continue
             mask = m.mask(start, end, boundaries) if m.kind == SWA else None
-            blocks = m.blocks
             for i in range(start, end):
                 if blocks[i] == NULL or (mask is not None and not mask[i - start]):
                     continue

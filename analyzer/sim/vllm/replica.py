@@ -72,7 +72,7 @@ class ReplicaClock:
             f = arrivals.popleft()
             f.added = (self.num_ended, self.tokens_ended, self.clock)
             self.waiting.append(f)
-        if not self.running and not self.waiting:
+        if not self.running and not self.waiting and not self._connector_busy():
             return
         if horizon_s is None:
             horizon_s = arrivals[0].arrival_s if arrivals else INF

@@ -42,6 +42,7 @@ class StepEnds:
                 self._sample(f)
                 if self.quiet and f in self.active:
                     self._sleep(f)
+            self._outputs()
             return
         for f, n, samples in scheduled:
             f.in_flight -= n
@@ -119,6 +120,7 @@ class StepEnds:
             self.running.remove(f)
             del self.active[f]
             self.coord.bind(req)
+            self._finishing(f)
             self.coord.free()
 
     def _preempt(self, f: Flight) -> None:

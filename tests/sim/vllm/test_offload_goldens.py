@@ -27,7 +27,8 @@ import pytest
 
 from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
-from analyzer.sim.vllm import replay
+from analyzer.sim.vllm import concurrent_replay, replay
+from analyzer.sim.vllm.layout import make_layout
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "oracle_offload"
 DATA = json.loads((GOLDEN / "cases.json").read_text())
@@ -67,10 +68,10 @@ def _requests(name: str, ids: list[str]) -> list[SimRequest]:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "name", sorted(n for n, c in CASES.items() if c["policy"].get("schedule") != "concurrent")
-)
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_hpa_gives_the_oracles_figures_request_by_request(name):
+    """Every case, serial and concurrent: the GPU hit, the host hit, the steps waiting for
+    the load and the chunks each step scheduled, as vLLM's own scheduler gave them."""
     rows, _ = _rows(name)
     results = replay(_requests(name, [r["request_id"] for r in rows]), make_policy(_policy(name)))
     got = [
@@ -81,6 +82,39 @@ def test_hpa_gives_the_oracles_figures_request_by_request(name):
         (r["request_id"], r["gpu_hit"], r["host_hit"], r["wait_steps"], r["chunks"]) for r in rows
     ]
     assert got == want
+
+
+CONCURRENT = sorted(n for n, c in CASES.items() if c["policy"].get("schedule") == "concurrent")
+
+
+@pytest.mark.parametrize("name", CONCURRENT)
+def test_the_concurrent_clock_delays_and_preempts_as_the_oracle(name):
+    """On the concurrent clock, each request's steps from its arrival to its first scheduled
+    tokens (queueing, deferred lookups and the load's step) and its preemptions."""
+    rows, _ = _rows(name)
+    run = concurrent_replay(make_policy(_policy(name)))
+    results = list(run.run(_requests(name, [r["request_id"] for r in rows])))
+    got = [(f.sim.request_id, f.first_step - f.added[0], s.num_preemptions)
+           for f, s in zip(run.flights, results, strict=True)]  # fmt: skip
+    assert got == [(r["request_id"], r["delay_steps"], r["preemptions"]) for r in rows]
+
+
+def test_a_host_tier_in_gib_takes_its_slots_from_the_model():
+    """0.125 GiB at qwen3.5-4b's 512 KiB per 16-token block (one worker) is 256 slots; the
+    tier gives the 256-slot case's figures."""
+    name = "chat_fa_lru_big"
+    values = {**_policy(name), "model": "qwen3.5-4b", "host_tier_gib": 0.125}
+    del values["host_tier_chunks"]
+    policy = make_policy(values)
+    assert make_layout(policy).host_tier.num_chunks == 256
+    rows, _ = _rows(name)
+    results = list(replay(_requests(name, [r["request_id"] for r in rows]), policy))
+    assert [s.host_hit_tokens for s in results] == [r["host_hit"] for r in rows]
+    # the load's time on the link: each key (a chunk: 16 tokens) moves 512 KiB at 50 GB/s
+    # (pcie5, the default)
+    assert [s.host_wait_s for s in results] == [
+        r["host_hit"] // 16 * 524288 / (50.0 * 1e9) if r["host_hit"] else None for r in rows
+    ]
 
 
 def _chunk(name: str) -> int:
