@@ -22,6 +22,13 @@ with plain hashes (no EAGLE lookahead or drop). vLLM's sparse-retention miss is 
 the speculative decoding adjustment, so L5 = L4 - miss and L5 - L6 is what lookahead / drop
 took. L2b is held within [L4, L2] (lookahead hashes can put it a unit below what was resident).
 Every level is <= the one above, so the causes are never negative and sum to L0.
+
+A host KV tier (vLLM's OffloadingConnector, policy key `host_tier_gib`) loads the chunks
+right after the GPU hit: prompt positions [L6, L6 + H), H = host_hit_tokens. Those tokens
+are not recomputed, so they are hits: the request's hit is L6 + H, and each position the
+host gave back is taken out of the cause whose span [lower level, upper level) holds it
+(`won_back`). Every cause is then what was recomputed, and the causes plus the GPU hit plus
+the host hit still sum to L0. With no tier (H = 0) nothing moves.
 """
 
 from __future__ import annotations
@@ -53,10 +60,10 @@ class Levels:
     attention_match_tokens: np.ndarray
     before_spec_tokens: np.ndarray
     hit_tokens: np.ndarray
+    host_hit_tokens: np.ndarray | None = None
 
-    def causes(self) -> dict[str, np.ndarray]:
-        """Tokens lost between consecutive levels, named as in docs/definitions.md, plus the hit."""
-        chain = (
+    def _chain(self) -> tuple[np.ndarray, ...]:
+        return (
             self.prompt_tokens,
             self.shared_any_tokens,
             self.shared_replica_tokens,
@@ -66,11 +73,38 @@ class Levels:
             self.before_spec_tokens,
             self.hit_tokens,
         )
-        out = {
+
+    def gpu_causes(self) -> dict[str, np.ndarray]:
+        """Tokens lost between consecutive levels on the GPU alone (before a host tier)."""
+        chain = self._chain()
+        return {
             name: upper - lower
             for name, upper, lower in zip(CAUSES, chain, chain[1:], strict=False)
         }
-        out["hit_tokens"] = self.hit_tokens
+
+    def won_back(self) -> dict[str, np.ndarray]:
+        """Per cause, the tokens of its span the host tier gave back: the overlap of
+        [lower, upper) with [L6, L6 + host_hit_tokens)."""
+        chain = self._chain()
+        host = self.host_hit_tokens
+        if host is None:
+            return {name: np.zeros_like(self.hit_tokens) for name in CAUSES}
+        top = self.hit_tokens + host
+        return {
+            name: np.maximum(np.minimum(upper, top) - lower, 0)
+            for name, upper, lower in zip(CAUSES, chain, chain[1:], strict=False)
+        }
+
+    def causes(self) -> dict[str, np.ndarray]:
+        """Tokens lost (recomputed) between consecutive levels, named as in
+        docs/definitions.md, net of what the host tier gave back, plus the hit (GPU + host)."""
+        out = self.gpu_causes()
+        if self.host_hit_tokens is None:
+            out["hit_tokens"] = self.hit_tokens
+            return out
+        for name, back in self.won_back().items():
+            out[name] = out[name] - back
+        out["hit_tokens"] = self.hit_tokens + self.host_hit_tokens
         return out
 
 
@@ -97,12 +131,14 @@ def build_levels(
     hit_tokens,
     shared_scheduled_tokens=None,
     cached_ever_tokens=None,
+    host_hit_tokens=None,
 ) -> Levels:
     """Levels from matcher and replay figures; raises WaterfallError if any level rises.
     `shared_scheduled_tokens`: L2b per request from the replay (None: a serial replay,
     L2b = L2). `cached_ever_tokens`: what the earlier requests had cached of the prompt,
     evicted or not (None: unknown, L3 not limited by it); the waterfall limits L3 to it, so a
-    partial block nobody cached is granularity, not eviction."""
+    partial block nobody cached is granularity, not eviction. `host_hit_tokens`: what a host
+    KV tier loaded beyond the GPU hit `hit_tokens` (None or all 0: no tier)."""
     as64 = lambda a: np.asarray(a, dtype=np.int64)  # noqa: E731
     p, l4, hit = as64(prompt_tokens), as64(attention_match_tokens), as64(hit_tokens)
     l2 = as64(shared_replica_tokens)
@@ -119,18 +155,52 @@ def build_levels(
         attention_match_tokens=l4,
         before_spec_tokens=l4 - as64(sparse_retention_miss_tokens),
         hit_tokens=hit,
+        host_hit_tokens=_host(host_hit_tokens),
     )
     check(levels)
     return levels
 
 
+def _host(host_hit_tokens) -> np.ndarray | None:
+    """The host hits as int64, or None where there are none (no tier: nothing moves)."""
+    if host_hit_tokens is None:
+        return None
+    host = np.asarray(host_hit_tokens, dtype=np.int64)
+    return host if host.any() else None
+
+
 def check(levels: Levels) -> None:
-    """Every level is >= 0 and <= the one above it (so causes sum to prompt_tokens)."""
-    for name, lost in levels.causes().items():
-        bad = np.flatnonzero(lost < 0)
+    """Every level is >= 0 and <= the one above it, and the host hit fits above the GPU hit
+    within the prompt (so causes, net of the host, sum to prompt_tokens)."""
+    if levels.host_hit_tokens is not None:
+        host, top = levels.host_hit_tokens, levels.hit_tokens + levels.host_hit_tokens
+        bad = np.flatnonzero((host < 0) | (top > levels.prompt_tokens))
         if bad.size:
             i = int(bad[0])
             raise WaterfallError(
-                f"waterfall: {name} is {int(lost[i])} at request index {i} "
-                f"(levels: {[int(getattr(levels, f)[i]) for f in Levels.__dataclass_fields__]})"
+                f"waterfall: host_hit_tokens {int(host[i])} above the GPU hit "
+                f"{int(levels.hit_tokens[i])} leaves the prompt of "
+                f"{int(levels.prompt_tokens[i])} tokens at request index {i}"
             )
+    for name, lost in {**levels.gpu_causes(), "hit_tokens": levels.hit_tokens}.items():
+        bad = np.flatnonzero(lost < 0)
+        if bad.size:
+            i = int(bad[0])
+            chain = [int(level[i]) for level in levels._chain()]
+            raise WaterfallError(
+                f"waterfall: {name} is {int(lost[i])} at request index {i} (levels: {chain})"
+            )
+
+
+def sparse_split_net(
+    never_kept_tokens, evicted_tokens, won_back_tokens
+) -> tuple[np.ndarray, np.ndarray]:
+    """The sparse-retention miss's two parts (never kept, evicted) net of what a host tier
+    gave back of it: taken from the evicted part first (the host stores a sparse state only
+    when the GPU cache keeps it, so a state it gives back was evicted from the GPU), then
+    from the never-kept part (a state kept at another boundary)."""
+    never = np.asarray(never_kept_tokens, dtype=np.int64)
+    evicted = np.asarray(evicted_tokens, dtype=np.int64)
+    back = np.asarray(won_back_tokens, dtype=np.int64)
+    from_evicted = np.minimum(back, evicted)
+    return never - (back - from_evicted), evicted - from_evicted

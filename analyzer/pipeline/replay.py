@@ -28,7 +28,7 @@ from analyzer.config.engines import engine
 from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
-from analyzer.metrics.waterfall import build_levels
+from analyzer.metrics.waterfall import build_levels, sparse_split_net
 from analyzer.sim.dispatch import hit_alignment, load_policy, replay, replay_from_shared
 from analyzer.sim.fleet import replay_fleet
 from analyzer.sim.records import ResultColumns, SimResult, result_columns
@@ -276,6 +276,7 @@ def replay_rows(
             )
         )
     prompt_tokens = np.asarray(c["prompt_tokens"], dtype=np.int64)
+    host = host_columns(results)
     levels = build_levels(
         prompt_tokens=prompt_tokens,
         shared_any_tokens=shared_any,
@@ -286,6 +287,7 @@ def replay_rows(
         hit_tokens=results["hit_tokens"],
         shared_scheduled_tokens=_shared_scheduled(results),
         cached_ever_tokens=_cached_ever(policy, results),
+        host_hit_tokens=host["host_hit_tokens"],
     )
     rows = {
         "arrival_seq": c["arrival_seq"],
@@ -300,20 +302,39 @@ def replay_rows(
         "matchable_tokens": levels.matchable_tokens,
         "attention_match_tokens": levels.attention_match_tokens,
     }
-    for name in (
-        "sparse_retention_miss_never_kept_tokens",
-        "sparse_retention_miss_evicted_tokens",
-        "junction_tokens",
-    ):
-        rows[name] = np.asarray(results[name], dtype=np.int64)
+    rows["junction_tokens"] = np.asarray(results["junction_tokens"], dtype=np.int64)
+    (
+        rows["sparse_retention_miss_never_kept_tokens"],
+        rows["sparse_retention_miss_evicted_tokens"],
+    ) = sparse_split_net(
+        results["sparse_retention_miss_never_kept_tokens"],
+        results["sparse_retention_miss_evicted_tokens"],
+        levels.won_back()["sparse_retention_miss_tokens"],
+    )
+    rows.update(host)
     rows["replay_tokens"] = np.asarray(results["replay_tokens"], dtype=np.int64)
     rows.update(schedule_columns(results))
     rows["error"] = list(results["error"])
     rows["note"] = list(results["note"])
     rows.update(levels.causes())
-    rows["fresh_prefill_tokens"] = prompt_tokens - levels.hit_tokens
+    rows["fresh_prefill_tokens"] = prompt_tokens - rows["hit_tokens"]
     rows.update(route_load_columns(routed.loads if routed is not None else None, trace.n))
     return rows
+
+
+HOST_TIER = ("host_hit_tokens", "host_wait_steps", "host_wait_s")
+
+
+def host_columns(results: ResultColumns) -> dict[str, np.ndarray | list]:
+    """A host KV tier's per-request columns: tokens it loaded beyond the GPU hit, the engine
+    steps and seconds the request waited for the load (0, 0 and None without a load; a
+    closed-form replay gives None, which is no tier)."""
+    hits, steps = results["host_hit_tokens"], results["host_wait_steps"]
+    return {
+        "host_hit_tokens": np.asarray([v or 0 for v in hits], dtype=np.int64),
+        "host_wait_steps": np.asarray([v or 0 for v in steps], dtype=np.int64),
+        "host_wait_s": list(results["host_wait_s"]),
+    }
 
 
 ROUTE_LOAD = ("route_waiting", "route_running", "route_kv_blocks_used")

@@ -101,3 +101,13 @@ ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS ttft_p99_s DOUBLE;
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS queue_mean_s DOUBLE;
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS num_preemptions BIGINT DEFAULT 0;
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS recomputed_tokens BIGINT DEFAULT 0;
+-- A host KV tier (docs/definitions.md#the-host-kv-tier): tokens loaded from it beyond the GPU
+-- hit (part of hit_tokens), and the engine steps and seconds the request waited for the load.
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS host_hit_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS host_wait_steps BIGINT DEFAULT 0;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS host_wait_s DOUBLE;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_hit_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_hit_ratio DOUBLE DEFAULT 0;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_waited_requests BIGINT DEFAULT 0;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_wait_mean_s DOUBLE;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_wait_p99_s DOUBLE;

@@ -1,5 +1,6 @@
 -- The aggregates of docs/definitions.md#aggregates per prompt family x model revision for run $run_id: token sums,
--- token-weighted ratios (sums divided), and request-weighted figures beside them.
+-- token-weighted ratios (sums divided), and request-weighted figures beside them. A host KV
+-- tier's hits are part of hit_tokens; its waits are over the requests that waited for a load.
 -- Only measured requests count (warm-up ones, before --measure-from, are excluded).
 INSERT INTO replay_summary
 SELECT
@@ -31,7 +32,12 @@ SELECT
     quantile_cont(ttft_s, 0.99),
     avg(queue_s),
     sum(num_preemptions),
-    sum(recomputed_tokens)
+    sum(recomputed_tokens),
+    sum(host_hit_tokens),
+    sum(host_hit_tokens) / sum(prompt_tokens),
+    count(*) FILTER (WHERE host_wait_steps > 0),
+    avg(host_wait_s) FILTER (WHERE host_wait_steps > 0),
+    quantile_cont(host_wait_s, 0.99) FILTER (WHERE host_wait_steps > 0)
 FROM replay_requests
 WHERE run_id = $run_id AND measured
 GROUP BY ALL
