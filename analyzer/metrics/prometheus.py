@@ -5,7 +5,8 @@ Families, in this order, each with HELP and TYPE lines, every sample labelled
 `run`, `prompt_family` and `model_revision` (NULL labels become "(none)"):
 
 - `vllm:prefix_cache_queries_total` (counter): queried prompt tokens, vLLM's name.
-- `vllm:prefix_cache_hits_total` (counter): tokens reused by the hybrid cache, vLLM's name.
+- `vllm:prefix_cache_hits_total` (counter): tokens reused from the GPU's hybrid cache, vLLM's
+  name (a host tier's hits are not in it, as in vLLM).
 - `vllm:prefix_cache_sparse_retention_misses_total` (counter): the name proposed in vLLM
   PR 52527: tokens full attention matched but a sparse group had no state for.
 - `hpa_prefix_cache_lost_tokens_total{cause=...}` (counter): the loss waterfall
@@ -14,6 +15,19 @@ Families, in this order, each with HELP and TYPE lines, every sample labelled
   `spec_decode`. The two `sparse_retention_*` causes split vLLM's sparse-retention misses, so for
   every label set hits + the sum over causes = queries.
 - `hpa_replay_requests_total` (counter): replayed requests.
+
+A run with a host KV tier (docs/definitions.md#the-host-kv-tier) adds, after those:
+
+- `vllm:external_prefix_cache_hits_total` (counter): prompt tokens loaded from the host tier,
+  vLLM's name for a KV connector's hits (the OffloadingConnector is one).
+- `vllm:prompt_tokens_cached_by_source_total{source=device|host}` (counter): vLLM 0.33's hit
+  tokens by the tier that supplied them (the GPU hit, the host hit).
+- `hpa_host_tier_loads_total`, `hpa_host_tier_wait_steps_total`,
+  `hpa_host_tier_wait_seconds_total` (counters): requests that waited for a host load, the
+  engine steps and seconds they waited. vLLM's `vllm:kv_offload_load_time` is the transfers'
+  time on the worker, not a request's wait, so these keep hpa's own names.
+
+Then hits (GPU) + external hits + the sum over causes = queries.
 
 Values are the replay's sums over the whole trace (a counter that ends the trace); samples
 are sorted by prompt family, model revision, then cause, so the text is deterministic.
@@ -58,6 +72,34 @@ _LOST = (
     "all causes equal queries.",
 )
 _REQUESTS = ("hpa_replay_requests_total", "Requests replayed.")
+_HOST_HITS = (
+    "vllm:external_prefix_cache_hits_total",
+    "Prompt tokens loaded from the host KV tier (the OffloadingConnector's CPU backend), "
+    "not recomputed (replayed by hpa).",
+    "host_hit_tokens",
+)
+_BY_SOURCE = (
+    "vllm:prompt_tokens_cached_by_source_total",
+    "Prefix-cache hit tokens by the tier that supplied them: device (GPU) or host "
+    "(replayed by hpa).",
+)
+_HOST_WAITS = (
+    (
+        "hpa_host_tier_loads_total",
+        "Requests that waited for a load from the host KV tier.",
+        "host_loads",
+    ),
+    (
+        "hpa_host_tier_wait_steps_total",
+        "Engine steps requests waited for host KV tier loads (WAITING_FOR_REMOTE_KVS).",
+        "host_wait_steps",
+    ),
+    (
+        "hpa_host_tier_wait_seconds_total",
+        "Seconds requests waited for host KV tier loads.",
+        "host_wait_s",
+    ),
+)
 
 
 def escape_label_value(value: str) -> str:
@@ -74,8 +116,9 @@ def _labels(pairs: list[tuple[str, str]]) -> str:
     return "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs) + "}"
 
 
-def render_counters(run_id: int, rows: list[dict]) -> str:
-    """The exposition text of `rows` (one dict per prompt family x model revision)."""
+def render_counters(run_id: int, rows: list[dict], host_tier: bool = False) -> str:
+    """The exposition text of `rows` (one dict per prompt family x model revision);
+    `host_tier`: the run had a host KV tier (its families follow the others)."""
     rows = sorted(rows, key=lambda r: (r["prompt_family"], r["model_revision"]))
     out: list[str] = []
 
@@ -92,7 +135,7 @@ def render_counters(run_id: int, rows: list[dict]) -> str:
 
     for name, help_text, column in _PLAIN:
         family(name, help_text)
-        out.extend(f"{name}{_labels(base(r))} {int(r[column])}" for r in rows)
+        out.extend(f"{name}{_labels(base(r))} {int(_value(r, column))}" for r in rows)
     name, help_text = _LOST
     family(name, help_text)
     for r in rows:
@@ -101,4 +144,29 @@ def render_counters(run_id: int, rows: list[dict]) -> str:
     name, help_text = _REQUESTS
     family(name, help_text)
     out.extend(f"{name}{_labels(base(r))} {int(r['requests'])}" for r in rows)
+    if not host_tier:
+        return "\n".join(out) + "\n"
+    name, help_text, column = _HOST_HITS
+    family(name, help_text)
+    out.extend(f"{name}{_labels(base(r))} {int(r[column])}" for r in rows)
+    name, help_text = _BY_SOURCE
+    family(name, help_text)
+    for r in rows:
+        for source, value in (("device", _value(r, "hit_tokens")), ("host", r["host_hit_tokens"])):
+            out.append(f"{name}{_labels([*base(r), ('source', source)])} {int(value)}")
+    for name, help_text, column in _HOST_WAITS:
+        family(name, help_text)
+        out.extend(f"{name}{_labels(base(r))} {_number(r[column])}" for r in rows)
     return "\n".join(out) + "\n"
+
+
+def _value(row: dict, column: str) -> float:
+    """A sample's value: vLLM's prefix_cache_hits are the GPU's, so a host hit is not one."""
+    if column == "hit_tokens":
+        return row["hit_tokens"] - row.get("host_hit_tokens", 0)
+    return row[column]
+
+
+def _number(value: float) -> str:
+    """A counter's value: whole numbers as integers, seconds with repr's shortest digits."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

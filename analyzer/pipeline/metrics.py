@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from analyzer.metrics.host_tier import has_host_tier
 from analyzer.metrics.prometheus import render_counters
 from analyzer.store.db import DEFAULT_DB, connect, load_sql
 from analyzer.store.export import write_atomic
@@ -39,6 +40,8 @@ def prometheus_metrics(*, db_path: str | Path = DEFAULT_DB, run: int | None = No
         cur = con.execute(load_sql("metrics_prometheus"), {"run_id": run_id})
         names = [d[0] for d in cur.description]
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        policy = con.execute(load_sql("replay_run_policy"), {"run_id": run_id}).fetchall()
     finally:
         con.close()
-    return MetricsText(run_id, render_counters(run_id, rows))
+    tier = bool(policy) and has_host_tier(policy[0][0])
+    return MetricsText(run_id, render_counters(run_id, rows, host_tier=tier))

@@ -3,44 +3,17 @@ hit, the wait), summed per group, the waterfall net of it; nothing new without a
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from analyzer.pipeline.replay import run_replay
 from analyzer.sim.dispatch import make_policy
-from analyzer.store.ingest import ingest
 from tests.conftest import db_rows as rows
-
-
-def _tokens(n: int, base: int) -> list[int]:
-    return list(range(base, base + n))
-
-
-# Three 64-token prefixes and a 16-token tail each; P and Q come back after two others filled
-# the 8-block GPU pool (16-token blocks), so the GPU evicted them; a host tier kept them.
-REQUESTS = [
-    ("a", _tokens(64, 1000) + _tokens(16, 100)),
-    ("b", _tokens(64, 5000) + _tokens(16, 200)),
-    ("c", _tokens(64, 9000) + _tokens(16, 300)),
-    ("d", _tokens(64, 1000) + _tokens(16, 400)),
-    ("e", _tokens(64, 5000) + _tokens(16, 500)),
-]
-BASE = {"block_size": 16, "num_blocks": 8, "groups": ["full_attention"]}
+from tests.host_trace import BASE, host_trace_db
 
 
 @pytest.fixture
 def host_db(tmp_path):
-    trace = tmp_path / "host.jsonl"
-    trace.write_text(
-        "".join(
-            json.dumps({"request_id": r, "timestamp": float(i), "prompt_token_ids": t}) + "\n"
-            for i, (r, t) in enumerate(REQUESTS)
-        )
-    )
-    db = tmp_path / "h.duckdb"
-    ingest([trace], db_path=db)
-    return db
+    return host_trace_db(tmp_path)
 
 
 COLUMNS = (

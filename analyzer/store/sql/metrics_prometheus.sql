@@ -1,5 +1,6 @@
 -- Replayed prefix-cache counters of run $run_id per prompt family x model revision
--- (`hpa metrics`). NULL labels become '(none)', as in replay_summary.
+-- (`hpa metrics`). NULL labels become '(none)', as in replay_summary. hit_tokens holds a
+-- host KV tier's hits; vLLM's prefix_cache_hits is the GPU's part (hit - host hit).
 SELECT
     coalesce(prompt_family, '(none)') AS prompt_family,
     coalesce(model_revision, '(none)') AS model_revision,
@@ -15,7 +16,11 @@ SELECT
     sum(sparse_retention_miss_never_kept_tokens)::BIGINT
         AS sparse_retention_miss_never_kept_tokens,
     sum(sparse_retention_miss_evicted_tokens)::BIGINT AS sparse_retention_miss_evicted_tokens,
-    sum(lost_spec_decode_tokens)::BIGINT AS lost_spec_decode_tokens
+    sum(lost_spec_decode_tokens)::BIGINT AS lost_spec_decode_tokens,
+    sum(host_hit_tokens)::BIGINT AS host_hit_tokens,
+    count(*) FILTER (WHERE host_wait_steps > 0) AS host_loads,
+    sum(host_wait_steps)::BIGINT AS host_wait_steps,
+    coalesce(sum(host_wait_s), 0)::DOUBLE AS host_wait_s
 FROM replay_requests
 WHERE run_id = $run_id
 GROUP BY ALL

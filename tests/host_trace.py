@@ -1,0 +1,39 @@
+"""A five-request trace where a host KV tier gives back what the GPU evicted: three 64-token
+prefixes and a 16-token tail each; P and Q come back after two others filled the 8-block GPU
+pool (16-token blocks), so the GPU evicted them and a host tier of 32 slots kept them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from analyzer.store.ingest import ingest
+
+
+def _tokens(n: int, base: int) -> list[int]:
+    return list(range(base, base + n))
+
+
+REQUESTS = [
+    ("a", _tokens(64, 1000) + _tokens(16, 100)),
+    ("b", _tokens(64, 5000) + _tokens(16, 200)),
+    ("c", _tokens(64, 9000) + _tokens(16, 300)),
+    ("d", _tokens(64, 1000) + _tokens(16, 400)),
+    ("e", _tokens(64, 5000) + _tokens(16, 500)),
+]
+BASE = {"block_size": 16, "num_blocks": 8, "groups": ["full_attention"]}
+TIER = {"host_tier_chunks": 32}
+
+
+def host_trace_db(tmp_path: Path) -> Path:
+    """The trace ingested into a new store under `tmp_path`."""
+    trace = tmp_path / "host.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"request_id": r, "timestamp": float(i), "prompt_token_ids": t}) + "\n"
+            for i, (r, t) in enumerate(REQUESTS)
+        )
+    )
+    db = tmp_path / "h.duckdb"
+    ingest([trace], db_path=db)
+    return db
