@@ -373,6 +373,8 @@ def compare_cmd(
     ]
     click.echo(render(result.causes.take(nonzero)), nl=False)
     click.echo("")
+    for line in result.host_lines():
+        say(line)
     for line in result.fit_lines():
         say(line)
     say(result.sentence)

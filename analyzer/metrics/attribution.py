@@ -56,12 +56,18 @@ SUMS = (
     "sim_requests",
     "sim_ttft_s_sum",
     "sim_queue_s_sum",
+    "host_hit_tokens",
+    "host_waited_requests",
+    "host_wait_s_sum",
 )
+# The part of the hit a host KV tier loaded (docs/definitions.md#the-host-kv-tier): its rows
+# follow the hit's where either side has any, and are left out elsewhere.
+HOST_FIGURE = ("host_hit", "host_hit_tokens", "hits from the host KV tier")
 
 
 def _add(into: dict, row: dict) -> None:
     for k in SUMS:
-        into[k] = into.get(k, 0) + row[k]
+        into[k] = into.get(k, 0) + row.get(k, 0)
 
 
 def _est_ttft_sum(by_rev: dict[str, dict], fits: dict) -> float | None:
@@ -124,8 +130,10 @@ def build_tables(
     overall_mean = {
         col: (_share(everything["baseline"][col], everything["baseline"]) or 0.0) / 2
         + (_share(everything["current"][col], everything["current"]) or 0.0) / 2
-        for _, col, _ in FIGURES
+        for _, col, _ in (*FIGURES, HOST_FIGURE)
     }
+    host = any(everything[side]["host_hit_tokens"] for side in everything)
+    figures = (FIGURES[0], HOST_FIGURE, *FIGURES[1:]) if host else FIGURES
     g_rows, c_rows = [], []
     for fam, rev, members in groups:
         pb, pc = parts(base, members), parts(cur, members)
@@ -153,14 +161,18 @@ def build_tables(
                 **_simulated(tb, tc),
             }
         )
-        c_rows += _cause_rows((fam, rev, members), (tb, tc), (base, cur), q_all, overall_mean)
+        c_rows += _cause_rows(
+            (fam, rev, members), (tb, tc), (base, cur), q_all, overall_mean, figures
+        )
     g_table = pa.Table.from_pylist(g_rows, schema=_GROUP_SCHEMA)
     c_table = pa.Table.from_pylist(c_rows, schema=_CAUSE_SCHEMA)
     sentence = _sentence(g_rows, c_rows, traffic or {}, plan, pool, ttft_why)
     return g_table, c_table, sentence
 
 
-def _cause_rows(group, totals, sides, q_all: dict, overall_mean: dict) -> list[dict]:
+def _cause_rows(
+    group, totals, sides, q_all: dict, overall_mean: dict, figures=FIGURES
+) -> list[dict]:
     """One group's causes rows: per figure its shares, change, contribution (against the
     overall share: a group whose traffic grew at the overall ratio contributes nothing) and
     its rate and mix effects."""
@@ -169,7 +181,7 @@ def _cause_rows(group, totals, sides, q_all: dict, overall_mean: dict) -> list[d
     base, cur = sides
     moved = tc["prompt_tokens"] / q_all["current"] - tb["prompt_tokens"] / q_all["baseline"]
     rows = []
-    for fig, col, _ in FIGURES:
+    for fig, col, _ in figures:
         sb, sc = _share(tb[col], tb), _share(tc[col], tc)
         rate, mix = _shift_share(base, cur, members, col, q_all, overall_mean[col])
         rows.append(

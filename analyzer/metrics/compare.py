@@ -103,6 +103,23 @@ class Comparison:
     # fits estimate nothing (`other_model_revisions`)
     other_models: tuple[str, ...] = ()
     model: str | None = None
+    # a host KV tier's figures per side (host_tier_figures), or None where neither has one
+    host_tier: dict[str, dict] | None = None
+
+    def host_lines(self) -> list[str]:
+        """One line per side on its host KV tier (none where neither side has one)."""
+        if self.host_tier is None:
+            return []
+        lines = []
+        for name, h in self.host_tier.items():
+            wait = h["host_wait_mean_s"]
+            mean = "" if wait is None else f", mean wait {wait * 1000:,.2f} ms"
+            lines.append(
+                f"host KV tier, {name}: {h['host_hit_ratio']:.1%} of prompt tokens from the "
+                f"host ({h['host_hit_tokens']:,} tokens), "
+                f"{plural(h['host_waited_requests'], 'request')} waited for a load{mean}"
+            )
+        return lines
 
     def fit_lines(self) -> list[str]:
         if self.ttft_source != "trace ttft_ms":
@@ -187,6 +204,8 @@ class Comparison:
             "notes": list(self.notes),
             "warnings": list(self.warnings),
         }
+        if self.host_tier is not None:
+            doc["host_tier"] = self.host_tier
         return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
 
 
@@ -403,7 +422,10 @@ def assemble(
     groups, causes, sentence = build_tables(
         base.groups, cur.groups, usable, changes, plan, pool, why
     )
+    host = {rows.name: host_tier_figures(rows.groups) for rows in (base, cur)}
+    tiered = any(h["host_hit_tokens"] or h["host_waited_requests"] for h in host.values())
     return Comparison(
+        host_tier=host if tiered else None,
         baseline=sides[base.name],
         current=sides[cur.name],
         groups=groups,
@@ -419,6 +441,21 @@ def assemble(
         other_models=others,
         model=model,
     )
+
+
+def host_tier_figures(groups: dict[tuple[str, str], dict]) -> dict:
+    """A side's host KV tier in all: host hit tokens and their share of the prompt tokens,
+    the requests that waited for a load and their mean wait (None: none waited)."""
+    prompt = sum(r["prompt_tokens"] for r in groups.values())
+    hits = sum(r.get("host_hit_tokens", 0) for r in groups.values())
+    waited = sum(r.get("host_waited_requests", 0) for r in groups.values())
+    wait_s = sum(r.get("host_wait_s_sum", 0.0) for r in groups.values())
+    return {
+        "host_hit_tokens": int(hits),
+        "host_hit_ratio": hits / prompt if prompt else 0.0,
+        "host_waited_requests": int(waited),
+        "host_wait_mean_s": wait_s / waited if waited else None,
+    }
 
 
 def fitted_ttft(points: list[tuple], model: str | None, revisions: list[str]):

@@ -19,6 +19,7 @@ from analyzer.config.memory import policy_pool_gib
 from analyzer.config.models import load_model
 from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.errors import ConfigError, StoreError
+from analyzer.report.host_data import host_rows
 from analyzer.report.labels import baseline, changes_text, run_labels
 from analyzer.store.caveats import timestamp_caveats
 from analyzer.store.db import (
@@ -84,6 +85,9 @@ class ReportData:
     # (report_routing_windows.sql, with each run's clock and window width).
     routing: pl.DataFrame | None = None
     routing_windows: pl.DataFrame | None = None
+    # The runs with a host KV tier and the points of host_tier_gib sweeps (report/host_tier.py
+    # host_rows), or None: none, or a store written before the tier's columns.
+    host_tier: pl.DataFrame | None = None
 
 
 def load_report_data(
@@ -138,6 +142,7 @@ def load_report_data(
             shown_labels(validation_causes),
             routing=shown_labels(routing),
             routing_windows=shown_labels(routing_windows),
+            host_tier=_host_tier(con, sweeps),
         )
     finally:
         con.close()
@@ -466,6 +471,16 @@ def _junctions(con, ids: list[int], labels: dict[int, str]) -> pl.DataFrame:
     con.execute(load_sql("report_junction_paths_view"))
     frame = pl.from_arrow(query_arrow(con, load_sql("report_junctions"), {"runs": ids}))
     return _with_labels(frame, labels)
+
+
+def _host_tier(con, sweeps: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Runs with a host KV tier and host_tier_gib sweep points (None: none, or a store
+    whose replay_requests predate the tier's columns)."""
+    if "host_hit_tokens" not in column_names(con, "replay_requests"):
+        return None
+    frame = pl.from_arrow(query_arrow(con, load_sql("report_host_tier")))
+    rows = host_rows(frame, sweeps)
+    return rows if rows.height else None
 
 
 def _sweeps(con) -> pl.DataFrame | None:

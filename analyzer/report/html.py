@@ -16,6 +16,7 @@ from plotly.offline import get_plotlyjs
 
 from analyzer.report import load, routing
 from analyzer.report.data import ReportData, load_report_data
+from analyzer.report.host_tier import host_section
 from analyzer.report.incident import incident_section
 from analyzer.report.sections import (
     config_section,
@@ -138,6 +139,7 @@ SECTIONS: tuple[tuple[str, str, Section], ...] = (
     ("groups", "Families × revisions", groups_section),
     ("windows", "Over time", windows_section),
     ("load", "Load", load.load_section),
+    ("host", "Host tier", host_section),
     ("routing", "Routing", routing.routing_section),
     ("junctions", "Junctions", junctions_section),
     ("policies", "Policies", policy_section),

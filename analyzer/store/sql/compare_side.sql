@@ -1,6 +1,7 @@
 -- One side of `hpa compare`: run $run_id's requests (those with $start <= timestamp_s < $end
 -- when $windowed), summed per prompt family x model revision. NULL labels become '(none)'.
 -- sim_*: the simulated TTFT and queue time of a concurrent run (none for a serial one).
+-- host_*: a host KV tier's hits (part of hit_tokens) and the requests that waited for a load.
 SELECT
     coalesce(r.prompt_family, '(none)') AS prompt_family,
     coalesce(r.model_revision, '(none)') AS model_revision,
@@ -22,7 +23,11 @@ SELECT
     coalesce(sum(q.ttft_ms), 0)::DOUBLE AS ttft_ms_sum,
     count(r.ttft_s) AS sim_requests,
     coalesce(sum(r.ttft_s), 0)::DOUBLE AS sim_ttft_s_sum,
-    coalesce(sum(r.queue_s), 0)::DOUBLE AS sim_queue_s_sum
+    coalesce(sum(r.queue_s), 0)::DOUBLE AS sim_queue_s_sum,
+    sum(r.host_hit_tokens)::BIGINT AS host_hit_tokens,
+    count(*) FILTER (WHERE r.host_wait_steps > 0) AS host_waited_requests,
+    coalesce(sum(r.host_wait_s) FILTER (WHERE r.host_wait_steps > 0), 0)::DOUBLE
+        AS host_wait_s_sum
 FROM replay_requests AS r
 LEFT JOIN requests AS q ON q.request_id = r.request_id
 WHERE r.run_id = $run_id

@@ -1,0 +1,78 @@
+"""The report's Host KV tier section: there only when a run had a tier or a host_tier_gib
+sweep was stored; the hit split and the waits per run; the sweep's figure against host GiB."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analyzer.pipeline.replay import run_replay
+from analyzer.pipeline.sweep import run_sweeps
+from analyzer.report.data import load_report_data
+from analyzer.report.host_tier import FIGURE_ID, host_section
+from analyzer.sim.dispatch import make_policy
+from tests.host_trace import BASE, TIER, host_trace_db
+
+# 16-token blocks of 32 MiB: 1 GiB holds 32 host slots, as TIER does
+MODEL = {
+    "block_size": 16,
+    "groups": ["full_attention"],
+    "num_groups": {"full_attention": 1},
+    "bytes_per_block": 2**25,
+}
+
+
+@pytest.fixture(scope="module")
+def host_db(tmp_path_factory):
+    """Run 1 without a tier, run 2 with 32 slots, then a sweep of host_tier_gib 0 and 1."""
+    tmp = tmp_path_factory.mktemp("report_host")
+    db = host_trace_db(tmp)
+    run_replay(make_policy(BASE), db_path=db)
+    run_replay(make_policy({**BASE, **TIER}), db_path=db)
+    model = tmp / "model.json"
+    model.write_text(json.dumps(MODEL))
+    sets = [f"{k}={json.dumps(v)}" for k, v in BASE.items()] + [f"model={json.dumps(str(model))}"]
+    run_sweeps(None, sets, ["host_tier_gib=0,1"], db_path=db, jobs=1)
+    return db
+
+
+def test_no_section_without_a_tier(tmp_path):
+    db = host_trace_db(tmp_path)
+    run_replay(make_policy(BASE), db_path=db)
+    data = load_report_data(db)
+    assert data.host_tier is None
+    assert host_section(data) == ("", [])
+
+
+@pytest.mark.parametrize(
+    ("runs", "figure", "table"),
+    [
+        ([1], True, False),  # no tier in the run shown: the store's host sweep only
+        ([2], True, True),
+        ([1, 2], True, True),
+    ],
+)
+def test_section_with_a_tier_or_a_host_sweep(host_db, runs, figure, table):
+    body, ids = host_section(load_report_data(host_db, runs=runs))
+    assert 'id="host"' in body
+    assert (ids == [FIGURE_ID]) is figure
+    assert ("<table" in body) is table
+
+
+def test_host_rows_split_the_hit(host_db):
+    rows = load_report_data(host_db, runs=[1, 2]).host_tier
+    got = [
+        (r["run_id"], r["sweep_id"], r["host_tier_gib"], r["host_tier_chunks"],
+         r["hit_tokens"], r["host_hit_tokens"], r["host_waited_requests"],
+         r["useful_hit_ratio"], r["gpu_hit_ratio"])
+        for r in rows.sort("run_id").iter_rows(named=True)
+    ]  # fmt: skip
+    # run 1 (no tier) is left out; the sweep's 0 GiB point is kept for its curve
+    assert got == [
+        (2, None, 0.0, 32, 128, 128, 2, 0.32, 0.0),
+        (3, 1, 0.0, None, 0, 0, 0, 0.0, 0.0),
+        (4, 1, 1.0, None, 128, 128, 2, 0.32, 0.0),
+    ]
+    body, _ = host_section(load_report_data(host_db, runs=[2]))
+    assert "<td>32 slots</td>" in body and '<td class="num">32.0%</td>' in body
