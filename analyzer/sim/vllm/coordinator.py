@@ -381,6 +381,13 @@ class Coordinator:
                 count = min(num_tokens, aligned + layout.block_size)
             m.cache(req, count, boundaries)
 
+    def release_skipped(self, req: ReqState) -> None:
+        """A finished request hands its table to a KV connector: first every group frees
+        what the request no longer reads (vLLM `_connector_finished` calls
+        `remove_skipped_blocks`), which puts those blocks in the free queue before the rest."""
+        for m in self.managers:
+            m.remove_skipped(req.computed)
+
     def free(self) -> None:
         """The request finished: each group frees its blocks, group by group, tail first."""
         for m in self.managers:

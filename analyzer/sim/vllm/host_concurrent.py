@@ -226,7 +226,10 @@ class HostTierConcurrent(ConcurrentReplay):
         return fits
 
     def _finishing(self, f: Flight) -> None:
+        """A finished request's tables are kept for its last offer, then what it no longer
+        reads is released before the rest (vLLM `_connector_finished`)."""
         self.finished_now.append((f, [list(m.blocks) for m in self.coord.managers]))
+        self.coord.release_skipped(f.req)
 
     def _connector_step(self, scheduled) -> bool:
         """vLLM `build_connector_meta`: the Mamba states hashed this step, then each

@@ -63,6 +63,7 @@ class HostTierReplay(VllmReplay):
         if error is None:
             error = self._prefill_and_decode(req, sim.num_output_tokens, boundaries, chunks)
         self._finish(req, off)
+        coord.release_skipped(req)
         coord.free()
         if error is not None and not chunks:
             return failed(sim.request_id, prompt, error)

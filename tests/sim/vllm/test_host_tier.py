@@ -1,0 +1,174 @@
+"""The host KV tier's pieces (issue 51 item 1): its sizing and interconnect table
+(analyzer/config/host_tier.py), the policy keys' checks, and the slot pool's LRU and ARC
+(analyzer/sim/vllm/host_tier.py) on small worked examples. The oracle goldens
+(test_offload_goldens.py) hold the whole replay against vLLM."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzer.config.host_tier import bandwidth_gbps, chunk_bytes, host_slots
+from analyzer.errors import ConfigError
+from analyzer.sim.dispatch import make_policy
+from analyzer.sim.fleet import replay_fleet
+from analyzer.sim.records import SimRequest
+from analyzer.sim.vllm import concurrent_replay, replay
+from analyzer.sim.vllm.host_tier import HIT, MISS, PENDING, Access, HostTier, HostTierSpec
+from analyzer.sim.vllm.layout import make_layout
+
+
+@pytest.mark.parametrize(
+    ("per_block", "workers", "want"),
+    [
+        (524_288, 1, 524_288),  # qwen3.5-4b at 16 tokens: already whole pages
+        (1_000, 1, 4_096),  # rounded up to a 4 KiB page
+        (1_000_003, 4, 1_003_520),  # 250,000 a worker x 4 = 1,000,000 -> 245 pages
+    ],
+)
+def test_a_slot_is_the_pools_block_over_the_workers_in_whole_pages(per_block, workers, want):
+    assert chunk_bytes(per_block, workers) == want
+
+
+def test_the_slots_a_budget_holds():
+    assert host_slots(0.125, 524_288) == 256
+    assert host_slots(1.0, 1_003_520) == 1_069  # 1 GiB // 1,003,520 B
+
+
+@pytest.mark.parametrize(("value", "gbps"), [("pcie5", 50.0), ("nvlink-c2c", 400.0), (12.5, 12.5)])
+def test_the_bandwidth_is_a_number_or_an_interconnect(value, gbps):
+    assert bandwidth_gbps(value) == gbps
+
+
+BASE = {"engine": "vllm", "groups": ["full_attention"], "block_size": 16, "num_blocks": 16}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"host_tier_gib": 1}, "its slots need the model preset's bytes per block"),
+        ({"host_tier_gib": 1, "host_tier_chunks": 8}, "give one"),
+        ({"host_tier_chunks": 8, "spec_decode": "eagle_drop"}, "speculative decoding"),
+        (
+            {"host_tier_chunks": 8, "groups": ["full_attention", "mamba"], "prefix_match_unit": 8},
+            "partial tails",
+        ),
+        ({"host_tier_gib": 1e-9, "model": "qwen3.5-4b"}, "holds no slot of 524,288 bytes"),
+        ({"host_bandwidth_gbps": "pcie6"}, "unknown name 'pcie6'; known: pcie5, pcie4, nvlink"),
+        ({"host_tier_policy": "fifo"}, "'fifo' is not one of lru, arc"),
+        ({"host_tier_chunks": 8, "schedule": "concurrent"}, "async_scheduling"),
+    ],
+)
+def test_what_a_host_tier_refuses(values, message):
+    with pytest.raises(ConfigError, match=message):
+        policy = make_policy({**BASE, **values})
+        make_layout(policy)
+        if policy.schedule == "concurrent":
+            concurrent_replay(policy)
+
+
+def test_a_host_tier_key_at_its_default_leaves_the_policy_as_it_was():
+    plain = make_policy(BASE)
+    assert make_policy({**BASE, "host_tier_gib": 0, "offload_prompt_only": True}) == plain
+    assert "host" not in plain.to_json()
+    assert '"host_tier_chunks":8' in make_policy({**BASE, "host_tier_chunks": 8}).to_json()
+
+
+def _store(tier: HostTier, access: Access, keys: list[int], group: int = 0) -> list | None:
+    for k in keys:
+        access.position.setdefault(k, (16 * (keys.index(k) + 1), group))
+    stored = tier.prepare_store(keys, access)
+    if stored:
+        tier.complete_store(stored)
+    return stored
+
+
+def test_lru_evicts_a_finished_requests_tail_first():
+    """A request's keys become the newest at its finish, its head last: the next eviction
+    takes its tail."""
+    tier = HostTier(HostTierSpec(num_chunks=3, policy="lru"))
+    a = Access()
+    assert _store(tier, a, [11, 12, 13]) == [11, 12, 13]
+    tier.finish(a)
+    b = Access()
+    assert _store(tier, b, [21]) == [21]
+    assert sorted(tier.ref) == [11, 12, 21]  # 13, the tail, went
+    assert tier.num_evicted == 1
+
+
+def test_a_store_finds_no_slot_while_every_key_is_in_flight():
+    tier = HostTier(HostTierSpec(num_chunks=2, policy="lru"))
+    a = Access()
+    a.position.update({1: (16, 0), 2: (32, 0), 3: (48, 0)})
+    assert tier.prepare_store([1, 2], a) == [1, 2]
+    assert [tier.lookup(k) for k in (1, 3)] == [PENDING, MISS]
+    assert tier.prepare_store([3], a) is None  # both stores still in flight
+    tier.complete_store([1, 2])
+    assert tier.lookup(1) == HIT
+    tier.prepare_load([1], a)  # pinned by a load: only 2 can go
+    assert tier.prepare_store([3], a) == [3]
+    assert sorted(tier.ref) == [1, 3] and tier.num_failed_stores == 1
+
+
+def test_arc_keeps_a_reused_key_in_t2_and_evicts_from_t1():
+    """x and y stored (T1); a second request loads x (T2 at its finish); a new key evicts
+    y, T1's oldest, into the ghost list B1; offering y again moves ARC's target."""
+    tier = HostTier(HostTierSpec(num_chunks=2, policy="arc"))
+    first = Access()
+    _store(tier, first, [1, 2])
+    tier.finish(first)
+    second = Access()
+    second.position[1] = (16, 0)
+    tier.prepare_load([1], second)
+    tier.complete_load([1])
+    tier.finish(second)
+    arc = tier.policy
+    assert (list(arc.t1), list(arc.t2)) == ([2], [1])
+    third = Access()
+    assert _store(tier, third, [3]) == [3]
+    assert (list(arc.t1), list(arc.t2), list(arc.b1)) == ([3], [1], [2])
+    fourth = Access()
+    _store(tier, fourth, [2])  # a store miss found in B1: the target grows by 1
+    assert arc.target == 1.0
+
+
+def _requests(n: int = 6) -> list[SimRequest]:
+    system = list(range(1000, 1064))
+    return [
+        SimRequest(f"r{i}", system + [i] * (20 + i), [7, 8], timestamp_s=0.002 * i)
+        for i in range(n)
+    ]
+
+
+def test_a_tier_changes_nothing_on_the_gpu_side_before_its_first_load():
+    """With a tier that never loads (too small), the GPU hits and chunks are those of the
+    replay without one."""
+    plain = list(replay(_requests(), make_policy(BASE)))
+    tier = list(replay(_requests(), make_policy({**BASE, "host_tier_chunks": 2})))
+    assert [(s.hit_tokens, s.chunks) for s in tier] == [(s.hit_tokens, s.chunks) for s in plain]
+    assert {s.host_hit_tokens for s in tier} == {0}
+
+
+def _alternating(n: int = 8) -> list[SimRequest]:
+    """Two system prompts in turn, 50 ms apart: a 9-block pool keeps one at a time."""
+    systems = [list(range(1000, 1064)), list(range(2000, 2064))]
+    return [
+        SimRequest(f"r{i}", systems[i % 2] + [i] * 20, [7, 8], timestamp_s=0.05 * i)
+        for i in range(n)
+    ]
+
+
+def test_a_fleet_of_one_is_the_concurrent_replay_with_its_tier():
+    """A live router over one replica gives the concurrent replay's results field for field,
+    the host tier's included: the other system prompt's evicted blocks come back from the
+    host (48 GPU + 16 host tokens, one step waiting)."""
+    values = {**BASE, "num_blocks": 10, "host_tier_chunks": 64, "schedule": "concurrent"}
+    values.update(async_scheduling=False, routing="least_loaded")
+    alone = list(concurrent_replay(make_policy(values)).run(_alternating()))
+    fleet = replay_fleet(_alternating(), make_policy(values))
+    assert fleet.results == alone
+    assert [(s.hit_tokens, s.host_hit_tokens, s.host_wait_steps) for s in alone] == [
+        (0, 0, 0), (0, 0, 0), *[(48, 16, 1)] * 6
+    ]  # fmt: skip
+    two = replay_fleet(_alternating(), make_policy({**values, "replicas": 2}))
+    assert two.replicas == [0, 1] * 4  # each replica keeps its own prompt on the GPU
+    assert {s.host_hit_tokens for s in two.results} == {0}
