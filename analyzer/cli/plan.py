@@ -47,6 +47,13 @@ SCHEDULE_LINES = {
     help="Cache memory per cache (model revision x replica), with a unit: e.g. 40GiB, "
     "512MiB, 80GB.",
 )
+@click.option(
+    "--host-memory-budget",
+    default=None,
+    help="Also plan a host (CPU) KV tier of at most this much memory per cache (vLLM's "
+    "--kv-offloading-size; e.g. 64GiB), priced apart from the GPU's: how much GPU cache it "
+    "saves at the target, and the smallest tier that saves it.",
+)
 @click.option("--family", default=None, help="Measure one prompt family only.")
 @click.option(
     "--window",
@@ -204,6 +211,8 @@ def _print_plan(r) -> None:
     click.echo(f"{r.message} [{plural(r.replays, 'replay')}{short}]")
     if r.check:
         click.echo(r.check)
+    if r.host_tier is not None:
+        click.echo(r.host_tier.message)
 
 
 def _candidate_columns(r) -> dict:

@@ -10,6 +10,7 @@ from analyzer.access.geometry import fit_policy
 from analyzer.access.inputs import request_input
 from analyzer.access.workers import map_partitions
 from analyzer.config.hardware import gpu_memory
+from analyzer.config.host_tier import GIB
 from analyzer.config.memory import bytes_per_block, parse_size
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import Policy
@@ -26,6 +27,7 @@ from analyzer.pipeline.plan.answer import (
 from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.evaluate import Evaluator, Progress, Targets
 from analyzer.pipeline.plan.fleet import MAX_REPLICAS, FleetSearch
+from analyzer.pipeline.plan.host import HostTierAnswer, host_line, slot_size, smallest_tier
 from analyzer.pipeline.plan.result import PlanResult
 from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
 from analyzer.pipeline.plan.window import up_to_window_end, window_bounds
@@ -63,11 +65,16 @@ class Planner:
             )
         self.preset = load_model(self.model) if self.model is not None else None
         self.budget = parse_size(ask.memory_budget) if ask.memory_budget is not None else None
-        if self.budget is not None and not (self.preset or {}).get("bytes_per_block"):
-            raise ConfigError(
-                "--memory-budget needs a --model preset with bytes_per_block"
-                + (f" ({self.model} has none)" if self.model else "")
-            )
+        host = ask.host_memory_budget
+        self.host_budget_gib = (
+            None if host is None else parse_size(host, "--host-memory-budget") / GIB
+        )
+        for flag, asked in (("--memory-budget", self.budget), ("--host-memory-budget", host)):
+            if asked is not None and not (self.preset or {}).get("bytes_per_block"):
+                raise ConfigError(
+                    f"{flag} needs a --model preset with bytes_per_block"
+                    + (f" ({self.model} has none)" if self.model else "")
+                )
         geometry = self.preset or load_model(DEFAULT_GEOMETRY_MODEL)  # groups, block; no bytes
         defaulted = [k for k in ("groups", "block_size") if not values.get(k)]
         values.update(groups=list(values.get("groups") or geometry["groups"]), model=self.model)
@@ -106,9 +113,37 @@ class Planner:
         if self.ask.latency:
             return self._run_fleet(framing, ceilings)
         answer = answer_for(framing, ceilings, self._search(self._settings()))
+        host = None
+        if self.host_budget_gib is not None:
+            host = self._host_tier(framing, ceilings, answer.candidates)
         return self._result(
-            ceilings, answer.message, answer.candidates, load_warning=answer.load_warning
+            ceilings,
+            answer.message,
+            answer.candidates,
+            load_warning=answer.load_warning,
+            host_tier=host,
         )
+
+    def _host_tier(self, framing: Framing, ceilings: _Ceilings, without: list) -> HostTierAnswer:
+        """The same settings searched with the whole host budget on every cache; where the
+        cheapest GPU pool is smaller, the tier cut down at that pool (`host.py`)."""
+        budget = self.host_budget_gib
+        # the tier keeps whole blocks: a match unit below the block is not modelled with it
+        settings = self._settings(units=[None], host_tier_gib=budget)
+        tiered = answer_for(framing, ceilings, self._search(settings))
+        answer = HostTierAnswer(
+            budget,
+            without[0] if without else None,
+            tiered.candidates[0] if tiered.candidates else None,
+        )
+        if answer.saves_gpu:
+            best = answer.with_tier
+            policy = self._policy(**{**best.setting(), "host_tier_gib": budget})
+            slots, gib, ratio = smallest_tier(
+                self.ev, policy, self.targets, slot_size(self.per_block), budget
+            )
+            answer = replace(answer, host_gib=gib, host_chunks=slots, useful_hit_ratio=ratio)
+        return replace(answer, message=host_line(answer, self.cost_unit))
 
     def _ceilings(self) -> _Ceilings:
         """The ceilings at each match unit the plan searches, the highest kept: what no
@@ -184,16 +219,21 @@ class Planner:
                 units.append(self.block // 4)
         return units
 
-    def _settings(self) -> list[Policy]:
-        """Retention {0, null} x match unit {block, block/4 on Mamba} x placement."""
+    def _settings(self, units: list[int | None] | None = None, **keys) -> list[Policy]:
+        """Retention {0, null} x match unit {block, block/4 on Mamba; or `units`} x
+        placement (each with `keys` besides)."""
         groups = self.base["groups"]
         retentions: list[int | None] = [0, None] if len(groups) > 1 else [None]
         return [
             self._policy(
-                retention_interval=r, prefix_match_unit=u, replicas=replicas, routing=routing
+                retention_interval=r,
+                prefix_match_unit=u,
+                replicas=replicas,
+                routing=routing,
+                **keys,
             )
             for r in retentions
-            for u in self.units
+            for u in (self.units if units is None else units)
             for replicas, routing in self._placements()
         ]
 

@@ -112,6 +112,7 @@ class PlanResult:
     best_unit: int | None = None  # the match unit of the ceilings (None: the block)
     unit_bounds: tuple[tuple[int | None, float], ...] = ()  # the other units' bounds
     replays_cut_short: int = 0  # replays stopped once their TTFT p99 missed the target
+    host_tier: Any = None  # --host-memory-budget: a host.HostTierAnswer
 
     @property
     def best(self) -> Candidate | None:
@@ -149,4 +150,5 @@ class PlanResult:
             "check": self.check,
             "replays": self.replays,
             "replays_cut_short": self.replays_cut_short,
+            "host_tier": None if self.host_tier is None else self.host_tier.as_dict(),
         }
