@@ -109,7 +109,10 @@ class SimResult(NamedTuple):
     not computed; `hit_tokens` stays the GPU's own), `host_wait_steps`: the engine steps it
     spent waiting for that load (WAITING_FOR_REMOTE_KVS), and `host_wait_s`: the load's
     time on the link (serial) or the time it waited (concurrent clock); 0 and None
-    without a load.
+    without a load. What the tier did not give back beyond its hit, at that admission:
+    `host_evicted_tokens` (it would have added these had no key ever been evicted) and
+    `host_never_stored_tokens` (these too had every chunk computed before been stored:
+    decode tokens under prompt-only, unkept sparse boundaries, dropped offers).
 
     A NamedTuple rather than a dataclass: one is built per request, and this is ~4x cheaper.
     """
@@ -140,6 +143,8 @@ class SimResult(NamedTuple):
     host_hit_tokens: int = 0
     host_wait_steps: int = 0
     host_wait_s: float | None = None
+    host_evicted_tokens: int = 0
+    host_never_stored_tokens: int = 0
 
 
 ResultColumns = dict[str, "np.ndarray | list"]

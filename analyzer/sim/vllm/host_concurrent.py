@@ -118,6 +118,8 @@ class HostTierConcurrent(ConcurrentReplay):
         ext = self.conn.lookup(req, hit)
         if ext is None:
             return -2
+        if f.first is None:
+            self.conn.explain(req, off, hit, ext)
         admission = self._memo_admission(f, hit, longest, found)
         if ext:
             rows = coord.hit_blocks(found)

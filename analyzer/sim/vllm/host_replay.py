@@ -55,6 +55,7 @@ class HostTierReplay(VllmReplay):
         off = self._off = Offload(len(coord.managers))
         self._boundaries = boundaries
         ext = self.conn.lookup(req, hit) or 0  # nothing is in flight between requests
+        self.conn.explain(req, off, hit, ext)
         chunks: list[int] = []
         if ext:
             error = self._load(req, off, hit, found, ext, chunks)
@@ -83,6 +84,8 @@ class HostTierReplay(VllmReplay):
             host_hit_tokens=off.host_hit,
             host_wait_steps=off.wait_steps,
             host_wait_s=self.conn.spec.load_s(off.loaded_keys) if off.host_hit else None,
+            host_evicted_tokens=off.evicted,
+            host_never_stored_tokens=off.never_stored,
         )
 
     def _load(

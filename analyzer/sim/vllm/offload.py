@@ -40,6 +40,9 @@ class Offload:
         "keys",
         "done_s",
         "issued_s",
+        "computed_upto",
+        "evicted",
+        "never_stored",
     )
 
     def __init__(self, num_groups: int) -> None:
@@ -53,6 +56,9 @@ class Offload:
         self.keys: list[int] | None = None  # the load in flight, None: none
         self.done_s = 0.0  # when it lands
         self.issued_s = 0.0  # when it was issued
+        self.computed_upto = [0] * num_groups  # chunks recorded as computed, per group
+        self.evicted = 0  # the first admission's host miss (Connector.explain)
+        self.never_stored = 0
 
     def figures(self) -> dict:
         """Its SimResult fields."""
@@ -60,6 +66,8 @@ class Offload:
             "host_hit_tokens": self.host_hit,
             "host_wait_steps": self.wait_steps,
             "host_wait_s": self.wait_s,
+            "host_evicted_tokens": self.evicted,
+            "host_never_stored_tokens": self.never_stored,
         }
 
 
@@ -86,6 +94,7 @@ class Connector:
         self.mamba = MAMBA in types
         self.in_flight: list[list[int]] = []  # the store jobs of the last step
         self.loading: dict[int, int] = {}  # key -> loads reading it (being loaded)
+        self.computed: set[int] = set()  # every chunk key a step computed (`explain`)
         for m in coord.managers:
             if m.kind == MAMBA:
                 m.handoffs = []
@@ -109,9 +118,11 @@ class Connector:
 
     # -- lookup --------------------------------------------------------------------------------
 
-    def lookup(self, req: ReqState, local: int) -> int | None:
+    def lookup(self, req: ReqState, local: int, present=None) -> int | None:
         """Tokens the host tier adds to the block-aligned GPU hit `local` (0: none), or None:
-        a key it needs is still being stored or loaded (the request waits a step)."""
+        a key it needs is still being stored or loaded (the request waits a step).
+        `present(key)` (MISS or HIT) replaces the tier's own keys for the diagnostics
+        (`explain`): nothing is then deferred."""
         c = self.c
         num_keys = len(req.hashes) // self.s
         top = req.num_tokens
@@ -130,10 +141,10 @@ class Connector:
                     return 0
                 end = min(cdiv(top, c), num_keys)
                 if window is None:
-                    n = self._prefix_run(req, gid, start, end)
+                    n = self._prefix_run(req, gid, start, end, present)
                 else:
                     first = self._load_window(gid, min(top, end * c))
-                    n = self._window_run(req, gid, start, end, window, first)
+                    n = self._window_run(req, gid, start, end, window, first, present)
                 if n == 0:
                     return 0
                 if n is None:
@@ -150,12 +161,32 @@ class Connector:
                         groups = self.windowed_groups
                 looked_windowed |= window is not None
                 hit = new
-        if defer or self._being_loaded(req, local, hit):
+        if present is None and (defer or self._being_loaded(req, local, hit)):
             return None
         return hit
 
-    def _prefix_run(self, req: ReqState, gid: int, start: int, end: int) -> int | None:
-        lookup, n, defer = self.tier.lookup, 0, False
+    def explain(self, req: ReqState, off: Offload, local: int, host_hit: int) -> None:
+        """Why the tier gave back no more than `host_hit` beyond `local` (a request's first
+        admission), in tokens: `evicted`, what it would have added had no key ever been
+        evicted; `never_stored`, what it would further have added had every chunk the
+        earlier requests computed been stored (decode tokens under prompt-only, a sparse
+        group's unkept boundaries, offers dropped for want of a slot)."""
+        tier, computed = self.tier, self.computed
+
+        def ever(key: int) -> int:
+            return HIT if key in tier.ref or key in tier.stored_ever else MISS
+
+        def any_computed(key: int) -> int:
+            return HIT if key in computed or key in tier.ref else MISS
+
+        stored = max(self.lookup(req, local, ever), host_hit)
+        off.evicted = stored - host_hit
+        off.never_stored = max(self.lookup(req, local, any_computed), stored) - stored
+
+    def _prefix_run(
+        self, req: ReqState, gid: int, start: int, end: int, present=None
+    ) -> int | None:
+        lookup, n, defer = present or self.tier.lookup, 0, False
         for chunk in range(start, end):
             found = lookup(self.key(req, gid, chunk))
             if found == MISS:
@@ -165,12 +196,19 @@ class Connector:
         return None if defer else n
 
     def _window_run(
-        self, req: ReqState, gid: int, start: int, end: int, window: int, first: int
+        self,
+        req: ReqState,
+        gid: int,
+        start: int,
+        end: int,
+        window: int,
+        first: int,
+        present=None,
     ) -> int | None:
         """The end (in chunks from `start`) of the right-most run of `window` present keys
         (`first` for the first run), scanning from the right; a run from `start` shorter
         than the window when none is found."""
-        lookup = self.tier.lookup
+        lookup = present or self.tier.lookup
         run, pending, need = 0, False, first
         for i in range(end - start - 1, -1, -1):
             found = lookup(self.key(req, gid, start + i))
@@ -277,6 +315,7 @@ class Connector:
         bound request's); a failed offer leaves the cursors where they are."""
         offloadable = self._offloadable(req, horizon)
         num_keys = len(req.hashes) // self.s
+        self._computed(req, off, min(horizon, req.num_tokens) // self.c, num_keys)
         keys: list[int] = []
         ends = []
         for m in self.coord.managers:
@@ -298,6 +337,16 @@ class Connector:
             off.next_chunk[gid] = max(off.next_chunk[gid], end)
         if stored:
             jobs.append(stored)
+
+    def _computed(self, req: ReqState, off: Offload, chunks: int, num_keys: int) -> None:
+        """Record every group's keys of the request's first `chunks` full chunks as
+        computed, stored or not."""
+        end = min(chunks, num_keys)
+        upto = off.computed_upto
+        for gid in range(len(upto)):
+            if end > upto[gid]:
+                self.computed.update(self.key(req, gid, i) for i in range(upto[gid], end))
+                upto[gid] = end
 
     def _offloadable(self, req: ReqState, tokens: int) -> int:
         tokens = min(tokens, req.num_tokens)

@@ -172,3 +172,31 @@ def test_a_fleet_of_one_is_the_concurrent_replay_with_its_tier():
     two = replay_fleet(_alternating(), make_policy({**values, "replicas": 2}))
     assert two.replicas == [0, 1] * 4  # each replica keeps its own prompt on the GPU
     assert {s.host_hit_tokens for s in two.results} == {0}
+
+
+A_PROMPT, A_OUT = list(range(100, 164)), list(range(500, 520))  # 4 chunks; decodes 64..83
+THREE = [
+    SimRequest("A", A_PROMPT, A_OUT),
+    SimRequest("C", list(range(900, 1000)), [1, 2]),  # 100 tokens: evicts A from the GPU
+    SimRequest("B", A_PROMPT + A_OUT + list(range(700, 710)), [3, 4]),  # A's sequence + 10
+]
+
+
+@pytest.mark.parametrize(
+    ("tier", "want"),
+    [
+        # B: 16 GPU tokens; A's other prompt chunks from the host; A's decode chunk (64-80)
+        # was never stored under prompt-only
+        ({"host_tier_chunks": 64}, (16, 48, 0, 16)),
+        # decode tokens stored too: that chunk comes back
+        ({"host_tier_chunks": 64, "offload_prompt_only": False}, (16, 64, 0, 0)),
+        # 7 slots: C's chunks evicted A's
+        ({"host_tier_chunks": 7}, (16, 0, 48, 16)),
+    ],
+)
+def test_what_the_host_gave_back_and_why_not_more(tier, want):
+    """hit, host hit, then what the tier did not give back: evicted, never stored."""
+    values = {**BASE, "num_blocks": 9, "max_num_batched_tokens": None, **tier}
+    b = list(replay(THREE, make_policy(values)))[-1]
+    got = (b.hit_tokens, b.host_hit_tokens, b.host_evicted_tokens, b.host_never_stored_tokens)
+    assert got == want
