@@ -10,7 +10,7 @@ from analyzer.sim.vllm.compiled import fast_replay, serial_gate
 from analyzer.sim.vllm.compiled.fast import attention_columns
 from analyzer.sim.vllm.concurrent import ConcurrentReplay
 from analyzer.sim.vllm.gates import SHARED_FORM, unmodelled_keys
-from analyzer.sim.vllm.host_concurrent import HostTierConcurrent
+from analyzer.sim.vllm.host_concurrent import HostTierConcurrent, check_host_schedule
 from analyzer.sim.vllm.host_replay import HostTierReplay
 from analyzer.sim.vllm.layout import make_layout
 from analyzer.sim.vllm.reference import NOT_SCHEDULABLE, VllmReplay
@@ -81,9 +81,12 @@ def replay_from_shared(
 
 
 def check_policy(policy: Policy) -> None:
-    """The ConfigErrors a replay would raise for `policy` (all come from its layout), without
-    building the block pool, which is as large as `num_blocks`."""
-    make_layout(policy, None)
+    """The ConfigErrors a replay would raise for `policy` (its layout's, and a host tier's
+    on the concurrent schedule), without building the block pool, which is as large as
+    `num_blocks`."""
+    layout = make_layout(policy, None)
+    if layout.host_tier is not None and policy.schedule == "concurrent":
+        check_host_schedule(policy)
 
 
 def hit_alignment(policy: Policy) -> int:

@@ -30,18 +30,23 @@ from analyzer.sim.vllm.flight import Flight
 from analyzer.sim.vllm.offload import Connector, Offload
 
 
+def check_host_schedule(policy: Policy) -> None:
+    """A host tier on the concurrent schedule needs vLLM's synchronous loop."""
+    if policy.async_scheduling:
+        raise ConfigError(
+            "policy key 'host_tier_gib': a host tier is not modelled with async_scheduling "
+            "(two steps in flight); set async_scheduling false"
+        )
+
+
 class HostTierConcurrent(ConcurrentReplay):
     """`ConcurrentReplay` with the host tier (one replica)."""
 
     host_tier_modelled = True
 
     def __init__(self, policy: Policy, *, num_groups: dict[str, int] | None = None) -> None:
+        check_host_schedule(policy)
         super().__init__(policy, num_groups=num_groups)
-        if self.depth > 1:
-            raise ConfigError(
-                "policy key 'host_tier_gib': a host tier is not modelled with "
-                "async_scheduling; set async_scheduling false"
-            )
         self.conn = Connector(self.layout, self.coord, self.layout.host_tier)
         self.holding: deque[Flight] = deque()  # vLLM kv_holding_waiting: loading or loaded
         self.finished_now: list[tuple[Flight, list[list[int]]]] = []  # to offer, tables
