@@ -253,13 +253,25 @@ class HostTierConcurrent(ConcurrentReplay):
             horizon = max(req.prompt, req.num_tokens - 1)
             conn.offer_chunks(req, f.host, horizon, f.boundaries, jobs, tables)
             conn.tier.finish(f.host.access)
-        had = bool(self.finished_now or self.holding or conn.in_flight)
+        loading = any(f.host.keys is not None for f in self.holding)
+        if not scheduled and not loading and self.holding and not self.running:
+            self._give_up(self.holding.popleft())
+        had = bool(self.finished_now or loading or conn.in_flight)
         self.finished_now = []
         self.jobs = jobs
         for f in self.holding:
             if f.host.keys is not None:
                 f.host.wait_steps += 1
         return had or bool(jobs)
+
+    def _give_up(self, f: Flight) -> None:
+        """A request whose load landed and whose sequence does not fit though nothing else
+        runs: it never will; its blocks are freed and it is aborted, as a waiting head that
+        cannot fit alone is (`StepEnds._abort`)."""
+        self.coord.bind(f.req)
+        self.coord.free()
+        f.lookup_memo = None
+        self._abort(f)
 
     def _outputs(self) -> None:
         """The step's outputs: the stores of the step before land; loads whose bytes have
