@@ -72,5 +72,5 @@ def lead_row(data: ReportData) -> dict:
 
 
 def largest_loss(row: dict) -> tuple[str, int]:
-    causes = [(name, row[col]) for col, name, _ in waterfall.segments(row)[1:]]
+    causes = [(name, row[col]) for col, name, _ in waterfall.cause_segments(row)]
     return max(causes, key=lambda c: (c[1], c[0]))

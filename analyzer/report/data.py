@@ -302,9 +302,26 @@ def _groups(con, run_frame: pl.DataFrame, labels: dict[int, str]) -> pl.DataFram
     frame = pl.from_arrow(query_arrow(con, load_sql("report_groups"), {"runs": ids}))
     if not run_frame["concurrent"].any() and not (frame["lost_in_flight_tokens"] > 0).any():
         frame = frame.drop("lost_in_flight_tokens")
+    frame = _with_host_hits(con, frame, ids)
     changes = dict(zip(ids, run_frame["policy_changes"].to_list(), strict=True))
     return _with_labels(frame, labels).with_columns(
         pl.col("run_id").replace_strict(changes, return_dtype=pl.String).alias("policy_changes")
+    )
+
+
+def _with_host_hits(con, frame: pl.DataFrame, ids: list[int]) -> pl.DataFrame:
+    """The groups with host_hit_tokens and gpu_hit_tokens (hit - host hit) where a run shown
+    has host hits, for the waterfall's "won back by the host tier" step; as they were
+    elsewhere (and in a store written before the host tier's columns)."""
+    if "host_hit_tokens" not in column_names(con, "replay_requests"):
+        return frame
+    host = pl.from_arrow(query_arrow(con, load_sql("report_groups_host"), {"runs": ids}))
+    if not (host["host_hit_tokens"] > 0).any():
+        return frame
+    keys = ["run_id", "is_overall", "prompt_family", "model_revision"]
+    joined = frame.join(host, on=keys, how="left", maintain_order="left")
+    return joined.with_columns(
+        (pl.col("hit_tokens") - pl.col("host_hit_tokens")).alias("gpu_hit_tokens")
     )
 
 

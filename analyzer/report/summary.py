@@ -18,7 +18,7 @@ from analyzer.config.levers import lever
 from analyzer.report.blocks import count, largest_loss, overall_rows, pct
 from analyzer.report.data import ReportData
 from analyzer.report.engines import engines_of
-from analyzer.report.waterfall import segments
+from analyzer.report.waterfall import cause_segments, segments
 from analyzer.words import plural
 
 # Within this many points of a sweep's best ratio, a point "reaches" it.
@@ -80,7 +80,7 @@ def _lever_text(head: dict, column: str, q: int) -> str:
     if setting is not None:
         return f"; the lever: {html.escape(setting)}."
     recoverable = [
-        (head[col], name, col) for col, name, _ in segments(head)[1:] if lever(col) and head[col]
+        (head[col], name, col) for col, name, _ in cause_segments(head) if lever(col) and head[col]
     ]
     if not recoverable:
         return "; no setting recovers it (the traffic shares less)."

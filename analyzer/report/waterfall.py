@@ -28,13 +28,34 @@ SEGMENTS = (
 IN_FLIGHT = ("lost_in_flight_tokens", "lost in flight (not yet scheduled)", "#e377c2")
 
 
+# With a host KV tier the hit splits in two, the GPU's own and what the host tier won back
+# (docs/definitions.md#the-host-kv-tier); the causes are then what was recomputed.
+HOST_HIT = (
+    ("gpu_hit_tokens", "hit on the GPU (reused)", "#2ca02c"),
+    ("host_hit_tokens", "won back by the host tier (loaded)", "#98df8a"),
+)
+
+
 def segments(columns: Iterable[str]) -> tuple[tuple[str, str, str], ...]:
     """SEGMENTS, with IN_FLIGHT when the frame has its column (analyzer/report/data.py
-    keeps the column only when a run shown is concurrent or lost tokens in flight)."""
-    if "lost_in_flight_tokens" not in set(columns):
-        return SEGMENTS
-    at = [col for col, _, _ in SEGMENTS].index("lost_routing_tokens")
-    return (*SEGMENTS[:at], IN_FLIGHT, *SEGMENTS[at:])
+    keeps the column only when a run shown is concurrent or lost tokens in flight), and the
+    hit split by HOST_HIT when it has host hits (only when a run shown has them)."""
+    columns = set(columns)
+    out = SEGMENTS
+    if "host_hit_tokens" in columns:
+        out = (*HOST_HIT, *out[1:])
+    if "lost_in_flight_tokens" not in columns:
+        return out
+    at = [col for col, _, _ in out].index("lost_routing_tokens")
+    return (*out[:at], IN_FLIGHT, *out[at:])
+
+
+HIT_COLUMNS = frozenset({"hit_tokens", *(col for col, _, _ in HOST_HIT)})
+
+
+def cause_segments(columns: Iterable[str]) -> tuple[tuple[str, str, str], ...]:
+    """`segments` less the hit's (the GPU's and the host tier's): the losses alone."""
+    return tuple(seg for seg in segments(columns) if seg[0] not in HIT_COLUMNS)
 
 
 def _waterfall_bars(frame: pl.DataFrame, y: list[str], share: bool, showlegend: bool) -> list:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 
 from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import run_sweeps
 from analyzer.report.data import load_report_data
 from analyzer.report.host_tier import FIGURE_ID, host_section
+from analyzer.report.waterfall import cause_segments, segments
 from analyzer.sim.dispatch import make_policy
 from tests.host_trace import BASE, TIER, host_trace_db
 
@@ -76,3 +78,23 @@ def test_host_rows_split_the_hit(host_db):
     ]
     body, _ = host_section(load_report_data(host_db, runs=[2]))
     assert "<td>32 slots</td>" in body and '<td class="num">32.0%</td>' in body
+
+
+@pytest.mark.parametrize(
+    ("runs", "bars"),
+    [
+        # no run shown has host hits: the waterfall's bars are what they always were
+        ([1], ["hit_tokens", "sparse_retention_miss_tokens"]),
+        # with host hits the hit splits: the GPU's, then what the host tier won back
+        ([1, 2], ["gpu_hit_tokens", "host_hit_tokens", "sparse_retention_miss_tokens"]),
+    ],
+)
+def test_waterfall_splits_the_hit_only_with_host_hits(host_db, runs, bars):
+    groups = load_report_data(host_db, runs=runs).groups
+    assert [col for col, _, _ in segments(groups.columns)][: len(bars)] == bars
+    assert "host_hit_tokens" not in {c for c, _, _ in cause_segments(groups.columns)}
+    overall = groups.filter(pl.col("is_overall")).sort("run_id")
+    causes = [c for c, _, _ in cause_segments(groups.columns)]
+    for row in overall.iter_rows(named=True):
+        hits = [row[c] for c, _, _ in segments(groups.columns) if c not in causes]
+        assert sum(hits) + sum(row[c] for c in causes) == row["prompt_tokens"] == 400
