@@ -92,11 +92,14 @@ def host_sweep_figure(points: pl.DataFrame) -> go.Figure:
                 row=2, col=1,
             )  # fmt: skip
     pools = sorted({g for g in points["memory_gib"].to_list() if g})
+    line = {"dash": "dash", "color": "#888"}
     for gib in pools:  # a tier no larger than the GPU pool adds nothing
         fig.add_vline(
-            x=gib, line={"dash": "dash", "color": "#888"}, annotation_text=f"GPU pool {gib:g} GiB",
-            annotation_position="top right",
+            x=gib, line=line, annotation_text=f"GPU pool {gib:g} GiB",
+            annotation_position="top right", row=1, col=1,
         )  # fmt: skip
+        if timed:
+            fig.add_vline(x=gib, line=line, row=2, col=1)
     fig.update_xaxes(title="host KV tier (GiB)", row=2 if timed else 1, col=1)
     fig.update_yaxes(title="share of prompt tokens", tickformat=".0%", rangemode="tozero", row=1)
     if timed:

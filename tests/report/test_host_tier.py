@@ -11,7 +11,7 @@ import pytest
 from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import run_sweeps
 from analyzer.report.data import load_report_data
-from analyzer.report.host_tier import FIGURE_ID, host_section
+from analyzer.report.host_tier import FIGURE_ID, host_section, host_sweep_figure
 from analyzer.report.waterfall import cause_segments, segments
 from analyzer.sim.dispatch import make_policy
 from tests.host_trace import BASE, TIER, host_trace_db
@@ -98,3 +98,32 @@ def test_waterfall_splits_the_hit_only_with_host_hits(host_db, runs, bars):
     for row in overall.iter_rows(named=True):
         hits = [row[c] for c, _, _ in segments(groups.columns) if c not in causes]
         assert sum(hits) + sum(row[c] for c in causes) == row["prompt_tokens"] == 400
+
+
+@pytest.mark.parametrize(
+    ("ttft", "traces", "panels"),
+    [
+        ([None, None], 2, 1),  # serial: useful hit and the GPU's alone
+        ([16.9, 10.7], 3, 2),  # concurrent: TTFT p99 in a second panel
+    ],
+)
+def test_sweep_figure_draws_ttft_only_when_timed(ttft, traces, panels):
+    points = pl.DataFrame(
+        {
+            "sweep_id": [1, 1],
+            "run_id": [5, 6],
+            "host_tier_gib": [0.0, 1024.0],
+            "useful_hit_ratio": [0.046, 0.276],
+            "gpu_hit_ratio": [0.046, 0.046],
+            "host_hit_ratio": [0.0, 0.23],
+            "host_waited_requests": [0, 3409],
+            "ttft_p99_s": ttft,
+            "memory_gib": [62.5, 62.5],
+        },
+        schema_overrides={"ttft_p99_s": pl.Float64},
+    )
+    fig = host_sweep_figure(points)
+    assert len(fig.data) == traces
+    assert len({t.yaxis for t in fig.data}) == panels
+    assert [s.x0 for s in fig.layout.shapes] == [62.5] * panels  # the GPU pool, each panel
+    assert [a.text for a in fig.layout.annotations] == ["GPU pool 62.5 GiB"]
