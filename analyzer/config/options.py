@@ -1,8 +1,10 @@
 """Engine options: policy keys that only one engine reads (docs/definitions.md#other-designs).
 
-Each key is named after its engine (`sglang_strategy`, `trtllm_interval`, ...) and set like
-any other policy key (`--set sglang_strategy=extra_buffer`). A key of another engine than the
-policy's is an error rather than silently ignored; a key left out takes its default here.
+Each key is named after its engine (`sglang_strategy`, `trtllm_interval`, ...), but for the
+vLLM host KV tier's (`UNPREFIXED`: `host_tier_gib`, ...; issue 51 names them so, and vLLM has
+no other option), and set like any other policy key (`--set sglang_strategy=extra_buffer`).
+A key of another engine than the policy's is an error rather than silently ignored; a key
+left out takes its default here.
 The resolved options of the policy's engine are stored in `Policy.options`, so they are part
 of the run's identity (its canonical JSON).
 """
@@ -239,6 +241,10 @@ QUIET_AT_DEFAULT = frozenset(
     {"host_tier_gib", "host_tier_chunks", "host_tier_policy", "offload_prompt_only",
      "host_bandwidth_gbps"}
 )  # fmt: skip
+
+
+# Options not named after their engine: the vLLM host tier's.
+UNPREFIXED = QUIET_AT_DEFAULT
 
 
 def resolve(engine: str, values: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

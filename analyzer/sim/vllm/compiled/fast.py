@@ -195,7 +195,8 @@ def attention_columns(
     return columns
 
 
-# Without eviction or Mamba: every match is a hit, and nothing is missed (or preempted).
+# Without eviction or Mamba: every match is a hit, and nothing is missed (or preempted, or
+# loaded from a host tier).
 _HIT = ("hit_tokens", "attention_match_tokens", "attention_match_after_spec_tokens")
 _NOTHING = (
     "sparse_retention_miss_tokens",
@@ -205,6 +206,11 @@ _NOTHING = (
     "replay_tokens",
     "num_preemptions",
     "recomputed_tokens",
+    # no host tier on a closed form (gates.SHARED_FORM refuses one)
+    "host_hit_tokens",
+    "host_wait_steps",
+    "host_evicted_tokens",
+    "host_never_stored_tokens",
 )
 
 
