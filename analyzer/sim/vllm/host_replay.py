@@ -10,16 +10,20 @@ request after the previous one finished and every store it made has landed (what
     every step offers what it computed to the tier (write-through); the step after the
     last one offers the rest and commits the request's recency; the stores land.
 
-A step's stores are readable once the next step has run; every decode step is a step here
-(the decode-events shortcut refuses a host tier: `gates.DECODE_EVENTS`).
+A step's stores are readable once the next step has run. The decode-events shortcut refuses
+a host tier (`gates.DECODE_EVENTS`): with decode tokens offered every decode step runs; under
+`offload_prompt_only` this replay skips the quiet ones as without a tier (see `__init__`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from analyzer.config.policy import Policy
 from analyzer.sim.common.block_hash import request_hashes
 from analyzer.sim.records import SimRequest, SimResult
 from analyzer.sim.vllm.coordinator import replay_boundaries
+from analyzer.sim.vllm.gates import events
 from analyzer.sim.vllm.managers import ReqState
 from analyzer.sim.vllm.offload import Connector, Offload
 from analyzer.sim.vllm.reference import NOT_SCHEDULABLE, VllmReplay, failed
@@ -29,9 +33,17 @@ from analyzer.sim.vllm.scheduler import chunk_tokens
 class HostTierReplay(VllmReplay):
     """`VllmReplay` with the host tier: one cache, requests one after another."""
 
+    every_step = False  # tests: visit every decode step even where the tier allows skipping
+
     def __init__(self, policy: Policy, *, num_groups: dict[str, int] | None = None) -> None:
         super().__init__(policy, num_groups=num_groups)
         self.conn = Connector(self.layout, self.coord, self.layout.host_tier)
+        if self.layout.host_tier.prompt_only and not self.every_step:
+            # Serially no other request reads the tier while one decodes, and a decode step
+            # offers nothing under prompt-only (its tokens lie past the prompt): from the
+            # second decode step on, the tier is as it was, so an offer retried there gives
+            # what it gives at the next step simulated. The GPU side's own events suffice.
+            self._events = events(replace(self.layout, host_tier=None))
         self._off: Offload | None = None
         self._boundaries: list[int] = []
 

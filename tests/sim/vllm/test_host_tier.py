@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from analyzer.config.host_tier import bandwidth_gbps, chunk_bytes, host_slots
@@ -13,6 +15,7 @@ from analyzer.sim.dispatch import make_policy
 from analyzer.sim.fleet import replay_fleet
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import concurrent_replay, replay
+from analyzer.sim.vllm.host_replay import HostTierReplay
 from analyzer.sim.vllm.host_tier import HIT, MISS, PENDING, Access, HostTier, HostTierSpec
 
 
@@ -198,3 +201,30 @@ def test_what_the_host_gave_back_and_why_not_more(tier, want):
     b = list(replay(THREE, make_policy(values)))[-1]
     got = (b.hit_tokens, b.host_hit_tokens, b.host_evicted_tokens, b.host_never_stored_tokens)
     assert got == want
+
+
+def test_skipping_quiet_decode_steps_under_prompt_only_changes_nothing(monkeypatch):
+    """The serial replay skips the decode steps where neither the GPU side nor the tier can
+    change (prompt-only offers nothing past the prompt): the results equal visiting every
+    step, on random conversations with long outputs, layouts, pools, tiers and budgets
+    (the cases load from the host, and small tiers fail and retry offers)."""
+    from tests.sim.vllm.fuzz_offload import draw_case, draw_trace, run_hpa
+
+    loaded = small = 0
+    for seed in range(24):
+        rng = random.Random(seed)
+        trace = draw_trace(rng)
+        for r in trace:
+            r["output_token_ids"] += [rng.randrange(50_000) for _ in range(rng.randint(10, 50))]
+        _, values = draw_case(rng)
+        values.update(schedule="serial", offload_prompt_only=True, max_num_seqs=256)
+        values.pop("async_scheduling", None)
+        if values["max_num_batched_tokens"] == 8192:
+            values["max_num_batched_tokens"] = None
+        monkeypatch.setattr(HostTierReplay, "every_step", False)
+        skipping = run_hpa(trace, values)
+        monkeypatch.setattr(HostTierReplay, "every_step", True)
+        assert run_hpa(trace, values) == skipping, seed
+        loaded += sum(row[2] > 0 for row in skipping)
+        small += values["host_tier_chunks"] <= 8  # offers fail and are retried
+    assert loaded > 20 and small > 3
