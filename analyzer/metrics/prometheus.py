@@ -26,6 +26,9 @@ A run with a host KV tier (docs/definitions.md#the-host-kv-tier) adds, after tho
   `hpa_host_tier_wait_seconds_total` (counters): requests that waited for a host load, the
   engine steps and seconds they waited. vLLM's `vllm:kv_offload_load_time` is the transfers'
   time on the worker, not a request's wait, so these keep hpa's own names.
+- `hpa_host_tier_lost_tokens_total{cause=evicted|never_stored}` (counter): what the tier did
+  not give back beyond its hits: tokens it had stored then evicted, tokens it never stored
+  (vLLM has no such counter).
 
 Then hits (GPU) + external hits + the sum over causes = queries.
 
@@ -77,6 +80,12 @@ _HOST_HITS = (
     "Prompt tokens loaded from the host KV tier (the OffloadingConnector's CPU backend), "
     "not recomputed (replayed by hpa).",
     "host_hit_tokens",
+)
+_HOST_LOST = (
+    "hpa_host_tier_lost_tokens_total",
+    "Prompt tokens the host KV tier did not give back beyond its hits: stored then evicted, "
+    "or never stored (decode tokens, sparse boundaries the GPU did not keep, dropped offers).",
+    (("evicted", "host_evicted_tokens"), ("never_stored", "host_never_stored_tokens")),
 )
 _BY_SOURCE = (
     "vllm:prompt_tokens_cached_by_source_total",
@@ -157,6 +166,11 @@ def render_counters(run_id: int, rows: list[dict], host_tier: bool = False) -> s
     for name, help_text, column in _HOST_WAITS:
         family(name, help_text)
         out.extend(f"{name}{_labels(base(r))} {_number(r[column])}" for r in rows)
+    name, help_text, causes = _HOST_LOST
+    family(name, help_text)
+    for r in rows:
+        for cause, column in causes:
+            out.append(f"{name}{_labels([*base(r), ('cause', cause)])} {int(r[column])}")
     return "\n".join(out) + "\n"
 
 

@@ -322,19 +322,25 @@ def replay_rows(
     return rows
 
 
-HOST_TIER = ("host_hit_tokens", "host_wait_steps", "host_wait_s")
+HOST_COUNTS = (
+    "host_hit_tokens",
+    "host_wait_steps",
+    "host_evicted_tokens",
+    "host_never_stored_tokens",
+)
 
 
 def host_columns(results: ResultColumns) -> dict[str, np.ndarray | list]:
     """A host KV tier's per-request columns: tokens it loaded beyond the GPU hit, the engine
-    steps and seconds the request waited for the load (0, 0 and None without a load; a
-    closed-form replay gives None, which is no tier)."""
-    hits, steps = results["host_hit_tokens"], results["host_wait_steps"]
-    return {
-        "host_hit_tokens": np.asarray([v or 0 for v in hits], dtype=np.int64),
-        "host_wait_steps": np.asarray([v or 0 for v in steps], dtype=np.int64),
-        "host_wait_s": list(results["host_wait_s"]),
+    steps and seconds the request waited for the load (0, 0 and None without a load), and
+    what it did not give back beyond its hit: tokens it had stored then evicted, tokens it
+    never stored (a closed-form replay gives None, which is no tier)."""
+    out: dict[str, np.ndarray | list] = {
+        name: np.asarray([v or 0 for v in results[name]], dtype=np.int64)
+        for name in HOST_COUNTS
     }
+    out["host_wait_s"] = list(results["host_wait_s"])
+    return out
 
 
 ROUTE_LOAD = ("route_waiting", "route_running", "route_kv_blocks_used")

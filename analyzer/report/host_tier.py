@@ -33,19 +33,21 @@ def host_table(rows: pl.DataFrame, labels: dict[int, str]) -> str:
     return html_table(
         [
             "run", "host tier", "eviction", "GPU hit", "host hit", "useful hit",
-            "host hit tokens", "requests that waited", "mean wait", "p99 wait", "TTFT p99",
+            "host hit tokens", "host evicted", "never stored", "requests that waited",
+            "mean wait", "p99 wait", "TTFT p99",
         ],
         [
             [
                 labels.get(r["run_id"], f"run {r['run_id']}"), _size(r), r["host_tier_policy"],
                 pct(r["gpu_hit_ratio"]), pct(r["host_hit_ratio"]), pct(r["useful_hit_ratio"]),
-                count(r["host_hit_tokens"]), count(r["host_waited_requests"]),
+                count(r["host_hit_tokens"]), count(r["host_evicted_tokens"]),
+                count(r["host_never_stored_tokens"]), count(r["host_waited_requests"]),
                 _seconds(r["host_wait_mean_s"]), _seconds(r["host_wait_p99_s"]),
                 _seconds(r["ttft_p99_s"]),
             ]
             for r in rows.iter_rows(named=True)
         ],
-        numeric=set(range(3, 11)),
+        numeric=set(range(3, 13)),
     )  # fmt: skip
 
 
@@ -129,7 +131,10 @@ def host_section(data) -> tuple[str, list[str]]:
         "whose prefix the GPU evicted loads it back instead of recomputing it, and waits for "
         "the load. The useful hit ratio counts both tiers; the GPU hit alone is drawn dotted. "
         "A tier no larger than the GPU pool adds nothing (vLLM's docs say so too): the copies "
-        "it keeps are the ones the GPU still has."
+        "it keeps are the ones the GPU still has. Beyond its hit, <i>host evicted</i> is what "
+        "the tier would have added had it kept every copy, <i>never stored</i> what it would "
+        "have added had every computed chunk been stored (decode tokens, sparse boundaries the "
+        "GPU did not keep, offers dropped for want of a slot)."
     )
     parts.append(meaning(text))
     if shown.height:

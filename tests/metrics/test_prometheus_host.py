@@ -19,15 +19,17 @@ HOST_FAMILIES = {
     "hpa_host_tier_loads",
     "hpa_host_tier_wait_steps",
     "hpa_host_tier_wait_seconds",
+    "hpa_host_tier_lost_tokens",
 }
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Run 1 without a tier, run 2 with one."""
+    """Run 1 without a tier, run 2 with one, run 3 with one of 4 slots that stores nothing."""
     db = host_trace_db(tmp_path_factory.mktemp("prom_host"))
     run_replay(make_policy(BASE), db_path=db)
     run_replay(make_policy({**BASE, **TIER}), db_path=db)
+    run_replay(make_policy({**BASE, "host_tier_chunks": 4}), db_path=db)
     return db
 
 
@@ -55,6 +57,17 @@ def _samples(db, run) -> dict[tuple, float]:
                 ("hpa_host_tier_wait_steps", None, None): 2,
                 ("hpa_host_tier_wait_seconds", None, None): 0,
                 ("hpa_prefix_cache_lost_tokens", None, "eviction"): 0,
+                ("hpa_host_tier_lost_tokens", None, "evicted"): 0,
+                ("hpa_host_tier_lost_tokens", None, "never_stored"): 0,
+            },
+        ),
+        (
+            3,
+            {
+                ("vllm:external_prefix_cache_hits", None, None): 0,
+                ("hpa_host_tier_lost_tokens", None, "evicted"): 0,
+                ("hpa_host_tier_lost_tokens", None, "never_stored"): 128,
+                ("hpa_prefix_cache_lost_tokens", None, "eviction"): 128,
             },
         ),
     ],
@@ -63,7 +76,7 @@ def test_host_tier_figures_under_vllm_names(runs, run, expected):
     samples = _samples(runs, run)
     assert {k: samples[k] for k in expected} == expected
     families = {name for name, _, _ in samples}
-    assert (families & HOST_FAMILIES) == (HOST_FAMILIES if run == 2 else set())
+    assert (families & HOST_FAMILIES) == (HOST_FAMILIES if run > 1 else set())
     # GPU hits + host hits + every cause = queries
     lost = sum(v for (n, _, c), v in samples.items() if n == "hpa_prefix_cache_lost_tokens")
     hits = samples[("vllm:prefix_cache_hits", None, None)]

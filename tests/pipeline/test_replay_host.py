@@ -18,7 +18,7 @@ def host_db(tmp_path):
 
 COLUMNS = (
     "request_id, hit_tokens, host_hit_tokens, host_wait_steps, lost_eviction_tokens, "
-    "unshared_tokens, fresh_prefill_tokens"
+    "unshared_tokens, fresh_prefill_tokens, host_evicted_tokens, host_never_stored_tokens"
 )
 
 
@@ -28,32 +28,33 @@ COLUMNS = (
         (
             {},
             [
-                ("a", 0, 0, 0, 0, 80, 80),
-                ("b", 0, 0, 0, 0, 80, 80),
-                ("c", 0, 0, 0, 0, 80, 80),
-                ("d", 0, 0, 0, 64, 16, 80),
-                ("e", 0, 0, 0, 64, 16, 80),
+                ("a", 0, 0, 0, 0, 80, 80, 0, 0),
+                ("b", 0, 0, 0, 0, 80, 80, 0, 0),
+                ("c", 0, 0, 0, 0, 80, 80, 0, 0),
+                ("d", 0, 0, 0, 64, 16, 80, 0, 0),
+                ("e", 0, 0, 0, 64, 16, 80, 0, 0),
             ],
         ),
         (
             {"host_tier_chunks": 32},
             [
-                ("a", 0, 0, 0, 0, 80, 80),
-                ("b", 0, 0, 0, 0, 80, 80),
-                ("c", 0, 0, 0, 0, 80, 80),
-                ("d", 64, 64, 1, 0, 16, 16),
-                ("e", 64, 64, 1, 0, 16, 16),
+                ("a", 0, 0, 0, 0, 80, 80, 0, 0),
+                ("b", 0, 0, 0, 0, 80, 80, 0, 0),
+                ("c", 0, 0, 0, 0, 80, 80, 0, 0),
+                ("d", 64, 64, 1, 0, 16, 16, 0, 0),
+                ("e", 64, 64, 1, 0, 16, 16, 0, 0),
             ],
         ),
-        # a tier smaller than the GPU pool adds no hit (vLLM's docs say so too)
+        # a tier smaller than the GPU pool adds no hit (vLLM's docs say so too): with 4 slots
+        # the offers were dropped for want of a slot, so P's and Q's chunks were never stored
         (
             {"host_tier_chunks": 4},
             [
-                ("a", 0, 0, 0, 0, 80, 80),
-                ("b", 0, 0, 0, 0, 80, 80),
-                ("c", 0, 0, 0, 0, 80, 80),
-                ("d", 0, 0, 0, 64, 16, 80),
-                ("e", 0, 0, 0, 64, 16, 80),
+                ("a", 0, 0, 0, 0, 80, 80, 0, 0),
+                ("b", 0, 0, 0, 0, 80, 80, 0, 0),
+                ("c", 0, 0, 0, 0, 80, 80, 0, 0),
+                ("d", 0, 0, 0, 64, 16, 80, 0, 64),
+                ("e", 0, 0, 0, 64, 16, 80, 0, 64),
             ],
         ),
     ],
@@ -73,10 +74,11 @@ def test_host_columns_are_stored_per_request(host_db, tier, expected):
 @pytest.mark.parametrize(
     ("tier", "expected"),
     [
-        ({}, (0, 0.0, 0, None, None, 0.0)),
+        ({}, (0, 0.0, 0, None, None, 0.0, 0, 0)),
+        ({"host_tier_chunks": 4}, (0, 0.0, 0, None, None, 0.0, 0, 128)),
         # 128 of 400 prompt tokens from the host; two requests waited one step each;
         # no model preset: no bytes per block, so the load takes 0 s on the link
-        ({"host_tier_chunks": 32}, (128, 0.32, 2, 0.0, 0.0, 0.32)),
+        ({"host_tier_chunks": 32}, (128, 0.32, 2, 0.0, 0.0, 0.32, 0, 0)),
     ],
 )
 def test_host_figures_are_summed_per_group(host_db, tier, expected):
@@ -91,6 +93,8 @@ def test_host_figures_are_summed_per_group(host_db, tier, expected):
             "host_wait_mean_s",
             "host_wait_p99_s",
             "useful_hit_ratio",
+            "host_evicted_tokens",
+            "host_never_stored_tokens",
         )
     )
     assert got == expected

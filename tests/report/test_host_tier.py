@@ -60,6 +60,7 @@ def test_section_with_a_tier_or_a_host_sweep(host_db, runs, figure, table):
     assert 'id="host"' in body
     assert (ids == [FIGURE_ID]) is figure
     assert ("<table" in body) is table
+    assert ("<th>never stored</th>" in body) is table
 
 
 def test_host_rows_split_the_hit(host_db):

@@ -18,6 +18,8 @@ SELECT
     sum(sparse_retention_miss_evicted_tokens)::BIGINT AS sparse_retention_miss_evicted_tokens,
     sum(lost_spec_decode_tokens)::BIGINT AS lost_spec_decode_tokens,
     sum(host_hit_tokens)::BIGINT AS host_hit_tokens,
+    sum(host_evicted_tokens)::BIGINT AS host_evicted_tokens,
+    sum(host_never_stored_tokens)::BIGINT AS host_never_stored_tokens,
     count(*) FILTER (WHERE host_wait_steps > 0) AS host_loads,
     sum(host_wait_steps)::BIGINT AS host_wait_steps,
     coalesce(sum(host_wait_s), 0)::DOUBLE AS host_wait_s

@@ -111,3 +111,9 @@ ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_hit_ratio DOUBLE DEFAUL
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_waited_requests BIGINT DEFAULT 0;
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_wait_mean_s DOUBLE;
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_wait_p99_s DOUBLE;
+-- What a host KV tier did not give back beyond its hit: tokens it had stored then evicted,
+-- tokens it never stored (decode tokens, unkept sparse boundaries, dropped offers).
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS host_evicted_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS host_never_stored_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_evicted_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_never_stored_tokens BIGINT DEFAULT 0;
