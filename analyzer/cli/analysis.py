@@ -230,6 +230,9 @@ def _print_replay(policy, result, render) -> None:
         click.echo(_serial_line(result.policy or policy))
     if result.num_caches > 1:
         click.echo(_caches_line(result.policy or policy, result.num_caches))
+    host = _host_line(result.policy or policy, result.summary)
+    if host:
+        click.echo(host)
     for note in result.notes:
         say(f"note: {note}")
     if result.num_errors:
@@ -240,6 +243,39 @@ def _print_replay(policy, result, render) -> None:
             f"replay_requests.error",
             err=True,
         )
+
+
+def _host_line(policy, summary) -> str | None:
+    """A run with a host KV tier: what it gave back (part of hit_tokens above), what it did
+    not, and the loads' waits (docs/definitions.md#the-host-kv-tier); None without a tier."""
+    from analyzer.metrics.host_tier import has_host_tier
+
+    if not has_host_tier(policy.to_json()):
+        return None
+    rows = summary.to_pylist()
+    total = {k: sum(r[k] or 0 for r in rows) for k in HOST_SUMS}
+    prompt = total["prompt_tokens"] or 1
+    waited = total["host_waited_requests"]
+    line = (
+        f"host tier: {total['host_hit_tokens']:,} of the hit tokens loaded from it "
+        f"({total['host_hit_tokens'] / prompt:.1%} of prompt tokens); not given back: "
+        f"{total['host_evicted_tokens']:,} stored then evicted, "
+        f"{total['host_never_stored_tokens']:,} never stored; "
+        f"{plural(waited, 'request')} waited for a load"
+    )
+    if waited and len(rows) == 1:
+        r = rows[0]
+        line += f" (mean {r['host_wait_mean_s']:.4g} s, p99 {r['host_wait_p99_s']:.4g} s)"
+    return line
+
+
+HOST_SUMS = (
+    "prompt_tokens",
+    "host_hit_tokens",
+    "host_evicted_tokens",
+    "host_never_stored_tokens",
+    "host_waited_requests",
+)
 
 
 def _serial_line(policy) -> str:

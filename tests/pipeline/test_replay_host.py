@@ -3,8 +3,12 @@ hit, the wait), summed per group, the waterfall net of it; nothing new without a
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import cli
 from analyzer.pipeline.replay import run_replay
 from analyzer.sim.dispatch import make_policy
 from tests.conftest import db_rows as rows
@@ -98,3 +102,23 @@ def test_host_figures_are_summed_per_group(host_db, tier, expected):
         )
     )
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("tier", "line"),
+    [
+        ([], None),
+        (
+            ["--set", "host_tier_chunks=32"],
+            "host tier: 128 of the hit tokens loaded from it (32.0% of prompt tokens); not "
+            "given back: 0 stored then evicted, 0 never stored; 2 requests waited for a load "
+            "(mean 0 s, p99 0 s)",
+        ),
+    ],
+)
+def test_replay_prints_the_host_line_only_with_a_tier(host_db, tier, line):
+    sets = [a for k, v in BASE.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    result = CliRunner().invoke(cli, ["replay", "--db", str(host_db), *sets, *tier])
+    assert result.exit_code == 0, result.output
+    host = [x for x in result.output.splitlines() if x.startswith("host tier:")]
+    assert host == ([] if line is None else [line])
