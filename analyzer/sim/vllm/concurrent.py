@@ -210,7 +210,7 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
         if not scheduled and not sleepers and not work:
             if self.in_flight:
                 self.blocked = True  # nothing to add until a step's outputs come back
-            elif budget >= 0 and not self.running and self.waiting:
+            elif budget >= 0 and not self.running and self.waiting and not self._held():
                 self._abort(self.waiting.popleft())
             return  # an empty step takes no time
         total = sum(n for _, n in scheduled) + sleepers
@@ -237,6 +237,11 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
     def _connector_step(self, scheduled: list[tuple[Flight, int]]) -> bool:
         """The step's connector work once it is scheduled (vLLM `build_connector_meta`):
         whether there is any, which makes a step that scheduled nothing run anyway."""
+        return False
+
+    def _held(self) -> bool:
+        """Whether requests outside the running ones hold pool blocks (a connector's loads):
+        a request that does not fit may then fit once they have run."""
         return False
 
     def _connector_busy(self) -> bool:
@@ -362,7 +367,7 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
                 # Alone it had the whole pool: it can never finish (synchronous loop; with a
                 # step in flight its blocks may yet come free: `_start_step` aborts a head
                 # that does not fit once nothing runs, as vLLM's engine does)
-                if not self.running and not self.in_flight:
+                if not self.running and not self.in_flight and not self._held():
                     self._abort(self.waiting.popleft())
                 return False
 

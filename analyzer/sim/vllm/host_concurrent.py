@@ -63,6 +63,9 @@ class HostTierConcurrent(ConcurrentReplay):
     def _connector_busy(self) -> bool:
         return bool(self.holding or self.finished_now or self.conn.in_flight or self.jobs)
 
+    def _held(self) -> bool:
+        return bool(self.holding)
+
     def next_start_s(self) -> float | None:
         if self.blocked or len(self.in_flight) >= self.depth:
             return None
@@ -254,7 +257,8 @@ class HostTierConcurrent(ConcurrentReplay):
             conn.offer_chunks(req, f.host, horizon, f.boundaries, jobs, tables)
             conn.tier.finish(f.host.access)
         loading = any(f.host.keys is not None for f in self.holding)
-        if not scheduled and not loading and self.holding and not self.running:
+        stuck = not (scheduled or loading or self.running or self.preempted)
+        if stuck and self.holding:  # the waiting pass ran and the head could not resume
             self._give_up(self.holding.popleft())
         had = bool(self.finished_now or loading or conn.in_flight)
         self.finished_now = []
@@ -265,9 +269,9 @@ class HostTierConcurrent(ConcurrentReplay):
         return had or bool(jobs)
 
     def _give_up(self, f: Flight) -> None:
-        """A request whose load landed and whose sequence does not fit though nothing else
-        runs: it never will; its blocks are freed and it is aborted, as a waiting head that
-        cannot fit alone is (`StepEnds._abort`)."""
+        """A request whose load landed and whose sequence does not fit though nothing runs
+        or loads: it may never (vLLM's scheduler stalls there); its blocks are freed and it
+        is aborted, as a waiting head that cannot fit alone is (`StepEnds._abort`)."""
         self.coord.bind(f.req)
         self.coord.free()
         f.lookup_memo = None

@@ -228,3 +228,32 @@ def test_skipping_quiet_decode_steps_under_prompt_only_changes_nothing(monkeypat
         loaded += sum(row[2] > 0 for row in skipping)
         small += values["host_tier_chunks"] <= 8  # offers fail and are retried
     assert loaded > 20 and small > 3
+
+
+# vLLM 0.33's own scheduler and OffloadingConnector on the fuzzer's case 4 of seed 3
+# (tools/oracle/vllm_offload_oracle.py: 12 GPU blocks, 16 host chunks, ARC, a 64-token
+# budget, concurrent): r01 is preempted with r11's landed load holding blocks, is not
+# aborted, and loads from the host again (2 wait steps); r11 then resumes.
+PREEMPTED_RELOAD = [
+    ("r00", 0, 0, 0, [64, 21, 1, 1, 1], 0, 0),
+    ("r10", 0, 0, 0, [43, 22, 1], 0, 0),
+    ("r20", 32, 0, 0, [21, 1, 1, 1, 1], 1, 0),
+    ("r30", 0, 0, 0, [63, 11], 0, 0),
+    ("r01", 32, 48, 2, [32, 1], 1, 1),
+    ("r11", 32, 32, 1, [12, 1, 1, 1], 3, 0),
+    ("r21", 32, 16, 1, [27, 1, 1, 1], 10, 0),
+    ("r31", 0, 64, 1, [18, 1, 1, 1], 9, 0),
+    ("r02", 0, 0, 0, [64, 60, 1, 1], 12, 0),
+    ("r12", 0, 64, 1, [28, 1], 14, 0),
+    ("r22", 32, 16, 1, [50, 1, 1, 1, 1], 20, 0),
+    ("r32", 0, 32, 1, [64, 14, 1, 1, 1, 1, 1], 12, 0),
+]
+
+
+def test_a_preempted_request_beside_a_held_load_reloads_as_vllm():
+    from tests.sim.vllm.fuzz_offload import draw_case, draw_trace, run_hpa
+
+    rng = random.Random(3 * 1_000_003 + 4)
+    trace = draw_trace(rng)
+    _, values = draw_case(rng)
+    assert run_hpa(trace, values) == PREEMPTED_RELOAD
