@@ -248,9 +248,9 @@ def _print_replay(policy, result, render) -> None:
 def _host_line(policy, summary) -> str | None:
     """A run with a host KV tier: what it gave back (part of hit_tokens above), what it did
     not, and the loads' waits (docs/definitions.md#the-host-kv-tier); None without a tier."""
-    from analyzer.metrics.host_tier import has_host_tier
+    from analyzer.pipeline.replay import replays_host_tier
 
-    if not has_host_tier(policy.to_json()):
+    if not replays_host_tier(policy):
         return None
     rows = summary.to_pylist()
     total = {k: sum(r[k] or 0 for r in rows) for k in HOST_SUMS}

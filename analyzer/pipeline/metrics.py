@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyzer.metrics.host_tier import has_host_tier
 from analyzer.metrics.prometheus import render_counters
 from analyzer.store.db import DEFAULT_DB, connect, load_sql
 from analyzer.store.export import write_atomic
+from analyzer.store.host_tier import has_host_tier
 from analyzer.store.runs import resolve_run
 
 

@@ -42,6 +42,7 @@ from analyzer.store.db import (
     transaction,
 )
 from analyzer.store.export import check_export_path
+from analyzer.store.host_tier import has_host_tier
 from analyzer.store.runs import ReplayOutcome, check_measure_from, check_name, store_run
 
 
@@ -322,6 +323,11 @@ def replay_rows(
     return rows
 
 
+def replays_host_tier(policy: Policy) -> bool:
+    """Whether `policy` sizes a host KV tier (what `hpa replay` prints a line for)."""
+    return has_host_tier(policy.to_json())
+
+
 HOST_COUNTS = (
     "host_hit_tokens",
     "host_wait_steps",
@@ -336,8 +342,7 @@ def host_columns(results: ResultColumns) -> dict[str, np.ndarray | list]:
     what it did not give back beyond its hit: tokens it had stored then evicted, tokens it
     never stored (a closed-form replay gives None, which is no tier)."""
     out: dict[str, np.ndarray | list] = {
-        name: np.asarray([v or 0 for v in results[name]], dtype=np.int64)
-        for name in HOST_COUNTS
+        name: np.asarray([v or 0 for v in results[name]], dtype=np.int64) for name in HOST_COUNTS
     }
     out["host_wait_s"] = list(results["host_wait_s"])
     return out

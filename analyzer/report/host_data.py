@@ -7,7 +7,7 @@ import json
 
 import polars as pl
 
-from analyzer.metrics.host_tier import has_host_tier
+from analyzer.store.host_tier import has_host_tier
 
 SWEEP_KNOB = "host_tier_gib"
 

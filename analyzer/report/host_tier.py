@@ -11,9 +11,9 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from analyzer.metrics.host_tier import has_host_tier
 from analyzer.report.blocks import count, figure_div, html_table, meaning, pct
 from analyzer.report.figures import palette, style_figure
+from analyzer.store.host_tier import has_host_tier
 
 FIGURE_ID = "fig-host-tier"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.metrics.host_tier import has_host_tier
 from analyzer.pipeline.metrics import prometheus_metrics
 from analyzer.pipeline.replay import run_replay
 from analyzer.sim.dispatch import make_policy
+from analyzer.store.host_tier import has_host_tier
 from tests.host_trace import BASE, TIER, host_trace_db
 
 parser = pytest.importorskip("prometheus_client.parser")
