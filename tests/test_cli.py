@@ -402,8 +402,8 @@ UNKNOWN_COLUMNS = [
     (
         "SELECT r.hit_token FROM replay_requests r",
         'Table "r" does not have a column named "hit_token" (closest stored columns: '
-        "replay_requests.hit_tokens, replay_requests.first_token_s, "
-        "replay_requests.hit_total_tokens)",
+        "replay_requests.hit_tokens, replay_requests.host_hit_tokens, "
+        "replay_requests.first_token_s)",
     ),
     (
         "SELECT run FROM replay_summary",

@@ -19,7 +19,7 @@ from analyzer.config.memory import policy_pool_gib
 from analyzer.config.models import load_model
 from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.errors import ConfigError, StoreError
-from analyzer.report.host_data import host_rows
+from analyzer.report.host_data import host_tier_rows, with_host_hits
 from analyzer.report.labels import baseline, changes_text, run_labels
 from analyzer.store.caveats import timestamp_caveats
 from analyzer.store.db import (
@@ -142,7 +142,7 @@ def load_report_data(
             shown_labels(validation_causes),
             routing=shown_labels(routing),
             routing_windows=shown_labels(routing_windows),
-            host_tier=_host_tier(con, sweeps),
+            host_tier=host_tier_rows(con, sweeps),
         )
     finally:
         con.close()
@@ -302,26 +302,10 @@ def _groups(con, run_frame: pl.DataFrame, labels: dict[int, str]) -> pl.DataFram
     frame = pl.from_arrow(query_arrow(con, load_sql("report_groups"), {"runs": ids}))
     if not run_frame["concurrent"].any() and not (frame["lost_in_flight_tokens"] > 0).any():
         frame = frame.drop("lost_in_flight_tokens")
-    frame = _with_host_hits(con, frame, ids)
+    frame = with_host_hits(con, frame, ids)
     changes = dict(zip(ids, run_frame["policy_changes"].to_list(), strict=True))
     return _with_labels(frame, labels).with_columns(
         pl.col("run_id").replace_strict(changes, return_dtype=pl.String).alias("policy_changes")
-    )
-
-
-def _with_host_hits(con, frame: pl.DataFrame, ids: list[int]) -> pl.DataFrame:
-    """The groups with host_hit_tokens and gpu_hit_tokens (hit - host hit) where a run shown
-    has host hits, for the waterfall's "won back by the host tier" step; as they were
-    elsewhere (and in a store written before the host tier's columns)."""
-    if "host_hit_tokens" not in column_names(con, "replay_requests"):
-        return frame
-    host = pl.from_arrow(query_arrow(con, load_sql("report_groups_host"), {"runs": ids}))
-    if not (host["host_hit_tokens"] > 0).any():
-        return frame
-    keys = ["run_id", "is_overall", "prompt_family", "model_revision"]
-    joined = frame.join(host, on=keys, how="left", maintain_order="left")
-    return joined.with_columns(
-        (pl.col("hit_tokens") - pl.col("host_hit_tokens")).alias("gpu_hit_tokens")
     )
 
 
@@ -488,16 +472,6 @@ def _junctions(con, ids: list[int], labels: dict[int, str]) -> pl.DataFrame:
     con.execute(load_sql("report_junction_paths_view"))
     frame = pl.from_arrow(query_arrow(con, load_sql("report_junctions"), {"runs": ids}))
     return _with_labels(frame, labels)
-
-
-def _host_tier(con, sweeps: pl.DataFrame | None) -> pl.DataFrame | None:
-    """Runs with a host KV tier and host_tier_gib sweep points (None: none, or a store
-    whose replay_requests predate the tier's columns)."""
-    if "host_hit_tokens" not in column_names(con, "replay_requests"):
-        return None
-    frame = pl.from_arrow(query_arrow(con, load_sql("report_host_tier")))
-    rows = host_rows(frame, sweeps)
-    return rows if rows.height else None
 
 
 def _sweeps(con) -> pl.DataFrame | None:

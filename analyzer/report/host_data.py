@@ -7,6 +7,7 @@ import json
 
 import polars as pl
 
+from analyzer.store.db import column_names, load_sql, query_arrow
 from analyzer.store.host_tier import has_host_tier
 
 SWEEP_KNOB = "host_tier_gib"
@@ -45,4 +46,30 @@ def _host_points(sweeps: pl.DataFrame | None) -> pl.DataFrame:
         pl.col("run_id").cast(pl.Int64),
         pl.col("sweep_id").cast(pl.Int64),
         pl.col("memory_gib").cast(pl.Float64),
+    )
+
+
+def host_tier_rows(con, sweeps: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Runs with a host KV tier and host_tier_gib sweep points (None: none, or a store
+    whose replay_requests predate the tier's columns)."""
+    if "host_hit_tokens" not in column_names(con, "replay_requests"):
+        return None
+    frame = pl.from_arrow(query_arrow(con, load_sql("report_host_tier")))
+    rows = host_rows(frame, sweeps)
+    return rows if rows.height else None
+
+
+def with_host_hits(con, frame: pl.DataFrame, ids: list[int]) -> pl.DataFrame:
+    """The groups with host_hit_tokens and gpu_hit_tokens (hit - host hit) where a run shown
+    has host hits, for the waterfall's "won back by the host tier" step; as they were
+    elsewhere (and in a store written before the host tier's columns)."""
+    if "host_hit_tokens" not in column_names(con, "replay_requests"):
+        return frame
+    host = pl.from_arrow(query_arrow(con, load_sql("report_groups_host"), {"runs": ids}))
+    if not (host["host_hit_tokens"] > 0).any():
+        return frame
+    keys = ["run_id", "is_overall", "prompt_family", "model_revision"]
+    joined = frame.join(host, on=keys, how="left", maintain_order="left")
+    return joined.with_columns(
+        (pl.col("hit_tokens") - pl.col("host_hit_tokens")).alias("gpu_hit_tokens")
     )
