@@ -75,6 +75,13 @@ def _model_file(path: Path, mtime_ns: int = 0, size: int = 0) -> dict[str, Any]:
     weights = model.get("weights_bytes")
     if weights is not None and (type(weights) is not int or weights < 1):
         raise ConfigError(f"model file {path}: 'weights_bytes' must be an integer >= 1")
+    counts = model.setdefault("num_groups", dict.fromkeys(groups, 1))  # one KV group a type
+    if not isinstance(counts, dict) or any(
+        type(v) is not int or v < 1 or k not in groups for k, v in counts.items()
+    ):
+        raise ConfigError(
+            f"model file {path}: 'num_groups' must map each of its groups to an integer >= 1"
+        )
     return model
 
 

@@ -134,6 +134,16 @@ def test_plan_takes_policy_and_set_and_a_model_file(tmp_path):
     assert (
         refused.output.strip() == f"Error: model file {bad}: 'block_size' must be an integer >= 1"
     )
+    # without num_groups: one KV-cache group a type (a traceback before); a bad one refused
+    bare = tmp_path / "bare.json"
+    bare.write_text('{"block_size": 16, "groups": ["full_attention", "mamba"]}')
+    assert run(cli, ["replay", "--db", db, "--set", f"model={bare}"]).exit_code == 0
+    bare.write_text('{"block_size": 16, "groups": ["full_attention"], "num_groups": {"x": 1}}')
+    refused = run(cli, ["replay", "--db", db, "--set", f"model={bare}"])
+    assert (refused.exit_code, refused.output.strip()) == (
+        2,
+        f"Error: model file {bare}: 'num_groups' must map each of its groups to an integer >= 1",
+    )
 
 
 ENGINE_PRESETS = [
