@@ -25,8 +25,10 @@ from collections import deque
 
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
+from analyzer.sim.vllm.block_pool import NULL
 from analyzer.sim.vllm.concurrent import ConcurrentReplay
 from analyzer.sim.vllm.flight import Flight
+from analyzer.sim.vllm.layout import FULL
 from analyzer.sim.vllm.offload import Connector, Offload
 
 
@@ -52,6 +54,11 @@ class HostTierConcurrent(ConcurrentReplay):
         self.finished_now: list[tuple[Flight, list[list[int]]]] = []  # to offer, tables
         self.jobs: list[list[int]] = []  # this step's store jobs
         self.skipped_holding: list[Flight] = []  # skipped in this pass (vLLM's order kept)
+        self.flushed: list[list[int]] = []  # finished requests' stores landing this step
+        self.allocated_now: set[int] = set()  # blocks handed out in this step
+        pool = self.coord.pool
+        self._new_blocks = pool.new_blocks
+        pool.new_blocks = self._took_blocks
 
     def _flight(self, index, sim, arrival_s) -> Flight:
         f = super()._flight(index, sim, arrival_s)
@@ -177,6 +184,7 @@ class HostTierConcurrent(ConcurrentReplay):
     def _issue(self, f: Flight, hit: int, ext: int, admission, start_s: float) -> None:
         """The load is issued: the request holds its blocks and waits."""
         off = f.host
+        self._note_table()
         keys = self.conn.load(f.req, off, hit, ext)
         off.keys = keys
         off.issued_s = start_s
@@ -215,6 +223,7 @@ class HostTierConcurrent(ConcurrentReplay):
     def _join(self, f: Flight, admission, start_s: float, computed: int, n: int, scheduled):
         """`f` joins the running requests with `n` tokens from `computed` this step."""
         self.conn.take_handoffs(f.host)
+        self._note_table()
         self.admissions += 1
         f.order = self.admissions
         self.running.append(f)
@@ -251,10 +260,15 @@ class HostTierConcurrent(ConcurrentReplay):
         for f, n in scheduled:
             self.coord.bind(f.req)
             conn.offer_chunks(f.req, f.host, f.req.computed + n, f.boundaries, jobs)
+        self.flushed = []
         for f, tables in self.finished_now:
             req = f.req
             horizon = max(req.prompt, req.num_tokens - 1)
+            before = len(jobs)
             conn.offer_chunks(req, f.host, horizon, f.boundaries, jobs, tables)
+            if len(jobs) > before and self._reused_now(f, jobs[-1], tables):
+                self.flushed.append(jobs.pop())
+        for f, _ in self.finished_now:
             conn.tier.finish(f.host.access)
         loading = any(f.host.keys is not None for f in self.holding)
         stuck = not (scheduled or loading or self.running or self.preempted)
@@ -266,7 +280,19 @@ class HostTierConcurrent(ConcurrentReplay):
         for f in self.holding:
             if f.host.keys is not None:
                 f.host.wait_steps += 1
-        return had or bool(jobs)
+        return had or bool(jobs or self.flushed)
+
+    def _reused_now(self, f: Flight, keys: list[int], tables: list[list[int]]) -> bool:
+        """Whether a finished request's store reads a full-attention block that this step
+        handed to a request again: vLLM flushes that job, so it lands with this step's
+        outputs (the worker copies it before the block is overwritten)."""
+        position, c = f.host.access.position, self.layout.block_size
+        kinds = self.layout.group_types
+        for key in keys:
+            tokens, gid = position[key]
+            if kinds[gid] == FULL and tables[gid][tokens // c - 1] in self.allocated_now:
+                return True
+        return False
 
     def _give_up(self, f: Flight) -> None:
         """A request whose load landed and whose sequence does not fit though nothing runs
@@ -278,10 +304,14 @@ class HostTierConcurrent(ConcurrentReplay):
         self._abort(f)
 
     def _outputs(self) -> None:
-        """The step's outputs: the stores of the step before land; loads whose bytes have
-        crossed by now land (their requests resume at the next schedule)."""
+        """The step's outputs: the stores of the step before land, and this step's flushed
+        ones; loads whose bytes have crossed by now land (their requests resume at the
+        next schedule)."""
         self.conn.end_step(self.jobs)
         self.jobs = []
+        for keys in self.flushed:
+            self.conn.tier.complete_store(keys)
+        self.flushed = []
         for f in self.holding:
             off = f.host
             if off.keys is not None and off.done_s <= self.clock:
@@ -292,4 +322,18 @@ class HostTierConcurrent(ConcurrentReplay):
     def _start_step(self) -> None:
         self._scheduled_any = False
         self.admitted_now: dict[Flight, int] = {}
+        self.allocated_now.clear()
         super()._start_step()
+
+    def _took_blocks(self, count: int) -> list[int]:
+        """The pool's `new_blocks`, noting the blocks this step hands out (vLLM
+        `_current_batch_allocated_block_ids`)."""
+        blocks = self._new_blocks(count)
+        self.allocated_now.update(blocks)
+        return blocks
+
+    def _note_table(self) -> None:
+        """A request admitted or resumed this step: vLLM's connector sees its whole table
+        as allocated in the step (its GPU-hit blocks included)."""
+        for m in self.coord.managers:
+            self.allocated_now.update(b for b in m.blocks if b != NULL)

@@ -151,7 +151,9 @@ def main(argv=None) -> int:
             print(f"case {k}: oracle failed ({exc}); skipped")
             continue
         got = run_hpa(trace, hpa)
-        diffs = [(g, w) for g, w in zip(got, want, strict=True) if g != w]
+        # A request never scheduled (the pool too small): hpa reports no counters (its
+        # convention), vLLM those of its last try; only that both never ran is compared.
+        diffs = [(g, w) for g, w in zip(got, want, strict=True) if g != w and (g[4] or w[4])]
         status = "ok" if not diffs else f"{len(diffs)} requests differ"
         print(f"case {k}: {' '.join(args)}: {status}", flush=True)
         for g, w in diffs[:3]:
