@@ -133,13 +133,13 @@ class HostTierConcurrent(ConcurrentReplay):
         ext = self.conn.lookup(req, hit)
         if ext is None:
             return -2
-        if f.first is None:
-            self.conn.explain(req, off, hit, ext)
         admission = self._memo_admission(f, hit, longest, found)
         if ext:
             rows = coord.hit_blocks(found)
             if not coord.admit_loading(req, hit, ext, rows, self._reserved(f)):
                 return None
+            if f.first is None:
+                self.conn.explain(req, off, hit, ext)
             self._issue(f, hit, ext, admission, start_s)
             return -1
         n, pad = self._admission_tokens(req, hit, budget, batched)
@@ -150,6 +150,7 @@ class HostTierConcurrent(ConcurrentReplay):
             return None
         if f.first is None:
             admission = admission._replace(shared_scheduled_tokens=self.prefixes.shared(f, blocks))
+            self.conn.explain(req, off, hit, ext)
         self.waiting.popleft()
         self._join(f, admission, start_s, hit, n, scheduled)
         f.pad = pad
