@@ -259,8 +259,9 @@ class HostTierConcurrent(ConcurrentReplay):
             if f.host.handoffs:
                 conn.offer_states(f.req, f.host, jobs)
         for f, n in scheduled:
-            self.coord.bind(f.req)
-            conn.offer_chunks(f.req, f.host, f.req.computed + n, f.boundaries, jobs)
+            if conn.offers(f.req, f.host, f.req.computed + n):  # (binding costs)
+                self.coord.bind(f.req)
+                conn.offer_chunks(f.req, f.host, f.req.computed + n, f.boundaries, jobs)
         self.flushed = []
         for f, tables in self.finished_now:
             req = f.req

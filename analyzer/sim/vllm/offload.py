@@ -338,6 +338,20 @@ class Connector:
         if stored:
             jobs.append(stored)
 
+    def offers(self, req: ReqState, off: Offload, horizon: int) -> bool:
+        """Whether `offer_chunks` up to `horizon` can do anything: a chunk to offer past a
+        cursor, or one newly computed to record (most decode steps: neither). Runs for
+        every request every step: spelled out."""
+        c, num_keys = self.c, len(req.hashes) // self.s
+        tokens = horizon if horizon < req.num_tokens else req.num_tokens
+        computed = tokens // c
+        if min(off.computed_upto) < (computed if computed < num_keys else num_keys):
+            return True
+        if self.spec.prompt_only and tokens > req.prompt:
+            tokens = req.prompt
+        offered = tokens // c
+        return min(off.next_chunk) < (offered if offered < num_keys else num_keys)
+
     def _computed(self, req: ReqState, off: Offload, chunks: int, num_keys: int) -> None:
         """Record every group's keys of the request's first `chunks` full chunks as
         computed, stored or not."""
