@@ -25,25 +25,46 @@ ALL = "(all)"
 TOP_GROUPS = 12
 
 
+# With a host KV tier the hit splits as the main waterfall splits it: compare's host_hit figure
+# and the GPU's own part (hit - host hit, made here: every figure of a row is linear in it).
+HOST_FIGURES = {"host_hit_tokens": "host_hit", "gpu_hit_tokens": "gpu_hit"}
+SUMMED = (
+    "baseline_tokens", "baseline_share", "current_tokens", "current_share", "change_points",
+    "contribution_points", "rate_effect_points", "mix_effect_points",
+)  # fmt: skip
+
+
 def parts(comparison: Any) -> list[tuple[str, str, str]]:
     """The waterfall's parts in compare's figure names: (figure, label, colour), as the
-    report's waterfall draws them (in flight included: concurrent windows may have it)."""
-    figure_of = {col: fig for fig, col in comparison.figure_columns.items()}
-    return [
-        (figure_of[col], label, colour)
-        for col, label, colour in segments(["lost_in_flight_tokens"])
-    ]
+    report's waterfall draws them (in flight included: concurrent windows may have it; the
+    hit split in the GPU's and the host tier's where a side has host hits)."""
+    figure_of = {col: fig for fig, col in comparison.figure_columns.items()} | HOST_FIGURES
+    columns = ["lost_in_flight_tokens"]
+    if _host_hits(_overall(comparison)):
+        columns.append("host_hit_tokens")
+    return [(figure_of[col], label, colour) for col, label, colour in segments(columns)]
+
+
+def _host_hits(overall: dict[str, dict]) -> bool:
+    row = overall.get("host_hit")
+    return row is not None and bool(row["baseline_tokens"] or row["current_tokens"])
 
 
 def _overall(comparison: Any) -> dict[str, dict]:
-    """The figures of compare's top group: the (all) roll-up, or the one group there is."""
+    """The figures of compare's top group: the (all) roll-up, or the one group there is;
+    with host hits also the GPU's own hit (gpu_hit: hit less host_hit, figure by figure)."""
     top = comparison.groups.to_pylist()[-1]
     key = (top["prompt_family"], top["model_revision"])
-    return {
+    overall = {
         r["figure"]: r
         for r in comparison.causes.to_pylist()
         if (r["prompt_family"], r["model_revision"]) == key
     }
+    if _host_hits(overall):
+        hit, host = overall["hit"], overall["host_hit"]
+        gpu = {k: (hit[k] or 0) - (host[k] or 0) for k in SUMMED}
+        overall["gpu_hit"] = {**hit, **gpu, "figure": "gpu_hit"}
+    return overall
 
 
 def _short(side: Any, name: str) -> str:
