@@ -59,6 +59,8 @@ SUMS = (
     "host_hit_tokens",
     "host_waited_requests",
     "host_wait_s_sum",
+    "host_evicted_tokens",
+    "host_never_stored_tokens",
 )
 # The part of the hit a host KV tier loaded (docs/definitions.md#the-host-kv-tier): its rows
 # follow the hit's where either side has any, and are left out elsewhere.

@@ -117,7 +117,9 @@ class Comparison:
             lines.append(
                 f"host KV tier, {name}: {h['host_hit_ratio']:.1%} of prompt tokens from the "
                 f"host ({h['host_hit_tokens']:,} tokens), "
-                f"{plural(h['host_waited_requests'], 'request')} waited for a load{mean}"
+                f"{plural(h['host_waited_requests'], 'request')} waited for a load{mean}; "
+                f"not given back: {h['host_evicted_tokens']:,} tokens stored then evicted, "
+                f"{h['host_never_stored_tokens']:,} never stored"
             )
         return lines
 
@@ -423,7 +425,11 @@ def assemble(
         base.groups, cur.groups, usable, changes, plan, pool, why
     )
     host = {rows.name: host_tier_figures(rows.groups) for rows in (base, cur)}
-    tiered = any(h["host_hit_tokens"] or h["host_waited_requests"] for h in host.values())
+    tiered = any(
+        h[k]
+        for h in host.values()
+        for k in ("host_hit_tokens", "host_waited_requests", *HOST_NOT_GIVEN_BACK)
+    )
     return Comparison(
         host_tier=host if tiered else None,
         baseline=sides[base.name],
@@ -443,9 +449,15 @@ def assemble(
     )
 
 
+# What a host KV tier did not give back beyond its hits (docs/definitions.md#the-host-kv-tier):
+# tokens it had stored then evicted, tokens it never stored.
+HOST_NOT_GIVEN_BACK = ("host_evicted_tokens", "host_never_stored_tokens")
+
+
 def host_tier_figures(groups: dict[tuple[str, str], dict]) -> dict:
     """A side's host KV tier in all: host hit tokens and their share of the prompt tokens,
-    the requests that waited for a load and their mean wait (None: none waited)."""
+    the requests that waited for a load and their mean wait (None: none waited), and what it
+    did not give back beyond its hits (HOST_NOT_GIVEN_BACK)."""
     prompt = sum(r["prompt_tokens"] for r in groups.values())
     hits = sum(r.get("host_hit_tokens", 0) for r in groups.values())
     waited = sum(r.get("host_waited_requests", 0) for r in groups.values())
@@ -455,6 +467,7 @@ def host_tier_figures(groups: dict[tuple[str, str], dict]) -> dict:
         "host_hit_ratio": hits / prompt if prompt else 0.0,
         "host_waited_requests": int(waited),
         "host_wait_mean_s": wait_s / waited if waited else None,
+        **{k: int(sum(r.get(k, 0) for r in groups.values())) for k in HOST_NOT_GIVEN_BACK},
     }
 
 

@@ -15,9 +15,10 @@ from tests.host_trace import BASE, TIER, host_trace_db
 
 @pytest.fixture(scope="module")
 def runs_db(tmp_path_factory):
-    """Run 1 without a tier, run 2 with one, run 3 without again."""
+    """Run 1 without a tier, run 2 with one, run 3 without again, run 4 with a tier of 4
+    slots (below the 8-block GPU pool: it gives nothing back)."""
     db = host_trace_db(tmp_path_factory.mktemp("compare_host"))
-    for policy in (BASE, {**BASE, **TIER}, BASE):
+    for policy in (BASE, {**BASE, **TIER}, BASE, {**BASE, "host_tier_chunks": 4}):
         run_replay(make_policy(policy), db_path=db)
     return db
 
@@ -35,12 +36,39 @@ def runs_db(tmp_path_factory):
                     "host_hit_ratio": 0.0,
                     "host_waited_requests": 0,
                     "host_wait_mean_s": None,
+                    "host_evicted_tokens": 0,
+                    "host_never_stored_tokens": 0,
                 },
                 "current": {
                     "host_hit_tokens": 128,
                     "host_hit_ratio": 0.32,
                     "host_waited_requests": 2,
                     "host_wait_mean_s": 0.0,
+                    "host_evicted_tokens": 0,
+                    "host_never_stored_tokens": 0,
+                },
+            },
+        ),
+        # a tier with no hits still has its side's figures: what it did not give back
+        (
+            (1, 4),
+            ["unshared", "eviction"],
+            {
+                "baseline": {
+                    "host_hit_tokens": 0,
+                    "host_hit_ratio": 0.0,
+                    "host_waited_requests": 0,
+                    "host_wait_mean_s": None,
+                    "host_evicted_tokens": 0,
+                    "host_never_stored_tokens": 0,
+                },
+                "current": {
+                    "host_hit_tokens": 0,
+                    "host_hit_ratio": 0.0,
+                    "host_waited_requests": 0,
+                    "host_wait_mean_s": None,
+                    "host_evicted_tokens": 0,
+                    "host_never_stored_tokens": 128,
                 },
             },
         ),
@@ -65,5 +93,14 @@ def test_host_hit_row_and_line(runs_db):
     )
     assert result.host_lines()[1] == (
         "host KV tier, current: 32.0% of prompt tokens from the host (128 tokens), "
-        "2 requests waited for a load, mean wait 0.00 ms"
+        "2 requests waited for a load, mean wait 0.00 ms; not given back: 0 tokens stored "
+        "then evicted, 0 never stored"
+    )
+
+
+def test_host_line_names_what_the_tier_did_not_give_back(runs_db):
+    assert compare(db_path=runs_db, runs=(1, 4)).host_lines()[1] == (
+        "host KV tier, current: 0.0% of prompt tokens from the host (0 tokens), "
+        "0 requests waited for a load; not given back: 0 tokens stored then evicted, "
+        "128 never stored"
     )

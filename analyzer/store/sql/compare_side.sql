@@ -1,7 +1,8 @@
 -- One side of `hpa compare`: run $run_id's requests (those with $start <= timestamp_s < $end
 -- when $windowed), summed per prompt family x model revision. NULL labels become '(none)'.
 -- sim_*: the simulated TTFT and queue time of a concurrent run (none for a serial one).
--- host_*: a host KV tier's hits (part of hit_tokens) and the requests that waited for a load.
+-- host_*: a host KV tier's hits (part of hit_tokens), the requests that waited for a load, and
+-- what it did not give back beyond its hits (stored then evicted, never stored).
 SELECT
     coalesce(r.prompt_family, '(none)') AS prompt_family,
     coalesce(r.model_revision, '(none)') AS model_revision,
@@ -27,7 +28,9 @@ SELECT
     sum(r.host_hit_tokens)::BIGINT AS host_hit_tokens,
     count(*) FILTER (WHERE r.host_wait_steps > 0) AS host_waited_requests,
     coalesce(sum(r.host_wait_s) FILTER (WHERE r.host_wait_steps > 0), 0)::DOUBLE
-        AS host_wait_s_sum
+        AS host_wait_s_sum,
+    sum(r.host_evicted_tokens)::BIGINT AS host_evicted_tokens,
+    sum(r.host_never_stored_tokens)::BIGINT AS host_never_stored_tokens
 FROM replay_requests AS r
 LEFT JOIN requests AS q ON q.request_id = r.request_id
 WHERE r.run_id = $run_id
