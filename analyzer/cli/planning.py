@@ -32,6 +32,24 @@ SWEEP_LOAD_COLUMNS = {
 }
 
 
+def _with_host_columns(table, points):
+    """A sweep with a host KV tier on some point: each point's host hit ratio and the
+    requests that waited for a load (0 at a point without a tier); the table as it was
+    where no point has one."""
+    import pyarrow as pa
+
+    if all(p.host is None for p in points):
+        return table
+    none = {"host_hit_ratio": 0.0, "host_waited_requests": 0}
+    for key, column in (
+        ("host_hit_ratio", "host_hit_ratio"),
+        ("host_waited_requests", "host_waited"),
+    ):
+        values = [(p.host or none)[key] for p in points]
+        table = table.append_column(column, pa.array(values))
+    return table
+
+
 @cli.command("sweep")
 @db_option
 @policy_options
@@ -127,6 +145,7 @@ def sweep_cmd(
             for key, column in SWEEP_LOAD_COLUMNS.items():
                 values = [None if p.load is None else p.load[key] for p in s.points]
                 table = table.append_column(column, pa.array(values))
+        table = _with_host_columns(table, s.points)
         click.echo(render(table), nl=False)
         n_one = sum(p.one_pass for p in s.points)
         how = f"; {n_one} from one stack-distance pass" if n_one else ""

@@ -18,6 +18,7 @@ from analyzer.config.policy import KEYS, Policy, unknown_key
 from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import num_caches, replay_rows
 from analyzer.store.db import stores, transaction
+from analyzer.store.host_tier import has_host_tier
 from analyzer.store.runs import store_run
 from analyzer.store.sweeps import insert_sweep, insert_sweep_point
 
@@ -38,6 +39,9 @@ class SweepPoint:
     # a concurrent point's TTFT, queueing and preemption figures (replay_load_summary.sql;
     # None: a serial point)
     load: dict | None = None
+    # a point whose policy sizes a host KV tier: its host hit ratio (of the measured prompt
+    # tokens) and the requests that waited for a load (host_figures; None: no tier)
+    host: dict | None = None
 
 
 @dataclass
@@ -175,6 +179,17 @@ def _point_name(name: str, knob: str, label: str) -> str:
     return f"{name} · {label if '=' in label else f'{knob}={label}'}"
 
 
+def host_figures(policy: Policy, rows: dict, measured: np.ndarray, prompt: int) -> dict | None:
+    """A point's host KV tier over its measured requests: host_hit_ratio (host hit tokens
+    over prompt tokens) and host_waited_requests (those whose load made them wait); None
+    where the policy sizes no tier."""
+    if not has_host_tier(policy.to_json()):
+        return None
+    hits = int(np.sum(np.asarray(rows["host_hit_tokens"], dtype=np.int64)[measured]))
+    waited = int(np.sum(np.asarray(rows["host_wait_steps"], dtype=np.int64)[measured] > 0))
+    return {"host_hit_ratio": hits / prompt if prompt else None, "host_waited_requests": waited}
+
+
 def _store_sweep(
     con, base_policy, knob, points, computed, fingerprint, measure_from, name
 ) -> SweepOutcome:
@@ -209,6 +224,7 @@ def _store_sweep(
             from_curve,
             num_caches(policy, rows),
             run.load,
+            host_figures(policy, rows, measured, prompt),
         )
         insert_sweep_point(
             con,
