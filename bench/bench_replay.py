@@ -12,9 +12,20 @@ excludes its 6-12 s start-up), once printing per-request results, which must equ
 request (hit, sparse-retention miss, junction). Ours is timed after an untimed replay of 3 requests
 (the compiled loop's kernel is loaded, as in any process that replays more than once).
 
+The host-tier row (`--host-requests N`, default 1,000; 0 leaves it out): the first N prompts of
+the same generator, each with 4 output tokens and one second apart, replayed serially with a
+16-token-block GPU pool of 300 blocks (it holds about two requests, so the 8 system prompts are
+evicted between their uses) and a host KV tier of 4,096 chunks (LRU, prompt chunks only). hpa
+runs as a user runs it, `hpa ingest` then `hpa replay --set host_tier_chunks=4096 ...`, each a
+whole process; vLLM 0.33's scheduler with its OffloadingConnector runs as
+tools/oracle/vllm_offload_oracle.py, a whole process too (its start-up included: it prints no
+replay time of its own). Each process's wall time and peak RSS (wait4); the per-request GPU
+hit, host hit and steps waiting for the load must be equal (hpa's from replay_requests: the
+GPU's part is hit - host hit).
+
 Without the oracle's Python (`$HPA_ORACLE_PYTHON`, default ~/.cache/hpa-oracle/bin/python)
 only our figures are printed. Usage: `python bench/bench_replay.py [--requests 10000]
-[--layouts closed,fa16_bounded]`.
+[--layouts closed,fa16_bounded] [--host-requests 1000]`.
 """
 
 from __future__ import annotations
@@ -44,6 +55,20 @@ ORACLE_PYTHON = Path(
 ORACLE_SCRIPT = Path(
     os.environ.get("HPA_ORACLE_SCRIPT", ROOT.parent / "shared/oracle/vllm_oracle.py")
 )
+OFFLOAD_ORACLE = ROOT / "tools/oracle/vllm_offload_oracle.py"
+HPA = Path(sys.executable).parent / "hpa"
+# The host-tier row: the GPU pool (16-token blocks) and the host tier's chunks, to each side.
+HOST_POLICY = {
+    "block_size": 16,
+    "groups": ["full_attention"],
+    "num_blocks": 300,
+    "host_tier_chunks": 4096,
+}
+HOST_ORACLE_FLAGS = (
+    "--block-size 16 --mamba-mode off --num-gpu-blocks 300 --host-chunks 4096"
+    " --eviction-policy lru --no-chunks"
+)
+HOST_OUTPUT_TOKENS = 4
 FA, MAMBA = ["full_attention"], ["full_attention", "mamba"]
 # name -> (our policy, the oracle's flags): the same cache, described to each
 LAYOUTS = {
@@ -143,13 +168,98 @@ def oracle_figures(trace: Path, flags: str, results: list) -> float:
     return summary["replay_seconds"]
 
 
+def timed(cmd: list[str]) -> tuple[str, float, float, float]:
+    """A whole process: its stdout, wall seconds, CPU seconds (user + system) and its own
+    peak RSS in MiB (wait4)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode:
+            raise SystemExit(f"{Path(cmd[1]).name} failed: {err.read().strip()[-500:]}")
+        cpu = usage.ru_utime + usage.ru_stime
+        return out.read(), seconds, cpu, usage.ru_maxrss / 1024
+
+
+def write_host_trace(prompts: list[np.ndarray], path: Path) -> None:
+    rng = np.random.default_rng(1)
+    with path.open("w") as f:
+        for i, p in enumerate(prompts):
+            out = rng.integers(0, 32000, HOST_OUTPUT_TOKENS).tolist()
+            rec = {"request_id": f"syn-{i}", "timestamp": float(i),
+                   "prompt_token_ids": p.tolist(), "output_token_ids": out}  # fmt: skip
+            f.write(json.dumps(rec) + "\n")
+
+
+def hpa_host(trace: Path, tmp: Path) -> tuple[dict, list[tuple[str, float, float, float]]]:
+    """hpa ingest + hpa replay with the host tier, each a whole process: per request (GPU
+    hit, host hit, wait steps) from the store, and each process's (name, wall s, CPU s,
+    MiB)."""
+    import duckdb
+
+    db = tmp / "host.duckdb"
+    sets = [a for k, v in HOST_POLICY.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    runs = []
+    for name, cmd in (
+        ("hpa ingest", [str(HPA), "ingest", "--db", str(db), str(trace)]),
+        ("hpa replay", [str(HPA), "replay", "--db", str(db), *sets]),
+    ):
+        _, seconds, cpu, mib = timed(cmd)
+        runs.append((name, seconds, cpu, mib))
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute(
+        "SELECT request_id, hit_tokens - host_hit_tokens, host_hit_tokens, host_wait_steps "
+        "FROM replay_requests ORDER BY arrival_seq"
+    ).fetchall()
+    con.close()
+    return {r[0]: tuple(r[1:]) for r in rows}, runs
+
+
+def oracle_host(trace: Path) -> tuple[dict, tuple[str, float, float, float]]:
+    cmd = [str(ORACLE_PYTHON), str(OFFLOAD_ORACLE), "--trace", str(trace)]
+    out, seconds, cpu, mib = timed([*cmd, *HOST_ORACLE_FLAGS.split()])
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert not rows[-1]["errors"], rows[-1]
+    per = {r["request_id"]: (r["gpu_hit"], r["host_hit"], r["wait_steps"]) for r in rows[:-1]}
+    return per, ("vLLM offload oracle", seconds, cpu, mib)
+
+
+def host_row(prompts: list[np.ndarray], oracle: bool) -> None:
+    """The host-tier row: hpa's whole processes against the offload oracle's (serial)."""
+    print(f"host tier: {len(prompts):,} requests, {HOST_POLICY}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "host.jsonl"
+        write_host_trace(prompts, trace)
+        ours, runs = hpa_host(trace, Path(tmp))
+        if oracle:
+            theirs, run = oracle_host(trace)
+            runs.append(run)
+            differ = [(k, v, theirs.get(k)) for k, v in ours.items() if theirs.get(k) != v]
+            assert len(theirs) == len(ours) and not differ, f"{len(differ)} differ: {differ[:3]}"
+            gpu, host = (sum(v[i] for v in ours.values()) for i in (0, 1))
+            print(f"  identical per-request GPU hit, host hit and wait steps ({len(ours):,} "
+                  f"requests: {gpu:,} GPU hit, {host:,} host hit tokens)", flush=True)  # fmt: skip
+    for name, seconds, cpu, mib in runs:
+        print(f"  {name:<20} {seconds:7.2f} s wall {cpu:7.2f} s CPU  peak {mib:,.0f} MiB")
+    hpa_s, hpa_cpu = (sum(r[i] for r in runs if r[0].startswith("hpa")) for i in (1, 2))
+    if oracle:
+        print(f"  hpa (ingest + replay) {hpa_s:.2f} s wall, {hpa_cpu:.2f} s CPU; vLLM's whole "
+              f"process / hpa's: {runs[-1][1] / hpa_s:.1f}x wall, {runs[-1][2] / hpa_cpu:.1f}x "
+              "CPU")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
+    parser.add_argument("--host-requests", type=int, default=1000)
     args = parser.parse_args()
-    names = args.layouts.split(",")
+    names = [n for n in args.layouts.split(",") if n]  # --layouts '': the host row alone
     unknown = [n for n in names if n not in LAYOUTS]
     if unknown:
         parser.error(f"unknown layouts {unknown}; known: {', '.join(LAYOUTS)}")
@@ -185,6 +295,8 @@ def main() -> int:
         print(f"peak memory: vLLM oracle process {oracle_mib:,.0f} MiB")
         print("(vllm: its summary's replay_seconds, start-up and trace loading excluded;")
         print(" targets: >= 10x on the closed form, >= 20x on every layout)")
+    if args.host_requests:
+        host_row(make_trace(args.host_requests, args.seed), oracle and OFFLOAD_ORACLE.exists())
     return 0
 
 
