@@ -7,6 +7,9 @@ sweep's fixed GPU pool. Left out where no run has a tier and no such sweep exist
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
@@ -51,6 +54,52 @@ def host_table(rows: pl.DataFrame, labels: dict[int, str]) -> str:
     )  # fmt: skip
 
 
+# Host sizes spanning at least this ratio (largest over smallest above 0) go on a log axis.
+LOG_SPAN = 16
+
+
+@dataclass(frozen=True)
+class GibAxis:
+    """Where the host sizes go on the x axis: linear, or (doubling sweeps, whose small sizes
+    a linear axis crowds into its first tenth) a log axis with no tier drawn at half the
+    smallest size, its tick labelled 0."""
+
+    log: bool = False
+    zero_at: float = 0.0
+    ticks: tuple[float, ...] = ()
+
+    def at(self, gib: float) -> float:
+        return gib if not self.log or gib > 0 else self.zero_at
+
+    def mark(self, fig: go.Figure, gib: float, text: str, line: dict, panels: int) -> None:
+        """A dashed line at `gib` on every panel, labelled on the first. On a log axis
+        plotly places a shape by its value but an annotation by the value's log10."""
+        for row in range(1, panels + 1):
+            label = {"annotation_text": text, "annotation_position": "top right"}
+            own = row == 1 and not self.log
+            fig.add_vline(x=gib, line=line, row=row, col=1, **(label if own else {}))
+        if self.log:
+            fig.add_annotation(
+                x=math.log10(gib), y=1, xref="x", yref="y domain", text=text,
+                showarrow=False, xanchor="left", yanchor="top",
+            )  # fmt: skip
+
+    def axis(self) -> dict:
+        if not self.log:
+            return {}
+        text = ["0" if v == self.zero_at else f"{v:,g}" for v in self.ticks]
+        return {"type": "log", "tickvals": list(self.ticks), "ticktext": text}
+
+
+def gib_axis(sizes: list[float]) -> GibAxis:
+    positive = sorted({g for g in sizes if g and g > 0})
+    if not positive or positive[-1] / positive[0] < LOG_SPAN:
+        return GibAxis()
+    zero_at = positive[0] / 2
+    ticks = ([zero_at] if any(not g for g in sizes) else []) + positive
+    return GibAxis(True, zero_at, tuple(ticks))
+
+
 def host_sweep_figure(points: pl.DataFrame) -> go.Figure:
     """Useful hit ratio (and the GPU's part of it) against host GiB, one colour per
     host_tier_gib sweep; TTFT p99 in a second panel where the sweep ran concurrently."""
@@ -59,16 +108,21 @@ def host_sweep_figure(points: pl.DataFrame) -> go.Figure:
         rows=2 if timed else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
         row_heights=[0.6, 0.4] if timed else [1.0],
     )  # fmt: skip
+    place = gib_axis(points["host_tier_gib"].to_list())
     for k, (sweep_id,) in enumerate(points.select("sweep_id").unique().sort("sweep_id").rows()):
         part = points.filter(pl.col("sweep_id") == sweep_id).sort("host_tier_gib")
-        x, colour = part["host_tier_gib"].to_list(), palette(k)
-        data = part.select(["run_id", "host_hit_ratio", "host_waited_requests"]).rows()
+        gib, colour = part["host_tier_gib"].to_list(), palette(k)
+        x = [place.at(g) for g in gib]
+        data = [(*r, g) for r, g in zip(
+            part.select(["run_id", "host_hit_ratio", "host_waited_requests"]).rows(), gib,
+            strict=True,
+        )]  # fmt: skip
         fig.add_trace(
             go.Scatter(
                 name=f"sweep {sweep_id}: useful hit ratio (GPU + host)",
                 x=x, y=part["useful_hit_ratio"].round(9).to_list(), mode="lines+markers",
                 line={"color": colour}, customdata=data,
-                hovertemplate="<b>%{x:,} GiB host</b><br>useful hit %{y:.2%}"
+                hovertemplate="<b>%{customdata[3]:,} GiB host</b><br>useful hit %{y:.2%}"
                 "<br>of which host %{customdata[1]:.2%}<br>%{customdata[2]:,} requests waited"
                 "<br>run %{customdata[0]}<extra></extra>",
             ),
@@ -79,7 +133,8 @@ def host_sweep_figure(points: pl.DataFrame) -> go.Figure:
                 name=f"sweep {sweep_id}: GPU hit ratio alone",
                 x=x, y=part["gpu_hit_ratio"].round(9).to_list(), mode="lines+markers",
                 line={"color": colour, "dash": "dot"}, marker={"symbol": "circle-open"},
-                hovertemplate="<b>%{x:,} GiB host</b><br>GPU hit %{y:.2%}<extra></extra>",
+                customdata=gib,
+                hovertemplate="<b>%{customdata:,} GiB host</b><br>GPU hit %{y:.2%}<extra></extra>",
             ),
             row=1, col=1,
         )  # fmt: skip
@@ -89,20 +144,18 @@ def host_sweep_figure(points: pl.DataFrame) -> go.Figure:
                     name=f"sweep {sweep_id}: TTFT p99",
                     x=x, y=part["ttft_p99_s"].to_list(), mode="lines+markers",
                     line={"color": colour, "dash": "dash"}, marker={"symbol": "square"},
-                    hovertemplate="<b>%{x:,} GiB host</b><br>TTFT p99 %{y:.3f} s<extra></extra>",
+                    customdata=gib,
+                    hovertemplate="<b>%{customdata:,} GiB host</b><br>TTFT p99 %{y:.3f} s"
+                    "<extra></extra>",
                 ),
                 row=2, col=1,
             )  # fmt: skip
     pools = sorted({g for g in points["memory_gib"].to_list() if g})
     line = {"dash": "dash", "color": "#888"}
     for gib in pools:  # a tier no larger than the GPU pool adds nothing
-        fig.add_vline(
-            x=gib, line=line, annotation_text=f"GPU pool {gib:g} GiB",
-            annotation_position="top right", row=1, col=1,
-        )  # fmt: skip
-        if timed:
-            fig.add_vline(x=gib, line=line, row=2, col=1)
+        place.mark(fig, gib, f"GPU pool {gib:g} GiB", line, 2 if timed else 1)
     fig.update_xaxes(title="host KV tier (GiB)", row=2 if timed else 1, col=1)
+    fig.update_xaxes(**place.axis())
     fig.update_yaxes(title="share of prompt tokens", tickformat=".0%", rangemode="tozero", row=1)
     if timed:
         fig.update_yaxes(title="TTFT p99 (s)", rangemode="tozero", row=2, col=1)

@@ -4,6 +4,7 @@ sweep was stored; the hit split and the waits per run; the sweep's figure agains
 from __future__ import annotations
 
 import json
+import math
 
 import polars as pl
 import pytest
@@ -128,3 +129,40 @@ def test_sweep_figure_draws_ttft_only_when_timed(ttft, traces, panels):
     assert len({t.yaxis for t in fig.data}) == panels
     assert [s.x0 for s in fig.layout.shapes] == [62.5] * panels  # the GPU pool, each panel
     assert [a.text for a in fig.layout.annotations] == ["GPU pool 62.5 GiB"]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "log", "x", "ticks"),
+    [
+        # a doubling sweep goes on a log axis, no tier at half the smallest size, labelled 0
+        ([0.0, 64.0, 256.0, 4096.0], True, [32.0, 64.0, 256.0, 4096.0],
+         ["0", "64", "256", "4,096"]),
+        ([64.0, 1024.0], True, [64.0, 1024.0], ["64", "1,024"]),
+        # spans below 16x stay linear, as the figure always drew them
+        ([0.0, 1024.0], False, [0.0, 1024.0], None),
+        ([0.0], False, [0.0], None),
+    ],
+)  # fmt: skip
+def test_host_sizes_go_on_a_log_axis_when_they_span_16x(sizes, log, x, ticks):
+    points = pl.DataFrame(
+        {
+            "sweep_id": [1] * len(sizes),
+            "run_id": list(range(len(sizes))),
+            "host_tier_gib": sizes,
+            "useful_hit_ratio": [0.5] * len(sizes),
+            "gpu_hit_ratio": [0.5] * len(sizes),
+            "host_hit_ratio": [0.0] * len(sizes),
+            "host_waited_requests": [0] * len(sizes),
+            "ttft_p99_s": [None] * len(sizes),
+            "memory_gib": [62.5] * len(sizes),
+        },
+        schema_overrides={"ttft_p99_s": pl.Float64},
+    )
+    fig = host_sweep_figure(points)
+    assert list(fig.data[0].x) == x
+    assert [row[3] for row in fig.data[0].customdata] == sizes  # the hover's true size
+    assert fig.layout.xaxis.type == ("log" if log else None)
+    assert (None if fig.layout.xaxis.ticktext is None else list(fig.layout.xaxis.ticktext)) == ticks
+    # the GPU pool's line at its value; its label at the value's log10 on a log axis
+    assert [s.x0 for s in fig.layout.shapes] == [62.5]
+    assert [a.x for a in fig.layout.annotations] == [math.log10(62.5) if log else 62.5]
