@@ -90,12 +90,16 @@ def draw_case(rng: random.Random) -> tuple[list[str], dict]:
     return args, hpa
 
 
-def run_oracle(trace: list[dict], args: list[str]) -> list[dict]:
+def run_oracle(trace: list[dict], args: list[str], hash_seed: int = 0) -> list[dict]:
+    """The oracle's rows. vLLM walks the ids of the requests finished in a step as a set,
+    so with two or more of them their stores go in an order Python's string hashing picks:
+    `hash_seed` (PYTHONHASHSEED) fixes it."""
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
         fh.write("".join(json.dumps(r) + "\n" for r in trace))
     try:
         cmd = [ORACLE_PYTHON, str(ORACLE), "--trace", fh.name, *args]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     finally:
         os.unlink(fh.name)
     if done.returncode:
@@ -135,6 +139,13 @@ def expected(rows: list[dict], concurrent: bool) -> list[tuple]:
     return out
 
 
+def _differences(got: list[tuple], want: list[tuple]) -> list[tuple]:
+    """Requests whose figures differ. One never scheduled (the pool too small): hpa reports
+    no counters (its convention), vLLM those of its last try; only that both never ran is
+    compared."""
+    return [(g, w) for g, w in zip(got, want, strict=True) if g != w and (g[4] or w[4])]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=1)
@@ -153,7 +164,14 @@ def main(argv=None) -> int:
         got = run_hpa(trace, hpa)
         # A request never scheduled (the pool too small): hpa reports no counters (its
         # convention), vLLM those of its last try; only that both never ran is compared.
-        diffs = [(g, w) for g, w in zip(got, want, strict=True) if g != w and (g[4] or w[4])]
+        diffs = _differences(got, want)
+        seed = 0
+        while diffs and seed < 5:  # vLLM's order of the requests finishing in one step
+            seed += 1
+            rows = expected(run_oracle(trace, args, seed), "--concurrent" in args)
+            if not _differences(got, rows):
+                print(f"case {k}: equal to vLLM under PYTHONHASHSEED={seed} (not 0)")
+                diffs = []
         status = "ok" if not diffs else f"{len(diffs)} requests differ"
         print(f"case {k}: {' '.join(args)}: {status}", flush=True)
         for g, w in diffs[:3]:

@@ -232,8 +232,11 @@ def test_skipping_quiet_decode_steps_under_prompt_only_changes_nothing(monkeypat
 
 # vLLM 0.33's own scheduler and OffloadingConnector on the fuzzer's case 4 of seed 3
 # (tools/oracle/vllm_offload_oracle.py: 12 GPU blocks, 16 host chunks, ARC, a 64-token
-# budget, concurrent): r01 is preempted with r11's landed load holding blocks, is not
-# aborted, and loads from the host again (2 wait steps); r11 then resumes.
+# budget, concurrent), run with PYTHONHASHSEED=1: r01 is preempted with r11's landed load
+# holding blocks, is not aborted, and loads from the host again (2 wait steps); r11 then
+# resumes. vLLM walks the requests finished in one step as a set of ids, so their stores
+# go in an order the hash seed picks: with seeds 0, 3 and 4, r22 gets 32 host tokens
+# (chunks [34, ...]); with 1, 2 and 5 these figures, which are hpa's (finish order).
 PREEMPTED_RELOAD = [
     ("r00", 0, 0, 0, [64, 21, 1, 1, 1], 0, 0),
     ("r10", 0, 0, 0, [43, 22, 1], 0, 0),
