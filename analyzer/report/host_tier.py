@@ -138,7 +138,7 @@ def host_sweep_figure(points: pl.DataFrame) -> go.Figure:
             ),
             row=1, col=1,
         )  # fmt: skip
-        if timed:
+        if timed and part["ttft_p99_s"].null_count() < part.height:  # a serial sweep: none
             fig.add_trace(
                 go.Scatter(
                     name=f"sweep {sweep_id}: TTFT p99",

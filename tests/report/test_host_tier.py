@@ -166,3 +166,24 @@ def test_host_sizes_go_on_a_log_axis_when_they_span_16x(sizes, log, x, ticks):
     # the GPU pool's line at its value; its label at the value's log10 on a log axis
     assert [s.x0 for s in fig.layout.shapes] == [62.5]
     assert [a.x for a in fig.layout.annotations] == [math.log10(62.5) if log else 62.5]
+
+
+def test_a_serial_sweep_beside_a_concurrent_one_draws_no_ttft_line():
+    """(a serial sweep's empty TTFT trace was a legend entry with nothing drawn)"""
+    points = pl.DataFrame(
+        {
+            "sweep_id": [1, 1, 2, 2],
+            "run_id": [1, 2, 3, 4],
+            "host_tier_gib": [0.0, 256.0] * 2,
+            "useful_hit_ratio": [0.73, 0.85] * 2,
+            "gpu_hit_ratio": [0.73] * 4,
+            "host_hit_ratio": [0.0, 0.12] * 2,
+            "host_waited_requests": [0, 1345] * 2,
+            "ttft_p99_s": [None, None, 789.3, 545.0],
+            "memory_gib": [62.5] * 4,
+        },
+        schema_overrides={"ttft_p99_s": pl.Float64},
+    )
+    names = [t.name for t in host_sweep_figure(points).data]
+    assert [n for n in names if "TTFT" in n] == ["sweep 2: TTFT p99"]
+    assert len(names) == 5
