@@ -43,6 +43,7 @@ FILE_EXTENSIONS = frozenset(
 ALLOWED_BY_REASON = {
     "vLLM's own code (the oracle's and the replay's sources)": {
         "BlockPool.cached_block_hash_to_block",
+        "MambaManager.cache_blocks",
         "vllm._C",
     },
     "SGLang's own code (the sglang engine's and router's sources)": {

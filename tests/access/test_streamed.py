@@ -172,7 +172,7 @@ def test_the_streamed_replay_holds_one_array_of_ids(tmp_path, monkeypatch):
     streams its ids is one id array (the radix trees' arena: 4 bytes a unit, int32) and its
     answers per request: a second copy of the ids (held lists beside the arena, widened to
     int64, a list of rows) would add at least 4 bytes a unit. DuckDB's own memory (its cache
-    under the stream's cap: store/tokens, token_stream.stream_caps) is not counted here."""
+    under the stream's cap: `store/tokens.py`, `token_stream.stream_caps`) is not counted here."""
     monkeypatch.setattr(streamed, "COMPILED_MIN_UNITS", 0)
     monkeypatch.setattr(token_stream, "BATCH_BYTES", 1 << 16)
     records = list(generate("mixed", seed=3, num_requests=1200))

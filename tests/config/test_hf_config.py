@@ -251,7 +251,11 @@ def test_load_model_reads_a_config_json_a_folder_and_a_preset_layout(tmp_path):
     assert load_model(str(folder))["block_size"] == 16
     layout = tmp_path / "m.json"
     layout.write_text(json.dumps({"block_size": 64, "groups": ["full_attention"]}))
-    assert load_model(str(layout)) == {"block_size": 64, "groups": ["full_attention"]}
+    assert load_model(str(layout)) == {
+        "block_size": 64,
+        "groups": ["full_attention"],
+        "num_groups": {"full_attention": 1},  # one KV-cache group a type when not given
+    }
 
 
 def _write(tmp_path, data) -> Path:

@@ -61,8 +61,8 @@ def test_every_vllm_policy_key_is_carried_or_declared_outside():
 
 
 def _policy_reads(function) -> set[str]:
-    """The policy keys `function` reads: `policy.KEY`, and `policy.option("KEY")` for an
-    engine option."""
+    """The policy keys `function` reads: a field of the policy (policy.block_size), and
+    `policy.option("KEY")` for an engine option."""
     tree = ast.parse(inspect.getsource(function))
     reads = set()
     for node in ast.walk(tree):
