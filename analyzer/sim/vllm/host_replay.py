@@ -20,13 +20,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from analyzer.config.policy import Policy
-from analyzer.sim.common.block_hash import request_hashes
 from analyzer.sim.records import SimRequest, SimResult
-from analyzer.sim.vllm.coordinator import replay_boundaries
 from analyzer.sim.vllm.gates import events
 from analyzer.sim.vllm.managers import ReqState
 from analyzer.sim.vllm.offload import Connector, Offload
-from analyzer.sim.vllm.reference import NOT_SCHEDULABLE, VllmReplay, failed
+from analyzer.sim.vllm.reference import NOT_SCHEDULABLE, VllmReplay
 from analyzer.sim.vllm.scheduler import chunk_tokens
 
 
@@ -48,50 +46,28 @@ class HostTierReplay(VllmReplay):
         self._boundaries: list[int] = []
 
     def replay_one(self, sim: SimRequest) -> SimResult:
-        layout, coord = self.layout, self.coord
-        prompt = sim.num_prompt_tokens
-        if prompt < 1:
-            return failed(sim.request_id, prompt, "empty prompt")
-        source, plain = request_hashes(
-            self.interner, sim, layout.hash_block_size, layout.hash_lookahead
-        )
-        req = ReqState(prompt, source, plain)
-        self._show_hashes(req)
-        hit, longest, found = coord.lookup(req.hashes, prompt - 1)
-        attention = self._attention_match(req, longest)
-        evicted = self._evicted(req, hit, longest, found) if longest > hit else 0
-        req.junction = longest if longest > hit else 0
-        boundaries = replay_boundaries(prompt, layout.block_size, layout.eagle_drop)
-        if req.junction:
-            boundaries.append(req.junction)
-        off = self._off = Offload(len(coord.managers))
-        self._boundaries = boundaries
+        looked = self._look_up(sim)
+        if isinstance(looked, SimResult):
+            return looked
+        req, hit, found = looked.req, looked.hit, looked.found
+        off = self._off = Offload(len(self.coord.managers))
+        self._boundaries = looked.boundaries
         ext = self.conn.lookup(req, hit) or 0  # nothing is in flight between requests
         self.conn.explain(req, off, hit, ext)
         chunks: list[int] = []
         if ext:
             error = self._load(req, off, hit, found, ext, chunks)
         else:
-            error = self._admit(req, hit, found, boundaries, chunks)
+            error = self._admit(req, hit, found, looked.boundaries, chunks)
         if error is None:
-            error = self._prefill_and_decode(req, sim.num_output_tokens, boundaries, chunks)
+            error = self._prefill_and_decode(req, sim.num_output_tokens, looked.boundaries, chunks)
         self._finish(req, off)
-        coord.release_skipped(req)
-        coord.free()
-        if error is not None and not chunks:
-            return failed(sim.request_id, prompt, error)
-        miss = longest - hit
-        return SimResult(
-            sim.request_id,
-            prompt,
-            hit,
-            miss,
-            miss - evicted,
-            evicted,
-            attention,
-            longest,
-            req.junction,
-            tuple(chunks),
+        self.coord.release_skipped(req)
+        self.coord.free()
+        return self._result(
+            sim,
+            looked,
+            chunks,
             error,
             host_hit_tokens=off.host_hit,
             host_wait_steps=off.wait_steps,

@@ -13,6 +13,7 @@ becoming full), so the steps in between are skipped: the work per request is O(b
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from analyzer.config.policy import Policy
 from analyzer.sim.common.block_hash import HashInterner, request_hashes
@@ -29,6 +30,22 @@ NOT_SCHEDULABLE = "not schedulable (KV cache too small: {} blocks?)"
 def failed(request_id: str, prompt: int, error: str) -> SimResult:
     """The result of a request vLLM never admitted: no counters, no chunks."""
     return SimResult(request_id, prompt, 0, 0, 0, 0, 0, 0, 0, (), error)
+
+
+@dataclass(frozen=True)
+class LookedUp:
+    """A request after its lookup in the GPU cache: its hit (and the blocks found), the
+    longest full-attention match, the attention-only match, what eviction took, the
+    positions whose states the replay keeps and what the pool had ever cached of it."""
+
+    req: ReqState
+    hit: int
+    longest: int
+    found: list
+    attention: int
+    evicted: int
+    boundaries: list[int]
+    cached_ever: int | None = None
 
 
 class VllmReplay:
@@ -49,6 +66,21 @@ class VllmReplay:
     # -- one request ---------------------------------------------------------------------------
 
     def replay_one(self, sim: SimRequest) -> SimResult:
+        looked = self._look_up(sim, cached_ever=True)
+        if isinstance(looked, SimResult):
+            return looked
+        req, hit, found, boundaries = looked.req, looked.hit, looked.found, looked.boundaries
+        chunks: list[int] = []
+        error = self._admit(req, hit, found, boundaries, chunks)
+        if error is None:
+            error = self._prefill_and_decode(req, sim.num_output_tokens, boundaries, chunks)
+        self.coord.free()
+        return self._result(sim, looked, chunks, error, cached_ever_tokens=looked.cached_ever)
+
+    def _look_up(self, sim: SimRequest, *, cached_ever: bool = False) -> LookedUp | SimResult:
+        """The request's hashes and its lookup in the GPU cache (a failed result for an
+        empty prompt); with `cached_ever` what the pool had ever cached of it, where the
+        pool keeps that record."""
         layout, coord = self.layout, self.coord
         prompt = sim.num_prompt_tokens
         if prompt < 1:
@@ -60,33 +92,37 @@ class VllmReplay:
         self._show_hashes(req)
         hit, longest, found = coord.lookup(req.hashes, prompt - 1)
         attention = self._attention_match(req, longest)
-        cached_ever = None if self._evicted_keys is None else self._cached_ever(req, attention)
+        ever = None
+        if cached_ever and self._evicted_keys is not None:
+            ever = self._cached_ever(req, attention)
         evicted = self._evicted(req, hit, longest, found) if longest > hit else 0
         req.junction = longest if longest > hit else 0
         boundaries = replay_boundaries(prompt, layout.block_size, layout.eagle_drop)
         if req.junction:
             boundaries.append(req.junction)
-        chunks: list[int] = []
-        error = self._admit(req, hit, found, boundaries, chunks)
-        if error is None:
-            error = self._prefill_and_decode(req, sim.num_output_tokens, boundaries, chunks)
-        coord.free()
+        return LookedUp(req, hit, longest, found, attention, evicted, boundaries, ever)
+
+    def _result(
+        self, sim: SimRequest, looked: LookedUp, chunks: list[int], error: str | None, **more
+    ) -> SimResult:
+        """The request's result once it ran (`more`: the fields only some replays set)."""
+        prompt = sim.num_prompt_tokens
         if error is not None and not chunks:
             return failed(sim.request_id, prompt, error)
-        miss = longest - hit
+        miss = looked.longest - looked.hit
         return SimResult(
             sim.request_id,
             prompt,
-            hit,
+            looked.hit,
             miss,
-            miss - evicted,
-            evicted,
-            attention,
-            longest,
-            req.junction,
+            miss - looked.evicted,
+            looked.evicted,
+            looked.attention,
+            looked.longest,
+            looked.req.junction,
             tuple(chunks),
             error,
-            cached_ever_tokens=cached_ever,
+            **more,
         )
 
     def _track_evicted(self) -> set[int] | None:
