@@ -58,14 +58,8 @@ class ViewRows:
     qlens: Array  # int64: min(query length, lens)
     ns: Array  # int64 namespace id
     elem_off: Array  # int64, rows + 1: the view's elements of row r are elem_off[r]..[r+1]
-
-    @property
-    def m(self) -> int:
-        return int(self.ids.shape[0])
-
-    @property
-    def units(self) -> int:
-        return int(self.elem_off[-1])
+    m: int  # rows
+    units: int  # elements, elem_off[-1] (kept on the host: no device read per use)
 
 
 class Steps(Protocol):
@@ -152,7 +146,12 @@ def view_rows(meta: RequestMeta, ns: np.ndarray, starts: np.ndarray, *, xp: Any)
     off = np.zeros(ids.shape[0] + 1, dtype=np.int64)
     np.cumsum(lens, out=off[1:])
     host = (ids, np.asarray(starts)[ids].astype(np.int64), lens, qlens, ns[ids].astype(np.int64))
-    return ViewRows(*(xp.asarray(a) for a in host), elem_off=xp.asarray(off))
+    return ViewRows(
+        *(xp.asarray(a) for a in host),
+        elem_off=xp.asarray(off),
+        m=int(ids.shape[0]),
+        units=int(off[-1]),
+    )
 
 
 def match_view(

@@ -17,16 +17,15 @@ the wait it costs is the concurrent replay's, in its TTFT.
 
 from __future__ import annotations
 
-import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.config.host_tier import GIB, chunk_bytes, host_slots
+from analyzer.config.host_tier import GIB, host_slots
 from analyzer.config.policy import Policy
 from analyzer.pipeline.plan.evaluate import Evaluator, Targets
 from analyzer.pipeline.plan.result import Candidate
-from analyzer.sim.dispatch import make_policy
 
 TOLERANCE = 0.05  # the tier found is at most this share above the smallest that meets
 
@@ -43,7 +42,6 @@ class HostTierAnswer:
     host_chunks: int | None = None
     useful_hit_ratio: float | None = None  # at with_tier's pool and the tier kept
     message: str = ""
-    replays: int = 0
 
     @property
     def saves_gpu(self) -> bool:
@@ -65,15 +63,19 @@ class HostTierAnswer:
 
 
 def smallest_tier(
-    ev: Evaluator, policy: Policy, targets: Targets, slot_bytes: int, budget_gib: float
+    ev: Evaluator,
+    with_tier: Callable[[float], Policy],
+    targets: Targets,
+    slot_bytes: int,
+    budget_gib: float,
 ) -> tuple[int, float, float]:
     """(slots, GiB, useful hit ratio): the smallest host tier, in whole slots and within
-    TOLERANCE, with which `policy`'s pool still reaches `targets` (`policy` reaches them
-    with the whole budget; without a tier its pool misses, or the tier would save no GPU
-    memory), and the ratio there."""
+    TOLERANCE, with which the setting `with_tier(GiB)` still reaches `targets` (it reaches
+    them with the whole budget; without a tier its pool misses, or the tier would save no
+    GPU memory), and the ratio there."""
 
     def measure(gib: float):
-        return ev.measure(replace_tier(policy, gib), f"host tier {gib:.2f} GiB")
+        return ev.measure(with_tier(gib), f"host tier {gib:.2f} GiB")
 
     hi, lo = host_slots(budget_gib, slot_bytes), 0
     while hi - lo > max(1, int(TOLERANCE * hi)):
@@ -85,16 +87,6 @@ def smallest_tier(
     # as a user writes it back (host_tier_gib=X.XX): rounded up, so it holds every slot
     said = min(math.ceil(hi * slot_bytes / GIB * 100) / 100, budget_gib)
     return host_slots(said, slot_bytes), said, measure(said).useful_hit_ratio
-
-
-def replace_tier(policy: Policy, gib: float) -> Policy:
-    """`policy` with a host tier of `gib` GiB (0: none)."""
-    return make_policy({**json.loads(policy.to_json()), "host_tier_gib": gib})
-
-
-def slot_size(per_block: int) -> int:
-    """Bytes of one host slot for a pool of `per_block`-byte blocks (one block a chunk)."""
-    return chunk_bytes(per_block)
 
 
 def host_line(answer: HostTierAnswer, cost_unit: str) -> str:

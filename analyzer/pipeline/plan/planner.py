@@ -10,7 +10,7 @@ from analyzer.access.geometry import fit_policy
 from analyzer.access.inputs import request_input
 from analyzer.access.workers import map_partitions
 from analyzer.config.hardware import gpu_memory
-from analyzer.config.host_tier import GIB
+from analyzer.config.host_tier import GIB, chunk_bytes
 from analyzer.config.memory import bytes_per_block, parse_size
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import Policy
@@ -27,7 +27,7 @@ from analyzer.pipeline.plan.answer import (
 from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.evaluate import Evaluator, Progress, Targets
 from analyzer.pipeline.plan.fleet import MAX_REPLICAS, FleetSearch
-from analyzer.pipeline.plan.host import HostTierAnswer, host_line, slot_size, smallest_tier
+from analyzer.pipeline.plan.host import HostTierAnswer, host_line, smallest_tier
 from analyzer.pipeline.plan.result import PlanResult
 from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
 from analyzer.pipeline.plan.window import up_to_window_end, window_bounds
@@ -137,10 +137,13 @@ class Planner:
             tiered.candidates[0] if tiered.candidates else None,
         )
         if answer.saves_gpu:
-            best = answer.with_tier
-            policy = self._policy(**{**best.setting(), "host_tier_gib": budget})
+            setting = answer.with_tier.setting()
             slots, gib, ratio = smallest_tier(
-                self.ev, policy, self.targets, slot_size(self.per_block), budget
+                self.ev,
+                lambda gib: self._policy(**setting, host_tier_gib=gib),
+                self.targets,
+                chunk_bytes(self.per_block),
+                budget,
             )
             answer = replace(answer, host_gib=gib, host_chunks=slots, useful_hit_ratio=ratio)
         return replace(answer, message=host_line(answer, self.cost_unit))
