@@ -15,19 +15,29 @@ on the simulated clock, as vLLM's scheduler drives its connector:
   link (`host_bandwidth_gbps`; with no model to size them, in the step that issued it); a
   step with connector work but nothing scheduled still runs (the engine keeps stepping).
 
-The decode-events shortcut refuses a host tier (`gates.DECODE_EVENTS`): no request sleeps.
-Async scheduling is not modelled with a tier.
+Quiet decode steps sleep as without a tier (`sleepers.py`), on the GPU side's own decode
+events (the decode-events gate refuses a host tier: that decision is taken here). A decode
+step at a position where no cache group acts (not the last token of a block, so no chunk
+completes) offers nothing, records no computed chunk, hashes no Mamba state and allocates no
+block; a request sleeps only when its offers are caught up (`Connector.offers` false: no
+dropped offer to retry, which another request's step could let through), and whole runs of
+sleeper-only steps are clock ticks only while the connector has no work (no load in flight
+or landed, no store in flight, no finished request to offer). `every_step` keeps the plain
+step-by-step replay, the reference the tests hold this one to. Async scheduling is not
+modelled with a tier.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError
 from analyzer.sim.vllm.block_pool import NULL
 from analyzer.sim.vllm.concurrent import ConcurrentReplay
 from analyzer.sim.vllm.flight import Flight
+from analyzer.sim.vllm.gates import events
 from analyzer.sim.vllm.layout import FULL
 from analyzer.sim.vllm.offload import Connector, Offload
 
@@ -45,10 +55,13 @@ class HostTierConcurrent(ConcurrentReplay):
     """`ConcurrentReplay` with the host tier (one replica)."""
 
     host_tier_modelled = True
+    every_step = False  # tests: simulate every decode step (the step-by-step reference)
 
     def __init__(self, policy: Policy, *, num_groups: dict[str, int] | None = None) -> None:
         check_host_schedule(policy)
         super().__init__(policy, num_groups=num_groups)
+        if not self.every_step:
+            self._sleep_on(events(replace(self.layout, host_tier=None)))
         self.conn = Connector(self.layout, self.coord, self.layout.host_tier)
         self.holding: deque[Flight] = deque()  # vLLM kv_holding_waiting: loading or loaded
         self.finished_now: list[tuple[Flight, list[list[int]]]] = []  # to offer, tables
@@ -56,6 +69,7 @@ class HostTierConcurrent(ConcurrentReplay):
         self.skipped_holding: list[Flight] = []  # skipped in this pass (vLLM's order kept)
         self.flushed: list[list[int]] = []  # finished requests' stores landing this step
         self.allocated_now: set[int] = set()  # blocks handed out in this step
+        self.sleepers_now = 0  # sleepers scheduled in this step
         pool = self.coord.pool
         self._new_blocks = pool.new_blocks
         pool.new_blocks = self._took_blocks
@@ -65,6 +79,15 @@ class HostTierConcurrent(ConcurrentReplay):
         f.host = Offload(len(self.coord.managers))
         return f
 
+    def _sleep_on(self, gpu_events: tuple[int, ...]) -> None:
+        """Let decoders sleep between the GPU side's decode events. They include the last
+        position of a block (B - 1), the only one where a decode step completes a chunk
+        (to record, and to offer without prompt-only) or hashes a Mamba state."""
+        assert self.block_size - 1 in gpu_events, gpu_events
+        self.events = frozenset(gpu_events)
+        B = self.block_size
+        self.to_event = [min((e - r) % B for e in self.events) for r in range(B)]
+
     # -- when steps run --------------------------------------------------------------------
 
     def _connector_busy(self) -> bool:
@@ -72,6 +95,27 @@ class HostTierConcurrent(ConcurrentReplay):
 
     def _held(self) -> bool:
         return bool(self.holding)
+
+    def _quiet_run(self, f: Flight) -> int:
+        """A decoder sleeps only with its offers caught up: one dropped for want of a slot is
+        retried every step (what another request's step frees may let it through). Until
+        its next event its horizon stays in the same chunk, so `offers` stays false."""
+        steps = super()._quiet_run(f)
+        if steps > 0 and self.conn.offers(f.req, f.host, f.req.computed + 1):
+            return 0
+        return steps
+
+    def _quiet_steps(self, horizon_s: float) -> int:
+        """Sleeper-only steps as clock ticks, only while the connector has nothing to do
+        (a load, a store in flight, a finished request's offer each needs its step)."""
+        if self._connector_busy():
+            return 0
+        return super()._quiet_steps(horizon_s)
+
+    def _schedule_running(self, scheduled):
+        budget, sleepers, skipped = super()._schedule_running(scheduled)
+        self.sleepers_now = sleepers  # scheduled too: the step is not a loads-only one
+        return budget, sleepers, skipped
 
     def next_start_s(self) -> float | None:
         if self.blocked or len(self.in_flight) >= self.depth:
@@ -119,7 +163,7 @@ class HostTierConcurrent(ConcurrentReplay):
             budget -= taken
         self.holding.extendleft(reversed(skipped_holding))
         self.waiting.extendleft(reversed(skipped_waiting))
-        self._scheduled_any = bool(scheduled)
+        self._scheduled_any = bool(scheduled) or self.sleepers_now > 0
 
     def _admit_waiting(self, f: Flight, scheduled, budget: int, start_s: float, batched):
         """A waiting request's admission: tokens scheduled; -1 a load issued, -2 the host
