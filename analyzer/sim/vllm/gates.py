@@ -103,7 +103,8 @@ _ALL = frozenset(
 )
 _SPEC = frozenset({"hash_lookahead", "eagle_drop", "alloc_lookahead", "mamba_spec_blocks"})
 # The host KV tier: no shortcut models it (stores, loads and the wait run step by step in
-# the reference and the concurrent replay, every decode step included).
+# the reference and the concurrent replay; which decode steps those skip, each decides
+# itself: host_replay.py, host_concurrent.py).
 _HOST = frozenset({"host_tier"})
 _FINE = frozenset({"hash_block_size", "fine", "alignment"})
 
