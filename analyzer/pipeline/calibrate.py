@@ -8,11 +8,14 @@ simulated TTFT is linear in the two parameters:
     ttft = lead + step_base x steps + step_token x tokens
 
 (`ConcurrentReplay.ttft_terms`: the steps between its arrival and its first token, the tokens
-they scheduled, and what was left of the step it arrived in). So: replay, fit both by least
-squares (non-negative) against the observed `ttft_ms`, replay again with the fit (the schedule
-moves with the clock), until the parameters settle (at most 8 fits), starting from the best
-points of a coarse 5 x 5 grid (far from the truth a fit on the wrong schedule can run away);
-the parameters whose own replay matches the observations best are kept. Quality: R^2 of
+they scheduled, and what was left of the step it arrived in; with a host KV tier, what the
+engine waited beyond its steps for a load to land joins that lead, `_with_waits`). Each
+replica is replayed as `hpa replay` replays it (`concurrent_replay`: with its host tier where
+the policy has one). So: replay, fit both by least squares (non-negative) against the
+observed `ttft_ms`, replay again with the fit (the schedule moves with the clock), until
+the parameters settle (at most 8 fits), starting from the best points of a coarse 5 x 5 grid
+(far from the truth a fit on the wrong schedule can run away); the parameters whose own
+replay matches the observations best are kept. Quality: R^2 of
 simulated vs observed TTFT and the absolute errors, over the requests with an observed TTFT.
 """
 
@@ -31,7 +34,7 @@ from analyzer.errors import ConfigError
 from analyzer.pipeline.calibrate_roofline import RooflineCalibration, fit_roofline
 from analyzer.pipeline.replay import num_groups, routed_partitions
 from analyzer.sim.dispatch import make_policy
-from analyzer.sim.vllm import ConcurrentReplay
+from analyzer.sim.vllm import concurrent_replay
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow, trace_block_tokens
 from analyzer.store.export import check_out_folder, write_atomic
 
@@ -42,6 +45,7 @@ START_US = (5.0, 15.0, 50.0, 150.0, 500.0)  # step_token_us of the starting grid
 # more local minima than synchronously; 3 stopped at R^2 0.92 on the groups sample, 6 find it
 STARTS = 6
 SETTLED = 1e-3  # the simplex's size in log units (0.1%) at which the search stops
+WAIT_EPS_S = 1e-9  # a host tier's wait below this is the clock's rounding (`_with_waits`)
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,9 @@ def _load(db_path) -> tuple[LoadedTrace, np.ndarray]:
 
 
 def _terms(trace: LoadedTrace, policy: Policy) -> np.ndarray:
-    """(lead_s, steps, tokens) per request in arrival order; NaN rows for no first token."""
+    """(lead_s, steps, tokens) per request in arrival order; NaN rows for no first token.
+    Each replica's replay is the one `hpa replay` runs (`concurrent_replay`: with the host
+    tier where the policy has one)."""
     ns, _, partitions = routed_partitions(trace, policy)
     members: dict[tuple, list[int]] = {}
     for i, key in enumerate(partitions):
@@ -179,12 +185,32 @@ def _terms(trace: LoadedTrace, policy: Policy) -> np.ndarray:
     out = np.full((trace.n, 3), np.nan)
     groups = num_groups(policy)
     for indices in members.values():
-        replay = ConcurrentReplay(policy, num_groups=groups)
-        for _ in replay.run(trace.sim_request(i, ns[i]) for i in indices):
-            pass
-        for i, term in zip(indices, replay.ttft_terms(), strict=True):
+        replay = concurrent_replay(policy, num_groups=groups)
+        results = list(replay.run(trace.sim_request(i, ns[i]) for i in indices))
+        terms = replay.ttft_terms()
+        if replay.host_tier_modelled:
+            terms = _with_waits(policy, terms, results)
+        for i, term in zip(indices, terms, strict=True):
             if term is not None:
                 out[i] = term
+    return out
+
+
+def _with_waits(policy: Policy, terms: list, results: list) -> list:
+    """A host tier's terms: its loads add steps (counted) and, where the engine had nothing
+    else to run, steps that last until a load lands: that wait is no step's base or tokens,
+    so it joins the lead (what the replayed TTFT has beyond the linear terms at this
+    schedule's time model)."""
+    base_s, token_s = policy.step_base_ms / 1e3, policy.step_token_us / 1e6
+    out = []
+    for term, r in zip(terms, results, strict=True):
+        if term is None or r.first_token_s is None:
+            out.append(term)
+            continue
+        lead_s, steps, tokens = term
+        wait_s = r.first_token_s - r.arrival_s - (lead_s + base_s * steps + token_s * tokens)
+        # below a nanosecond: the clock's rounding, not a wait
+        out.append((lead_s + (wait_s if wait_s > WAIT_EPS_S else 0.0), steps, tokens))
     return out
 
 

@@ -48,7 +48,7 @@ from analyzer.config.step_models import step_model
 from analyzer.config.step_time import Efficiency, RooflineStep
 from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import num_groups, routed_partitions
-from analyzer.sim.vllm import ConcurrentReplay
+from analyzer.sim.vllm import concurrent_replay
 from analyzer.words import plural
 
 _NAMES = tuple(f.name for f in fields(Efficiency))
@@ -163,11 +163,12 @@ class RooflineReplayer:
         out = np.full(n, np.nan)
         self.new_tokens = np.zeros(n, dtype=np.int64)
         for indices in members.values():
-            replay = ConcurrentReplay(self.policy, num_groups=self.groups)
+            replay = concurrent_replay(self.policy, num_groups=self.groups)  # with its host tier
             replay.step_model = priced  # the policy's roofline, at these factors
             results = replay.run(self.trace.sim_request(i, self.ns[i]) for i in indices)
             for i, r in zip(indices, results, strict=True):
-                self.new_tokens[i] = r.prompt_tokens - r.hit_tokens
+                # a host tier's hit is loaded, not computed
+                self.new_tokens[i] = r.prompt_tokens - r.hit_tokens - r.host_hit_tokens
                 if r.first_token_s is not None:
                     out[i] = (r.first_token_s - r.arrival_s) * 1e3
         self.replays += 1
