@@ -127,7 +127,9 @@ def _random_case(seed: int) -> tuple[dict, list[SimRequest]]:
 def test_random_conversations_skipping_quiet_steps_as_step_by_step(seed):
     values, requests = _random_case(seed)
     steps, visited, plain_requests, requests = _same(make_policy(values), requests)
-    assert requests < plain_requests  # long outputs: decoders slept
+    # (none may sleep: a tiny tier that drops an offer every step keeps its decoder awake;
+    # the fixed seeds below hold that sleeping and clock ticks happen)
+    assert requests <= plain_requests
 
 
 def test_the_random_cases_load_retry_and_wait():
