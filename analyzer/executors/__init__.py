@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import multiprocessing
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,6 +214,10 @@ def _watch_driver(driver_pid: int) -> None:
 
 
 def _run_processes(spec, fn, items, labels, shared, progress) -> list:
+    # here, not at the top: a local run (every `hpa match`) never loads them (6 ms)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     global _SHARED
     _SHARED = shared
     ctx = multiprocessing.get_context("fork")
@@ -243,6 +245,8 @@ def _run_processes(spec, fn, items, labels, shared, progress) -> list:
 
 def _collect(pool, fn, items, labels, progress) -> list:
     """Submit every item to `pool`; the results in input order (the first failure raises)."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
     results: list = [None] * len(items)
     futures = {pool.submit(_call_shared, fn, item): i for i, item in enumerate(items)}
     pending = set(futures)

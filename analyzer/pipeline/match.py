@@ -190,8 +190,7 @@ def match_prefixes(
             name = f"{backend_name(xp)}, {result.num_partitions} partitions on executor {spec.name}"
         seconds = time.perf_counter() - started
         if not source.is_dataset:
-            con.close()
-            con = open_to_store(db_path, read_from)
+            con = open_to_store(db_path, read_from, reader=con)
         derived = write_relations(
             con,
             relations,

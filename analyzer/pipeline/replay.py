@@ -137,9 +137,9 @@ def replay_session(
 ) -> Iterator[ReplaySession]:
     """The runs of `hpa replay --policy a,b,...`, replayed in the block and stored when it
     ends, in one transaction: every run is stored, or (an error, a kill) none is. The
-    store's own trace is read on a read-only connection, let go of before the runs are
-    stored on a writable one (`open_to_store`): the store stays open to readers (`hpa
-    query`) while the runs replay. A dataset's runs go to a store opened writable
+    store's own trace is read on a read-only connection, on which the store is attached
+    again writable to store the runs (`open_to_store`): the store stays open to readers
+    (`hpa query`) while the runs replay. A dataset's runs go to a store opened writable
     throughout (it may have to be created)."""
     source = request_input(db_path, dataset)
     stored = not source.is_dataset
@@ -148,9 +148,7 @@ def replay_session(
         read_from = trace_fingerprint(con)[0] if stored else None
         session = ReplaySession(source, con)
         yield session
-        if stored:
-            con.close()
-        writer = open_to_store(db_path, read_from) if stored else con
+        writer = open_to_store(db_path, read_from, reader=con) if stored else con
         try:
             with transaction(writer):
                 session.outcomes.extend(store(writer) for store in session.pending)

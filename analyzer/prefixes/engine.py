@@ -26,7 +26,6 @@ from analyzer.prefixes.radix import (
     available,
     radix_views,
 )
-from analyzer.prefixes.sort_match import MATCHED_BY_SORT
 from analyzer.prefixes.source import (
     Archive,
     Chunk,
@@ -180,7 +179,8 @@ def _takes_sort(xp: Any, options: MatchOptions) -> bool:
 def _sort_arrays(source: SequenceSource, *, xp: Any, options: MatchOptions) -> MatchArrays:
     """The sort matcher's answers (`sort_match`) over every sequence, read once: held
     where the source holds them, else in one read (`held()`, or one chunk)."""
-    from analyzer.prefixes import sort_device
+    from analyzer.prefixes import sort_device  # the CPU's radix path never loads it
+    from analyzer.prefixes.sort_match import MATCHED_BY_SORT
 
     meta = source.meta
     warming = sort_device.warm_up() if backend_name(xp) == "cupy" else None

@@ -144,7 +144,11 @@ def test_a_read_only_query_where_the_killed_ingest_cannot_be_undone_says_so(tmp_
     db = tmp_path / "ro.duckdb"
     killed_during_the_second_file(db)
 
-    def not_writable(path, settings):  # a read-only file system, as DuckDB says it
+    attach = store_db._attach
+
+    def not_writable(path, settings, *, read_only=False):  # a read-only file system
+        if read_only:  # reads it
+            return attach(path, settings, read_only=True)
         raise duckdb.IOException(f'IO Error: Cannot open file "{path}": Read-only file system')
 
     monkeypatch.setattr(store_db, "_attach", not_writable)

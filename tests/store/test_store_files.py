@@ -212,6 +212,44 @@ def test_results_of_a_trace_that_changed_meanwhile_are_not_stored(store):
     )
 
 
+def test_a_reader_is_attached_again_writable_in_its_own_duckdb_instance(store):
+    """open_to_store(reader=...) lets go of the read-only store and attaches it writable on
+    the same connection: no second DuckDB instance to start (15-20 ms of `hpa match`)."""
+    from analyzer.store.db import open_to_store, trace_fingerprint
+
+    con = connect(store, create=False, reader=True)
+    read_from = trace_fingerprint(con)[0]
+    with pytest.raises(duckdb.Error, match="read-only"):
+        con.execute("CREATE TABLE written AS SELECT 7 AS x")
+    writer = open_to_store(store, read_from, reader=con)
+    assert writer is con
+    writer.execute("CREATE TABLE written AS SELECT 7 AS x")
+    writer.close()
+    check = duckdb.connect(str(store), read_only=True)
+    try:
+        assert check.execute("SELECT x FROM written").fetchall() == [(7,)]
+    finally:
+        check.close()
+
+
+def test_a_store_removed_while_the_command_computed_is_not_made_again(store):
+    from analyzer.errors import StoreError
+    from analyzer.store.db import open_to_store, trace_fingerprint
+
+    con = connect(store, create=False, reader=True)
+    read_from = trace_fingerprint(con)[0]
+    store.unlink()
+    try:
+        with pytest.raises(StoreError) as caught:
+            open_to_store(store, read_from, reader=con)
+    finally:
+        con.close()
+    assert str(caught.value) == (
+        f"{store}: no such database; run `hpa ingest FILE --db {store}` first"
+    )
+    assert not store.exists()
+
+
 def test_a_workers_connection_fetches_or_loads_no_extension(store, monkeypatch):
     """A worker reading its partition's sequences opens the store itself, with the same
     settings as every other connection to it."""
