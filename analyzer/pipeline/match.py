@@ -187,7 +187,8 @@ def match_prefixes(
             relations = _relations(
                 meta, result, nodes_table(meta, result.junctions, result.junction_ids)
             )
-            name = f"{backend_name(xp)}, {result.num_partitions} partitions on executor {spec.name}"
+            parts = result.num_partitions
+            name = f"{result.arrays.path}, {parts} partitions on executor {spec.name}"
         seconds = time.perf_counter() - started
         if not source.is_dataset:
             con = open_to_store(db_path, read_from, reader=con)

@@ -56,7 +56,22 @@ def part_tables(ids, a: MatchArrays, j: Junctions, raw, path_requests, path_junc
         "junctions": pa.table(junctions),
         "paths": pa.table(paths),
         "exact_fallbacks": pa.table({"n": [a.exact_fallbacks]}),
+        "matched_by": pa.table({"path": pa.array([a.path], pa.string())}),
     }
+
+
+def matchers_said(parts: list[dict[str, pa.Table]]) -> str:
+    """The matchers the partitions ran (`MatchArrays.path`), in one phrase: the one all
+    ran ('the C radix trees'), else each with how many partitions ran it, in the order
+    they first ran ('the C radix trees in 2 and numpy in 3')."""
+    counts: dict[str, int] = {}
+    for part in parts:
+        path = part["matched_by"].column("path")[0].as_py()
+        counts[path] = counts.get(path, 0) + 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    said = [f"{path} in {k}" for path, k in counts.items()]
+    return ", ".join(said[:-1]) + " and " + said[-1]
 
 
 def keep_deep(j: Junctions, path_junctions: np.ndarray, limit: np.ndarray):

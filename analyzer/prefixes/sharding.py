@@ -27,7 +27,7 @@ from analyzer.prefixes.engine import MatchArrays, MatchOptions, run_matcher
 from analyzer.prefixes.junctions import Junctions
 from analyzer.prefixes.labels import junction_ids
 from analyzer.prefixes.memory import MemorySource
-from analyzer.prefixes.merge import combine, keep_deep, merge_arrays, part_tables
+from analyzer.prefixes.merge import combine, keep_deep, matchers_said, merge_arrays, part_tables
 from analyzer.prefixes.result import compute
 from analyzer.prefixes.shallow import ShallowTask, group_roots, truncate, unit_limits
 from analyzer.prefixes.source import Archive, PartitionSource, RequestMeta, take_sequences
@@ -134,7 +134,9 @@ def sharded_items(
 
 def merged_answers(n: int, limit: np.ndarray, parts: list[dict[str, pa.Table]]) -> MatchArrays:
     """The answers of the shallow pass (`parts[0]`) and the shards, combined."""
-    return combine(merge_arrays(n, parts[:1]), merge_arrays(n, parts[1:]), limit)
+    arrays = combine(merge_arrays(n, parts[:1]), merge_arrays(n, parts[1:]), limit)
+    arrays.path = matchers_said(parts)
+    return arrays
 
 
 def task_label(task: MatchTask, k: int, total: int) -> str:

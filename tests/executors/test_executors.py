@@ -496,3 +496,43 @@ def test_inserted_sequences_interleave_token_and_hash_rows():
     flat, offsets = inserted_sequences(rows)
     assert flat.tolist() == [1, 2, 10, 11, 12, 3, 13]
     assert offsets.tolist() == [0, 2, 5, 6, 7]
+
+
+@pytest.mark.parametrize(
+    ("compiled_min_units", "said"),
+    [(0, "the C radix trees, "), (10**12, "numpy, ")],
+)
+def test_a_sharded_match_names_the_matcher_its_partitions_ran(
+    stores, tmp_path, compiled_min_units, said
+):
+    """(before: 'numpy, N partitions' whatever the workers ran: the compiled radix trees
+    over every partition of a large trace)"""
+    from analyzer.prefixes.engine import MatchOptions
+
+    db = copy_db(stores["synth"], tmp_path / "m.duckdb")
+    options = MatchOptions(compiled_min_units=compiled_min_units)
+    spec = ExecutorSpec("processes", workers=2, shard_tokens=8)
+    summary = match_prefixes(db, executor=spec, options=options)
+    assert summary.backend.startswith(said)
+    assert summary.backend.endswith(" partitions on executor processes")
+
+
+@pytest.mark.parametrize(
+    ("paths", "said"),
+    [
+        (["numpy"], "numpy"),
+        (["the C radix trees"] * 3, "the C radix trees"),
+        (["the C radix trees", "numpy", "numpy"], "the C radix trees in 1 and numpy in 2"),
+        (
+            ["numpy", "the C radix trees", "x", "numpy"],
+            "numpy in 2, the C radix trees in 1 and x in 1",
+        ),
+    ],
+)
+def test_matchers_said(paths, said):
+    import pyarrow as pa
+
+    from analyzer.prefixes.merge import matchers_said
+
+    parts = [{"matched_by": pa.table({"path": [path]})} for path in paths]
+    assert matchers_said(parts) == said
