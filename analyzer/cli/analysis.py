@@ -23,6 +23,7 @@ from analyzer.cli.base import (
     workers_option,
 )
 from analyzer.cli.text import say
+from analyzer.config.host_tier import NEVER_STORED, never_stored_words
 from analyzer.errors import ConfigError
 from analyzer.words import plural
 
@@ -260,7 +261,7 @@ def _host_line(policy, summary) -> str | None:
         f"host tier: {total['host_hit_tokens']:,} of the hit tokens loaded from it "
         f"({total['host_hit_tokens'] / prompt:.1%} of prompt tokens); not given back: "
         f"{total['host_evicted_tokens']:,} stored then evicted, "
-        f"{total['host_never_stored_tokens']:,} never stored; "
+        f"{never_stored_words(total)}; "
         f"{plural(waited, 'request')} waited for a load"
     )
     if waited and len(rows) == 1:
@@ -274,6 +275,7 @@ HOST_SUMS = (
     "host_hit_tokens",
     "host_evicted_tokens",
     "host_never_stored_tokens",
+    *(k.column for k in NEVER_STORED),
     "host_waited_requests",
 )
 

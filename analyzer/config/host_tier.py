@@ -81,3 +81,48 @@ def chunk_bytes(bytes_per_block: int, world_size: int = 1, blocks_per_chunk: int
 def host_slots(gib: float, slot_bytes: int) -> int:
     """Slots a host budget of `gib` GiB holds (`cpu_bytes_to_use // kv_bytes_per_chunk`)."""
     return int(gib * GIB) // slot_bytes
+
+
+@dataclass(frozen=True)
+class NeverStored:
+    """One kind of what a host tier never stored: its replay_requests column, how the
+    report says it, and the policy lever that would have stored it."""
+
+    kind: str
+    column: str
+    words: str
+    lever: str
+
+
+# What a host tier never stored, by kind (docs/definitions.md#the-host-kv-tier), in the order
+# the lookups that tell them apart add keys; their sum is `host_never_stored_tokens`.
+NEVER_STORED = (
+    NeverStored(
+        "no_slot",
+        "host_never_stored_no_slot_tokens",
+        "dropped for want of a slot",
+        "host_tier_gib (a larger tier)",
+    ),
+    NeverStored(
+        "decode",
+        "host_never_stored_decode_tokens",
+        "past a prompt under prompt-only",
+        "offload_prompt_only false",
+    ),
+    NeverStored(
+        "sparse",
+        "host_never_stored_sparse_tokens",
+        "sparse states not kept",
+        "retention_interval (Mamba checkpoints), the sliding window",
+    ),
+)
+
+
+def never_stored_words(row: dict) -> str:
+    """'N never stored (a dropped for want of a slot, b past a prompt under prompt-only,
+    c sparse states not kept)' from a row of sums, naming the kinds above 0 (a kind the row
+    lacks: 0); '0 never stored' alone."""
+    total = row["host_never_stored_tokens"] or 0
+    kinds = [(row.get(k.column) or 0, k.words) for k in NEVER_STORED]
+    named = ", ".join(f"{tokens:,} {words}" for tokens, words in kinds if tokens)
+    return f"{total:,} never stored" + (f" ({named})" if named else "")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
+from analyzer.config.host_tier import NEVER_STORED
 from analyzer.config.levers import lever
 from analyzer.words import capped
 
@@ -61,6 +62,7 @@ SUMS = (
     "host_wait_s_sum",
     "host_evicted_tokens",
     "host_never_stored_tokens",
+    *(k.column for k in NEVER_STORED),
 )
 # The part of the hit a host KV tier loaded (docs/definitions.md#the-host-kv-tier): its rows
 # follow the hit's where either side has any, and are left out elsewhere.

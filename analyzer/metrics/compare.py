@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import orjson
 import pyarrow as pa
 
+from analyzer.config.host_tier import NEVER_STORED, never_stored_words
 from analyzer.config.models import load_model
 from analyzer.errors import ConfigError
 from analyzer.metrics.attribution import FIGURES, build_tables
@@ -119,7 +120,7 @@ class Comparison:
                 f"host ({h['host_hit_tokens']:,} tokens), "
                 f"{plural(h['host_waited_requests'], 'request')} waited for a load{mean}; "
                 f"not given back: {h['host_evicted_tokens']:,} tokens stored then evicted, "
-                f"{h['host_never_stored_tokens']:,} never stored"
+                f"{never_stored_words(h)}"
             )
         return lines
 
@@ -450,8 +451,12 @@ def assemble(
 
 
 # What a host KV tier did not give back beyond its hits (docs/definitions.md#the-host-kv-tier):
-# tokens it had stored then evicted, tokens it never stored.
-HOST_NOT_GIVEN_BACK = ("host_evicted_tokens", "host_never_stored_tokens")
+# tokens it had stored then evicted, tokens it never stored (and those by kind).
+HOST_NOT_GIVEN_BACK = (
+    "host_evicted_tokens",
+    "host_never_stored_tokens",
+    *(k.column for k in NEVER_STORED),
+)
 
 
 def host_tier_figures(groups: dict[tuple[str, str], dict]) -> dict:

@@ -29,6 +29,9 @@ A run with a host KV tier (docs/definitions.md#the-host-kv-tier) adds, after tho
 - `hpa_host_tier_lost_tokens_total{cause=evicted|never_stored}` (counter): what the tier did
   not give back beyond its hits: tokens it had stored then evicted, tokens it never stored
   (vLLM has no such counter).
+- `hpa_host_tier_never_stored_tokens_total{kind=no_slot|decode|sparse}` (counter): the
+  tokens never stored by kind, each a lever's (the tier's size, `offload_prompt_only`, the
+  sparse groups' spacing); they sum to `cause="never_stored"`.
 
 Then hits (GPU) + external hits + the sum over causes = queries.
 
@@ -37,6 +40,8 @@ are sorted by prompt family, model revision, then cause, so the text is determin
 """
 
 from __future__ import annotations
+
+from analyzer.config.host_tier import NEVER_STORED
 
 # (cause label, replay_requests column), in waterfall order.
 CAUSE_LABELS = (
@@ -86,6 +91,13 @@ _HOST_LOST = (
     "Prompt tokens the host KV tier did not give back beyond its hits: stored then evicted, "
     "or never stored (decode tokens, sparse boundaries the GPU did not keep, dropped offers).",
     (("evicted", "host_evicted_tokens"), ("never_stored", "host_never_stored_tokens")),
+)
+_NEVER_STORED = (
+    "hpa_host_tier_never_stored_tokens_total",
+    "Prompt tokens the host KV tier never stored, by kind: offers dropped for want of a slot, "
+    "chunks past a prompt under prompt-only, sparse states the GPU did not keep; they sum "
+    'to hpa_host_tier_lost_tokens_total{cause="never_stored"}.',
+    tuple((k.kind, k.column) for k in NEVER_STORED),
 )
 _BY_SOURCE = (
     "vllm:prompt_tokens_cached_by_source_total",
@@ -166,11 +178,11 @@ def render_counters(run_id: int, rows: list[dict], host_tier: bool = False) -> s
     for name, help_text, column in _HOST_WAITS:
         family(name, help_text)
         out.extend(f"{name}{_labels(base(r))} {_number(r[column])}" for r in rows)
-    name, help_text, causes = _HOST_LOST
-    family(name, help_text)
-    for r in rows:
-        for cause, column in causes:
-            out.append(f"{name}{_labels([*base(r), ('cause', cause)])} {int(r[column])}")
+    for (name, help_text, causes), label in ((_HOST_LOST, "cause"), (_NEVER_STORED, "kind")):
+        family(name, help_text)
+        for r in rows:
+            for cause, column in causes:
+                out.append(f"{name}{_labels([*base(r), (label, cause)])} {int(r[column])}")
     return "\n".join(out) + "\n"
 
 

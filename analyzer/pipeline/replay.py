@@ -25,6 +25,7 @@ from analyzer.access.partitions import ReplayShared, replay_partitions
 from analyzer.access.shared_prefixes import shared_prefixes
 from analyzer.access.trace import Trace
 from analyzer.config.engines import engine
+from analyzer.config.host_tier import NEVER_STORED
 from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
@@ -331,6 +332,7 @@ HOST_COUNTS = (
     "host_wait_steps",
     "host_evicted_tokens",
     "host_never_stored_tokens",
+    *(k.column for k in NEVER_STORED),
 )
 
 
@@ -338,7 +340,7 @@ def host_columns(results: ResultColumns) -> dict[str, np.ndarray | list]:
     """A host KV tier's per-request columns: tokens it loaded beyond the GPU hit, the engine
     steps and seconds the request waited for the load (0, 0 and None without a load), and
     what it did not give back beyond its hit: tokens it had stored then evicted, tokens it
-    never stored (a closed-form replay gives None, which is no tier)."""
+    never stored and those by kind (a closed-form replay gives None, which is no tier)."""
     out: dict[str, np.ndarray | list] = {
         name: np.asarray([v or 0 for v in results[name]], dtype=np.int64) for name in HOST_COUNTS
     }

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from analyzer.config.host_tier import NEVER_STORED
 from analyzer.report.blocks import count, figure_div, html_table, meaning, pct
 from analyzer.report.figures import palette, style_figure
 from analyzer.store.host_tier import has_host_tier
@@ -36,7 +37,8 @@ def host_table(rows: pl.DataFrame, labels: dict[int, str]) -> str:
     return html_table(
         [
             "run", "host tier", "eviction", "GPU hit", "host hit", "useful hit",
-            "host hit tokens", "host evicted", "never stored", "requests that waited",
+            "host hit tokens", "host evicted", "never stored",
+            *(f"never stored: {k.words}" for k in NEVER_STORED), "requests that waited",
             "mean wait", "p99 wait", "TTFT p99",
         ],
         [
@@ -44,13 +46,14 @@ def host_table(rows: pl.DataFrame, labels: dict[int, str]) -> str:
                 labels.get(r["run_id"], f"run {r['run_id']}"), _size(r), r["host_tier_policy"],
                 pct(r["gpu_hit_ratio"]), pct(r["host_hit_ratio"]), pct(r["useful_hit_ratio"]),
                 count(r["host_hit_tokens"]), count(r["host_evicted_tokens"]),
-                count(r["host_never_stored_tokens"]), count(r["host_waited_requests"]),
+                count(r["host_never_stored_tokens"]),
+                *(count(r[k.column]) for k in NEVER_STORED), count(r["host_waited_requests"]),
                 _seconds(r["host_wait_mean_s"]), _seconds(r["host_wait_p99_s"]),
                 _seconds(r["ttft_p99_s"]),
             ]
             for r in rows.iter_rows(named=True)
         ],
-        numeric=set(range(3, 13)),
+        numeric=set(range(3, 13 + len(NEVER_STORED))),
     )  # fmt: skip
 
 

@@ -111,8 +111,11 @@ class SimResult(NamedTuple):
     time on the link (serial) or the time it waited (concurrent clock); 0 and None
     without a load. What the tier did not give back beyond its hit, at that admission:
     `host_evicted_tokens` (it would have added these had no key ever been evicted) and
-    `host_never_stored_tokens` (these too had every chunk computed before been stored:
-    decode tokens under prompt-only, unkept sparse boundaries, dropped offers).
+    `host_never_stored_tokens` (these too had every chunk computed before been stored), the
+    sum of `host_never_stored_no_slot_tokens` (offers dropped for want of a slot),
+    `host_never_stored_decode_tokens` (chunks past the prompt under prompt-only) and
+    `host_never_stored_sparse_tokens` (sparse groups' unkept boundaries), in that order of
+    lookups (docs/definitions.md#the-host-kv-tier).
 
     A NamedTuple rather than a dataclass: one is built per request, and this is ~4x cheaper.
     """
@@ -145,6 +148,9 @@ class SimResult(NamedTuple):
     host_wait_s: float | None = None
     host_evicted_tokens: int = 0
     host_never_stored_tokens: int = 0
+    host_never_stored_decode_tokens: int = 0
+    host_never_stored_sparse_tokens: int = 0
+    host_never_stored_no_slot_tokens: int = 0
 
 
 ResultColumns = dict[str, "np.ndarray | list"]

@@ -38,6 +38,9 @@ def runs_db(tmp_path_factory):
                     "host_wait_mean_s": None,
                     "host_evicted_tokens": 0,
                     "host_never_stored_tokens": 0,
+                    "host_never_stored_no_slot_tokens": 0,
+                    "host_never_stored_decode_tokens": 0,
+                    "host_never_stored_sparse_tokens": 0,
                 },
                 "current": {
                     "host_hit_tokens": 128,
@@ -46,6 +49,9 @@ def runs_db(tmp_path_factory):
                     "host_wait_mean_s": 0.0,
                     "host_evicted_tokens": 0,
                     "host_never_stored_tokens": 0,
+                    "host_never_stored_no_slot_tokens": 0,
+                    "host_never_stored_decode_tokens": 0,
+                    "host_never_stored_sparse_tokens": 0,
                 },
             },
         ),
@@ -61,6 +67,9 @@ def runs_db(tmp_path_factory):
                     "host_wait_mean_s": None,
                     "host_evicted_tokens": 0,
                     "host_never_stored_tokens": 0,
+                    "host_never_stored_no_slot_tokens": 0,
+                    "host_never_stored_decode_tokens": 0,
+                    "host_never_stored_sparse_tokens": 0,
                 },
                 "current": {
                     "host_hit_tokens": 0,
@@ -69,6 +78,9 @@ def runs_db(tmp_path_factory):
                     "host_wait_mean_s": None,
                     "host_evicted_tokens": 0,
                     "host_never_stored_tokens": 128,
+                    "host_never_stored_no_slot_tokens": 128,
+                    "host_never_stored_decode_tokens": 0,
+                    "host_never_stored_sparse_tokens": 0,
                 },
             },
         ),
@@ -99,8 +111,9 @@ def test_host_hit_row_and_line(runs_db):
 
 
 def test_host_line_names_what_the_tier_did_not_give_back(runs_db):
+    """The 4-slot tier's offers found no slot: the kind says what to change (its size)."""
     assert compare(db_path=runs_db, runs=(1, 4)).host_lines()[1] == (
         "host KV tier, current: 0.0% of prompt tokens from the host (0 tokens), "
         "0 requests waited for a load; not given back: 0 tokens stored then evicted, "
-        "128 never stored"
+        "128 never stored (128 dropped for want of a slot)"
     )

@@ -20,6 +20,7 @@ HOST_FAMILIES = {
     "hpa_host_tier_wait_steps",
     "hpa_host_tier_wait_seconds",
     "hpa_host_tier_lost_tokens",
+    "hpa_host_tier_never_stored_tokens",
 }
 
 
@@ -38,7 +39,8 @@ def _samples(db, run) -> dict[tuple, float]:
     out = {}
     for fam in parser.text_string_to_metric_families(text):
         for s in fam.samples:
-            out[(fam.name, s.labels.get("source"), s.labels.get("cause"))] = s.value
+            cause = s.labels.get("cause", s.labels.get("kind"))
+            out[(fam.name, s.labels.get("source"), cause)] = s.value
     return out
 
 
@@ -68,6 +70,10 @@ def _samples(db, run) -> dict[tuple, float]:
                 ("hpa_host_tier_lost_tokens", None, "evicted"): 0,
                 ("hpa_host_tier_lost_tokens", None, "never_stored"): 128,
                 ("hpa_prefix_cache_lost_tokens", None, "eviction"): 128,
+                # by kind: its offers found no slot (the lever: the tier's size)
+                ("hpa_host_tier_never_stored_tokens", None, "no_slot"): 128,
+                ("hpa_host_tier_never_stored_tokens", None, "decode"): 0,
+                ("hpa_host_tier_never_stored_tokens", None, "sparse"): 0,
             },
         ),
     ],
@@ -82,6 +88,8 @@ def test_host_tier_figures_under_vllm_names(runs, run, expected):
     hits = samples[("vllm:prefix_cache_hits", None, None)]
     host = samples.get(("vllm:external_prefix_cache_hits", None, None), 0)
     assert hits + host + lost == samples[("vllm:prefix_cache_queries", None, None)] == 400
+    kinds = sum(v for (n, _, _), v in samples.items() if n == "hpa_host_tier_never_stored_tokens")
+    assert kinds == samples.get(("hpa_host_tier_lost_tokens", None, "never_stored"), 0)
 
 
 @pytest.mark.parametrize(

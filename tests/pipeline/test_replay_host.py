@@ -22,7 +22,9 @@ def host_db(tmp_path):
 
 COLUMNS = (
     "request_id, hit_tokens, host_hit_tokens, host_wait_steps, lost_eviction_tokens, "
-    "unshared_tokens, fresh_prefill_tokens, host_evicted_tokens, host_never_stored_tokens"
+    "unshared_tokens, fresh_prefill_tokens, host_evicted_tokens, host_never_stored_tokens, "
+    "host_never_stored_no_slot_tokens, host_never_stored_decode_tokens, "
+    "host_never_stored_sparse_tokens"
 )
 
 
@@ -32,21 +34,21 @@ COLUMNS = (
         (
             {},
             [
-                ("a", 0, 0, 0, 0, 80, 80, 0, 0),
-                ("b", 0, 0, 0, 0, 80, 80, 0, 0),
-                ("c", 0, 0, 0, 0, 80, 80, 0, 0),
-                ("d", 0, 0, 0, 64, 16, 80, 0, 0),
-                ("e", 0, 0, 0, 64, 16, 80, 0, 0),
+                ("a", 0, 0, 0, 0, 80, 80, 0, 0, 0, 0, 0),
+                ("b", 0, 0, 0, 0, 80, 80, 0, 0, 0, 0, 0),
+                ("c", 0, 0, 0, 0, 80, 80, 0, 0, 0, 0, 0),
+                ("d", 0, 0, 0, 64, 16, 80, 0, 0, 0, 0, 0),
+                ("e", 0, 0, 0, 64, 16, 80, 0, 0, 0, 0, 0),
             ],
         ),
         (
             {"host_tier_chunks": 32},
             [
-                ("a", 0, 0, 0, 0, 80, 80, 0, 0),
-                ("b", 0, 0, 0, 0, 80, 80, 0, 0),
-                ("c", 0, 0, 0, 0, 80, 80, 0, 0),
-                ("d", 64, 64, 1, 0, 16, 16, 0, 0),
-                ("e", 64, 64, 1, 0, 16, 16, 0, 0),
+                ("a", 0, 0, 0, 0, 80, 80, 0, 0, 0, 0, 0),
+                ("b", 0, 0, 0, 0, 80, 80, 0, 0, 0, 0, 0),
+                ("c", 0, 0, 0, 0, 80, 80, 0, 0, 0, 0, 0),
+                ("d", 64, 64, 1, 0, 16, 16, 0, 0, 0, 0, 0),
+                ("e", 64, 64, 1, 0, 16, 16, 0, 0, 0, 0, 0),
             ],
         ),
         # a tier smaller than the GPU pool adds no hit (vLLM's docs say so too): with 4 slots
@@ -54,11 +56,11 @@ COLUMNS = (
         (
             {"host_tier_chunks": 4},
             [
-                ("a", 0, 0, 0, 0, 80, 80, 0, 0),
-                ("b", 0, 0, 0, 0, 80, 80, 0, 0),
-                ("c", 0, 0, 0, 0, 80, 80, 0, 0),
-                ("d", 0, 0, 0, 64, 16, 80, 0, 64),
-                ("e", 0, 0, 0, 64, 16, 80, 0, 64),
+                ("a", 0, 0, 0, 0, 80, 80, 0, 0, 0, 0, 0),
+                ("b", 0, 0, 0, 0, 80, 80, 0, 0, 0, 0, 0),
+                ("c", 0, 0, 0, 0, 80, 80, 0, 0, 0, 0, 0),
+                ("d", 0, 0, 0, 64, 16, 80, 0, 64, 64, 0, 0),
+                ("e", 0, 0, 0, 64, 16, 80, 0, 64, 64, 0, 0),
             ],
         ),
     ],
@@ -73,16 +75,22 @@ def test_host_columns_are_stored_per_request(host_db, tier, expected):
         " + sparse_retention_miss_tokens + lost_spec_decode_tokens + hit_tokens"
         " != prompt_tokens",
     ) == [(0,)]
+    assert rows(
+        host_db,
+        "SELECT count(*) FROM replay_requests WHERE host_never_stored_tokens !="
+        " host_never_stored_no_slot_tokens + host_never_stored_decode_tokens"
+        " + host_never_stored_sparse_tokens",
+    ) == [(0,)]
 
 
 @pytest.mark.parametrize(
     ("tier", "expected"),
     [
-        ({}, (0, 0.0, 0, None, None, 0.0, 0, 0)),
-        ({"host_tier_chunks": 4}, (0, 0.0, 0, None, None, 0.0, 0, 128)),
+        ({}, (0, 0.0, 0, None, None, 0.0, 0, 0, 0, 0, 0)),
+        ({"host_tier_chunks": 4}, (0, 0.0, 0, None, None, 0.0, 0, 128, 128, 0, 0)),
         # 128 of 400 prompt tokens from the host; two requests waited one step each;
         # no model preset: no bytes per block, so the load takes 0 s on the link
-        ({"host_tier_chunks": 32}, (128, 0.32, 2, 0.0, 0.0, 0.32, 0, 0)),
+        ({"host_tier_chunks": 32}, (128, 0.32, 2, 0.0, 0.0, 0.32, 0, 0, 0, 0, 0)),
     ],
 )
 def test_host_figures_are_summed_per_group(host_db, tier, expected):
@@ -99,6 +107,9 @@ def test_host_figures_are_summed_per_group(host_db, tier, expected):
             "useful_hit_ratio",
             "host_evicted_tokens",
             "host_never_stored_tokens",
+            "host_never_stored_no_slot_tokens",
+            "host_never_stored_decode_tokens",
+            "host_never_stored_sparse_tokens",
         )
     )
     assert got == expected
@@ -113,6 +124,12 @@ def test_host_figures_are_summed_per_group(host_db, tier, expected):
             "host tier: 128 of the hit tokens loaded from it (32.0% of prompt tokens); not "
             "given back: 0 stored then evicted, 0 never stored; 2 requests waited for a load "
             "(mean 0 s, p99 0 s)",
+        ),
+        (
+            ["--set", "host_tier_chunks=4"],
+            "host tier: 0 of the hit tokens loaded from it (0.0% of prompt tokens); not given "
+            "back: 0 stored then evicted, 128 never stored (128 dropped for want of a slot); "
+            "0 requests waited for a load",
         ),
     ],
 )

@@ -62,6 +62,12 @@ def test_section_with_a_tier_or_a_host_sweep(host_db, runs, figure, table):
     assert (ids == [FIGURE_ID]) is figure
     assert ("<table" in body) is table
     assert ("<th>never stored</th>" in body) is table
+    kinds = (
+        "dropped for want of a slot",
+        "past a prompt under prompt-only",
+        "sparse states not kept",
+    )
+    assert all((f"<th>never stored: {k}</th>" in body) is table for k in kinds)
 
 
 def test_host_rows_split_the_hit(host_db):

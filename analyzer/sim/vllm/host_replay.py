@@ -73,7 +73,7 @@ class HostTierReplay(VllmReplay):
             host_wait_steps=off.wait_steps,
             host_wait_s=self.conn.spec.load_s(off.loaded_keys) if off.host_hit else None,
             host_evicted_tokens=off.evicted,
-            host_never_stored_tokens=off.never_stored,
+            **off.never_stored_figures(),
         )
 
     def _load(

@@ -19,6 +19,7 @@ tier (`host_tier.HostTier`): what a request looks up, loads and stores, step by 
 
 from __future__ import annotations
 
+from analyzer.config.host_tier import NEVER_STORED
 from analyzer.sim.vllm.block_pool import NULL
 from analyzer.sim.vllm.coordinator import Coordinator
 from analyzer.sim.vllm.host_tier import HIT, MISS, PENDING, Access, HostTier, HostTierSpec
@@ -58,7 +59,7 @@ class Offload:
         self.issued_s = 0.0  # when it was issued
         self.computed_upto = [0] * num_groups  # chunks recorded as computed, per group
         self.evicted = 0  # the first admission's host miss (Connector.explain)
-        self.never_stored = 0
+        self.never_stored = (0, 0, 0)  # by kind (config.host_tier.NEVER_STORED)
 
     def figures(self) -> dict:
         """Its SimResult fields."""
@@ -67,8 +68,15 @@ class Offload:
             "host_wait_steps": self.wait_steps,
             "host_wait_s": self.wait_s,
             "host_evicted_tokens": self.evicted,
-            "host_never_stored_tokens": self.never_stored,
+            **self.never_stored_figures(),
         }
+
+    def never_stored_figures(self) -> dict:
+        """`host_never_stored_tokens` and its kinds."""
+        out = {"host_never_stored_tokens": sum(self.never_stored)}
+        for kind, tokens in zip(NEVER_STORED, self.never_stored, strict=True):
+            out[kind.column] = tokens
+        return out
 
 
 class Connector:
@@ -95,6 +103,9 @@ class Connector:
         self.in_flight: list[list[int]] = []  # the store jobs of the last step
         self.loading: dict[int, int] = {}  # key -> loads reading it (being loaded)
         self.computed: set[int] = set()  # every chunk key a step computed (`explain`)
+        self.dropped: set[int] = set()  # keys of offers that found no slot (`explain`)
+        self.past_prompt: set[int] = set()  # keys prompt-only kept from an offer (`explain`)
+        self.mamba_gids = frozenset(g for g, t in enumerate(types) if t == MAMBA)
         for m in coord.managers:
             if m.kind == MAMBA:
                 m.handoffs = []
@@ -169,19 +180,35 @@ class Connector:
         """Why the tier gave back no more than `host_hit` beyond `local` (a request's first
         admission), in tokens: `evicted`, what it would have added had no key ever been
         evicted; `never_stored`, what it would further have added had every chunk the
-        earlier requests computed been stored (decode tokens under prompt-only, a sparse
-        group's unkept boundaries, offers dropped for want of a slot)."""
+        earlier requests computed been stored, by kind, each lookup adding keys to the one
+        before: `no_slot`, had the offers dropped for want of a slot been stored; `decode`,
+        had prompt-only not kept the chunks past a prompt from an offer (the chunk holding
+        the prompt's end included); `sparse`, had every other computed key been stored (a
+        Mamba group's states between its kept boundaries, a window's dropped blocks)."""
         tier, computed = self.tier, self.computed
+        dropped, past_prompt = self.dropped, self.past_prompt
+        ref, ever = tier.ref, tier.stored_ever
 
-        def ever(key: int) -> int:
-            return HIT if key in tier.ref or key in tier.stored_ever else MISS
+        def stored_ever(key: int) -> int:
+            return HIT if key in ref or key in ever else MISS
+
+        def offered(key: int) -> int:  # (every key offered or in the tier was computed)
+            return HIT if key in ref or key in ever or key in dropped else MISS
+
+        def offerable(key: int) -> int:
+            if key in ref or key in ever or key in dropped:
+                return HIT
+            return HIT if key in past_prompt and key in computed else MISS
 
         def any_computed(key: int) -> int:
-            return HIT if key in computed or key in tier.ref else MISS
+            return HIT if key in computed or key in ref else MISS
 
-        stored = max(self.lookup(req, local, ever), host_hit)
+        stored = max(self.lookup(req, local, stored_ever), host_hit)
         off.evicted = stored - host_hit
-        off.never_stored = max(self.lookup(req, local, any_computed), stored) - stored
+        no_slot = max(self.lookup(req, local, offered), stored) if dropped else stored
+        decode = max(self.lookup(req, local, offerable), no_slot) if past_prompt else no_slot
+        every = max(self.lookup(req, local, any_computed), decode)
+        off.never_stored = (no_slot - stored, decode - no_slot, every - decode)
 
     def _prefix_run(
         self, req: ReqState, gid: int, start: int, end: int, present=None
@@ -292,12 +319,18 @@ class Connector:
         one offer each, those past the offloadable horizon left out, failures dropped."""
         horizon = self._offloadable(req, req.num_tokens)
         for gid, boundary in off.handoffs:
-            if boundary > horizon or boundary % self.c:
+            if boundary % self.c:
                 continue
             chunk = boundary // self.c - 1
+            if boundary > horizon:
+                if self.spec.prompt_only and boundary <= req.num_tokens:
+                    self.past_prompt.add(self.key(req, gid, chunk))
+                continue
             key = self._note(off, self.key(req, gid, chunk), gid, chunk)
             stored = self.tier.prepare_store([key], off.access)
-            if stored:
+            if stored is None:
+                self.dropped.add(key)
+            elif stored:
                 jobs.append(stored)
         off.handoffs.clear()
 
@@ -332,6 +365,7 @@ class Connector:
                 keys.append(self._note(off, self.key(req, m.gid, i), m.gid, i))
         stored = self.tier.prepare_store(keys, off.access) if keys else []
         if stored is None:
+            self.dropped.update(keys)
             return
         for gid, end in enumerate(ends):
             off.next_chunk[gid] = max(off.next_chunk[gid], end)
@@ -357,9 +391,14 @@ class Connector:
         computed, stored or not."""
         end = min(chunks, num_keys)
         upto = off.computed_upto
+        # prompt-only keeps these from an offer (a Mamba state: `offer_states`)
+        past = req.prompt // self.c if self.spec.prompt_only else end
         for gid in range(len(upto)):
             if end > upto[gid]:
                 self.computed.update(self.key(req, gid, i) for i in range(upto[gid], end))
+                if end > past and gid not in self.mamba_gids:
+                    start = max(past, upto[gid])
+                    self.past_prompt.update(self.key(req, gid, i) for i in range(start, end))
                 upto[gid] = end
 
     def _offloadable(self, req: ReqState, tokens: int) -> int:

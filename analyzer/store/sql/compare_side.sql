@@ -30,7 +30,10 @@ SELECT
     coalesce(sum(r.host_wait_s) FILTER (WHERE r.host_wait_steps > 0), 0)::DOUBLE
         AS host_wait_s_sum,
     sum(r.host_evicted_tokens)::BIGINT AS host_evicted_tokens,
-    sum(r.host_never_stored_tokens)::BIGINT AS host_never_stored_tokens
+    sum(r.host_never_stored_tokens)::BIGINT AS host_never_stored_tokens,
+    sum(r.host_never_stored_no_slot_tokens)::BIGINT AS host_never_stored_no_slot_tokens,
+    sum(r.host_never_stored_decode_tokens)::BIGINT AS host_never_stored_decode_tokens,
+    sum(r.host_never_stored_sparse_tokens)::BIGINT AS host_never_stored_sparse_tokens
 FROM replay_requests AS r
 LEFT JOIN requests AS q ON q.request_id = r.request_id
 WHERE r.run_id = $run_id

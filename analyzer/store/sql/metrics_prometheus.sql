@@ -20,6 +20,9 @@ SELECT
     sum(host_hit_tokens)::BIGINT AS host_hit_tokens,
     sum(host_evicted_tokens)::BIGINT AS host_evicted_tokens,
     sum(host_never_stored_tokens)::BIGINT AS host_never_stored_tokens,
+    sum(host_never_stored_no_slot_tokens)::BIGINT AS host_never_stored_no_slot_tokens,
+    sum(host_never_stored_decode_tokens)::BIGINT AS host_never_stored_decode_tokens,
+    sum(host_never_stored_sparse_tokens)::BIGINT AS host_never_stored_sparse_tokens,
     count(*) FILTER (WHERE host_wait_steps > 0) AS host_loads,
     sum(host_wait_steps)::BIGINT AS host_wait_steps,
     coalesce(sum(host_wait_s), 0)::DOUBLE AS host_wait_s

@@ -117,3 +117,12 @@ ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS host_evicted_tokens BIGINT 
 ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS host_never_stored_tokens BIGINT DEFAULT 0;
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_evicted_tokens BIGINT DEFAULT 0;
 ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_never_stored_tokens BIGINT DEFAULT 0;
+-- The tokens never stored by kind (their sum is host_never_stored_tokens): offers dropped for
+-- want of a slot, chunks past the prompt under offload_prompt_only, sparse groups' unkept
+-- boundaries.
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS host_never_stored_no_slot_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS host_never_stored_decode_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_requests ADD COLUMN IF NOT EXISTS host_never_stored_sparse_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_never_stored_no_slot_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_never_stored_decode_tokens BIGINT DEFAULT 0;
+ALTER TABLE replay_summary ADD COLUMN IF NOT EXISTS host_never_stored_sparse_tokens BIGINT DEFAULT 0;

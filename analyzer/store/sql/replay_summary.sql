@@ -39,7 +39,10 @@ SELECT
     avg(host_wait_s) FILTER (WHERE host_wait_steps > 0),
     quantile_cont(host_wait_s, 0.99) FILTER (WHERE host_wait_steps > 0),
     sum(host_evicted_tokens),
-    sum(host_never_stored_tokens)
+    sum(host_never_stored_tokens),
+    sum(host_never_stored_no_slot_tokens),
+    sum(host_never_stored_decode_tokens),
+    sum(host_never_stored_sparse_tokens)
 FROM replay_requests
 WHERE run_id = $run_id AND measured
 GROUP BY ALL

@@ -283,3 +283,72 @@ def test_fuzzer_cases_give_vllms_figures(case, want):
     trace = draw_trace(rng)
     _, values = draw_case(rng)
     assert run_hpa(trace, values) == want
+
+
+FA_MAMBA = {"groups": ["full_attention", "mamba"], "num_blocks": 14}
+
+
+@pytest.mark.parametrize(
+    ("tier", "want"),
+    [
+        # A's decode chunk (64-80): past its prompt under prompt-only
+        ({"host_tier_chunks": 64}, (16, 48, 0, 16, 0, 16, 0)),
+        # 3 slots: A's prompt offers its 4 chunks in one step, more than the tier holds: the
+        # offer is dropped (the lever is the size); its decode chunk is still prompt-only's
+        ({"host_tier_chunks": 3}, (16, 0, 0, 64, 48, 16, 0)),
+        # with Mamba the hit needs a state at its end: the GPU kept none at 80, so the 32 tokens
+        # to there are the sparse group's, prompt-only or not (the lever is the spacing)
+        ({"host_tier_chunks": 64, **FA_MAMBA}, (0, 48, 0, 32, 0, 0, 32)),
+        (
+            {"host_tier_chunks": 64, "offload_prompt_only": False, **FA_MAMBA},
+            (0, 48, 0, 32, 0, 0, 32),
+        ),
+        ({"host_tier_chunks": 3, **FA_MAMBA}, (0, 0, 0, 80, 48, 0, 32)),
+    ],
+)
+def test_what_was_never_stored_by_kind(tier, want):
+    """hit, host hit, evicted, never stored, then never stored by kind: no slot, decode,
+    sparse (each the gain of one more lookup; they sum to never stored)."""
+    values = {**BASE, "num_blocks": 9, "max_num_batched_tokens": None, **tier}
+    b = list(replay(THREE, make_policy(values)))[-1]
+    got = (
+        b.hit_tokens,
+        b.host_hit_tokens,
+        b.host_evicted_tokens,
+        b.host_never_stored_tokens,
+        b.host_never_stored_no_slot_tokens,
+        b.host_never_stored_decode_tokens,
+        b.host_never_stored_sparse_tokens,
+    )
+    assert got == want
+
+
+def test_the_kinds_sum_to_never_stored():
+    """On the fuzzer's random cases (serial and concurrent, every layout, prompt-only or
+    not), every request's kinds sum to host_never_stored_tokens; each kind occurs."""
+    from tests.sim.vllm.fuzz_offload import draw_case, draw_trace
+
+    kinds = [0, 0, 0]
+    for seed in range(40):
+        rng = random.Random(seed)
+        trace = draw_trace(rng)
+        _, values = draw_case(rng)
+        requests = [
+            SimRequest(r["request_id"], r["prompt_token_ids"], r["output_token_ids"],
+                       timestamp_s=r["timestamp"])
+            for r in trace
+        ]  # fmt: skip
+        policy = make_policy(values)
+        if policy.schedule == "concurrent":
+            results = list(concurrent_replay(policy).run(requests))
+        else:
+            results = list(replay(requests, policy))
+        for s in results:
+            split = (
+                s.host_never_stored_no_slot_tokens,
+                s.host_never_stored_decode_tokens,
+                s.host_never_stored_sparse_tokens,
+            )
+            assert sum(split) == s.host_never_stored_tokens and min(split) >= 0, (seed, s)
+            kinds = [k + x for k, x in zip(kinds, split, strict=True)]
+    assert kinds == [1040, 272, 1040]

@@ -211,6 +211,9 @@ _NOTHING = (
     "host_wait_steps",
     "host_evicted_tokens",
     "host_never_stored_tokens",
+    "host_never_stored_decode_tokens",
+    "host_never_stored_sparse_tokens",
+    "host_never_stored_no_slot_tokens",
 )
 
 
