@@ -20,9 +20,9 @@ from analyzer.store.db import (
     load_sql,
     query_arrow,
     require_tables,
-    scan_settings,
     with_list_lengths,
 )
+from analyzer.store.scan import scan_settings
 from analyzer.store.sequences import check_requests
 from analyzer.store.tokens import Placement, place_lists, storage_order
 

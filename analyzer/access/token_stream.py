@@ -30,7 +30,8 @@ from analyzer.access.arrays import joined
 from analyzer.access.run_merge import merged
 from analyzer.prefixes.engine import MatchArrays, match_stream
 from analyzer.prefixes.source import RequestMeta
-from analyzer.store.db import cursor, load_sql, scan_settings, under_each_cap
+from analyzer.store.db import cursor, load_sql
+from analyzer.store.scan import scan_settings, under_each_cap
 from analyzer.store.tokens import (
     TOKEN_DTYPES,
     column_values,

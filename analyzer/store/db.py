@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
-import os
 import sys
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -22,10 +19,8 @@ import pyarrow as pa
 from analyzer import interrupts
 from analyzer.errors import InputFileError, StoreError
 from analyzer.store import DEFAULT_DB  # noqa: F401  (defined there, light, for the CLI)
-from analyzer.store.faults import check_duckdb_file, note_opened, out_of_memory
+from analyzer.store.faults import check_duckdb_file, note_opened
 from analyzer.store.locks import StoreLockedError, open_error
-
-T = TypeVar("T")
 
 SCHEMA_VERSION = "1"
 
@@ -375,56 +370,6 @@ _SWAPPABLE: weakref.WeakSet = weakref.WeakSet()
 
 
 @contextmanager
-def scan_settings(
-    con: duckdb.DuckDBPyConnection, memory_limit: str | None = None, *, threads: int | None = None
-) -> Iterator[None]:
-    """For a scan that sums no float (rows, list lengths, token ids copied out): every core
-    (or `threads`) inside the block, and DuckDB's buffer memory capped at `memory_limit`
-    (its units: '256MB') if given; after it, the connection as `connect` opened it
-    (DuckDB's defaults for one it did not open). The cap is for lists read once into
-    arrays: cached, their blocks (the full WEKA trace's hash ids: 721 MB) would sit beside
-    the copy."""
-    if memory_limit is not None:
-        con.execute(load_sql("memory_limit_set"), {"limit": memory_limit})
-    con.execute(load_sql("threads_set"), {"threads": threads or os.cpu_count() or 1})
-    try:
-        yield
-    except BaseException:
-        # an error (a damaged block, no memory) may have aborted the transaction, which
-        # then refuses the reset: the error is what the user hears of, not the reset's
-        with contextlib.suppress(duckdb.Error):
-            _restore_settings(con)
-        raise
-    _restore_settings(con)
-
-
-def _restore_settings(con: duckdb.DuckDBPyConnection) -> None:
-    """`con`'s buffer memory and threads as `connect` opened it (DuckDB's defaults for one
-    it did not open)."""
-    opened = _OPENED.get(con, {})
-    if "memory_limit" in opened:
-        con.execute(load_sql("memory_limit_set"), {"limit": opened["memory_limit"]})
-    else:
-        con.execute(load_sql("memory_limit_reset"))
-    if "threads" in opened:
-        con.execute(load_sql("threads_set"), {"threads": opened["threads"]})
-    else:
-        con.execute(load_sql("threads_reset"))
-
-
-def under_each_cap(run: Callable[[str | None], T], caps: Sequence[str | None]) -> T:
-    """`run(cap)` under each DuckDB buffer limit of `caps` in turn ('48MB', ..., None for
-    none) until DuckDB does not run out of memory under one; the last is final."""
-    for cap in caps[:-1]:
-        try:
-            return run(cap)
-        except (duckdb.OutOfMemoryException, OSError) as exc:
-            if not out_of_memory(exc):
-                raise
-    return run(caps[-1])
-
-
-@contextmanager
 def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """One all-or-nothing write: committed when the outermost block ends, rolled back if it
     raises (a killed process commits nothing either). A block inside another is part of it.
@@ -515,6 +460,11 @@ def derived_from(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, int] 
         return None
     rows = con.execute(load_sql("derived_lookup"), {"table_name": table}).fetchall()
     return (rows[0][0], int(rows[0][1])) if rows else None
+
+
+def opened_settings(con: duckdb.DuckDBPyConnection) -> dict:
+    """The DuckDB settings `connect` opened `con` with (empty for one it did not open)."""
+    return _OPENED.get(con, {})
 
 
 def table_names(con: duckdb.DuckDBPyConnection) -> set[str]:

@@ -20,7 +20,8 @@ import duckdb
 import numpy as np
 
 from analyzer.errors import StoreError
-from analyzer.store.db import load_sql, scan_settings, under_each_cap
+from analyzer.store.db import load_sql
+from analyzer.store.scan import scan_settings, under_each_cap
 
 # As stored: token ids INTEGER[], block hash ids BIGINT[].
 TOKEN_DTYPES = {
@@ -80,7 +81,7 @@ def place_lists(
     `sql` selects `arrival_seq` and those list columns, in any order; `seqs` holds each
     row's arrival_seq, ascending and unique (row k of every Placement is `seqs[k]`).
     `memory_caps` (DuckDB's units, '256MB'): stream under each buffer limit in turn
-    (`store.db.scan_settings`, one thread) until DuckDB does not run out of memory under
+    (`store.scan.scan_settings`, one thread) until DuckDB does not run out of memory under
     one, then without a limit. DuckDB keeps the blocks it read cached, up to the limit.
 
     Raises:

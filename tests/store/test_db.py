@@ -5,8 +5,9 @@ import os
 import duckdb
 import pytest
 
-from analyzer.store.db import connect, scan_settings, under_each_cap
+from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
+from analyzer.store.scan import scan_settings, under_each_cap
 from tests.conftest import write_jsonl
 
 ROW_GROUPS = "SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('requests')"

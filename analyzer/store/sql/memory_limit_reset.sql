@@ -1,2 +1,2 @@
--- DuckDB's default buffer memory limit on this connection (store.db.scan_settings).
+-- DuckDB's default buffer memory limit on this connection (store.scan.scan_settings).
 RESET memory_limit;

@@ -1,2 +1,2 @@
--- DuckDB's default worker threads on this connection (store.db.scan_settings).
+-- DuckDB's default worker threads on this connection (store.scan.scan_settings).
 RESET threads;

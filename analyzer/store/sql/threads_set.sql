@@ -1,2 +1,2 @@
--- DuckDB's worker threads on this connection (store.db.scan_settings).
+-- DuckDB's worker threads on this connection (store.scan.scan_settings).
 SET threads = $threads;
