@@ -52,7 +52,9 @@ SCHEDULE_LINES = {
     default=None,
     help="Also plan a host (CPU) KV tier of at most this much memory per cache (vLLM's "
     "--kv-offloading-size; e.g. 64GiB), priced apart from the GPU's: how much GPU cache it "
-    "saves at the target, and the smallest tier that saves it.",
+    "saves at the target, and the smallest tier that saves it. With --ttft-p99 or "
+    "--tpot-p99 (and async_scheduling false): the fleets searched again with this much on "
+    "every replica, and how many GPUs (replicas) it saves at the same targets.",
 )
 @click.option("--family", default=None, help="Measure one prompt family only.")
 @click.option(
@@ -213,6 +215,8 @@ def _print_plan(r) -> None:
         click.echo(r.check)
     if r.host_tier is not None:
         click.echo(r.host_tier.message)
+        if r.host_tier.check:
+            click.echo(r.host_tier.check)
 
 
 def _candidate_columns(r) -> dict:

@@ -112,10 +112,12 @@ def test_without_a_budget_the_plan_says_nothing_of_a_tier(rotating_db):
         (["--model", "qwen3.5-4b", "--host-memory-budget", "1"],
          "Error: --host-memory-budget '1': a size needs a unit: B, KiB, MiB, GiB, TiB, or "
          "decimal KB, MB, GB, TB (e.g. 1GiB)"),
+        # with a latency target (tests/pipeline/test_plan_host_fleet.py) on async scheduling
         (["--model", "qwen3.5-4b", "--host-memory-budget", "1GiB", "--schedule", "concurrent",
-          "--ttft-p99", "2"],
-         "Error: --host-memory-budget plans the hit ratio: not with --ttft-p99 or --tpot-p99 "
-         "yet (a fleet's host tiers are not searched)"),
+          "--tpot-p99", "2"],
+         "Error: --host-memory-budget with --tpot-p99: a host tier is modelled on vLLM's "
+         "synchronous loop only; add --set async_scheduling=false (the fleets with and "
+         "without the tier are then both searched on it)"),
     ],
 )  # fmt: skip
 def test_option_errors(rotating_db, extra, message):

@@ -33,7 +33,8 @@ class PlanAsk:
     routers: tuple[str, ...] | None = None  # searched under a latency target (None: ROUTERS)
     max_replicas: int | None = None  # the most replicas a latency search tries
     window: str | None = None  # START..END: measure the requests of this time window only
-    host_memory_budget: str | None = None  # per cache, as written (64GiB): a host KV tier
+    # per cache, as written (64GiB): a host KV tier; a latency plan's caches are its replicas
+    host_memory_budget: str | None = None
 
     @property
     def latency(self) -> bool:
@@ -53,11 +54,6 @@ class PlanAsk:
             parse_size(self.memory_budget)  # a size without a unit, before any replay
         if self.host_memory_budget is not None:
             parse_size(self.host_memory_budget, "--host-memory-budget")
-            if self.latency:
-                raise ConfigError(
-                    "--host-memory-budget plans the hit ratio: not with --ttft-p99 or "
-                    "--tpot-p99 yet (a fleet's host tiers are not searched)"
-                )
         if not 0.0 < self.target <= 1.0:
             raise ConfigError(
                 f"--target-useful-hit-ratio {self.target}: expected a number in (0, 1]"

@@ -15,8 +15,9 @@ The search:
    fewest that meet every target at the pool the GPUs hold, by galloping (1, 2, 4, ...) and
    bisection, every count possible. Once a fleet of G GPUs meets them, a later (tensor
    parallel, router) is tried only within G GPUs: at its most replicas first, one replay
-   that rules it out when it misses. A count that reaches the latency targets but not the
-   hit ratio ends the climb (more replicas split the prefixes further).
+   that rules it out when it misses (`most_gpus` bounds every one so from the start). A
+   count that reaches the latency targets but not the hit ratio ends the climb (more
+   replicas split the prefixes further).
 3. **Replays cut short.** A replay that has already missed the TTFT p99 target stops there
    (`sim/watch.py`), and a policy replayed once is not replayed again (with one replica
    every router is the same).
@@ -123,10 +124,14 @@ class FleetSearch:
         routers: tuple[str, ...],
         max_replicas: int = MAX_REPLICAS,
         priced: bool = False,
+        most_gpus: int | None = None,
     ) -> None:
         self.search, self.ev, self.make = search, ev, make
         self.routers = routers
         self.max_replicas = max_replicas
+        # No fleet of more GPUs (replicas without a GPU) is tried: a plan beside a host tier
+        # searches only fleets that could replace the answer without it.
+        self.most_gpus = most_gpus
         self.priced = priced  # steps priced on the GPU at each tensor parallel
         self.targets = search.targets
         self.revisions = 1 if make().cache_scope == "shared" else search.num_revisions
@@ -255,9 +260,11 @@ class FleetSearch:
         hold; within the GPUs of the best fleet found so far."""
         room = self.room(tp)
         top = self.max_replicas
-        if found:
-            least = min(self.gpus(f.shape) for f in found)
-            top = min(top, least // ((tp or 1) * self.revisions))
+        bounds = [self.gpus(f.shape) for f in found]
+        if self.most_gpus is not None:
+            bounds.append(self.most_gpus)
+        if bounds:
+            top = min(top, min(bounds) // ((tp or 1) * self.revisions))
             if top < 1:
                 return None
         shape = Shape(tp, routing, 1)
@@ -271,7 +278,7 @@ class FleetSearch:
             return False
 
         lo, hi = 0, None  # lo: a count known to miss (0: none); hi: the fewest known to meet
-        if found:
+        if bounds:  # within a bound: its most replicas first, one replay that rules it out
             if not meets(top):
                 return None
             hi = top

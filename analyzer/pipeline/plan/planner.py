@@ -10,7 +10,7 @@ from analyzer.access.geometry import fit_policy
 from analyzer.access.inputs import request_input
 from analyzer.access.workers import map_partitions
 from analyzer.config.hardware import gpu_memory
-from analyzer.config.host_tier import GIB, chunk_bytes
+from analyzer.config.host_tier import GIB, chunk_bytes, host_slots
 from analyzer.config.memory import bytes_per_block, parse_size
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import Policy
@@ -27,12 +27,19 @@ from analyzer.pipeline.plan.answer import (
 from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.evaluate import Evaluator, Progress, Targets
 from analyzer.pipeline.plan.fleet import MAX_REPLICAS, FleetSearch
-from analyzer.pipeline.plan.host import HostTierAnswer, host_line, smallest_tier
+from analyzer.pipeline.plan.host import (
+    FleetHostAnswer,
+    HostTierAnswer,
+    fleet_host_line,
+    host_line,
+    smallest_tier,
+)
 from analyzer.pipeline.plan.result import PlanResult
 from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
 from analyzer.pipeline.plan.window import up_to_window_end, window_bounds
 from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import DEFAULT_DB, trace_block_tokens
+from analyzer.words import plural
 
 # The keys the search sets itself (a --set of one of them is replaced).
 SEARCHED = ("retention_interval", "prefix_match_unit", "replicas", "routing", "num_blocks")
@@ -87,6 +94,8 @@ class Planner:
         self.trace_block = trace_block_tokens(trace.columns["block_size"])
         fitted, fit_note = fit_policy(make_policy(values), self.trace_block)
         self.base = {**values, "block_size": fitted.block_size}
+        if self.host_budget_gib is not None and ask.latency:
+            self._check_fleet_tier()
         self.block = fitted.block_size
         self.notes = [fit_note] if fit_note else []
         if self.preset is None:
@@ -175,25 +184,74 @@ class Planner:
         return replace(best, others=tuple((c.unit, c.bound) for c in each if c is not best))
 
     def _run_fleet(self, framing: Framing, ceilings: _Ceilings) -> PlanResult:
-        """A latency target: the fewest GPUs (replicas without a GPU) meeting every target."""
-        fs = FleetSearch(
-            self.search,
-            self.ev,
-            self._policy,
-            self.ask.routers or PLANNED_ROUTERS,
-            self.ask.max_replicas or MAX_REPLICAS,
-            priced=self.priced_tp,
-        )
+        """A latency target: the fewest GPUs (replicas without a GPU) meeting every target;
+        with a host budget, then with the tier on every replica (`_fleet_host_tier`)."""
+        fs = self._fleet_search(self._policy)
         outcome = fs.run()
         self.notes.extend(outcome.notes)
         answer = fleet_answer(framing, ceilings, outcome, fs)
+        host = None
+        if self.host_budget_gib is not None:
+            host = self._fleet_host_tier(framing, ceilings, outcome, answer, fs)
         return self._result(
             ceilings,
             answer.message,
             answer.candidates,
             load_warning=answer.load_warning,
             check=answer.check,
+            host_tier=host,
         )
+
+    def _fleet_search(self, make, most_gpus: int | None = None) -> FleetSearch:
+        return FleetSearch(
+            self.search,
+            self.ev,
+            make,
+            self.ask.routers or PLANNED_ROUTERS,
+            self.ask.max_replicas or MAX_REPLICAS,
+            priced=self.priced_tp,
+            most_gpus=most_gpus,
+        )
+
+    def _fleet_host_tier(self, framing, ceilings, outcome, answer, fs) -> FleetHostAnswer:
+        """The fleet search again with the whole host budget as every replica's tier, within
+        the GPUs (replicas) of the answer without it (`host.py`)."""
+        budget = self.host_budget_gib
+        most = fs.gpus(outcome.fleets[0].shape) if outcome.fleets else None
+        before = self.ev.replays
+        tiered_fs = self._fleet_search(
+            lambda **keys: self._policy(**keys, host_tier_gib=budget), most_gpus=most
+        )
+        tiered = tiered_fs.run()
+        self.notes.extend(n for n in tiered.notes if n not in self.notes)
+        with_tier = fleet_answer(framing, ceilings, tiered, tiered_fs)
+        host = FleetHostAnswer(
+            budget,
+            host_slots(budget, chunk_bytes(self.per_block)),
+            answer.candidates[0] if answer.candidates else None,
+            with_tier.candidates[0] if with_tier.candidates else None,
+            most,
+            tiered_fs.gpus(tiered.fleets[0].shape) if tiered.fleets else None,
+            self.ev.replays - before,
+            check=None if with_tier.check is None else f"host tier {with_tier.check}",
+        )
+        what = ""  # what the answer without the tier takes
+        if most is not None:
+            gpu = self.search.gpu
+            what = f"{most} x {gpu.name}" if gpu else plural(most, "replica")
+        return replace(host, message=fleet_host_line(host, with_tier.message, what))
+
+    def _check_fleet_tier(self) -> None:
+        """A latency plan beside a host tier: what the tier's fleet replays refuse, before
+        any replay (vLLM's synchronous loop; the engine's own checks of the tier)."""
+        flag = "--ttft-p99" if self.ask.ttft_p99_s is not None else "--tpot-p99"
+        if self.base.get("async_scheduling", CONCURRENT_KEYS["async_scheduling"].default):
+            raise ConfigError(
+                f"--host-memory-budget with {flag}: a host tier is modelled on vLLM's "
+                "synchronous loop only; add --set async_scheduling=false (the fleets with "
+                "and without the tier are then both searched on it)"
+            )
+        self._policy(host_tier_gib=self.host_budget_gib)
 
     def _policy(self, **keys) -> Policy:
         return make_policy({**self.base, **keys})
