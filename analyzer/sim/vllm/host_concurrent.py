@@ -13,7 +13,10 @@ on the simulated clock, as vLLM's scheduler drives its connector:
   whose recency is then committed); a step's stores land with the next step's outputs;
 - a load lands with the outputs of the first step that ends once its bytes have crossed the
   link (`host_bandwidth_gbps`; with no model to size them, in the step that issued it); a
-  step with connector work but nothing scheduled still runs (the engine keeps stepping).
+  step with connector work but nothing scheduled still runs (the engine keeps stepping) and
+  lasts until the first load in flight lands. A step that scheduled tokens is priced by them
+  alone, loads in flight or not (vLLM's connector loads asynchronously), one that preempted
+  included: vLLM skips the waiting requests there but runs the running ones it kept.
 
 Quiet decode steps sleep as without a tier (`sleepers.py`), on the GPU side's own decode
 events (the decode-events gate refuses a host tier: that decision is taken here). A decode
@@ -69,7 +72,7 @@ class HostTierConcurrent(ConcurrentReplay):
         self.skipped_holding: list[Flight] = []  # skipped in this pass (vLLM's order kept)
         self.flushed: list[list[int]] = []  # finished requests' stores landing this step
         self.allocated_now: set[int] = set()  # blocks handed out in this step
-        self.sleepers_now = 0  # sleepers scheduled in this step
+        self._scheduled_any = False  # the step scheduled tokens (the model runs for them)
         pool = self.coord.pool
         self._new_blocks = pool.new_blocks
         pool.new_blocks = self._took_blocks
@@ -113,8 +116,11 @@ class HostTierConcurrent(ConcurrentReplay):
         return super()._quiet_steps(horizon_s)
 
     def _schedule_running(self, scheduled):
+        """The running requests' pass. What it scheduled (sleepers included) makes the step
+        one the model runs, whether or not the waiting pass follows: a step that preempted
+        skips it, yet runs the requests it kept."""
         budget, sleepers, skipped = super()._schedule_running(scheduled)
-        self.sleepers_now = sleepers  # scheduled too: the step is not a loads-only one
+        self._scheduled_any = bool(scheduled) or sleepers > 0
         return budget, sleepers, skipped
 
     def next_start_s(self) -> float | None:
@@ -163,7 +169,7 @@ class HostTierConcurrent(ConcurrentReplay):
             budget -= taken
         self.holding.extendleft(reversed(skipped_holding))
         self.waiting.extendleft(reversed(skipped_waiting))
-        self._scheduled_any = bool(scheduled) or self.sleepers_now > 0
+        self._scheduled_any = self._scheduled_any or bool(scheduled)
 
     def _admit_waiting(self, f: Flight, scheduled, budget: int, start_s: float, batched):
         """A waiting request's admission: tokens scheduled; -1 a load issued, -2 the host

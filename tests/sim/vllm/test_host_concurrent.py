@@ -145,3 +145,74 @@ def test_the_random_cases_load_retry_and_wait():
         small += values["host_tier_chunks"] <= 8
         decode += not values["offload_prompt_only"]
     assert (loaded, waited, small, decode, ticks) == (24, 6, 4, 5, 170)
+
+
+# A 10-block pool, a 64-chunk tier over a 0.02 GB/s link (26 ms a chunk of qwen3.5-4b), 5 ms
+# + 100 us a token: a's prompt is stored, b's evicts it from the GPU, c loads it back (4
+# chunks, 105 ms) while d and e decode; d's next block preempts e with c's load in flight.
+PRICED = {
+    "engine": "vllm",
+    "groups": ["full_attention"],
+    "block_size": 16,
+    "num_blocks": 10,
+    "schedule": "concurrent",
+    "async_scheduling": False,
+    "model": "qwen3.5-4b",
+    "host_bandwidth_gbps": 0.02,
+    "host_tier_chunks": 64,
+    "step_base_ms": 5,
+    "step_token_us": 100,
+}
+
+
+def _preempting_trace() -> list[SimRequest]:
+    def request(name, prompt, outputs, at_s):
+        return SimRequest(name, list(prompt), list(range(9000, 9000 + outputs)), timestamp_s=at_s)
+
+    a = range(1000, 1064)
+    return [
+        request("a", a, 1, 0.0),
+        request("b", range(2000, 2128), 1, 0.001),
+        request("d", range(3000, 3016), 40, 0.002),
+        request("e", range(4000, 4016), 40, 0.002),
+        request("c", [*a, *range(5000, 5016)], 2, 0.05),
+    ]
+
+
+def _steps(every_step: bool) -> list[tuple[float, float, int, bool, float | None]]:
+    """Each step the replay scheduled: (start, end, tokens, whether it preempted, when the
+    first load in flight lands or None)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(HostTierConcurrent, "every_step", every_step)
+        run = concurrent_replay(make_policy(PRICED))
+    steps = []
+    start_step = run._start_step
+
+    def recorded():
+        before, start_s = len(run.in_flight), run.clock
+        start_step()
+        if len(run.in_flight) > before:
+            end_s, *_, tokens, _ = run.in_flight[-1]
+            loads = [f.host.done_s for f in run.holding if f.host.keys is not None]
+            steps.append((start_s, end_s, tokens, run.preempted, min(loads, default=None)))
+
+    run._start_step = recorded
+    list(run.run(_preempting_trace()))
+    return steps
+
+
+@pytest.mark.parametrize("every_step", [True, False])
+def test_a_step_that_preempted_is_priced_by_what_it_kept(every_step):
+    """vLLM skips the waiting requests in a step that preempted, but runs the model for the
+    running ones it kept, while the load crosses the link: the step lasts what the time
+    model gives its tokens, not until the load lands. Every step that scheduled tokens does."""
+    steps = _steps(every_step)
+    base_s, token_s = PRICED["step_base_ms"] / 1000, PRICED["step_token_us"] / 1e6
+    kept = [s for s in steps if s[3] and s[2] > 0 and s[4] is not None]
+    assert len(kept) == 1
+    start_s, end_s, tokens, _, lands_s = kept[0]
+    assert (tokens, end_s) == (1, start_s + (base_s + token_s * 1))
+    assert lands_s > end_s + 0.02  # before: the step lasted until then (37.3 ms)
+    for start_s, end_s, tokens, *_ in steps:
+        if tokens:
+            assert end_s == start_s + (base_s + token_s * tokens)
