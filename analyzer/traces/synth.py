@@ -312,4 +312,7 @@ def write_jsonl(records: Iterable[dict], path: str | os.PathLike[str]) -> WriteS
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise InputFileError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except BaseException:  # a generator's error, Ctrl-C: no half-written file is left
+        tmp.unlink(missing_ok=True)
+        raise
     return WriteStats(count, tokens, path)

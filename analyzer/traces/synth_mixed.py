@@ -53,6 +53,12 @@ def distinct_tokens(rng: np.random.Generator, n: int, banned: set[int]) -> np.nd
     Used as the first token after a shared prefix so that the shared part ends exactly there.
     """
     picked: list[int] = []
+    if VOCAB_SIZE - len(banned) < n:  # drawing would never end
+        raise ConfigError(
+            f"the generator ran out of distinct token ids: {len(banned):,} of its {VOCAB_SIZE:,} "
+            f"are taken (earlier groups' shared tokens and first tokens), {n:,} more are needed; "
+            "ask for fewer groups or shorter shared prefixes"
+        )
     while len(picked) < n:
         for token in rng.integers(0, VOCAB_SIZE, size=2 * n + 8).tolist():
             if token not in banned and len(picked) < n:

@@ -226,3 +226,32 @@ def test_cli_synth_bad_input_is_one_line_error(tmp_path, extra, message):
     assert result.output.strip().startswith(message)
     assert len(result.output.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_distinct_tokens_that_the_vocabulary_cannot_give_are_an_error_not_a_hang():
+    """(`hpa synth --scenario groups` with 4,000 groups of 1,600 shared tokens drew for ever
+    once earlier groups' shared tokens had taken all but 6 of the 151,000 ids)"""
+    import numpy as np
+
+    from analyzer.traces.synth_mixed import VOCAB_SIZE, distinct_tokens
+
+    banned = set(range(VOCAB_SIZE - 6))
+    with pytest.raises(ConfigError) as caught:
+        distinct_tokens(np.random.default_rng(0), 8, banned)
+    assert str(caught.value) == (
+        "the generator ran out of distinct token ids: 150,994 of its 151,000 are taken "
+        "(earlier groups' shared tokens and first tokens), 8 more are needed; ask for fewer "
+        "groups or shorter shared prefixes"
+    )
+    picked = distinct_tokens(np.random.default_rng(0), 6, banned)  # the last 6 still come
+    assert sorted(picked.tolist()) == list(range(VOCAB_SIZE - 6, VOCAB_SIZE))
+
+
+def test_a_generator_that_fails_midway_leaves_no_file(tmp_path):
+    def records():
+        yield {"request_id": "a", "prompt_token_ids": [1, 2]}
+        raise ConfigError("out of ids")
+
+    with pytest.raises(ConfigError):
+        write_jsonl(records(), tmp_path / "t.jsonl")
+    assert list(tmp_path.iterdir()) == []
