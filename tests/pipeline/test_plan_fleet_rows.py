@@ -45,7 +45,7 @@ def test_a_smaller_fleet_the_check_finds_is_one_row(monkeypatch):
     fs._fewest = lambda tp, routing, seen: found[routing]
     fs._pool = lambda f, floor, bound=None: f
     fs._rank = lambda f: -f.shape.replicas  # the 2 replicas first (say, the least cache)
-    fs._confirm = lambda f, tps, floor: (fleet(f.shape.smaller()), Check(None, None, None))
+    fs.confirm = lambda f, tps, floor: (fleet(f.shape.smaller()), Check(None, None, None))
     fs.ev = None
     outcome = fs.run()
     assert [f.shape for f in outcome.fleets] == [

@@ -1,8 +1,8 @@
 """`hpa plan --ttft-p99 --host-memory-budget`: the latency plan answered without a tier, then
-searched again with the whole budget as every replica's tier within the answer's replicas;
-each answer confirmed here by replays of its own: the fleet meets every target with the tier,
-one replica fewer misses, and where the tier saves replicas the fleet it answers misses
-without it."""
+searched again with the whole budget as every replica's tier within the answer's replicas,
+the tier cut down where it saves some; each answer confirmed here by replays of its own: the
+fleet meets every target with the tier kept, one replica fewer misses, and where the tier
+saves replicas the fleet misses without it and with a tenth less tier."""
 
 from __future__ import annotations
 
@@ -45,19 +45,20 @@ def _rotating(tmp: Path, n: int) -> Path:
 
 # name: (trace, target, TTFT p99 s, time scale, GPU pool budget in blocks, host budget,
 #        routers (None: the plan's), replicas a model revision without the tier (None: none
-#        meets) and with it)
+#        meets) and with it, the tier kept in GiB)
 CASES = {
     # 48 turns 0.1 s apart: computing a document takes 216 ms, loading it 1.4 ms
-    "rotating, the tier saves a replica": ("rotating48", 0.3, 0.5, 0.1, 12, "1GiB", None, 3, 2),
+    "rotating, the tier saves a replica": (
+        "rotating48", 0.3, 0.5, 0.1, 12, "1GiB", None, 3, 2, 0.23),
     # 24 turns 1 s apart: no router keeps a document on a replica that a later turn meets
     "rotating, only the tier reaches the target": (
-        "rotating24", 0.5, 10.0, 1.0, 12, "1GiB", None, None, 1),
+        "rotating24", 0.5, 10.0, 1.0, 12, "1GiB", None, None, 1, 0.46),
     # the groups sample: each group's four requests in a row, its prefix still in the pool
     "groups sample, the tier saves nothing": (
-        "groups_1600.jsonl", 0.3, 2.0, 0.3, 16, "1GiB", None, 1, 1),
+        "groups_1600.jsonl", 0.3, 2.0, 0.3, 16, "1GiB", None, 1, 1, 1.0),
     # the mixed sample's 300 hash-id requests, two model revisions: a fleet each
     "mixed hash-id sample, the tier saves a replica a revision": (
-        "mixed_hash_ids.jsonl.gz", 0.25, 2.0, 2.0, 20, "4GiB", "llm-d,round_robin", 4, 3),
+        "mixed_hash_ids.jsonl.gz", 0.25, 2.0, 2.0, 20, "4GiB", "llm-d,round_robin", 4, 3, 0.55),
 }  # fmt: skip
 
 
@@ -123,10 +124,12 @@ def _meets(planned: tuple, fleet: dict, replicas: int, **keys) -> tuple[bool, st
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_tier_fleet_is_the_fewest_replicas_by_replays(planned, name):
     db, case, answer = planned[name]
-    without, with_tier = case[7:]
+    without, with_tier, kept = case[7:]
     revisions = len(set(_trace(db).columns["model_revision"]))
     host = answer["host_tier"]
-    assert host["per"] == "replica" and host["host_tier_gib"] == parse_size(case[5]) / 2**30
+    budget = parse_size(case[5]) / 2**30
+    assert host["per"] == "replica" and host["host_memory_budget_gib"] == budget
+    assert host["host_tier_gib"] == kept
     in_all = None if without is None else without * revisions
     assert host["gpus_without_tier"] == in_all
     assert host["gpus_with_tier"] == with_tier * revisions
@@ -136,12 +139,17 @@ def test_the_tier_fleet_is_the_fewest_replicas_by_replays(planned, name):
         assert host["without_tier"]["replicas"] == answer["replicas"] == without
     fleet = host["with_tier"]
     assert fleet["replicas"] == with_tier
-    gib = {"host_tier_gib": host["host_tier_gib"]}
+    gib = {"host_tier_gib": kept}
     assert _meets(planned[name], fleet, with_tier, **gib) == (True, "")
     if with_tier > 1:
         assert not _meets(planned[name], fleet, with_tier - 1, **gib)[0]
     if without is None or without > with_tier:  # what the tier saves is the tier's doing
         assert not _meets(planned[name], fleet, with_tier)[0]
+        # the tier was cut to within 5% of the smallest that meets: a tenth less misses
+        assert kept < budget
+        assert not _meets(planned[name], fleet, with_tier, host_tier_gib=0.9 * kept)[0]
+    else:  # it saves nothing: the whole budget said, not searched
+        assert kept == budget
     assert host["check"].startswith(f"host tier checked: {_said(fleet)} meets every target")
 
 
@@ -154,9 +162,10 @@ def test_the_text_answer_says_what_the_tier_saves(planned):
     db, case, answer = planned["rotating, the tier saves a replica"]
     host = answer["host_tier"]
     assert host["message"].startswith(
-        "host tier: with 1 GiB of host memory on each replica (host_tier_gib=1, 62 slots: the "
-        "whole budget, its size not searched under a latency target), fewest replicas: 2 in "
-        f"all (2 replicas, {host['with_tier']['routing']} routing, "
+        "host tier: with 1 GiB of host memory on each replica, cut to host_tier_gib=0.23 (14 "
+        "slots: the smallest, within 5%, with which the fleet below still meets the "
+        f"targets), fewest replicas: 2 in all (2 replicas, {host['with_tier']['routing']} "
+        "routing, "
     )
     assert host["message"].endswith(
         f": 1 fewer than the 3 replicas without it at the same targets [{host['replays']} "
@@ -165,6 +174,9 @@ def test_the_text_answer_says_what_the_tier_saves(planned):
     _, case, unreached = planned["rotating, only the tier reaches the target"]
     assert ", where no fleet meets the targets without it [" in unreached["host_tier"]["message"]
     _, case, same = planned["groups sample, the tier saves nothing"]
+    assert same["host_tier"]["message"].startswith(
+        "host tier: with 1 GiB of host memory on each replica (host_tier_gib=1, 62 slots), "
+    )
     assert (
         ": the same 1 replica as without it: it saves none at these targets ["
         in (same["host_tier"]["message"])

@@ -143,11 +143,12 @@ class FleetSearch:
 
     # -- the shapes ------------------------------------------------------------------------
 
-    def policy(self, shape: Shape, num_blocks: int | None) -> Policy:
+    def policy(self, shape: Shape, num_blocks: int | None, **more) -> Policy:
+        """The policy of `shape` at `num_blocks` a replica (with `more` keys besides)."""
         keys = {"routing": shape.routing, "replicas": shape.replicas, "num_blocks": num_blocks}
         if shape.tensor_parallel is not None and self.priced:
             keys["tensor_parallel"] = shape.tensor_parallel
-        return self.make(**keys)
+        return self.make(**keys, **more)
 
     def gpus(self, shape: Shape) -> int:
         """GPUs in all (replicas without a GPU named), every model revision its own fleet."""
@@ -230,7 +231,7 @@ class FleetSearch:
             if fleet is not None:
                 pooled.append(fleet)
         pooled.sort(key=self._rank)
-        best, check = self._confirm(pooled[0], tps, floor)
+        best, check = self.confirm(pooled[0], tps, floor)
         searched = {f.shape: f for f in pooled}
         # one row a fleet: a smaller fleet the check found is not printed again
         rest = [searched.get(f.shape, f) for f in found if f.shape != best.shape.one_router()]
@@ -399,7 +400,7 @@ class FleetSearch:
             return int(per_cache)
         return int(per_cache * (1 << 30) / per_block + 1e-6)
 
-    def _confirm(self, fleet: Fleet, tps: list, floor: int) -> tuple[Fleet, Check]:
+    def confirm(self, fleet: Fleet, tps: list, floor: int) -> tuple[Fleet, Check]:
         """The answer and the smaller fleet replayed to their end at the answer's pool; a
         smaller fleet that meets becomes the answer."""
         for _ in range(MAX_DESCENTS):

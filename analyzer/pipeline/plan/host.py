@@ -18,10 +18,11 @@ With a latency target (`--ttft-p99`, `--tpot-p99`) the plan is a fleet search (`
 after its answer without a tier (G GPUs, or replicas without a GPU), the same search runs
 again with the whole budget as every replica's own tier (`host_tier_gib` on each replica of
 the fleet replay), bounded by G (no fleet with more GPUs is tried: one replay rules out a
-tensor parallel and router that misses at G), and answers with the fewest GPUs it finds, how
-many fewer than G, and its own check (the tier's answer and the fleet one step smaller, both
-with the tier, replayed to their end). The tier's size is not searched under a latency
-target: each fleet replay with a tier takes many times one without (`FleetHostAnswer`).
+tensor parallel and router that misses at G), and answers with the fewest GPUs it finds and
+how many fewer than G. Where that is fewer, the tier is cut down at that fleet as above (each
+bisection replay a fleet replay, stopped once its TTFT p99 has missed) and the fleet checked
+at the tier kept (it and the fleet one step smaller, both with that tier, replayed to their
+end); else the whole budget is said, with the search's own check (`FleetHostAnswer`).
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ class FleetHostAnswer:
     that say it and check the tier's fleet."""
 
     budget_gib: float  # per replica, as asked: each replica's own tier
-    host_chunks: int  # the slots the budget holds on each replica
+    host_gib: float  # the tier each replica keeps: cut down where it saves GPUs, else whole
+    host_chunks: int  # the slots it holds
     without: Candidate | None
     with_tier: Candidate | None
     gpus_without: int | None  # GPUs in all (replicas without a GPU); None: no fleet met
@@ -101,7 +103,7 @@ class FleetHostAnswer:
     def as_dict(self) -> dict[str, Any]:
         return {
             "host_memory_budget_gib": self.budget_gib,
-            "host_tier_gib": self.budget_gib if self.with_tier is not None else None,
+            "host_tier_gib": self.host_gib if self.with_tier is not None else None,
             "host_tier_chunks": self.host_chunks if self.with_tier is not None else None,
             "per": "replica",
             "useful_hit_ratio": None if self.with_tier is None else self.with_tier.useful_hit_ratio,
@@ -119,11 +121,14 @@ class FleetHostAnswer:
 def fleet_host_line(answer: FleetHostAnswer, tiered: str, what: str) -> str:
     """The latency plan's line about the host tier: `tiered` is the search's own line with
     the tier (its fewest GPUs, or why none met), `what` says GPUs ("8 x H200") or replicas."""
-    budget = (
-        f"{answer.budget_gib:g} GiB of host memory on each replica (host_tier_gib="
-        f"{answer.budget_gib:g}, {answer.host_chunks:,} slots: the whole budget, its size not "
-        "searched under a latency target)"
-    )
+    budget = f"{answer.budget_gib:g} GiB of host memory on each replica"
+    if answer.host_gib < answer.budget_gib:
+        budget += (
+            f", cut to host_tier_gib={answer.host_gib:.2f} ({answer.host_chunks:,} slots: the "
+            "smallest, within 5%, with which the fleet below still meets the targets)"
+        )
+    else:
+        budget += f" (host_tier_gib={answer.host_gib:g}, {answer.host_chunks:,} slots)"
     searched = f"[{plural(answer.replays, 'replay')} with the tier]"
     if answer.gpus_with is None:
         if answer.gpus_without is None:
@@ -152,19 +157,21 @@ def smallest_tier(
     targets: Targets,
     slot_bytes: int,
     budget_gib: float,
+    stop_early: bool = False,
 ) -> tuple[int, float, float]:
     """(slots, GiB, useful hit ratio): the smallest host tier, in whole slots and within
     TOLERANCE, with which the setting `with_tier(GiB)` still reaches `targets` (it reaches
     them with the whole budget; without a tier its pool misses, or the tier would save no
-    GPU memory), and the ratio there."""
+    GPU memory), and the ratio there (that replay runs to its end; with `stop_early`, those
+    of the bisection stop once their TTFT p99 has missed)."""
 
-    def measure(gib: float):
-        return ev.measure(with_tier(gib), f"host tier {gib:.2f} GiB")
+    def measure(gib: float, stop: bool = False):
+        return ev.measure(with_tier(gib), f"host tier {gib:.2f} GiB", stop_early=stop)
 
     hi, lo = host_slots(budget_gib, slot_bytes), 0
     while hi - lo > max(1, int(TOLERANCE * hi)):
         mid = (lo + hi) // 2
-        if measure(mid * slot_bytes / GIB).meets(targets):
+        if measure(mid * slot_bytes / GIB, stop_early).meets(targets):
             hi = mid
         else:
             lo = mid

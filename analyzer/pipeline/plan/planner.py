@@ -215,19 +215,22 @@ class Planner:
 
     def _fleet_host_tier(self, framing, ceilings, outcome, answer, fs) -> FleetHostAnswer:
         """The fleet search again with the whole host budget as every replica's tier, within
-        the GPUs (replicas) of the answer without it (`host.py`)."""
+        the GPUs (replicas) of the answer without it; where it needs fewer, its tier cut
+        down (`_cut_fleet_tier`; `host.py`)."""
         budget = self.host_budget_gib
         most = fs.gpus(outcome.fleets[0].shape) if outcome.fleets else None
         before = self.ev.replays
-        tiered_fs = self._fleet_search(
-            lambda **keys: self._policy(**keys, host_tier_gib=budget), most_gpus=most
-        )
+        tiered_fs = self._fleet_search(self._with_tier(budget), most_gpus=most)
         tiered = tiered_fs.run()
         self.notes.extend(n for n in tiered.notes if n not in self.notes)
+        gib = budget
+        if tiered.fleets and (most is None or tiered_fs.gpus(tiered.fleets[0].shape) < most):
+            gib, tiered_fs, tiered = self._cut_fleet_tier(tiered, tiered_fs, most)
         with_tier = fleet_answer(framing, ceilings, tiered, tiered_fs)
         host = FleetHostAnswer(
             budget,
-            host_slots(budget, chunk_bytes(self.per_block)),
+            gib,
+            host_slots(gib, chunk_bytes(self.per_block)),
             answer.candidates[0] if answer.candidates else None,
             with_tier.candidates[0] if with_tier.candidates else None,
             most,
@@ -240,6 +243,36 @@ class Planner:
             gpu = self.search.gpu
             what = f"{most} x {gpu.name}" if gpu else plural(most, "replica")
         return replace(host, message=fleet_host_line(host, with_tier.message, what))
+
+    def _with_tier(self, gib: float):
+        """A fleet search's `make`: the plan's policy with a host tier of `gib` a replica."""
+        return lambda **keys: self._policy(**{"host_tier_gib": gib, **keys})
+
+    def _cut_fleet_tier(self, tiered, tiered_fs: FleetSearch, most: int | None):
+        """(GiB, search, outcome): the tier of the fleet that needs fewer GPUs cut down to
+        the smallest (in slots, within 5%) with which it still meets the targets, and that
+        fleet confirmed at it as the search confirms its answer (it and the fleet one step
+        smaller, with that tier, replayed to their end; a smaller one that meets is the
+        answer). Where the tier kept misses after all, the whole budget stays."""
+        best = tiered.fleets[0]
+        blocks = best.found.num_blocks if best.found is not None else best.room_blocks
+        _, gib, _ = smallest_tier(
+            self.ev,
+            lambda g: tiered_fs.policy(best.shape, blocks, host_tier_gib=g),
+            self.targets,
+            chunk_bytes(self.per_block),
+            self.host_budget_gib,
+            stop_early=True,
+        )
+        cut_fs = self._fleet_search(self._with_tier(gib), most_gpus=most)
+        at = cut_fs.policy(best.shape, blocks)
+        measure = self.ev.measure(at, f"host tier {gib:.2f} GiB")  # smallest_tier's last
+        if gib >= self.host_budget_gib or not measure.meets(self.targets):
+            return self.host_budget_gib, tiered_fs, tiered
+        found = None if best.found is None else replace(best.found, measure=measure)
+        fleet = replace(best, policy=at, measure=measure, found=found)
+        fleet, check = cut_fs.confirm(fleet, list(tiered.searched_tp), tiered.floor_blocks)
+        return gib, cut_fs, replace(tiered, fleets=[fleet, *tiered.fleets[1:]], check=check)
 
     def _check_fleet_tier(self) -> None:
         """A latency plan beside a host tier: what the tier's fleet replays refuse, before
