@@ -12,17 +12,8 @@ the host, so a tier no larger than the GPU pool holds nothing the pool does not 
 docs; analyzer/sim/vllm/offload.py).
 
 A host hit counts as a hit in the useful hit ratio (its tokens are loaded, not computed);
-the wait it costs is the concurrent replay's, in its TTFT.
-
-With a latency target (`--ttft-p99`, `--tpot-p99`) the plan is a fleet search (`fleet.py`):
-after its answer without a tier (G GPUs, or replicas without a GPU), the same search runs
-again with the whole budget as every replica's own tier (`host_tier_gib` on each replica of
-the fleet replay), bounded by G (no fleet with more GPUs is tried: one replay rules out a
-tensor parallel and router that misses at G), and answers with the fewest GPUs it finds and
-how many fewer than G. Where that is fewer, the tier is cut down at that fleet as above (each
-bisection replay a fleet replay, stopped once its TTFT p99 has missed) and the fleet checked
-at the tier kept (it and the fleet one step smaller, both with that tier, replayed to their
-end); else the whole budget is said, with the search's own check (`FleetHostAnswer`).
+the wait it costs is the concurrent replay's, in its TTFT. With a latency target the budget
+sizes fleets instead: `host_fleet.py`.
 """
 
 from __future__ import annotations
@@ -36,7 +27,6 @@ from analyzer.config.host_tier import GIB, host_slots
 from analyzer.config.policy import Policy
 from analyzer.pipeline.plan.evaluate import Evaluator, Targets
 from analyzer.pipeline.plan.result import Candidate
-from analyzer.words import plural
 
 TOLERANCE = 0.05  # the tier found is at most this share above the smallest that meets
 
@@ -72,83 +62,6 @@ class HostTierAnswer:
             "with_tier": None if self.with_tier is None else self.with_tier.as_dict(),
             "message": self.message,
         }
-
-
-@dataclass(frozen=True)
-class FleetHostAnswer:
-    """A latency plan beside a host tier: the fleet with the fewest GPUs (replicas without a
-    GPU) without a tier and with the whole budget on every replica, their GPUs, and the lines
-    that say it and check the tier's fleet."""
-
-    budget_gib: float  # per replica, as asked: each replica's own tier
-    host_gib: float  # the tier each replica keeps: cut down where it saves GPUs, else whole
-    host_chunks: int  # the slots it holds
-    without: Candidate | None
-    with_tier: Candidate | None
-    gpus_without: int | None  # GPUs in all (replicas without a GPU); None: no fleet met
-    gpus_with: int | None
-    replays: int  # the replays of the search with the tier (its check included)
-    message: str = ""
-    check: str | None = None  # the tier's fleet and the one a step smaller, replayed
-
-    @property
-    def gpus_saved(self) -> int | None:
-        """GPUs (replicas) fewer with the tier; None where no fleet with it met."""
-        if self.gpus_with is None:
-            return None
-        if self.gpus_without is None:
-            return None
-        return self.gpus_without - self.gpus_with
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "host_memory_budget_gib": self.budget_gib,
-            "host_tier_gib": self.host_gib if self.with_tier is not None else None,
-            "host_tier_chunks": self.host_chunks if self.with_tier is not None else None,
-            "per": "replica",
-            "useful_hit_ratio": None if self.with_tier is None else self.with_tier.useful_hit_ratio,
-            "gpus_without_tier": self.gpus_without,
-            "gpus_with_tier": self.gpus_with,
-            "gpus_saved": self.gpus_saved,
-            "without_tier": None if self.without is None else self.without.as_dict(),
-            "with_tier": None if self.with_tier is None else self.with_tier.as_dict(),
-            "replays": self.replays,
-            "message": self.message,
-            "check": self.check,
-        }
-
-
-def fleet_host_line(answer: FleetHostAnswer, tiered: str, what: str) -> str:
-    """The latency plan's line about the host tier: `tiered` is the search's own line with
-    the tier (its fewest GPUs, or why none met), `what` says GPUs ("8 x H200") or replicas."""
-    budget = f"{answer.budget_gib:g} GiB of host memory on each replica"
-    if answer.host_gib < answer.budget_gib:
-        budget += (
-            f", cut to host_tier_gib={answer.host_gib:.2f} ({answer.host_chunks:,} slots: the "
-            "smallest, within 5%, with which the fleet below still meets the targets)"
-        )
-    else:
-        budget += f" (host_tier_gib={answer.host_gib:g}, {answer.host_chunks:,} slots)"
-    searched = f"[{plural(answer.replays, 'replay')} with the tier]"
-    if answer.gpus_with is None:
-        if answer.gpus_without is None:
-            return f"host tier: with {budget}: {tiered} {searched}"
-        return (
-            f"host tier: {budget} saves nothing at these targets: no fleet with it meets them "
-            f"within the {what} the plan needs without it ({tiered}) {searched}"
-        )
-    if answer.gpus_without is None:
-        return (
-            f"host tier: with {budget}, {tiered}, where no fleet meets the targets without "
-            f"it {searched}"
-        )
-    saved = answer.gpus_saved
-    said = (
-        f"{saved} fewer than the {what} without it at the same targets"
-        if saved
-        else f"the same {what} as without it: it saves none at these targets"
-    )
-    return f"host tier: with {budget}, {tiered}: {said} {searched}"
 
 
 def smallest_tier(

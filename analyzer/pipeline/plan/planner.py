@@ -10,7 +10,7 @@ from analyzer.access.geometry import fit_policy
 from analyzer.access.inputs import request_input
 from analyzer.access.workers import map_partitions
 from analyzer.config.hardware import gpu_memory
-from analyzer.config.host_tier import GIB, chunk_bytes, host_slots
+from analyzer.config.host_tier import GIB, chunk_bytes
 from analyzer.config.memory import bytes_per_block, parse_size
 from analyzer.config.models import DEFAULT_GEOMETRY_MODEL, load_model
 from analyzer.config.policy import Policy
@@ -27,19 +27,13 @@ from analyzer.pipeline.plan.answer import (
 from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.evaluate import Evaluator, Progress, Targets
 from analyzer.pipeline.plan.fleet import MAX_REPLICAS, FleetSearch
-from analyzer.pipeline.plan.host import (
-    FleetHostAnswer,
-    HostTierAnswer,
-    fleet_host_line,
-    host_line,
-    smallest_tier,
-)
+from analyzer.pipeline.plan.host import HostTierAnswer, host_line, smallest_tier
+from analyzer.pipeline.plan.host_fleet import FleetHostAnswer, TierFleets
 from analyzer.pipeline.plan.result import PlanResult
 from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
 from analyzer.pipeline.plan.window import up_to_window_end, window_bounds
 from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import DEFAULT_DB, trace_block_tokens
-from analyzer.words import plural
 
 # The keys the search sets itself (a --set of one of them is replaced).
 SEARCHED = ("retention_interval", "prefix_match_unit", "replicas", "routing", "num_blocks")
@@ -214,65 +208,19 @@ class Planner:
         )
 
     def _fleet_host_tier(self, framing, ceilings, outcome, answer, fs) -> FleetHostAnswer:
-        """The fleet search again with the whole host budget as every replica's tier, within
-        the GPUs (replicas) of the answer without it; where it needs fewer, its tier cut
-        down (`_cut_fleet_tier`; `host.py`)."""
-        budget = self.host_budget_gib
-        most = fs.gpus(outcome.fleets[0].shape) if outcome.fleets else None
-        before = self.ev.replays
-        tiered_fs = self._fleet_search(self._with_tier(budget), most_gpus=most)
-        tiered = tiered_fs.run()
-        self.notes.extend(n for n in tiered.notes if n not in self.notes)
-        gib = budget
-        if tiered.fleets and (most is None or tiered_fs.gpus(tiered.fleets[0].shape) < most):
-            gib, tiered_fs, tiered = self._cut_fleet_tier(tiered, tiered_fs, most)
-        with_tier = fleet_answer(framing, ceilings, tiered, tiered_fs)
-        host = FleetHostAnswer(
-            budget,
-            gib,
-            host_slots(gib, chunk_bytes(self.per_block)),
-            answer.candidates[0] if answer.candidates else None,
-            with_tier.candidates[0] if with_tier.candidates else None,
-            most,
-            tiered_fs.gpus(tiered.fleets[0].shape) if tiered.fleets else None,
-            self.ev.replays - before,
-            check=None if with_tier.check is None else f"host tier {with_tier.check}",
-        )
-        what = ""  # what the answer without the tier takes
-        if most is not None:
-            gpu = self.search.gpu
-            what = f"{most} x {gpu.name}" if gpu else plural(most, "replica")
-        return replace(host, message=fleet_host_line(host, with_tier.message, what))
-
-    def _with_tier(self, gib: float):
-        """A fleet search's `make`: the plan's policy with a host tier of `gib` a replica."""
-        return lambda **keys: self._policy(**{"host_tier_gib": gib, **keys})
-
-    def _cut_fleet_tier(self, tiered, tiered_fs: FleetSearch, most: int | None):
-        """(GiB, search, outcome): the tier of the fleet that needs fewer GPUs cut down to
-        the smallest (in slots, within 5%) with which it still meets the targets, and that
-        fleet confirmed at it as the search confirms its answer (it and the fleet one step
-        smaller, with that tier, replayed to their end; a smaller one that meets is the
-        answer). Where the tier kept misses after all, the whole budget stays."""
-        best = tiered.fleets[0]
-        blocks = best.found.num_blocks if best.found is not None else best.room_blocks
-        _, gib, _ = smallest_tier(
+        """The fleets searched again with the host tier on every replica (`host_fleet.py`)."""
+        tiers = TierFleets(
             self.ev,
-            lambda g: tiered_fs.policy(best.shape, blocks, host_tier_gib=g),
             self.targets,
-            chunk_bytes(self.per_block),
             self.host_budget_gib,
-            stop_early=True,
+            chunk_bytes(self.per_block),
+            self.search.gpu.name if self.search.gpu else None,
+            self._fleet_search,
+            self._policy,
         )
-        cut_fs = self._fleet_search(self._with_tier(gib), most_gpus=most)
-        at = cut_fs.policy(best.shape, blocks)
-        measure = self.ev.measure(at, f"host tier {gib:.2f} GiB")  # smallest_tier's last
-        if gib >= self.host_budget_gib or not measure.meets(self.targets):
-            return self.host_budget_gib, tiered_fs, tiered
-        found = None if best.found is None else replace(best.found, measure=measure)
-        fleet = replace(best, policy=at, measure=measure, found=found)
-        fleet, check = cut_fs.confirm(fleet, list(tiered.searched_tp), tiered.floor_blocks)
-        return gib, cut_fs, replace(tiered, fleets=[fleet, *tiered.fleets[1:]], check=check)
+        host = tiers.answer(framing, ceilings, outcome, answer, fs)
+        self.notes.extend(n for n in host.notes if n not in self.notes)
+        return host
 
     def _check_fleet_tier(self) -> None:
         """A latency plan beside a host tier: what the tier's fleet replays refuse, before
