@@ -15,9 +15,11 @@ from click.testing import CliRunner
 from analyzer.access.trace import load_trace
 from analyzer.cli import cli
 from analyzer.config.memory import bytes_per_block
+from analyzer.config.step_models import step_model
 from analyzer.pipeline import calibrate as module
 from analyzer.pipeline.calibrate import calibrate
-from analyzer.pipeline.replay import num_groups, routed_partitions, run_replay
+from analyzer.pipeline.calibrate_roofline import RooflineReplayer
+from analyzer.pipeline.replay import num_groups, replay_rows, routed_partitions, run_replay
 from analyzer.sim.dispatch import make_policy
 from analyzer.sim.vllm import concurrent_replay
 from analyzer.store.db import connect
@@ -153,3 +155,15 @@ def test_a_tier_under_async_scheduling_is_a_one_line_error(rotating_db):
         "Error: policy key 'host_tier_gib': a host tier is not modelled with async_scheduling "
         "(two steps in flight); set async_scheduling false\n"
     )
+
+
+def test_the_roofline_fit_replays_the_tier_as_replay_does(rotating_db):
+    """`hpa calibrate --gpu`'s replays (RooflineReplayer) give each request the TTFT `hpa
+    replay` gives with the tier, and count a host hit as not computed (its bins)."""
+    keys = {k: v for k, v in POLICY.items() if not k.startswith("step_")}
+    policy = make_policy({**keys, **TIER, "gpu": "H200"})
+    trace = _trace(rotating_db)
+    replayer = RooflineReplayer(trace, policy)
+    ttft_ms = replayer.ttft_ms(step_model(policy).efficiency)
+    assert ttft_ms == pytest.approx(np.asarray(replay_rows(trace, policy)["ttft_s"]) * 1e3)
+    assert replayer.new_tokens.tolist() == [520] * 4 + [8] * 8
