@@ -36,7 +36,7 @@ from analyzer.sim.vllm.reference import VllmReplay
 from analyzer.sim.vllm.replica import ReplicaClock
 from analyzer.sim.vllm.scheduled import ScheduledPrefixes
 from analyzer.sim.vllm.scheduler import mamba_split
-from analyzer.sim.vllm.sleepers import SleepingDecoders
+from analyzer.sim.vllm.sleepers import SleepingDecoders, steps_to_events
 from analyzer.sim.vllm.step_ends import StepEnds
 from analyzer.sim.watch import current_watch
 
@@ -65,10 +65,7 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
             events |= {(e + 1) % self.layout.block_size for e in self._events}
         self.events = frozenset(events)
         # Per position in a block: decode steps until one at an event position.
-        B = self.layout.block_size
-        self.to_event = [
-            min((e - r) % B for e in self.events) if self.events else B for r in range(B)
-        ]
+        self.to_event = steps_to_events(self.events, self.layout.block_size)
         self.quiet = not self.layout.speculative  # a drafter re-caches at every sample
         # The step's time from the model and the GPU (None: step_base + step_token x tokens),
         # which prices each decode by its context (the sleepers' in one sum).

@@ -15,6 +15,22 @@ from bisect import bisect_right
 from analyzer.sim.vllm.flight import Flight
 
 
+def steps_to_events(events: frozenset[int], block_size: int) -> list[int]:
+    """Per position r in a block: the decode steps from r to the next event position (0 at
+    an event; cyclic, into the next block; `block_size` where there is none). One sweep back
+    over the block (every position is an event where no shortcut is admitted: a min over the
+    events for each position cost 17 ms a replay at 528-token blocks)."""
+    if not events:
+        return [block_size] * block_size
+    steps = [0] * block_size
+    following = min(events) + block_size  # the first event of the next block
+    for r in range(block_size - 1, -1, -1):
+        if r in events:
+            following = r
+        steps[r] = following - r
+    return steps
+
+
 def _order(entry: tuple) -> int:
     return entry[0].order
 
