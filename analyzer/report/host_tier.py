@@ -155,7 +155,7 @@ def host_sweep_figure(points: pl.DataFrame) -> go.Figure:
             )  # fmt: skip
     pools = sorted({g for g in points["memory_gib"].to_list() if g})
     line = {"dash": "dash", "color": "#888"}
-    for gib in pools:  # a tier no larger than the GPU pool adds nothing
+    for gib in pools:  # serially, a tier no larger than the GPU pool adds nothing
         place.mark(fig, gib, f"GPU pool {gib:g} GiB", line, 2 if timed else 1)
     fig.update_xaxes(title="host KV tier (GiB)", row=2 if timed else 1, col=1)
     fig.update_xaxes(**place.axis())
@@ -186,9 +186,11 @@ def host_section(data) -> tuple[str, list[str]]:
         "A host (CPU) KV tier keeps copies of the prompt blocks the GPU computed; a request "
         "whose prefix the GPU evicted loads it back instead of recomputing it, and waits for "
         "the load. The useful hit ratio counts both tiers; the GPU hit alone is drawn dotted. "
-        "A tier no larger than the GPU pool adds nothing (vLLM's docs say so too): the copies "
-        "it keeps are the ones the GPU still has. Beyond its hit, <i>host evicted</i> is what "
-        "the tier would have added had it kept every copy, <i>never stored</i> what it would "
+        "One request at a time, a tier no larger than the GPU pool adds nothing (vLLM's docs "
+        "say so too): the copies it keeps are the ones the GPU still has; under load it can, "
+        "as the running requests hold pool blocks that keep nothing for later. Beyond its "
+        "hit, <i>host evicted</i> is what the tier would have added had it kept every copy, "
+        "<i>never stored</i> what it would "
         "have added had every computed chunk been stored (decode tokens, sparse boundaries the "
         "GPU did not keep, offers dropped for want of a slot)."
     )
