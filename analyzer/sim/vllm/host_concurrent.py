@@ -43,6 +43,7 @@ from analyzer.sim.vllm.flight import Flight
 from analyzer.sim.vllm.gates import events
 from analyzer.sim.vllm.layout import FULL
 from analyzer.sim.vllm.offload import Connector, Offload
+from analyzer.sim.vllm.sleepers import steps_to_events
 
 
 def check_host_schedule(policy: Policy) -> None:
@@ -88,8 +89,7 @@ class HostTierConcurrent(ConcurrentReplay):
         (to record, and to offer without prompt-only) or hashes a Mamba state."""
         assert self.block_size - 1 in gpu_events, gpu_events
         self.events = frozenset(gpu_events)
-        B = self.block_size
-        self.to_event = [min((e - r) % B for e in self.events) for r in range(B)]
+        self.to_event = steps_to_events(self.events, self.block_size)
 
     # -- when steps run --------------------------------------------------------------------
 
