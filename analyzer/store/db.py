@@ -170,7 +170,11 @@ def _writable(path: Path, reader: duckdb.DuckDBPyConnection | None) -> duckdb.Du
     empty = _empty_file(path)
     if empty or not path.exists():  # removed while the command computed
         raise _no_store(path, empty)
-    reader.execute(load_sql("store_detach"))
+    try:
+        reader.execute(load_sql("store_detach"))
+    except duckdb.ConnectionException:  # closed already (workers read meanwhile): a new one
+        _SWAPPABLE.discard(reader)
+        return connect(path, create=False)
     try:
         _attach_store(reader, path, read_only=False)
     except duckdb.Error as exc:

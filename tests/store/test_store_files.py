@@ -232,6 +232,20 @@ def test_a_reader_is_attached_again_writable_in_its_own_duckdb_instance(store):
         check.close()
 
 
+def test_a_reader_closed_meanwhile_gives_way_to_a_new_writable_connection(store):
+    from analyzer.store.db import open_to_store, trace_fingerprint
+
+    con = connect(store, create=False, reader=True)
+    read_from = trace_fingerprint(con)[0]
+    con.close()
+    writer = open_to_store(store, read_from, reader=con)
+    try:
+        assert writer is not con
+        writer.execute("CREATE TABLE written AS SELECT 8 AS x")
+    finally:
+        writer.close()
+
+
 def test_a_store_removed_while_the_command_computed_is_not_made_again(store):
     from analyzer.errors import StoreError
     from analyzer.store.db import open_to_store, trace_fingerprint
