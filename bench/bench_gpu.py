@@ -2,7 +2,9 @@
 the device's sort and scan rates, the sort matcher on CuPy against the C radix tree in
 process on the same ids (answers must be identical), and `hpa match` as whole processes
 (`--backend cupy` against `--backend numpy`), each on a first run (CuPy's kernel cache
-empty) and warm. Everything it prints is also written as JSON to --out.
+empty) and warm, and where the sort matcher starts to beat the radix tree (`crossover`: the
+first 1, 4, 16 and 64 M units of the trace, and all of it; what `--backend auto` needs).
+Everything it prints is also written as JSON to --out.
 
     python bench/bench_gpu.py --tokens 50e6 --out $OUT/gpu.json
     python bench/bench_gpu.py --tokens 2e6 --dry-run     # no GPU: the NumPy steps instead
@@ -93,6 +95,55 @@ def in_process(db: Path, xp, dry_run: bool) -> dict:
     return timings
 
 
+def crossover(db: Path, xp, sizes: list[int]) -> dict:
+    """The radix tree and the sort matcher (warm: one untimed call first) on the first
+    requests of the trace up to each of `sizes` units, answers checked equal: where the
+    sort matcher starts to win is what `--backend auto` needs (issue 50, item 3)."""
+    import dataclasses
+
+    import duckdb
+
+    from analyzer.access.sources import DuckDBSource
+    from analyzer.prefixes.engine import MatchOptions, run_matcher
+    from analyzer.prefixes.source import PartitionSource
+
+    con = duckdb.connect(str(db), read_only=True)
+    held = DuckDBSource(con).held()
+    con.close()
+    ends = np.cumsum(held.meta.insert_len)
+    rows = []
+    for size in sizes:
+        k = int(np.searchsorted(ends, size, side="right")) or 1
+        meta = dataclasses.replace(
+            held.meta,
+            **{
+                f.name: getattr(held.meta, f.name)[:k]
+                for f in dataclasses.fields(held.meta)
+                if f.name != "namespaces"
+            },
+        )
+        offsets = held.offsets[: k + 1]
+        part = PartitionSource(meta, held.flat[: offsets[-1]], offsets)
+        started = time.perf_counter()
+        radix = run_matcher(part, xp=np, options=MatchOptions(compiled_min_units=0))
+        radix_s = time.perf_counter() - started
+        sort = MatchOptions(matcher="sort", compiled_min_units=1 << 62)
+        run_matcher(part, xp=xp, options=sort)  # kernels compiled, memory pools warm
+        _sync(xp)
+        started = time.perf_counter()
+        got = run_matcher(part, xp=xp, options=sort)
+        _sync(xp)
+        sort_s = time.perf_counter() - started
+        for field in FIELDS:
+            if not np.array_equal(getattr(got, field), getattr(radix, field)):
+                raise SystemExit(f"{k} requests: the sort matcher's {field} differs")
+        rows.append(
+            {"requests": k, "units": int(ends[k - 1]), "radix_s": radix_s, "sort_warm_s": sort_s}
+        )
+    wins = [r["units"] for r in rows if r["sort_warm_s"] < r["radix_s"]]
+    return {"rows": rows, "sort_wins_from_units": min(wins) if wins else None}
+
+
 def whole_processes(db: Path, dry_run: bool, runs: int) -> dict:
     """`hpa match` as a user runs it: --backend cupy (a first run with CuPy's kernel cache
     empty, then warm) and --backend numpy, interleaved; medians."""
@@ -154,6 +205,9 @@ def main() -> int:
         xp._cp if hasattr(xp, "_cp") else xp, args.primitive_units
     )
     report["in_process"] = in_process(db, xp, args.dry_run)
+    units = report["in_process"]["units"]
+    ladder = [u for u in (1 << 20, 1 << 22, 1 << 24, 1 << 26) if u < units] + [units]
+    report["crossover"] = crossover(db, xp, ladder)
     report["whole_process_s"] = whole_processes(db, args.dry_run, args.runs)
     text = json.dumps(report, indent=2)
     print(text)
