@@ -11,8 +11,9 @@ For each replica count (2, 4, 8):
 - Dynamo: `bench/dynamo_replay.py` under Dynamo's own Python (`--dynamo-python`, default
   $HPA_DYNAMO_PYTHON or /tmp/dynvenv/bin/python), `round_robin` and `kv_router`. Without it,
   the script says how to make that venv and leaves Dynamo's rows out.
-- hpa: `hpa replay --policy vllm-concurrent` (attention only) with each router of `--routers`
-  (round_robin, least_loaded, prefix_aware, llm-d, dynamo, sglang, chwbl); a router hpa
+- hpa: `hpa replay --policy vllm-concurrent --set async_scheduling=false` (attention only:
+  Dynamo's mocker runs one batch at a time, as vLLM's synchronous loop) with each router of
+  `--routers` (round_robin, least_loaded, prefix_aware, llm-d, dynamo, sglang, chwbl); a router hpa
   refuses (not written yet, say) is skipped with its one-line error. The trace is ingested
   once into a temporary DuckDB (timed apart); the figures are read back with `hpa query`.
 
@@ -59,6 +60,10 @@ HPA_ROUTERS = ("round_robin", "least_loaded", "prefix_aware", "llm-d", "dynamo",
 # hpa's router that answers to Dynamo's, for the ratio lines.
 PAIRS = {"dynamo": "kv_router", "round_robin": "round_robin"}
 STEP = {"block_size": 512, "num_blocks": 2048, "step_base_ms": 30, "step_token_us": 18.6}
+# Dynamo's mocker schedules a step once the previous one has run (one batch in flight), as
+# vLLM's synchronous loop does; hpa's replay defaults to vLLM's async scheduling (two in
+# flight, an arrival first scheduled a step later), so its rows set the synchronous loop.
+HPA_ONLY = {"async_scheduling": "false"}
 MAKE_VENV = """Dynamo's Python is missing ({path}); its rows are left out. To make it (8 s, 312 MB):
     python3 -m venv /tmp/dynvenv
     /tmp/dynvenv/bin/pip install --no-deps ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1
@@ -131,7 +136,7 @@ def dynamo_row(args, n: int, router: str) -> dict:
 
 
 def hpa_row(args, db: Path, n: int, router: str) -> dict:
-    sets = {**STEP, "replicas": n, "routing": router, "groups": "full_attention"}
+    sets = {**STEP, **HPA_ONLY, "replicas": n, "routing": router, "groups": "full_attention"}
     cmd = [*args.hpa, "replay", "--db", str(db), "--policy", "vllm-concurrent"]
     for key, value in sets.items():
         cmd += ["--set", f"{key}={value}"]
