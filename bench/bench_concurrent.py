@@ -8,7 +8,11 @@ carrying a recent request's prompt + outputs, bursts of 4-16 requests a few ms a
 a system prompt + a document, and unrelated prompts; about 2,800 prompt tokens a request, 1-119
 outputs. Configurations: (a) FA + Mamba align, B = 544, 100,000 blocks; (b) the same with 400
 blocks (eviction, preemption); (c) FA only, B = 16, 3,000 blocks. Retention 0, budget 8192,
-max_num_seqs 256, time scale 1, a step of 5 ms + 100 us per scheduled token.
+max_num_seqs 256, time scale 1, a step of 5 ms + 100 us per scheduled token. Both sides run the
+same loop: vLLM's async scheduling by default (hpa's `async_scheduling` true, as `vllm serve`
+runs; the oracle is `tools/oracle/vllm_async_oracle.py --async-scheduling`, vLLM's
+`AsyncScheduler` with two batches in flight), or with `--sync` the synchronous loop on both
+(`async_scheduling` false; the oracle's own `--concurrent` mode).
 
 Each contender runs in a fresh process (its peak RSS is its own), `--runs` times (3), in
 pairs (hpa, then the oracle: a pair sees about one machine state, and the oracle's own time
@@ -25,7 +29,8 @@ Then a capacity curve on sample_traces/mixed.jsonl.gz (ingested into a temporary
 partitions, each its own pool): the useful hit ratio (hit tokens / prompt tokens) of
 `run_replay` for several pool sizes, serial against concurrent at time scale 1 and 0.2.
 
-Usage: `python bench/bench_concurrent.py [--requests 2000] [--seed 0] [--runs 3] [--no-curve]`.
+Usage: `python bench/bench_concurrent.py [--requests 2000] [--seed 0] [--runs 3] [--sync]
+[--no-curve]`.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ ORACLE_PYTHON = Path(
 ORACLE_SCRIPT = Path(
     os.environ.get("HPA_ORACLE_SCRIPT", ROOT.parent / "shared/oracle/vllm_oracle.py")
 )
+# vLLM's AsyncScheduler driven as `vllm serve` drives it (loads ORACLE_SCRIPT for the rest).
+ASYNC_ORACLE = ROOT / "tools" / "oracle" / "vllm_async_oracle.py"
 FA, MAMBA = "full_attention", "mamba"
 RATE, BURST_SHARE, VOCAB = 7.5, 0.05, 32000
 CLOCK = {"max_num_seqs": 256, "step_base_ms": 5.0, "step_token_us": 100.0, "time_scale": 1.0}
@@ -74,7 +81,7 @@ COUNTS = (
 CURVE_BLOCKS = (50, 100, 200, 400, 800, None)
 
 
-def policy_of(config: dict, schedule: str = "concurrent") -> dict:
+def policy_of(config: dict, schedule: str = "concurrent", async_scheduling: bool = True) -> dict:
     values = {
         "engine": "vllm",
         "retention_interval": 0,
@@ -82,7 +89,9 @@ def policy_of(config: dict, schedule: str = "concurrent") -> dict:
         "num_blocks": 100_000,
         **config,
     }
-    return {**values, "schedule": "concurrent", **CLOCK} if schedule == "concurrent" else values
+    if schedule != "concurrent":
+        return values
+    return {**values, "schedule": "concurrent", **CLOCK, "async_scheduling": async_scheduling}
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,12 +197,12 @@ peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"seconds": seconds, "peak_mib": peak, "rows": rows}))
 """
 
-# The oracle's own main() (so its stdout and stderr are the CLI's), then its peak RSS.
+# The oracle's own main() (so its stdout and stderr are the CLI's), then its peak RSS: argv[1]
+# is the oracle script's folder, argv[2] its module (vllm_oracle or vllm_async_oracle).
 _ORACLE_CHILD = """
-import json, resource, sys
+import importlib, json, resource, sys
 sys.path.insert(0, sys.argv[1])
-import vllm_oracle
-rc = vllm_oracle.main(sys.argv[2:])
+rc = importlib.import_module(sys.argv[2]).main(sys.argv[3:])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"peak_mib": peak}), file=sys.stderr)
 sys.exit(rc)
@@ -214,6 +223,7 @@ def run_hpa(trace: Path, policy: dict) -> dict:
 
 def oracle_args(policy: dict) -> list[str]:
     args = ["--concurrent", "--block-size", str(policy["block_size"])]
+    args += ["--async-scheduling"] if policy["async_scheduling"] else []
     args += ["--mamba-mode", "align" if MAMBA in policy["groups"] else "off"]
     args += ["--retention-interval", str(policy["retention_interval"])]
     args += ["--max-num-batched-tokens", str(policy["max_num_batched_tokens"])]
@@ -225,10 +235,14 @@ def oracle_args(policy: dict) -> list[str]:
 
 
 def run_oracle(trace: Path, policy: dict) -> dict:
-    cmd = [str(ORACLE_PYTHON), "-c", _ORACLE_CHILD, str(ORACLE_SCRIPT.parent)]
+    script = ASYNC_ORACLE if policy["async_scheduling"] else ORACLE_SCRIPT
+    cmd = [str(ORACLE_PYTHON), "-c", _ORACLE_CHILD, str(script.parent), script.stem]
     cmd += ["--trace", str(trace), *oracle_args(policy)]
+    env = {**os.environ, "HPA_ORACLE_SCRIPT": str(ORACLE_SCRIPT)}
     started = time.perf_counter()
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ORACLE_SCRIPT.parent)
+    out = subprocess.run(
+        cmd, check=True, capture_output=True, text=True, cwd=ORACLE_SCRIPT.parent, env=env
+    )
     wall = time.perf_counter() - started
     lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
     err = [json.loads(x) for x in out.stderr.splitlines() if x.startswith("{")]
@@ -238,7 +252,7 @@ def run_oracle(trace: Path, policy: dict) -> dict:
     summary = next(x for x in lines if x.get("summary"))
     return {
         "seconds": timing["replay_seconds"],
-        "setup": timing["setup_seconds"],
+        "setup": timing.get("setup_seconds", timing.get("setup_s", 0.0)),
         "wall": wall,
         "peak_mib": peak,
         "rows": rows,
@@ -273,12 +287,12 @@ def _load(rows: list[dict]) -> str:
 
 
 def bench_config(
-    name: str, config: dict, trace: Path, n: int, oracle: bool, runs: int
+    name: str, config: dict, trace: Path, n: int, oracle: bool, runs: int, async_scheduling: bool
 ) -> tuple[float, bool]:
     """Prints one configuration's rows; returns (median replay-time ratio, per-request
     identical). Each contender runs `runs` times, in pairs (ours, then the baseline), so each
     pair sees about the same machine state; the figures are medians."""
-    policy = policy_of(config)
+    policy = policy_of(config, async_scheduling=async_scheduling)
     print(f"\n{name}")
     pairs = []
     for _ in range(runs):
@@ -400,6 +414,11 @@ def main() -> int:
     parser.add_argument(
         "--runs", type=int, default=3, help="paired runs of each contender (medians reported)"
     )
+    parser.add_argument(
+        "--sync",
+        action="store_true",
+        help="both sides on the synchronous loop (default: async scheduling on both)",
+    )
     args = parser.parse_args()
     trace = trace_file(args.requests, args.seed)
     records = [json.loads(line) for line in trace.read_text().splitlines()]
@@ -418,9 +437,11 @@ def main() -> int:
             f"oracle not found ({ORACLE_PYTHON}, {ORACLE_SCRIPT}): the comparison with vLLM is "
             "skipped; the baseline is hpa's serial replay of the same trace"
         )
+    mode = "synchronous loop" if args.sync else "async scheduling (vLLM's AsyncScheduler)"
+    print(f"both sides: {mode}")
     ok = True
     for name, config in CONFIGS.items():
-        _, same = bench_config(name, config, trace, len(records), oracle, args.runs)
+        _, same = bench_config(name, config, trace, len(records), oracle, args.runs, not args.sync)
         ok &= same
     if oracle:
         print(
