@@ -209,7 +209,7 @@ def synth_cmd(
     default="build/demo",
     show_default=True,
     type=click.Path(file_okay=False),
-    help="Folder for the demo databases (replaced).",
+    help="Folder for the demo databases (replaced; one holding files no demo wrote is refused).",
 )
 @click.option(
     "--samples",

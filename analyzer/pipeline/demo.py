@@ -83,6 +83,47 @@ SAMPLE_FILES = (
 )
 
 
+# What a demo writes into its folder (a killed one may leave the store's write-ahead log, its
+# spill folder and the report's temporary file too): a folder holding only these is an
+# earlier demo's.
+DEMO_ENTRIES = frozenset(
+    {
+        "cases",
+        "samples",
+        "demo.duckdb",
+        "demo.duckdb.wal",
+        "demo.duckdb.tmp",
+        "report.html",
+        ".report.html.tmp",
+    }
+)
+
+
+def _fresh_out(out: Path) -> Path:
+    """`out` emptied and made, with its `cases` folder: an earlier demo's folder is replaced,
+    any other that holds something is refused (`--out .` would delete the user's files).
+
+    Raises:
+        InputFileError: `out` holds files no demo wrote, or it cannot be made."""
+    if out.is_dir():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in DEMO_ENTRIES)
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (
+                f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+            )
+            raise InputFileError(
+                f"--out {out}: holds {shown}, which no demo wrote; the demo replaces its "
+                "folder, so give it a new or empty one, or an earlier demo's"
+            )
+    try:
+        if out.exists():
+            shutil.rmtree(out)
+        (out / "cases").mkdir(parents=True)
+    except OSError as exc:
+        raise InputFileError(f"--out {out}: cannot make it ({exc.strerror or exc})") from None
+    return out
+
+
 def find_samples(start: Path | None = None) -> Path | None:
     """The `sample_traces/` folder in the working directory or above it, else the one of
     the clone this package runs from; None when neither exists (an installed package)."""
@@ -124,10 +165,7 @@ def run_demo(
     samples = Path(samples_dir) if samples_dir else find_samples()
     if samples is not None and not (samples / MAIN_TRACE).is_file():
         raise InputFileError(f"{samples}: no {MAIN_TRACE} in this folder")
-    out = Path(out_dir)
-    if out.exists():
-        shutil.rmtree(out)
-    (out / "cases").mkdir(parents=True)
+    out = _fresh_out(Path(out_dir))
     if samples is None:  # no clone around: make them (seeded, so the same as bundled)
         samples = write_samples(out / "samples")
     db_path = out / "demo.duckdb"

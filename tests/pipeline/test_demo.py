@@ -35,3 +35,29 @@ def test_samples_are_found_from_any_folder_of_a_clone_install(tmp_path, monkeypa
     here = demo.find_samples()
     monkeypatch.chdir(tmp_path)  # no sample_traces/ here or above: the package's clone's
     assert demo.find_samples() == here and (here / demo.MAIN_TRACE).is_file()
+
+
+def test_a_folder_holding_other_files_is_refused_and_kept(tmp_path):
+    """The demo replaces its folder: `--out .` or a folder of the user's would lose their
+    files, so one holding anything a demo does not write is refused, untouched."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "report.html").write_text("an earlier demo's")
+    result = CliRunner().invoke(cli, ["demo", "--out", str(out)])
+    assert (result.exit_code, result.output) == (
+        2,
+        f"Error: --out {out}: holds notes.txt, which no demo wrote; the demo replaces its "
+        "folder, so give it a new or empty one, or an earlier demo's\n",
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "report.html"]
+
+
+def test_a_folder_that_cannot_be_made_is_one_line(tmp_path):
+    (tmp_path / "f.txt").write_text("")
+    out = tmp_path / "f.txt" / "demo"
+    result = CliRunner().invoke(cli, ["demo", "--out", str(out)])
+    assert (result.exit_code, result.output) == (
+        2,
+        f"Error: --out {out}: cannot make it (Not a directory)\n",
+    )
