@@ -7,6 +7,8 @@ import contextlib
 import decimal
 import functools
 import math
+import os
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -27,12 +29,26 @@ def check_out_folder(out: str | Path, option: str = "--out") -> Path:
     no tree of folders)."""
     path = Path(out)
     folder = path.parent
+    where = f"{option} {path}" if option else str(path)
     if not folder.is_dir():
-        where = f"{option} {path}" if option else str(path)
         if folder.exists():
             raise InputFileError(f"{where}: {folder} is not a folder")
         raise InputFileError(f"{where}: no such folder {folder}; make it first")
+    if not path.is_dir():  # a folder that exists is written in, not beside (probe --out)
+        _check_writable(folder, where)
     return path
+
+
+def _check_writable(folder: Path, where: str) -> None:
+    """InputFileError when no file can be made in `folder` (read-only, immutable, /proc):
+    said before any work, not after a command has computed (and a store kept) its results.
+    Tried by making a file, since access() answers yes to root wherever it is refused."""
+    try:
+        handle, name = tempfile.mkstemp(prefix=".hpa-", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise InputFileError(f"{where}: cannot write ({exc.strerror or exc})") from None
+    os.close(handle)
+    _remove(Path(name))
 
 
 def check_export_path(out: str | Path) -> Path:
@@ -67,11 +83,14 @@ def write_rows(table: pa.Table, out: str | Path) -> int:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq  # imported when written: every command imports us
 
-            pq.write_table(table, tmp, compression="zstd")
+            with open(tmp, "wb") as f:  # opened here: a refusal is the system's own words
+                pq.write_table(table, f, compression="zstd")
         elif path.suffix == ".csv":
             import pyarrow.csv as pacsv
 
-            pacsv.write_csv(spreadsheet_safe(csv_ready(table)), tmp)
+            rows = spreadsheet_safe(csv_ready(table))
+            with open(tmp, "wb") as f:
+                pacsv.write_csv(rows, f)
         else:
             lines = json_lines(table)  # every value converted before the file is opened
             with open(tmp, "wb") as f:

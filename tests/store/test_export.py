@@ -1,0 +1,72 @@
+"""`--out` (and synth's OUT, report's -o, probe's folder) where no file can be made: one line
+before any work, in the system's words, and nothing stored (`store.export.check_out_folder`).
+Before, `hpa match --out /proc/m.csv` matched, stored its tables and then said `cannot write
+(Failed to open local file '/proc/.m.csv.tmp'. Detail: [errno 2] ...)`: Arrow's words, naming
+a temporary file the user never asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from analyzer.pipeline.replay import run_replay
+from analyzer.sim.dispatch import make_policy
+from analyzer.store.ingest import ingest
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+POLICY = ["--set", "block_size=64"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    db = tmp_path_factory.mktemp("export") / "s.duckdb"
+    ingest([SAMPLES / "groups_1500.jsonl"], db_path=db)
+    run_replay(make_policy({"block_size": 64}), db_path=db)
+    return db
+
+
+def _tables(db: Path) -> list[str]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return sorted(
+            r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()
+        )
+    finally:
+        con.close()
+
+
+# /proc is a folder no file can be made in, for root too (a read-only or immutable folder
+# refuses with its own words the same way: tests/test_environment_errors.py)
+@pytest.mark.parametrize(
+    ("args", "where"),
+    [
+        (["match", "--out", "/proc/m.csv"], "--out /proc/m.csv"),
+        (["match", "--out", "/proc/m.parquet"], "--out /proc/m.parquet"),
+        (["replay", *POLICY, "--out", "/proc/r.jsonl"], "--out /proc/r.jsonl"),
+        (["query", "SELECT 1", "--out", "/proc/q.csv"], "--out /proc/q.csv"),
+        (["metrics", "--out", "/proc/m.prom"], "--out /proc/m.prom"),
+        (["report", "-o", "/proc/r.html"], "--out /proc/r.html"),
+        (["synth", "/proc/t.jsonl", "--num-requests", "3"], "/proc/t.jsonl"),
+        (["probe", *POLICY, "--out", "/proc/probe"], "--out /proc/probe"),
+    ],
+)
+def test_an_out_that_cannot_be_written_is_one_line_before_any_work(store, args, where):
+    before = _tables(store)
+    db = [] if args[0] in ("synth", "probe") else ["--db", str(store)]
+    result = CliRunner().invoke(cli, [*args, *db])
+    assert (result.exit_code, result.output) == (
+        2,
+        f"Error: {where}: cannot write (No such file or directory)\n",
+    )
+    assert _tables(store) == before  # match stored prefix_matches and junctions before
+
+
+def test_a_folder_that_can_be_written_keeps_no_trace_of_the_check(tmp_path, store):
+    out = tmp_path / "m.csv"
+    result = CliRunner().invoke(cli, ["match", "--db", str(store), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["m.csv"]
