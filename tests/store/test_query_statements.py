@@ -170,8 +170,8 @@ def test_out_parquet_keeps_decimals_and_reads_back(db, tmp_path):
 def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
     """Any failure, not only the machine's: the half-written file beside the target goes."""
 
-    def half_written(table, where, **kwargs):
-        Path(where).write_bytes(b"PAR1")
+    def half_written(table, where, **kwargs):  # `where`: the file write_rows opened
+        where.write(b"PAR1")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pq, "write_table", half_written)
