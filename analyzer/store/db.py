@@ -184,6 +184,14 @@ def _writable(path: Path, reader: duckdb.DuckDBPyConnection | None) -> duckdb.Du
     return reader
 
 
+def check_store_exists(path: Path) -> None:
+    """StoreError unless `path` holds a file that is not empty: no such database, or an
+    empty file (what a store that could not be created left), in every command's words."""
+    empty = _empty_file(path)
+    if empty or not path.exists():
+        raise _no_store(path, empty)
+
+
 def _no_store(path: Path, empty: bool) -> StoreError:
     what = " (an empty file)" if empty else ""
     return StoreError(f"{path}: no such database{what}; run `hpa ingest FILE --db {path}` first")

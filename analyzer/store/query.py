@@ -16,6 +16,7 @@ from analyzer.errors import StoreError
 from analyzer.store.db import (
     DEFAULT_DB,
     NO_EXTENSIONS,
+    check_store_exists,
     connect,
     killed_ingest_left,
     load_sql,
@@ -247,8 +248,7 @@ def _open(path: Path, write: bool, files: bool) -> duckdb.DuckDBPyConnection:
     config = NO_EXTENSIONS if files else NO_FILES
     if write:
         return connect(path, create=False, config=config)
-    if not path.exists():
-        raise StoreError(f"{path}: no such database; run `hpa ingest FILE --db {path}` first")
+    check_store_exists(path)  # an empty file too, as every command says it
     con = _read_only(path, config)
     if not killed_ingest_left(con):
         return con

@@ -79,6 +79,21 @@ def test_a_missing_database_is_one_line(tmp_path):
     )
 
 
+@pytest.mark.parametrize("flags", [[], ["--write"]])
+def test_an_empty_file_is_no_database_as_every_command_says(tmp_path, flags):
+    """(docs/commands.md: an empty file is no store; the read-only query called it `not a
+    DuckDB database, not an hpa store`, the other commands `no such database`)"""
+    empty = tmp_path / "e.duckdb"
+    empty.write_bytes(b"")
+    result = query(empty, "SELECT 1", *flags)
+    assert (result.exit_code, result.output) == (
+        1,
+        f"Error: {empty}: no such database (an empty file); run `hpa ingest FILE --db {empty}` "
+        "first\n",
+    )
+    assert empty.read_bytes() == b""
+
+
 @pytest.fixture
 def hostile(tmp_path) -> Path:
     """A store whose fields hold a terminal escape and a spreadsheet formula."""
