@@ -68,17 +68,32 @@ class GroupsConfig:
         )
 
 
+# What to ask for where the vocabulary runs out: every request's first token after the shared
+# prefix (and every group's first token) is one no other such token and no shared prefix has.
+_GROUPS_ADVICE = (
+    "ask for fewer groups (num_groups), fewer requests a group (group_size) or shorter "
+    "shared prefixes (shared_tokens)"
+)
+_DIAGNOSTIC_ADVICE = "ask for fewer requests (num_requests)"
+
+
 def _grouped_prompts(
-    rng: np.random.Generator, num_groups: int, group_size: int, prompt_tokens: int, shared: int
+    rng: np.random.Generator,
+    num_groups: int,
+    group_size: int,
+    prompt_tokens: int,
+    shared: int,
+    advice: str,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """(group, prompt) pairs, group by group; shared prefixes and tails never agree by chance.
 
     Every group's first token and every tail's first token is distinct from all other such tokens
     and from the group's shared tokens, so two prompts share exactly `shared` tokens within a group
-    and none across groups.
+    and none across groups. `advice`: what to ask for where the vocabulary runs out
+    (`distinct_tokens`), in the scenario's parameters.
     """
     banned: set[int] = set()
-    firsts = distinct_tokens(rng, num_groups, banned) if shared else None
+    firsts = distinct_tokens(rng, num_groups, banned, advice=advice) if shared else None
     for group in range(num_groups):
         prefix = random_tokens(rng, shared)
         if firsts is not None:
@@ -87,14 +102,16 @@ def _grouped_prompts(
         tails = random_tokens(rng, group_size * (prompt_tokens - shared))
         tails = tails.reshape(group_size, prompt_tokens - shared)
         if prompt_tokens > shared:
-            tails[:, 0] = distinct_tokens(rng, group_size, banned)
+            tails[:, 0] = distinct_tokens(rng, group_size, banned, advice=advice)
         for tail in tails:
             yield group, np.concatenate([prefix, tail])
 
 
 def _diagnostic(cfg: DiagnosticConfig, rng: np.random.Generator) -> Iterator[dict]:
     """The seed article's test; request i arrives at i seconds."""
-    prompts = _grouped_prompts(rng, 1, cfg.num_requests, cfg.prompt_tokens, cfg.shared_tokens)
+    prompts = _grouped_prompts(
+        rng, 1, cfg.num_requests, cfg.prompt_tokens, cfg.shared_tokens, _DIAGNOSTIC_ADVICE
+    )
     for i, (_, prompt) in enumerate(prompts):
         yield {
             "request_id": f"diag-{i}",
@@ -107,7 +124,7 @@ def _diagnostic(cfg: DiagnosticConfig, rng: np.random.Generator) -> Iterator[dic
 def _groups(cfg: GroupsConfig, rng: np.random.Generator) -> Iterator[dict]:
     """Groups in order (group 0's requests first); request i arrives at i seconds."""
     prompts = _grouped_prompts(
-        rng, cfg.num_groups, cfg.group_size, cfg.prompt_tokens, cfg.shared_tokens
+        rng, cfg.num_groups, cfg.group_size, cfg.prompt_tokens, cfg.shared_tokens, _GROUPS_ADVICE
     )
     for i, (group, prompt) in enumerate(prompts):
         yield {

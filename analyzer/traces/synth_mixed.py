@@ -47,17 +47,22 @@ def random_tokens(rng: np.random.Generator, n: int) -> np.ndarray:
     return _zipf_table()[rng.integers(0, 1 << _ZIPF_TABLE_BITS, size=n)]
 
 
-def distinct_tokens(rng: np.random.Generator, n: int, banned: set[int]) -> np.ndarray:
+def distinct_tokens(
+    rng: np.random.Generator, n: int, banned: set[int], *, advice: str
+) -> np.ndarray:
     """`n` token ids, all different and none in `banned` (which then holds them too).
 
     Used as the first token after a shared prefix so that the shared part ends exactly there.
+    Where the vocabulary has fewer left, a ConfigError ending in `advice` (the scenario's
+    parameters that ask for fewer).
     """
     picked: list[int] = []
     if VOCAB_SIZE - len(banned) < n:  # drawing would never end
         raise ConfigError(
             f"the generator ran out of distinct token ids: {len(banned):,} of its {VOCAB_SIZE:,} "
-            f"are taken (earlier groups' shared tokens and first tokens), {n:,} more are needed; "
-            "ask for fewer groups or shorter shared prefixes"
+            f"{'is' if len(banned) == 1 else 'are'} taken (shared prefixes' tokens and the first "
+            f"token after each), {n:,} more "
+            f"{'is' if n == 1 else 'are'} needed; {advice}"
         )
     while len(picked) < n:
         for token in rng.integers(0, VOCAB_SIZE, size=2 * n + 8).tolist():

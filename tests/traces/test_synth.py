@@ -237,13 +237,13 @@ def test_distinct_tokens_that_the_vocabulary_cannot_give_are_an_error_not_a_hang
 
     banned = set(range(VOCAB_SIZE - 6))
     with pytest.raises(ConfigError) as caught:
-        distinct_tokens(np.random.default_rng(0), 8, banned)
+        distinct_tokens(np.random.default_rng(0), 8, banned, advice="ask for less")
     assert str(caught.value) == (
         "the generator ran out of distinct token ids: 150,994 of its 151,000 are taken "
-        "(earlier groups' shared tokens and first tokens), 8 more are needed; ask for fewer "
-        "groups or shorter shared prefixes"
+        "(shared prefixes' tokens and the first token after each), 8 more are needed; ask for "
+        "less"
     )
-    picked = distinct_tokens(np.random.default_rng(0), 6, banned)  # the last 6 still come
+    picked = distinct_tokens(np.random.default_rng(0), 6, banned, advice="")  # the last 6
     assert sorted(picked.tolist()) == list(range(VOCAB_SIZE - 6, VOCAB_SIZE))
 
 
@@ -255,3 +255,53 @@ def test_a_generator_that_fails_midway_leaves_no_file(tmp_path):
     with pytest.raises(ConfigError):
         write_jsonl(records(), tmp_path / "t.jsonl")
     assert list(tmp_path.iterdir()) == []
+
+
+# Where the vocabulary runs out, the advice names the scenario's own parameters: it said
+# "ask for fewer groups or shorter shared prefixes" to a diagnostic trace (which has no
+# groups) and to one group of 200,000 requests, and "1 more are needed". (Prompts of 2 tokens,
+# 1 shared: the vocabulary runs out before 200,000 long prompts are drawn.)
+SMALL = ["--param", "prompt_tokens=2", "--param", "shared_tokens=1"]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            [
+                "--scenario",
+                "groups",
+                *SMALL,
+                "--param",
+                "num_groups=1",
+                "--param",
+                "group_size=200000",
+            ],
+            "1 of its 151,000 is taken (shared prefixes' tokens and the first token after "
+            "each), 200,000 more are needed; ask for fewer groups (num_groups), fewer requests "
+            "a group (group_size) or shorter shared prefixes (shared_tokens)",
+        ),
+        (
+            ["--scenario", "diagnostic", *SMALL, "--param", "num_requests=160000"],
+            "1 of its 151,000 is taken (shared prefixes' tokens and the first token after "
+            "each), 160,000 more are needed; ask for fewer requests (num_requests)",
+        ),
+    ],
+)
+def test_cli_synth_vocabulary_run_out_names_the_scenarios_parameters(tmp_path, params, message):
+    out = tmp_path / "x.jsonl"
+    result = CliRunner().invoke(cli, ["synth", str(out), *params])
+    assert (result.exit_code, result.output) == (
+        2,
+        f"Error: the generator ran out of distinct token ids: {message}\n",
+    )
+    assert not out.exists()
+
+
+def test_one_more_token_id_is_needed_in_the_singular():
+    import numpy as np
+
+    from analyzer.traces.synth_mixed import VOCAB_SIZE, distinct_tokens
+
+    with pytest.raises(ConfigError, match=r", 1 more is needed; ask$"):
+        distinct_tokens(np.random.default_rng(0), 1, set(range(VOCAB_SIZE)), advice="ask")
