@@ -128,6 +128,18 @@ def _path_said(path: str, xp, meta: RequestMeta, threshold: int) -> str:
     return path
 
 
+def _sharded_said(path: str, parts: int, executor: str, threshold: int) -> str:
+    """The matchers a sharded match's partitions ran and how many partitions, on which
+    executor: 'the C radix trees, 5 partitions on executor processes', or where they
+    differ 'numpy in 4 and the C radix trees in 1 of 5 partitions ...'; numpy, where the C
+    loop is built, with why (as `_path_said`)."""
+    joined = " of" if " in " in path else ","
+    said = f"{path}{joined} {parts} partitions on executor {executor}"
+    if "numpy" in path and radix_available():
+        said += f" (a partition under {threshold:,} units skips the C radix trees)"
+    return said
+
+
 def match_prefixes(
     db_path: str | Path,
     *,
@@ -187,8 +199,9 @@ def match_prefixes(
             relations = _relations(
                 meta, result, nodes_table(meta, result.junctions, result.junction_ids)
             )
-            parts = result.num_partitions
-            name = f"{result.arrays.path}, {parts} partitions on executor {spec.name}"
+            name = _sharded_said(
+                result.arrays.path, result.num_partitions, spec.name, options.compiled_min_units
+            )
         seconds = time.perf_counter() - started
         if not source.is_dataset:
             con = open_to_store(db_path, read_from, reader=con)

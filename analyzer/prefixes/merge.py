@@ -63,7 +63,8 @@ def part_tables(ids, a: MatchArrays, j: Junctions, raw, path_requests, path_junc
 def matchers_said(parts: list[dict[str, pa.Table]]) -> str:
     """The matchers the partitions ran (`MatchArrays.path`), in one phrase: the one all
     ran ('the C radix trees'), else each with how many partitions ran it, in the order
-    they first ran ('the C radix trees in 2 and numpy in 3')."""
+    they first ran ('the C radix trees in 2 and numpy in 3', which the caller ends with
+    ' of 5 partitions ...')."""
     counts: dict[str, int] = {}
     for part in parts:
         path = part["matched_by"].column("path")[0].as_py()

@@ -499,11 +499,14 @@ def test_inserted_sequences_interleave_token_and_hash_rows():
 
 
 @pytest.mark.parametrize(
-    ("compiled_min_units", "said"),
-    [(0, "the C radix trees, "), (10**12, "numpy, ")],
+    ("compiled_min_units", "said", "why"),
+    [
+        (0, "the C radix trees, ", ""),
+        (10**12, "numpy, ", " (a partition under 1,000,000,000,000 units skips the C radix trees)"),
+    ],
 )
 def test_a_sharded_match_names_the_matcher_its_partitions_ran(
-    stores, tmp_path, compiled_min_units, said
+    stores, tmp_path, compiled_min_units, said, why
 ):
     """(before: 'numpy, N partitions' whatever the workers ran: the compiled radix trees
     over every partition of a large trace)"""
@@ -514,7 +517,29 @@ def test_a_sharded_match_names_the_matcher_its_partitions_ran(
     spec = ExecutorSpec("processes", workers=2, shard_tokens=8)
     summary = match_prefixes(db, executor=spec, options=options)
     assert summary.backend.startswith(said)
-    assert summary.backend.endswith(" partitions on executor processes")
+    assert summary.backend.endswith(f" partitions on executor processes{why}")
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("the C radix trees", "the C radix trees, 5 partitions on executor processes"),
+        (
+            "numpy in 4 and the C radix trees in 1",
+            "numpy in 4 and the C radix trees in 1 of 5 partitions on executor processes (a "
+            "partition under 1,048,576 units skips the C radix trees)",
+        ),
+    ],
+)
+def test_the_sharded_match_line_reads_as_one_phrase(path, said):
+    """(it read 'on numpy in 4 and the C radix trees in 1, 5 partitions on executor
+    processes': 4 of what, and why numpy where the C loop is built)"""
+    from analyzer.pipeline.match import _sharded_said
+    from analyzer.prefixes.radix import available as radix_available
+
+    if not radix_available():
+        pytest.skip("the C radix trees are not built here")
+    assert _sharded_said(path, 5, "processes", 1 << 20) == said
 
 
 @pytest.mark.parametrize(
