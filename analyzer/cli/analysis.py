@@ -231,7 +231,7 @@ def _print_replay(policy, result, render) -> None:
         click.echo(_serial_line(result.policy or policy))
     if result.num_caches > 1:
         click.echo(_caches_line(result.policy or policy, result.num_caches))
-    host = _host_line(result.policy or policy, result.summary)
+    host = _host_line(result.policy or policy, result.summary, result.host_waits)
     if host:
         click.echo(host)
     for note in result.notes:
@@ -246,9 +246,11 @@ def _print_replay(policy, result, render) -> None:
         )
 
 
-def _host_line(policy, summary) -> str | None:
+def _host_line(policy, summary, waits: dict | None) -> str | None:
     """A run with a host KV tier: what it gave back (part of hit_tokens above), what it did
-    not, and the loads' waits (docs/definitions.md#the-host-kv-tier); None without a tier."""
+    not, and the loads' waits over the whole run, in hpa compare's words (`waits`:
+    store.runs.host_wait_figures) (docs/definitions.md#the-host-kv-tier); None without a
+    tier."""
     from analyzer.pipeline.replay import replays_host_tier
 
     if not replays_host_tier(policy):
@@ -264,9 +266,8 @@ def _host_line(policy, summary) -> str | None:
         f"{never_stored_words(total)}; "
         f"{plural(waited, 'request')} waited for a load"
     )
-    if waited and len(rows) == 1:
-        r = rows[0]
-        line += f" (mean {r['host_wait_mean_s']:.4g} s, p99 {r['host_wait_p99_s']:.4g} s)"
+    if waits is not None and waits["mean_s"] is not None:
+        line += f", mean wait {waits['mean_s'] * 1000:,.2f} ms, p99 {waits['p99_s'] * 1000:,.2f} ms"
     return line
 
 

@@ -37,6 +37,7 @@ class ReplayOutcome:
     load: dict | None = None  # the concurrent schedule's figures (replay_load_summary.sql)
     policy: Policy | None = None  # what was replayed (the trace may have fitted its geometry)
     num_caches: int = 1  # pools replayed: (model revision, replica) pairs, or replicas
+    host_waits: dict | None = None  # host-tier loads waited for (replay_host_waits.sql)
 
 
 def check_measure_from(fraction: float) -> float:
@@ -85,8 +86,9 @@ def store_run(
     if fingerprint is None:
         notes += _stale_families(con)
     return ReplayOutcome(
-        run_id, n, summary, seconds, num_errors, notes, load_figures(con, run_id), policy
-    )
+        run_id, n, summary, seconds, num_errors, notes, load_figures(con, run_id), policy,
+        host_waits=host_wait_figures(con, run_id),
+    )  # fmt: skip
 
 
 def _stale_families(con) -> tuple[str, ...]:
@@ -110,6 +112,13 @@ def load_figures(con, run_id: int) -> dict | None:
     """TTFT, queueing, preemption and in-flight figures of a concurrent run (None: serial)."""
     row = query_arrow(con, load_sql("replay_load_summary"), {"run_id": int(run_id)}).to_pylist()
     return row[0] if row and row[0]["num_timed"] else None
+
+
+def host_wait_figures(con, run_id: int) -> dict | None:
+    """How many measured requests waited for a host-tier load, their mean and p99 seconds
+    (None where none waited: no tier, or no load)."""
+    row = query_arrow(con, load_sql("replay_host_waits"), {"run_id": int(run_id)}).to_pylist()
+    return row[0] if row[0]["waited"] else None
 
 
 NAME_MAX_CHARS = 80

@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from analyzer.cli import cli
 from analyzer.pipeline.replay import run_replay
 from analyzer.sim.dispatch import make_policy
+from analyzer.store.ingest import ingest
 from tests.conftest import db_rows as rows
-from tests.host_trace import BASE, host_trace_db
+from tests.host_trace import BASE, REQUESTS, TIER, host_trace_db
 
 
 @pytest.fixture
@@ -122,8 +123,8 @@ def test_host_figures_are_summed_per_group(host_db, tier, expected):
         (
             ["--set", "host_tier_chunks=32"],
             "host tier: 128 of the hit tokens loaded from it (32.0% of prompt tokens); not "
-            "given back: 0 stored then evicted, 0 never stored; 2 requests waited for a load "
-            "(mean 0 s, p99 0 s)",
+            "given back: 0 stored then evicted, 0 never stored; 2 requests waited for a load, "
+            "mean wait 0.00 ms, p99 0.00 ms",
         ),
         (
             ["--set", "host_tier_chunks=4"],
@@ -139,3 +140,32 @@ def test_replay_prints_the_host_line_only_with_a_tier(host_db, tier, line):
     assert result.exit_code == 0, result.output
     host = [x for x in result.output.splitlines() if x.startswith("host tier:")]
     assert host == ([] if line is None else [line])
+
+
+def test_the_host_line_gives_the_waits_of_the_whole_run_with_several_groups(tmp_path):
+    """(the mean and p99 wait were printed only where the run had one prompt family x model
+    revision: on the bundled mixed sample, 8 groups, '149 requests waited for a load' and no
+    wait, where hpa compare said 'mean wait 1.78 ms')"""
+    trace = tmp_path / "families.jsonl"
+    families = {"a": "x", "b": "y", "c": "x", "d": "x", "e": "y"}
+    trace.write_text(
+        "".join(
+            json.dumps(
+                {"request_id": r, "timestamp": float(i), "prompt_family": families[r],
+                 "prompt_token_ids": t}
+            ) + "\n"
+            for i, (r, t) in enumerate(REQUESTS)
+        )
+    )  # fmt: skip
+    db = tmp_path / "f.duckdb"
+    ingest([trace], db_path=db)
+    # d's and e's loads: 64 tokens of qwen3.5-4b, 2 MiB, over 0.1 GB/s: 20.97 ms each
+    sets = {**BASE, **TIER, "model": "qwen3.5-4b", "host_bandwidth_gbps": 0.1}
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    result = CliRunner().invoke(cli, ["replay", "--db", str(db), *args])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == (
+        "host tier: 128 of the hit tokens loaded from it (32.0% of prompt tokens); not given "
+        "back: 0 stored then evicted, 0 never stored; 2 requests waited for a load, mean wait "
+        "20.97 ms, p99 20.97 ms"
+    )
