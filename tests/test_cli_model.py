@@ -73,6 +73,20 @@ def test_show_errors_are_one_line(tmp_path):
     assert done.stderr.startswith("Error: unknown model preset 'gpt-9'; known: nemotron-nano-9b-v2")
 
 
+def test_a_folder_without_config_json_or_a_file_not_json_is_named_as_such(tmp_path):
+    """(both were 'unknown model preset ...', as if a path were a preset's name)"""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "config.yaml").write_text("architectures: []")
+    for given, why in (
+        (tmp_path / "model", f"model folder {tmp_path / 'model'}: no config.json in it (a "
+         "model folder is read for its Hugging Face config.json)"),
+        (tmp_path / "config.yaml", f"model file {tmp_path / 'config.yaml'}: not a .json file "
+         "(a model file is a preset's layout or a Hugging Face config.json)"),
+    ):  # fmt: skip
+        done = run("model", "show", given)
+        assert (done.exit_code, done.stderr) == (2, f"Error: {why}\n")
+
+
 def test_show_with_a_gpu_prints_the_step_model():
     config = "tests/fixtures/hf_configs/qwen3.5-35b-a3b.json"
     out = CliRunner().invoke(cli, ["model", "show", config, "--gpu", "H200", "--format", "json"])

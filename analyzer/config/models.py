@@ -39,6 +39,16 @@ def load_model(name: str) -> dict[str, Any]:
         stat = _stat(path)
         return copy.deepcopy(_model_file(path, *stat))
     known = model_names()
+    if name not in known and path.is_dir():
+        raise ConfigError(
+            f"model folder {name}: no config.json in it (a model folder is read for its "
+            "Hugging Face config.json)"
+        )
+    if name not in known and path.is_file():
+        raise ConfigError(
+            f"model file {name}: not a .json file (a model file is a preset's layout or a "
+            "Hugging Face config.json)"
+        )
     if name not in known:
         raise ConfigError(
             f"unknown model preset {name!r}; known: {', '.join(known)} (or a .json model "
