@@ -196,8 +196,13 @@ def calibrate_cmd(db_path, policy_source, overrides, step_gpu, tensor_parallel, 
     """Fit the concurrent schedule's step time to the trace's observed ttft_ms.
 
     Without a GPU: the linear step (step_base_ms, step_token_us). Each request's simulated
-    TTFT is linear in the two for a given schedule, so they are fitted by least squares and
-    the replay is repeated with the fit until they settle.
+    TTFT is linear in the two for a given schedule: the search starts from the best points
+    of a 5 x 5 grid, refines them by a simplex search over the replays' squared error, and
+    polishes the best by least squares on its own schedule.
+
+    With a host KV tier (--set host_tier_gib=..., and async_scheduling false) each replica
+    replays with its tier, as hpa replay does: the tier's hits are not computed, and a
+    request's wait for a load joins its fixed lead time.
 
     With --gpu (and a model with compute figures: --set model=CONFIG.json): the roofline's
     efficiency factors, each group (compute: the MFUs; memory: the bandwidth efficiencies;

@@ -219,3 +219,19 @@ def test_roofline_options_need_a_gpu(observed_db):
         "Error: --fit, --max-replays: the roofline's fit only; name a GPU (--gpu) to fit the "
         "roofline's efficiency factors\n"
     )
+
+
+def test_the_help_describes_the_search_the_manual_describes():
+    """(--help said the linear step is 'fitted by least squares and the replay is repeated
+    with the fit until they settle', a search calibrate no longer makes; docs/commands.md
+    describes the grid, the simplex and the polish; the host tier was not mentioned)"""
+    text = " ".join(CliRunner().invoke(cli, ["calibrate", "--help"]).output.split())
+    manual = " ".join((Path(__file__).parents[2] / "docs" / "commands.md").read_text().split())
+    search = (
+        "refines them by a simplex search over the replays' squared error, and polishes the "
+        "best by least squares on its own schedule"
+    )
+    assert search in text and search in manual
+    assert "until they settle" not in text
+    assert "With a host KV tier (--set host_tier_gib=..., and async_scheduling false) each " \
+        "replica replays with its tier, as hpa replay does" in text  # fmt: skip
