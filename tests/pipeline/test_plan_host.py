@@ -104,6 +104,23 @@ def test_without_a_budget_the_plan_says_nothing_of_a_tier(rotating_db):
     assert _plan(rotating_db)["host_tier"] is None
 
 
+# A budget the engine's tier refuses, before any replay and naming the flag (it was `policy
+# key 'host_tier_gib': 0.0009765625 GiB holds no slot ...` after the plan's replays without it)
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--host-memory-budget", "1MiB"],
+         "--host-memory-budget 1MiB: holds no slot of 17,301,504 bytes"),
+        (["--host-memory-budget", "1GiB", "--set", "spec_decode=eagle_drop"],
+         "--host-memory-budget 1GiB: the host tier is not modelled with speculative decoding "
+         "(EAGLE groups keep their last chunk back); use spec_decode none"),
+    ],
+)  # fmt: skip
+def test_a_budget_the_tier_refuses_is_one_line_before_any_replay(rotating_db, extra, message):
+    r = CliRunner().invoke(cli, ["plan", "--db", str(rotating_db), *PLAN, *extra])
+    assert (r.exit_code, r.output) == (2, f"Error: {message}\n")
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
