@@ -52,6 +52,8 @@ def run_query(
             hint = " (pass --write to let the query change the database)"
         elif isinstance(exc, duckdb.BinderException):
             hint = _column_hint(con, message, sql)
+        elif isinstance(exc, duckdb.CatalogException):
+            hint = _table_hint(str(exc))
         raise StoreError(f"query failed: {message}{hint}") from None
     finally:
         con.close()
@@ -221,6 +223,29 @@ def _past_python_dates(column: pa.ChunkedArray) -> bool:
 
 # How DuckDB names a column it cannot bind (unqualified, and qualified by a table or alias).
 _UNKNOWN_COLUMN = re.compile(r'(?:Referenced column|does not have a column named) "([^"]+)"')
+
+
+# The tables a command writes when it first runs (docs/traces.md#stored-tables): before it,
+# DuckDB's guess at the closest name misleads ('validations': "Did you mean "junctions"?").
+WRITTEN_BY = {
+    "prefix_matches": "hpa match", "junctions": "hpa match", "junction_requests": "hpa match",
+    "derived_tables": "hpa match", "replay_runs": "hpa replay", "replay_requests": "hpa replay",
+    "replay_summary": "hpa replay", "sweeps": "hpa sweep", "sweep_points": "hpa sweep",
+    "validations": "hpa validate", "validation_causes": "hpa validate",
+}  # fmt: skip
+_UNKNOWN_TABLE = re.compile(r'Table with name (\S+) does not exist!(?:\nDid you mean "([^"]+)"\?)?')
+
+
+def _table_hint(error: str) -> str:
+    """For an unknown table: the command that writes it, where it is one of hpa's not yet
+    stored, else DuckDB's closest name (its second line, which the first line leaves out)."""
+    m = _UNKNOWN_TABLE.search(error)
+    if m is None:
+        return ""
+    command = WRITTEN_BY.get(m.group(1).lower())
+    if command is not None:
+        return f" (nothing has stored it yet: `{command}` writes it)"
+    return f' (did you mean "{m.group(2)}"?)' if m.group(2) else ""
 
 
 def _column_hint(con: duckdb.DuckDBPyConnection, message: str, sql: str) -> str:
