@@ -68,7 +68,7 @@ def _with_host_columns(table, points):
     "jobs",
     default=2,
     show_default=True,
-    type=int,
+    type=click.IntRange(min=1),
     help="Workers: processes (or CPUs of a local Ray cluster); 1 runs in this process "
     "(with --dataset: in one worker process).",
 )

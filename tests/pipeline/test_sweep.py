@@ -336,3 +336,14 @@ def test_a_concurrent_sweep_prints_each_points_ttft_and_queue(groups_db):
     serial = run("sweep", "--db", str(groups_db), "--set", "model=qwen3.5-4b", "--jobs", "1",
                  "--vary", "num_blocks=20,40")  # fmt: skip
     assert serial.exit_code == 0 and serial.stdout.splitlines()[0].split()[-1] == "one_pass"
+
+
+@pytest.mark.parametrize("flag", ["--jobs", "--workers"])
+def test_no_workers_is_refused_by_either_name(tmp_path, flag):
+    """(`--jobs 0` said `Error: --workers 0: ...`, a flag the user had not typed)"""
+    args = ["sweep", "--db", str(tmp_path / "none.duckdb"), "--vary", "num_blocks=8", flag, "0"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (
+        "Error: Invalid value for '--jobs' / '--workers': 0 is not in the range x>=1."
+    )
