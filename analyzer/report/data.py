@@ -33,6 +33,7 @@ from analyzer.store.db import (
     table_names,
     trace_fingerprint,
 )
+from analyzer.store.runs import unknown_run
 from analyzer.words import capped, plural
 
 # Window widths (seconds) the time-window figure may use: about 24 windows per trace.
@@ -174,9 +175,7 @@ def _runs(
     if runs:
         missing = sorted(set(runs) - set(known))
         if missing:
-            raise ConfigError(
-                f"no run {missing[0]} in the database; runs: {', '.join(map(str, known))}"
-            )
+            raise unknown_run(missing[0], known)
         rows = [r for r in rows if r[0] in set(runs)]
     elif any(r[0] not in sweep_of for r in rows):
         left_out = {r[0]: sweep_of[r[0]] for r in rows if r[0] in sweep_of}

@@ -237,8 +237,13 @@ def resolve_run(con: duckdb.DuckDBPyConnection, run: int | None) -> int:
             swept = {r[0] for r in con.execute(load_sql("sweep_run_ids")).fetchall()}
         return ([r for r in runs if r not in swept] or runs)[-1]
     if run not in runs:
-        raise ConfigError(f"unknown run {run}; known runs: {_listing(runs)}")
+        raise unknown_run(run, runs)
     return run
+
+
+def unknown_run(run: int, runs: list[int]) -> ConfigError:
+    """The error for a run id no stored run has, in every command's words (`--run`)."""
+    return ConfigError(f"unknown run {run}; known runs: {_listing(runs)}")
 
 
 def _listing(runs: list[int]) -> str:

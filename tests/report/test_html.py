@@ -67,8 +67,9 @@ def test_run_selection_and_cli(report_db, tmp_path):
     text = out.read_text(encoding="utf-8")
     assert "replay runs 2." in text and "run 1 · vllm" not in text
     bad = CliRunner().invoke(cli, ["report", "--db", str(report_db), "--run", "9", "-o", str(out)])
-    assert bad.exit_code == 2
-    assert "no run 9" in bad.output
+    assert (bad.exit_code, bad.output) == (2, "Error: unknown run 9; known runs: 1, 2\n")
+    # (it said 'no run 9 in the database; runs: 1, 2' where metrics, compare and validate
+    # say 'unknown run 9; known runs: ...')
 
 
 def test_sweep_section_when_sweep_points_exist(db_copy, tmp_path):
