@@ -38,15 +38,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import run_measured  # noqa: E402
+
 DATA = Path(__file__).parent / "data"
 ORACLE_PYTHON = Path(
     os.environ.get("HPA_ORACLE_PYTHON", Path.home() / ".cache/hpa-oracle/bin/python")
@@ -167,7 +169,7 @@ def trace_file(num_requests: int, seed: int) -> Path:
 # (int32, `access.trace.TOKEN_DTYPES`): int64 arrays made each request's hashing convert
 # its ids first (0.02 s of a 0.45 s replay).
 _HPA_CHILD = """
-import json, resource, sys, time
+import json, sys, time
 sys.path.insert(0, sys.argv[1])
 import analyzer.cli  # noqa: F401  (the process as the `hpa` command sets it up)
 import numpy as np
@@ -193,32 +195,31 @@ rows = [{"request_id": r.request_id, "arrival_s": r.arrival_s,
          "num_preemptions": r.num_preemptions, "hit_total": r.hit_total_tokens,
          "chunks": list(r.chunks), "error": r.error is not None,
          "prompt_tokens": r.prompt_tokens} for r in results]
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"seconds": seconds, "peak_mib": peak, "rows": rows}))
+print(json.dumps({"seconds": seconds, "rows": rows}))
 """
 
-# The oracle's own main() (so its stdout and stderr are the CLI's), then its peak RSS: argv[1]
-# is the oracle script's folder, argv[2] its module (vllm_oracle or vllm_async_oracle).
+# The oracle's own main() (so its stdout and stderr are the CLI's): argv[1] is the oracle
+# script's folder, argv[2] its module (vllm_oracle or vllm_async_oracle).
 _ORACLE_CHILD = """
-import importlib, json, resource, sys
+import importlib, sys
 sys.path.insert(0, sys.argv[1])
-rc = importlib.import_module(sys.argv[2]).main(sys.argv[3:])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"peak_mib": peak}), file=sys.stderr)
-sys.exit(rc)
+sys.exit(importlib.import_module(sys.argv[2]).main(sys.argv[3:]))
 """
+
+
+def _measured(cmd: list[str], **kwargs) -> dict:
+    """`cmd` through bench.common's launcher: this process holds the trace's records, and a
+    process spawned from it would have its peak RSS start at this one's (273 MiB)."""
+    done = run_measured(cmd, **kwargs)
+    if done["rc"]:
+        raise SystemExit(f"{cmd[0]} failed: {done['stderr'].strip()[-500:]}")
+    return done
 
 
 def run_hpa(trace: Path, policy: dict) -> dict:
-    started = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", _HPA_CHILD, str(ROOT), str(trace), json.dumps(policy)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    figures = json.loads(out.stdout.strip().splitlines()[-1])
-    return {**figures, "wall": time.perf_counter() - started}
+    done = _measured([sys.executable, "-c", _HPA_CHILD, str(ROOT), str(trace), json.dumps(policy)])
+    figures = json.loads(done["stdout"].strip().splitlines()[-1])
+    return {**figures, "wall": done["wall_s"], "peak_mib": done["peak_mib"]}
 
 
 def oracle_args(policy: dict) -> list[str]:
@@ -239,15 +240,11 @@ def run_oracle(trace: Path, policy: dict) -> dict:
     cmd = [str(ORACLE_PYTHON), "-c", _ORACLE_CHILD, str(script.parent), script.stem]
     cmd += ["--trace", str(trace), *oracle_args(policy)]
     env = {**os.environ, "HPA_ORACLE_SCRIPT": str(ORACLE_SCRIPT)}
-    started = time.perf_counter()
-    out = subprocess.run(
-        cmd, check=True, capture_output=True, text=True, cwd=ORACLE_SCRIPT.parent, env=env
-    )
-    wall = time.perf_counter() - started
-    lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
-    err = [json.loads(x) for x in out.stderr.splitlines() if x.startswith("{")]
+    out = _measured(cmd, cwd=ORACLE_SCRIPT.parent, env=env)
+    wall, peak = out["wall_s"], out["peak_mib"]
+    lines = [json.loads(x) for x in out["stdout"].splitlines() if x.startswith("{")]
+    err = [json.loads(x) for x in out["stderr"].splitlines() if x.startswith("{")]
     timing = next(x for x in err if x.get("timing"))
-    peak = next(x["peak_mib"] for x in err if "peak_mib" in x)
     rows = [x for x in lines if not x.get("summary")]
     summary = next(x for x in lines if x.get("summary"))
     return {

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from analyzer.sim.dispatch import make_policy  # noqa: E402
 from analyzer.sim.records import SimRequest  # noqa: E402
 from analyzer.sim.vllm import replay  # noqa: E402
+from bench.common import run_measured  # noqa: E402
 
 ORACLE_PYTHON = Path(
     os.environ.get("HPA_ORACLE_PYTHON", Path.home() / ".cache/hpa-oracle/bin/python")
@@ -170,19 +171,12 @@ def oracle_figures(trace: Path, flags: str, results: list) -> float:
 
 def timed(cmd: list[str]) -> tuple[str, float, float, float]:
     """A whole process: its stdout, wall seconds, CPU seconds (user + system) and its own
-    peak RSS in MiB (wait4)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        if proc.returncode:
-            raise SystemExit(f"{Path(cmd[1]).name} failed: {err.read().strip()[-500:]}")
-        cpu = usage.ru_utime + usage.ru_stime
-        return out.read(), seconds, cpu, usage.ru_maxrss / 1024
+    peak RSS in MiB (wait4, through bench.common's launcher: spawned from this process, which
+    holds the layouts' trace, a process's peak would start at this one's)."""
+    done = run_measured(cmd)
+    if done["rc"]:
+        raise SystemExit(f"{Path(cmd[1]).name} failed: {done['stderr'].strip()[-500:]}")
+    return done["stdout"], done["wall_s"], done["cpu_s"], done["peak_mib"]
 
 
 def write_host_trace(prompts: list[np.ndarray], path: Path) -> None:

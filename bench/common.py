@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,6 +24,39 @@ peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"seconds": elapsed, "peak_mib": peak_kib / 1024,
                   "result": scope.get("result")}))
 """
+
+
+# Linux counts a process's peak RSS from its parent's RSS at the fork (the high-water mark
+# survives fork and exec), so a contender spawned by a benchmark that holds a trace would be
+# charged the benchmark's memory. Contenders start from this small launcher instead: it runs
+# the command (stdout and stderr passed through), waits for it, and writes the command's own
+# wall seconds, CPU seconds, peak RSS (wait4) and exit status to the file named first.
+_LAUNCH = """
+import json, os, subprocess, sys, time
+start = time.perf_counter()
+proc = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(proc.pid, 0)
+figures = {"wall_s": time.perf_counter() - start, "cpu_s": usage.ru_utime + usage.ru_stime,
+           "peak_mib": usage.ru_maxrss / 1024, "rc": os.waitstatus_to_exitcode(status)}
+with open(sys.argv[1], "w") as f:
+    json.dump(figures, f)
+"""
+
+
+def run_measured(cmd: list[str], **kwargs) -> dict:
+    """`cmd` as a whole process through the launcher above: its stdout and stderr (text),
+    exit status, wall and CPU seconds and its own peak RSS in MiB. `kwargs` go to
+    subprocess.run (cwd, env)."""
+    with tempfile.TemporaryDirectory(prefix="hpa-bench-") as tmp:
+        result = Path(tmp) / "figures.json"
+        out = subprocess.run(
+            [sys.executable, "-c", _LAUNCH, str(result), *cmd],
+            capture_output=True,
+            text=True,
+            **kwargs,
+        )
+        figures = json.loads(result.read_text())
+    return {**figures, "stdout": out.stdout, "stderr": out.stderr}
 
 
 def compile_bytecode() -> None:
