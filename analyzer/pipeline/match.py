@@ -41,7 +41,7 @@ from analyzer.prefixes.source import RequestMeta, take_sequences
 from analyzer.store.caveats import cut_caveat
 from analyzer.store.db import open_to_store, trace_fingerprint
 from analyzer.store.export import check_export_path
-from analyzer.store.matches import export_prefix_matches, write_relations
+from analyzer.store.matches import write_relations
 from analyzer.store.sequences import read_prefixes
 from analyzer.words import plural
 
@@ -212,9 +212,8 @@ def match_prefixes(
             min_family_tokens,
             source.fingerprint,
             clear_derived=clear_derived_families,
+            out=out,
         )
-        if out is not None:
-            export_prefix_matches(con, out)
     finally:
         con.close()
     summary = _summary(meta, result, name, seconds, derived, out)

@@ -18,11 +18,14 @@ def write_relations(
     min_family_tokens: int,
     fingerprint: str | None = None,
     clear_derived: bool = False,
+    out: str | Path | None = None,
 ) -> tuple[int, int, tuple[str, int] | None] | None:
     """Write the relations `match_rows`, `match_junction_nodes` and `match_junction_paths`
     (Arrow tables, see `analyzer.prefixes.result`) in one transaction, with what they were
     derived from (`fingerprint`, None: the stored trace's). `clear_derived`: first remove
-    the families an earlier derivation wrote. Returns (requests labelled, distinct labels,
+    the families an earlier derivation wrote. `out`: also export prefix_matches there, as
+    part of the transaction (a file that cannot be written stores nothing, as `hpa replay
+    --out`). Returns (requests labelled, distinct labels,
     (the largest family, its requests) or None) when deriving families."""
     for name, table in relations.items():
         con.register(name, table)
@@ -42,6 +45,8 @@ def write_relations(
             tables.append("junction_requests")
             _record(con, tables, fingerprint, relations["match_rows"].num_rows)
             stores(con, "the prefix matches")
+            if out is not None:
+                export_prefix_matches(con, out)
     finally:
         for name in relations:
             con.unregister(name)

@@ -70,3 +70,21 @@ def test_a_folder_that_can_be_written_keeps_no_trace_of_the_check(tmp_path, stor
     result = CliRunner().invoke(cli, ["match", "--db", str(store), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert [p.name for p in tmp_path.iterdir()] == ["m.csv"]
+
+
+def test_a_match_whose_out_file_fails_midway_stores_nothing(tmp_path):
+    """The export is part of match's transaction, as replay's is (it ran after the commit:
+    prefix_matches and junctions stayed, with no file). A name of 252 characters is one the
+    folder takes, but not its temporary file's (`.NAME.tmp`, past 255): a real write that
+    fails once the match has computed."""
+    db = tmp_path / "m.duckdb"
+    ingest([SAMPLES / "groups_1500.jsonl"], db_path=db)
+    before = _tables(db)
+    out = tmp_path / ("m" * 248 + ".csv")
+    result = CliRunner().invoke(cli, ["match", "--db", str(db), "--out", str(out)])
+    assert (result.exit_code, result.output) == (
+        2,
+        f"Error: --out {out}: cannot write (File name too long)\n",
+    )
+    assert _tables(db) == before and "prefix_matches" not in before
+    assert [p.name for p in tmp_path.iterdir()] == ["m.duckdb"]  # no file, no temporary one
