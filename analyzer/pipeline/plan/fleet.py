@@ -226,7 +226,9 @@ class FleetSearch:
         ties = [f for f in found if self.gpus(f.shape) == least][:MAX_TIES]
         pooled: list[Fleet] = []
         for fleet in ties:  # the cheapest at its GPUs' room first
-            bound = min((self._cost(f) for f in pooled), default=None)
+            # (a fleet met only without a pool limit costs no finite cache: it bounds nothing)
+            costs = [c for c in map(self._cost, pooled) if math.isfinite(c)]
+            bound = min(costs, default=None)
             fleet = self._pool(fleet, floor, bound)
             if fleet is not None:
                 pooled.append(fleet)
