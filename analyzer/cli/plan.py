@@ -167,6 +167,7 @@ def plan_cmd(
     from analyzer.config.policy import policy_values
     from analyzer.pipeline.plan import plan
 
+    _note_searched_sets(overrides, asked)
     with counter("plan", "replays") as update:
         r = plan(
             target,
@@ -185,6 +186,19 @@ def plan_cmd(
         _print_plan(r)
     if not r.reachable:
         sys.exit(1)
+
+
+def _note_searched_sets(overrides, asked: dict) -> None:
+    """A --set of a key the plan searches itself is left out of every replay: say so on
+    stderr (it was dropped in silence, `--set num_blocks=-1` included)."""
+    from analyzer.pipeline.plan.planner import FLEET_SEARCHED, SEARCHED
+
+    latency = asked.get("ttft_p99_s") is not None or asked.get("tpot_p99_s") is not None
+    searched = FLEET_SEARCHED if latency else SEARCHED
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if key in searched:
+            click.echo(f"note: --set {item} is left out: the plan searches {key} itself", err=True)
 
 
 def _print_plan(r) -> None:

@@ -355,3 +355,55 @@ def test_a_plan_without_a_model_says_it_counts_blocks(groups_db):
     priced = run("plan", "--db", str(groups_db), "--target-useful-hit-ratio", "0.2",
                  "--model", "qwen3-next-80b-a3b")  # fmt: skip
     assert "no --model" not in priced.output and "memory_gib" in priced.output
+
+
+GROUPS_SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "groups_1500.jsonl"
+
+
+def test_a_set_of_a_searched_key_is_said_to_be_left_out(tmp_path):
+    """(`--set num_blocks=-1` and `--set routing=dynamo` were dropped in silence)"""
+    db = tmp_path / "g.duckdb"
+    ingest([GROUPS_SAMPLE], db_path=db)
+    sets = [
+        "--set",
+        "num_blocks=-1",
+        "--set",
+        "routing=dynamo",
+        "--set",
+        "max_num_batched_tokens=4096",
+    ]
+    args = [
+        "plan",
+        "--db",
+        str(db),
+        "--target-useful-hit-ratio",
+        "0.1",
+        "--model",
+        "qwen3.5-4b",
+        *sets,
+    ]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        "note: --set num_blocks=-1 is left out: the plan searches num_blocks itself",
+        "note: --set routing=dynamo is left out: the plan searches routing itself",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("foo", "--routers 'foo': no such router; known: round_robin, session, least_loaded, "
+         "prefix_aware, llm-d, dynamo, sglang, chwbl"),
+        ("trace", "--routers trace: the trace's own replicas are not a fleet to size; searched "
+         "routers: round_robin, session, least_loaded, prefix_aware, llm-d, dynamo, sglang, "
+         "chwbl"),
+    ],
+)  # fmt: skip
+def test_an_unknown_router_names_the_flag(tmp_path, name, message):
+    """(it said `policy key 'routing': no router 'foo'; known: trace, ...`: a key the user had
+    not set, and 'trace', which --routers refuses)"""
+    args = ["plan", "--db", str(tmp_path / "none.duckdb"), "--target-useful-hit-ratio", "0.5",
+            "--schedule", "concurrent", "--ttft-p99", "1", "--routers", name]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert (result.exit_code, result.output) == (2, f"Error: {message}\n")

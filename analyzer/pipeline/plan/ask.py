@@ -68,7 +68,12 @@ class PlanAsk:
             if not self.latency:
                 raise ConfigError("--routers needs --ttft-p99 or --tpot-p99")
             for name in self.routers:
-                if router(name).name == "trace":  # an unknown name lists the known ones
+                if name not in ROUTERS:
+                    raise ConfigError(
+                        f"--routers {name!r}: no such router; known: "
+                        + ", ".join(n for n in ROUTERS if n != "trace")
+                    )
+                if router(name).name == "trace":
                     raise ConfigError(
                         "--routers trace: the trace's own replicas are not a fleet to size; "
                         "searched routers: " + ", ".join(n for n in ROUTERS if n != "trace")
