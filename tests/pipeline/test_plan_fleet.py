@@ -352,8 +352,8 @@ def test_plan_fleet_json_and_lines(tmp_path):
          "Error: --tpot-p99 -1.0: expected a number of seconds > 0"),
         (["--routers", "dynamo"], "Error: --routers needs --ttft-p99 or --tpot-p99"),
         (["--schedule", "concurrent", "--ttft-p99", "1", "--routers", "nope"],
-         "Error: policy key 'routing': no router 'nope'; known: trace, round_robin, session, "
-         "least_loaded, prefix_aware, llm-d, dynamo, sglang, chwbl"),
+         "Error: --routers 'nope': no such router; known: round_robin, session, least_loaded, "
+         "prefix_aware, llm-d, dynamo, sglang, chwbl"),
         (["--schedule", "concurrent", "--ttft-p99", "1", "--routers", "trace"],
          "Error: --routers trace: the trace's own replicas are not a fleet to size; searched "
          "routers: round_robin, session, least_loaded, prefix_aware, llm-d, dynamo, sglang, "
