@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from analyzer.prefixes.engine import DEFAULT_CHUNK_TOKENS  # noqa: E402
 from analyzer.prefixes.memory import MemorySource  # noqa: E402
 from analyzer.prefixes.source import RequestMeta  # noqa: E402
+from bench.common import run_measured  # noqa: E402
 
 _FIELDS = ("shared_any", "parent", "shared_replica", "shared_conversation")
 _TEXT = (
@@ -240,7 +240,12 @@ def contend(contender: str, db: Path, tmp: Path, args) -> tuple[dict, dict]:
         "--chunk-tokens",
         str(args.chunk_tokens),
     ]
-    subprocess.run(cmd, check=True)
+    # Through bench.common's launcher: this process may hold the trace it just generated,
+    # and a child's peak RSS would start at this process's (292 against 120 MiB at 5 M tokens).
+    done = run_measured(cmd)
+    sys.stdout.write(done["stdout"])
+    if done["rc"]:
+        raise SystemExit(f"{contender} failed: {done['stderr'].strip()[-500:]}")
     with np.load(out.with_suffix(".npz")) as arrays:
         return json.loads(out.read_text()), {k: arrays[k] for k in arrays.files}
 
