@@ -563,3 +563,30 @@ def test_an_unknown_key_in_a_policy_file_names_the_file(tmp_path):
         2,
         f"Error: policy {policy}: unknown policy key 'replica'; did you mean 'replicas'? {HELP}\n",
     )
+
+
+# A bad option or argument that click finds is one line too, exit code 2 (click printed the
+# usage line, 'Try ... for help.' and a blank line before its error); a group given no
+# command still shows its help.
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["match", "--workers", "0"],
+         "Error: Invalid value for '--workers': 0 is not in the range x>=1. ('hpa match --help' "
+         "for help)"),
+        (["plan"],
+         "Error: Missing option '--target-useful-hit-ratio'. ('hpa plan --help' for help)"),
+        (["model", "show"], "Error: Missing argument 'MODEL'. ('hpa model show --help' for help)"),
+        (["replay", "--nosuch"],
+         "Error: No such option '--nosuch'. Did you mean '--out'? ('hpa replay --help' for help)"),
+        (["frobnicate"], "Error: No such command 'frobnicate'. ('hpa --help' for help)"),
+    ],
+)  # fmt: skip
+def test_a_usage_error_is_one_line(args, line):
+    result = CliRunner().invoke(cli, args, prog_name="hpa")
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", line + "\n")
+
+
+def test_a_group_given_no_command_shows_its_help():
+    result = CliRunner().invoke(cli, ["model"], prog_name="hpa")
+    assert result.exit_code == 2 and result.output.startswith("Usage: hpa model [OPTIONS]")

@@ -206,6 +206,8 @@ class _Group(click.Group):
             if isinstance(exc, AnalyzerError) and not debug:
                 click.echo(f"Error: {exc}", err=True)
                 sys.exit(exc.exit_code)
+            if isinstance(exc, click.UsageError) and not debug and not _help_asked(exc):
+                _usage_error(exc)
             message = environment_error(exc) if isinstance(exc, Exception) and not debug else None
             if message is None:
                 raise
@@ -213,6 +215,20 @@ class _Group(click.Group):
             sys.exit(1)
         finally:
             interrupts.finish()
+
+
+def _help_asked(exc: click.UsageError) -> bool:
+    """A group given no command (`hpa model`): click shows its help, as it should."""
+    return type(exc).__name__ == "NoArgsIsHelpError"
+
+
+def _usage_error(exc: click.UsageError) -> None:
+    """A bad option or argument (click's: a value out of range, a folder given as a file,
+    a missing option) as one line like every other error, exit code 2: click printed the
+    usage line, a hint and a blank line before it."""
+    where = exc.ctx.command_path if exc.ctx is not None else "hpa"
+    click.echo(f"Error: {exc.format_message()} ('{where} --help' for help)", err=True)
+    sys.exit(exc.exit_code)
 
 
 @click.group(cls=_Group)

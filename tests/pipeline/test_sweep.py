@@ -342,8 +342,9 @@ def test_a_concurrent_sweep_prints_each_points_ttft_and_queue(groups_db):
 def test_no_workers_is_refused_by_either_name(tmp_path, flag):
     """(`--jobs 0` said `Error: --workers 0: ...`, a flag the user had not typed)"""
     args = ["sweep", "--db", str(tmp_path / "none.duckdb"), "--vary", "num_blocks=8", flag, "0"]
-    result = CliRunner().invoke(cli, args)
+    result = CliRunner().invoke(cli, args, prog_name="hpa")
     assert result.exit_code == 2
     assert result.output.splitlines()[-1] == (
-        "Error: Invalid value for '--jobs' / '--workers': 0 is not in the range x>=1."
+        "Error: Invalid value for '--jobs' / '--workers': 0 is not in the range x>=1. ('hpa "
+        "sweep --help' for help)"
     )
