@@ -69,11 +69,12 @@ def compile_bytecode() -> None:
 
 
 def measure(setup: str, body: str) -> dict:
-    """Seconds of `body` (after `setup`) and the peak RSS of its own process, in MiB."""
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, setup, body], check=True, capture_output=True, text=True
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """Seconds of `body` (after `setup`) and the peak RSS of its own process, in MiB (started
+    from the launcher: the caller may hold a trace)."""
+    done = run_measured([sys.executable, "-c", _CHILD, setup, body])
+    if done["rc"]:
+        raise SystemExit(f"benchmark child failed: {done['stderr'].strip()[-500:]}")
+    return json.loads(done["stdout"].strip().splitlines()[-1])
 
 
 def mixed_trace(min_tokens: int, *, seed: int = 7) -> tuple[Path, int, int]:
