@@ -580,6 +580,7 @@ def test_an_unknown_key_in_a_policy_file_names_the_file(tmp_path):
         (["replay", "--nosuch"],
          "Error: No such option '--nosuch'. Did you mean '--out'? ('hpa replay --help' for help)"),
         (["frobnicate"], "Error: No such command 'frobnicate'. ('hpa --help' for help)"),
+        (["--bogus"], "Error: No such option '--bogus'. ('hpa --help' for help)"),
     ],
 )  # fmt: skip
 def test_a_usage_error_is_one_line(args, line):

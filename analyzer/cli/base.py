@@ -193,6 +193,17 @@ class _Group(click.Group):
     """Turns library errors, and errors of the machine (a full disk, ...), into one-line
     messages with an exit code."""
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        """The group's own options (`hpa --bogus`): a usage error in one line, as a
+        command's (`invoke`)."""
+        given = list(args)  # click's parser consumes `args`
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            if "--debug" in given or _help_asked(exc):
+                raise
+            _usage_error(exc)
+
     def invoke(self, ctx: click.Context):
         interrupts.reset()
         try:
