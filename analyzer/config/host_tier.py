@@ -112,7 +112,7 @@ NEVER_STORED = (
     NeverStored(
         "sparse",
         "host_never_stored_sparse_tokens",
-        "sparse states not kept",
+        "with no sparse state kept",
         "retention_interval (Mamba checkpoints), the sliding window",
     ),
 )
@@ -120,7 +120,7 @@ NEVER_STORED = (
 
 def never_stored_words(row: dict) -> str:
     """'N never stored (a dropped for want of a slot, b past a prompt under prompt-only,
-    c sparse states not kept)' from a row of sums, naming the kinds above 0 (a kind the row
+    c with no sparse state kept)' from a row of sums, naming the kinds above 0 (a kind the row
     lacks: 0); '0 never stored' alone."""
     total = row["host_never_stored_tokens"] or 0
     kinds = [(row.get(k.column) or 0, k.words) for k in NEVER_STORED]

@@ -65,7 +65,7 @@ def test_section_with_a_tier_or_a_host_sweep(host_db, runs, figure, table):
     kinds = (
         "dropped for want of a slot",
         "past a prompt under prompt-only",
-        "sparse states not kept",
+        "with no sparse state kept",
     )
     assert all((f"<th>never stored: {k}</th>" in body) is table for k in kinds)
 
