@@ -129,6 +129,12 @@ def test_a_budget_the_tier_refuses_is_one_line_before_any_replay(rotating_db, ex
         (["--model", "qwen3.5-4b", "--host-memory-budget", "1"],
          "Error: --host-memory-budget '1': a size needs a unit: B, KiB, MiB, GiB, TiB, or "
          "decimal KB, MB, GB, TB (e.g. 1GiB)"),
+        (["--model", "qwen3.5-4b", "--host-memory-budget", "0GiB"],
+         "Error: --host-memory-budget 0GiB: expected a size above 0 (leave the option out to "
+         "plan without a host tier)"),
+        (["--model", "qwen3.5-4b", "--memory-budget", "0MiB"],
+         "Error: --memory-budget 0MiB: expected a size above 0 (leave the option out to plan "
+         "without a pool limit)"),
         # with a latency target (tests/pipeline/test_plan_host_fleet.py) on async scheduling
         (["--model", "qwen3.5-4b", "--host-memory-budget", "1GiB", "--schedule", "concurrent",
           "--tpot-p99", "2"],

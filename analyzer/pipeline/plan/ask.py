@@ -50,10 +50,15 @@ class PlanAsk:
         check_measure_from(self.measure_from)
         if self.window is not None:
             parse_window(self.window)  # a bad window, before the trace is read
-        if self.memory_budget is not None:
-            parse_size(self.memory_budget)  # a size without a unit, before any replay
-        if self.host_memory_budget is not None:
-            parse_size(self.host_memory_budget, "--host-memory-budget")
+        for flag, size, without in (
+            ("--memory-budget", self.memory_budget, "a pool limit"),
+            ("--host-memory-budget", self.host_memory_budget, "a host tier"),
+        ):  # a size without a unit, or none at all, before any replay
+            if size is not None and parse_size(size, flag) <= 0:
+                raise ConfigError(
+                    f"{flag} {size}: expected a size above 0 (leave the option out to plan "
+                    f"without {without})"
+                )
         if not 0.0 < self.target <= 1.0:
             raise ConfigError(
                 f"--target-useful-hit-ratio {self.target}: expected a number in (0, 1]"
