@@ -11,11 +11,12 @@ simulated TTFT is linear in the two parameters:
 they scheduled, and what was left of the step it arrived in; with a host KV tier, what the
 engine waited beyond its steps for a load to land joins that lead, `_with_waits`). Each
 replica is replayed as `hpa replay` replays it (`concurrent_replay`: with its host tier where
-the policy has one). So: replay, fit both by least squares (non-negative) against the
-observed `ttft_ms`, replay again with the fit (the schedule moves with the clock), until
-the parameters settle (at most 8 fits), starting from the best points of a coarse 5 x 5 grid
-(far from the truth a fit on the wrong schedule can run away); the parameters whose own
-replay matches the observations best are kept. Quality: R^2 of
+the policy has one). But the schedule moves with the clock, so the error is not smooth in
+the parameters: each of the best points of a coarse 5 x 5 grid starts a simplex search
+(Nelder-Mead over their logarithms, `_search`, each point a replay scored by the squared
+error against the observed `ttft_ms`), and the best point found is polished by least
+squares (non-negative) on its own schedule's terms, replayed again, while that lowers the
+error; the parameters whose own replay matches the observations best are kept. Quality: R^2 of
 simulated vs observed TTFT and the absolute errors, over the requests with an observed TTFT.
 """
 
