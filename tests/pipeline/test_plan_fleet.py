@@ -160,7 +160,7 @@ def test_the_answer_meets_every_target_and_one_replica_fewer_misses_one(
     if best.replicas > 1:
         fewer = _replayed(db, best, FA, targets, replicas=best.replicas - 1)
         assert not fewer.meets(targets)
-        assert f"; {best.replicas - 1} replica" in r.check and " misses " in r.check
+        assert f"; {best.replicas - 1} replica" in r.check and " falls short of " in r.check
     else:
         assert r.check.endswith("one replica is the smallest fleet")
 
@@ -191,7 +191,7 @@ def test_in_gpus_the_answer_meets_every_target_and_the_next_smaller_fleet_misses
         fewer = _replayed(db, best, FA, targets, **priced, replicas=best.replicas - 1)
         assert not fewer.meets(targets)
     elif best.tensor_parallel > 2:
-        assert f"; 1 replica x TP{best.tensor_parallel // 2} misses " in r.check
+        assert f"; 1 replica x TP{best.tensor_parallel // 2} falls short of " in r.check
     else:
         assert r.check.endswith("no smaller tensor parallel holds the weights and the floor")
 

@@ -52,3 +52,22 @@ def test_a_smaller_fleet_the_check_finds_is_one_row(monkeypatch):
         Shape(None, "round_robin", 1),
         Shape(None, "prefix_aware", 2),
     ]
+
+
+@pytest.mark.parametrize(
+    ("missed", "said"),
+    [
+        (("hit ratio",), "falls short of the hit ratio"),
+        (("ttft p99",), "falls short of TTFT p99"),
+        (("hit ratio", "ttft p99"), "falls short of the hit ratio and TTFT p99"),
+        (
+            ("schedulable", "hit ratio", "tpot p99"),
+            "falls short of every request scheduled, the hit ratio and TPOT p99",
+        ),
+    ],
+)
+def test_the_check_line_says_the_targets_missed_in_words(missed, said):
+    """(it said 'misses hit ratio, ttft p99': miss is a cache's word in hpa)"""
+    from analyzer.pipeline.plan.answer import short_of
+
+    assert short_of(missed) == said

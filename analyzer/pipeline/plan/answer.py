@@ -288,8 +288,25 @@ def _check_line(fs: FleetSearch, outcome: FleetOutcome) -> str | None:
     line = f"checked: {answer.said()} meets every target ({_figures(check.answer)})"
     if check.smaller is None:
         return f"{line}; {check.why}"
-    missed = ", ".join(check.smaller_measure.misses(fs.targets))
-    return f"{line}; {check.smaller.said()} misses {missed} ({_figures(check.smaller_measure)})"
+    missed = short_of(check.smaller_measure.misses(fs.targets))
+    return f"{line}; {check.smaller.said()} {missed} ({_figures(check.smaller_measure)})"
+
+
+# The targets a replay did not meet (`Measure.misses`), as the check line says them: "miss"
+# is a cache's word in hpa (hit / miss / lost), not a target's.
+TARGET_WORDS = {
+    "schedulable": "every request scheduled",
+    "hit ratio": "the hit ratio",
+    "ttft p99": "TTFT p99",
+    "tpot p99": "TPOT p99",
+}
+
+
+def short_of(missed: tuple[str, ...]) -> str:
+    """'falls short of the hit ratio and TTFT p99' for the targets `missed`."""
+    words = [TARGET_WORDS.get(name, name) for name in missed]
+    said = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    return f"falls short of {said}"
 
 
 def _figures(m: Measure) -> str:
