@@ -260,9 +260,9 @@ def _host_line(policy, summary, waits: dict | None) -> str | None:
     prompt = total["prompt_tokens"] or 1
     waited = total["host_waited_requests"]
     line = (
-        f"host tier: {total['host_hit_tokens']:,} of the hit tokens loaded from it "
+        f"host KV tier: {total['host_hit_tokens']:,} of the hit tokens loaded from it "
         f"({total['host_hit_tokens'] / prompt:.1%} of prompt tokens); not given back: "
-        f"{total['host_evicted_tokens']:,} stored then evicted, "
+        f"{total['host_evicted_tokens']:,} tokens stored then evicted, "
         f"{never_stored_words(total)}; "
         f"{plural(waited, 'request')} waited for a load"
     )

@@ -122,15 +122,15 @@ def test_host_figures_are_summed_per_group(host_db, tier, expected):
         ([], None),
         (
             ["--set", "host_tier_chunks=32"],
-            "host tier: 128 of the hit tokens loaded from it (32.0% of prompt tokens); not "
-            "given back: 0 stored then evicted, 0 never stored; 2 requests waited for a load, "
-            "mean wait 0.00 ms, p99 0.00 ms",
+            "host KV tier: 128 of the hit tokens loaded from it (32.0% of prompt tokens); not "
+            "given back: 0 tokens stored then evicted, 0 never stored; 2 requests waited for a "
+            "load, mean wait 0.00 ms, p99 0.00 ms",
         ),
         (
             ["--set", "host_tier_chunks=4"],
-            "host tier: 0 of the hit tokens loaded from it (0.0% of prompt tokens); not given "
-            "back: 0 stored then evicted, 128 never stored (128 dropped for want of a slot); "
-            "0 requests waited for a load",
+            "host KV tier: 0 of the hit tokens loaded from it (0.0% of prompt tokens); not given "
+            "back: 0 tokens stored then evicted, 128 never stored (128 dropped for want of a "
+            "slot); 0 requests waited for a load",
         ),
     ],
 )
@@ -138,7 +138,7 @@ def test_replay_prints_the_host_line_only_with_a_tier(host_db, tier, line):
     sets = [a for k, v in BASE.items() for a in ("--set", f"{k}={json.dumps(v)}")]
     result = CliRunner().invoke(cli, ["replay", "--db", str(host_db), *sets, *tier])
     assert result.exit_code == 0, result.output
-    host = [x for x in result.output.splitlines() if x.startswith("host tier:")]
+    host = [x for x in result.output.splitlines() if x.startswith("host KV tier:")]
     assert host == ([] if line is None else [line])
 
 
@@ -165,7 +165,7 @@ def test_the_host_line_gives_the_waits_of_the_whole_run_with_several_groups(tmp_
     result = CliRunner().invoke(cli, ["replay", "--db", str(db), *args])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-1] == (
-        "host tier: 128 of the hit tokens loaded from it (32.0% of prompt tokens); not given "
-        "back: 0 stored then evicted, 0 never stored; 2 requests waited for a load, mean wait "
-        "20.97 ms, p99 20.97 ms"
+        "host KV tier: 128 of the hit tokens loaded from it (32.0% of prompt tokens); not given "
+        "back: 0 tokens stored then evicted, 0 never stored; 2 requests waited for a load, mean "
+        "wait 20.97 ms, p99 20.97 ms"
     )
