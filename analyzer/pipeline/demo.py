@@ -166,6 +166,15 @@ def run_demo(
     if samples is not None and not (samples / MAIN_TRACE).is_file():
         raise InputFileError(f"{samples}: no {MAIN_TRACE} in this folder")
     out = _fresh_out(Path(out_dir))
+    try:
+        return _stages(out, samples, step)
+    except BaseException:  # an error, Ctrl-C: no half-made demo is left behind
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _stages(out: Path, samples: Path | None, step: Callable[[], None]) -> DemoResult:
+    """Every stage of the demo into the fresh folder `out`."""
     if samples is None:  # no clone around: make them (seeded, so the same as bundled)
         samples = write_samples(out / "samples")
     db_path = out / "demo.duckdb"

@@ -61,3 +61,19 @@ def test_a_folder_that_cannot_be_made_is_one_line(tmp_path):
         2,
         f"Error: --out {out}: cannot make it (Not a directory)\n",
     )
+
+
+def test_a_demo_that_fails_midway_leaves_no_folder(tmp_path, monkeypatch):
+    """(a Ctrl-C or an error after the ingest left a demo folder with a store and no report)"""
+    import pytest
+
+    from analyzer.errors import StoreError
+
+    def broken(db_path, *args, **kwargs):
+        raise StoreError(f"{db_path}: could not be written")
+
+    monkeypatch.setattr(demo, "match_prefixes", broken)
+    out = tmp_path / "demo"
+    with pytest.raises(StoreError):
+        demo.run_demo(out)
+    assert not out.exists()
