@@ -126,6 +126,9 @@ class Flight:
         self.boundaries = [*base, junction] if junction else base
 
     def admitted(self, admission: Admission, start_s: float, step: int) -> None:
+        # A kept lookup serves only the wait for this admission (its key says first or
+        # resumed): dropped, its hit rows are freed instead of living to the replay's end.
+        self.lookup_memo = None
         self.decoding = False
         self.decode_from = None
         if self.first is None:
