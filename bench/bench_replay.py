@@ -45,6 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import analyzer.cli  # noqa: E402, F401  (the process as the `hpa` command sets it up: its collector)
 from analyzer.sim.dispatch import make_policy  # noqa: E402
 from analyzer.sim.records import SimRequest  # noqa: E402
 from analyzer.sim.vllm import replay  # noqa: E402
