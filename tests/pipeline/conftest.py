@@ -14,6 +14,20 @@ from analyzer.store.ingest import ingest
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
+def observe_replayed_ttft(db: Path) -> Path:
+    """`db`'s requests given the TTFT its replay stored as their observed `ttft_ms` (what
+    calibrate fits: a trace whose truth is known)."""
+    con = duckdb.connect(str(db))
+    try:
+        con.execute(
+            "UPDATE requests SET ttft_ms = r.ttft_s * 1000 FROM replay_requests AS r "
+            "WHERE r.request_id = requests.request_id"
+        )
+    finally:
+        con.close()
+    return db
+
+
 def _ingested(tmp_path_factory, name: str) -> Path:
     db = tmp_path_factory.mktemp("sweep") / f"{name.split('.')[0]}.duckdb"
     ingest([SAMPLES / name], db_path=db)

@@ -23,6 +23,7 @@ from analyzer.pipeline.replay import run_replay
 from analyzer.sim.dispatch import load_policy, make_policy
 from analyzer.store.ingest import ingest
 from analyzer.traces.synth import generate, write_jsonl
+from tests.pipeline.conftest import observe_replayed_ttft
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs" / "gemma-3-27b-it.json"
@@ -41,15 +42,7 @@ def _observed(tmp_path_factory, truth: dict) -> Path:
     db = tmp_path_factory.mktemp("calibrate") / "g.duckdb"
     ingest([SAMPLES / "groups_1600.jsonl"], db_path=db)
     run_replay(make_policy({**truth, "time_scale": 0.05}), db_path=db)
-    con = duckdb.connect(str(db))
-    try:
-        con.execute(
-            "UPDATE requests SET ttft_ms = r.ttft_s * 1000 FROM replay_requests AS r "
-            "WHERE r.request_id = requests.request_id"
-        )
-    finally:
-        con.close()
-    return db
+    return observe_replayed_ttft(db)
 
 
 @pytest.fixture(scope="module")

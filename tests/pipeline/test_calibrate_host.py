@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -25,6 +24,7 @@ from analyzer.sim.vllm import concurrent_replay
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl
+from tests.pipeline.conftest import observe_replayed_ttft
 
 BLOCK = 64
 # qwen3.5-4b's full attention alone at 64-token blocks (2 MiB a block): a 12-block GPU pool
@@ -65,15 +65,7 @@ def rotating_db(tmp_path_factory) -> Path:
     db = tmp / "t.duckdb"
     ingest([write_jsonl(tmp / "t.jsonl", records)], db_path=db)
     run_replay(make_policy({**POLICY, **TIER}), db_path=db)
-    con = duckdb.connect(str(db))
-    try:
-        con.execute(
-            "UPDATE requests SET ttft_ms = r.ttft_s * 1000 FROM replay_requests AS r "
-            "WHERE r.request_id = requests.request_id"
-        )
-    finally:
-        con.close()
-    return db
+    return observe_replayed_ttft(db)
 
 
 def _trace(db: Path):
