@@ -25,10 +25,30 @@ from typing import Any
 
 from analyzer.config.host_tier import GIB, host_slots
 from analyzer.config.policy import Policy
+from analyzer.errors import ConfigError
 from analyzer.pipeline.plan.evaluate import Evaluator, Targets
 from analyzer.pipeline.plan.result import Candidate
 
 TOLERANCE = 0.05  # the tier found is at most this share above the smallest that meets
+
+
+def check_budget(
+    policy_of: Callable[..., Policy], budget_gib: float, asked: str, latency: bool
+) -> None:
+    """What the engine refuses of a tier of the whole budget (one smaller than a slot, a
+    model without bytes per block, ...), said before any replay and naming the flag (`asked`:
+    the budget as written): after 172 replays it was `policy key 'host_tier_gib':
+    0.0009765625 GiB holds no slot ...`. The serial search replays the tier at the block's
+    match unit; a latency plan's fleets at the policy's."""
+    from analyzer.sim.vllm.host_tier import host_tier_spec
+
+    unit = {} if latency else {"prefix_match_unit": None}
+    try:
+        host_tier_spec(policy_of(host_tier_gib=budget_gib, **unit))
+    except ConfigError as exc:
+        why = str(exc).removeprefix("policy key 'host_tier_gib': ")
+        why = why.removeprefix(f"{budget_gib} GiB ")  # '... holds no slot'
+        raise ConfigError(f"--host-memory-budget {asked}: {why}") from None
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from analyzer.pipeline.plan.answer import (
 from analyzer.pipeline.plan.ask import PlanAsk
 from analyzer.pipeline.plan.evaluate import Evaluator, Progress, Targets
 from analyzer.pipeline.plan.fleet import MAX_REPLICAS, FleetSearch
-from analyzer.pipeline.plan.host import HostTierAnswer, host_line, smallest_tier
+from analyzer.pipeline.plan.host import HostTierAnswer, check_budget, host_line, smallest_tier
 from analyzer.pipeline.plan.host_fleet import FleetHostAnswer, TierFleets
 from analyzer.pipeline.plan.result import PlanResult
 from analyzer.pipeline.plan.search import Outcome, Search, search_setting, search_worker
@@ -91,7 +91,7 @@ class Planner:
         if self.host_budget_gib is not None and ask.latency:
             self._check_fleet_tier()
         if self.host_budget_gib is not None:
-            self._check_host_budget()
+            check_budget(self._policy, self.host_budget_gib, ask.host_memory_budget, ask.latency)
         self.block = fitted.block_size
         self.notes = [fit_note] if fit_note else []
         if self.preset is None:
@@ -235,23 +235,6 @@ class Planner:
                 "and without the tier are then both searched on it)"
             )
         self._policy(host_tier_gib=self.host_budget_gib)
-
-    def _check_host_budget(self) -> None:
-        """What the engine refuses of a tier of the whole budget (one smaller than a slot, a
-        model without bytes per block, ...), said before any replay and naming the flag:
-        after 172 replays it was `policy key 'host_tier_gib': 0.0009765625 GiB holds no
-        slot ...`. The serial search replays the tier at the block's match unit."""
-        from analyzer.sim.vllm.host_tier import host_tier_spec
-
-        unit = {} if self.ask.latency else {"prefix_match_unit": None}
-        try:
-            host_tier_spec(self._policy(host_tier_gib=self.host_budget_gib, **unit))
-        except ConfigError as exc:
-            why = str(exc).removeprefix("policy key 'host_tier_gib': ")
-            why = why.removeprefix(f"{self.host_budget_gib} GiB ")  # '... holds no slot'
-            raise ConfigError(
-                f"--host-memory-budget {self.ask.host_memory_budget}: {why}"
-            ) from None
 
     def _policy(self, **keys) -> Policy:
         return make_policy({**self.base, **keys})
