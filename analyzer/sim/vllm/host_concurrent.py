@@ -158,6 +158,7 @@ class HostTierConcurrent(ConcurrentReplay):
                 skipped_holding.append(queue.popleft())
                 continue
             if queue is self.holding:
+                off.awaiting = False  # reached with its load in: vLLM's status is WAITING
                 taken = self._resume(f, scheduled, budget, start_s, batched)
             else:
                 taken = self._admit_waiting(f, scheduled, budget, start_s, batched)
@@ -238,6 +239,7 @@ class HostTierConcurrent(ConcurrentReplay):
         self._note_table()
         keys = self.conn.load(f.req, off, hit, ext)
         off.keys = keys
+        off.awaiting = True
         off.issued_s = start_s
         off.done_s = start_s + self.conn.spec.load_s(len(keys))
         if f.first is None:
@@ -329,8 +331,8 @@ class HostTierConcurrent(ConcurrentReplay):
         had = bool(self.finished_now or loading or conn.in_flight)
         self.finished_now = []
         self.jobs = jobs
-        for f in self.holding:
-            if f.host.keys is not None:
+        for f in self.holding:  # vLLM counts WAITING_FOR_REMOTE_KVS: landed, not reached yet too
+            if f.host.awaiting:
                 f.host.wait_steps += 1
         return had or bool(jobs or self.flushed)
 

@@ -39,6 +39,7 @@ class Offload:
         "wait_steps",
         "wait_s",
         "keys",
+        "awaiting",
         "done_s",
         "issued_s",
         "computed_upto",
@@ -55,6 +56,9 @@ class Offload:
         self.wait_steps = 0  # steps spent waiting for loads (every admission's)
         self.wait_s: float | None = None  # their time (None: no load)
         self.keys: list[int] | None = None  # the load in flight, None: none
+        # vLLM's WAITING_FOR_REMOTE_KVS: from the load's issue until the waiting pass
+        # reaches the request after it landed (a pass that stops before it leaves it so)
+        self.awaiting = False
         self.done_s = 0.0  # when it lands
         self.issued_s = 0.0  # when it was issued
         self.computed_upto = [0] * num_groups  # chunks recorded as computed, per group

@@ -216,3 +216,22 @@ def test_a_step_that_preempted_is_priced_by_what_it_kept(every_step):
     for start_s, end_s, tokens, *_ in steps:
         if tokens:
             assert end_s == start_s + (base_s + token_s * tokens)
+
+
+@pytest.mark.parametrize("every_step", [True, False])
+def test_a_landed_load_the_waiting_pass_does_not_reach_still_waits(monkeypatch, every_step):
+    """vLLM counts a request's wait steps while its status is WAITING_FOR_REMOTE_KVS: from
+    its load's issue until the waiting pass reaches it with the load in, so a pass that stops
+    before it (the budget, max_num_seqs, a head that does not fit) leaves it waiting. hpa
+    counted only the steps its load was crossing: r13 waited 1 step where vLLM 0.33's own
+    scheduler counted 5, the same steps to its first token (found by `python -m
+    tests.sim.vllm.fuzz_offload --seed 52072 --cases 4`, case 3: 16 blocks of 16 tokens, 16
+    host chunks, LRU, concurrent, 16 sequences; the oracle's row for r13 below)."""
+    from tests.sim.vllm.fuzz_offload import run_hpa
+
+    monkeypatch.setattr(HostTierConcurrent, "every_step", every_step)
+    rng = random.Random(52072 * 1_000_003 + 3)
+    trace = draw_trace(rng)
+    _, hpa = draw_case(rng)
+    rows = {row[0]: row for row in run_hpa(trace, hpa)}
+    assert rows["r13"] == ("r13", 48, 32, 5, [73, 1, 1, 1, 1], 20, 0)
