@@ -23,6 +23,13 @@ REQUESTS = [
 ]
 BASE = {"block_size": 16, "num_blocks": 8, "groups": ["full_attention"]}
 TIER = {"host_tier_chunks": 32}
+# A model file of 16-token blocks of 32 MiB: 1 GiB holds 32 host slots, as TIER does
+MODEL = {
+    "block_size": 16,
+    "groups": ["full_attention"],
+    "num_groups": {"full_attention": 1},
+    "bytes_per_block": 2**25,
+}
 
 
 def host_trace_db(tmp_path: Path) -> Path:

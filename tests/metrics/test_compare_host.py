@@ -23,6 +23,20 @@ def runs_db(tmp_path_factory):
     return db
 
 
+# A side without a tier: nothing from the host, nothing it did not give back.
+NO_TIER = {
+    "host_hit_tokens": 0,
+    "host_hit_ratio": 0.0,
+    "host_waited_requests": 0,
+    "host_wait_mean_s": None,
+    "host_evicted_tokens": 0,
+    "host_never_stored_tokens": 0,
+    "host_never_stored_no_slot_tokens": 0,
+    "host_never_stored_decode_tokens": 0,
+    "host_never_stored_sparse_tokens": 0,
+}
+
+
 @pytest.mark.parametrize(
     ("runs", "figures", "host"),
     [
@@ -31,17 +45,7 @@ def runs_db(tmp_path_factory):
             (1, 2),
             ["hit", "host_hit", "unshared", "eviction"],
             {
-                "baseline": {
-                    "host_hit_tokens": 0,
-                    "host_hit_ratio": 0.0,
-                    "host_waited_requests": 0,
-                    "host_wait_mean_s": None,
-                    "host_evicted_tokens": 0,
-                    "host_never_stored_tokens": 0,
-                    "host_never_stored_no_slot_tokens": 0,
-                    "host_never_stored_decode_tokens": 0,
-                    "host_never_stored_sparse_tokens": 0,
-                },
+                "baseline": NO_TIER,
                 "current": {
                     "host_hit_tokens": 128,
                     "host_hit_ratio": 0.32,
@@ -60,17 +64,7 @@ def runs_db(tmp_path_factory):
             (1, 4),
             ["unshared", "eviction"],
             {
-                "baseline": {
-                    "host_hit_tokens": 0,
-                    "host_hit_ratio": 0.0,
-                    "host_waited_requests": 0,
-                    "host_wait_mean_s": None,
-                    "host_evicted_tokens": 0,
-                    "host_never_stored_tokens": 0,
-                    "host_never_stored_no_slot_tokens": 0,
-                    "host_never_stored_decode_tokens": 0,
-                    "host_never_stored_sparse_tokens": 0,
-                },
+                "baseline": NO_TIER,
                 "current": {
                     "host_hit_tokens": 0,
                     "host_hit_ratio": 0.0,

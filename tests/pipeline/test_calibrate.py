@@ -8,7 +8,6 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -131,14 +130,7 @@ def roofline_fit(tmp_path_factory) -> tuple[str, dict]:
         run_replay(
             make_policy({"model": str(CONFIG), "schedule": "concurrent", "gpu": "H200"}), db_path=db
         )
-    con = duckdb.connect(str(db))
-    try:
-        con.execute(
-            "UPDATE requests SET ttft_ms = r.ttft_s * 1000 FROM replay_requests AS r "
-            "WHERE r.request_id = requests.request_id"
-        )
-    finally:
-        con.close()
+    observe_replayed_ttft(db)
     out = tmp / "fit.json"
     with pytest.MonkeyPatch.context() as mp:  # a module's fixture: conftest's is per test
         mp.setattr(base, "PROGRESS_QUIET_S", float("inf"))

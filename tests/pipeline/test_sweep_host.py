@@ -9,15 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
-from tests.host_trace import BASE, host_trace_db
-
-# 16-token blocks of 32 MiB: 1 GiB holds 32 host slots (tests/report/test_host_tier.py)
-MODEL = {
-    "block_size": 16,
-    "groups": ["full_attention"],
-    "num_groups": {"full_attention": 1},
-    "bytes_per_block": 2**25,
-}
+from tests.host_trace import BASE, MODEL, host_trace_db
 
 
 @pytest.fixture(scope="module")

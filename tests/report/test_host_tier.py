@@ -15,15 +15,7 @@ from analyzer.report.data import load_report_data
 from analyzer.report.host_tier import FIGURE_ID, host_section, host_sweep_figure
 from analyzer.report.waterfall import cause_segments, segments
 from analyzer.sim.dispatch import make_policy
-from tests.host_trace import BASE, TIER, host_trace_db
-
-# 16-token blocks of 32 MiB: 1 GiB holds 32 host slots, as TIER does
-MODEL = {
-    "block_size": 16,
-    "groups": ["full_attention"],
-    "num_groups": {"full_attention": 1},
-    "bytes_per_block": 2**25,
-}
+from tests.host_trace import BASE, MODEL, TIER, host_trace_db
 
 
 @pytest.fixture(scope="module")
