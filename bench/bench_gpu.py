@@ -201,6 +201,10 @@ def main() -> int:
         xp = get_xp("cupy")
     db = ensure_store(int(float(args.tokens)), args.seed, Path(args.data))
     report: dict = {"device": _device(xp), "dry_run": args.dry_run}
+    if not args.dry_run:  # the key of backend.GPU_WINS_FROM_UNITS for `crossover`'s figure
+        from analyzer.prefixes.backend import _card_name
+
+        report["card"] = _card_name()
     report["primitives_G_per_s"] = primitive_rates(
         xp._cp if hasattr(xp, "_cp") else xp, args.primitive_units
     )

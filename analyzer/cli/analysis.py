@@ -35,8 +35,8 @@ from analyzer.words import plural
     default="auto",
     show_default=True,
     type=click.Choice(["auto", "numpy", "cupy"]),
-    help="Array backend: auto is numpy (compiled radix trees, faster than CuPy on an H200); "
-    "cupy runs the vectorised matcher on a GPU.",
+    help="Array backend: auto is numpy (compiled radix trees) unless this machine's GPU is "
+    "measured faster at this size; cupy runs the sort matcher on a GPU.",
 )
 @out_file_option("Also export prefix_matches to FILE (.parquet, .jsonl or .csv).")
 @click.option(

@@ -175,7 +175,7 @@ def match_prefixes(
         )
     if not spec.is_local and backend == "cupy":
         raise ConfigError("--backend cupy runs in one process; use it with --executor local")
-    xp = get_xp(backend) if spec.is_local else np
+    xp = get_xp(backend) if spec.is_local and backend != "auto" else np
     options = options or MatchOptions()
     # The store's own trace is read on a read-only connection (`hpa query` reads the store
     # while this matches); the tables are written on a writable one, opened to store them.
@@ -186,6 +186,8 @@ def match_prefixes(
         started = time.perf_counter()
         sequences = DuckDBSource(con)
         meta = sequences.meta
+        if spec.is_local and backend == "auto":  # a GPU where measured faster at this size
+            xp = get_xp(backend, units=int(meta.insert_len.sum()))
         if spec.is_local:
             # on the CPU: streamed once through the radix trees (>= 1 M units; fewer, and
             # on the GPU: the vectorised matcher, chunks as read), or held where rows are

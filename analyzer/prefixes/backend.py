@@ -8,6 +8,9 @@ takes a keyword-only `xp` and uses only names of the Python array API standard; 
 
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -16,14 +19,27 @@ from analyzer.errors import BackendUnavailable, ConfigError
 
 BACKENDS = ("auto", "numpy", "cupy")
 
+# Per card, as CUDA names it (`cudaDeviceProp.name`): the fewest units of a match from
+# which the sort matcher on that GPU beats the radix tree on the CPU beside it
+# (`make bench-gpu`'s `crossover`, warm; CUDA starts while DuckDB reads the ids;
+# docs/benchmarks.md). `auto` takes a GPU only where its card is measured here and the
+# match is that large; no card is measured yet (the one GPU run so far, before the sort
+# matcher, lost to the CPU).
+GPU_WINS_FROM_UNITS: Mapping[str, int] = MappingProxyType({})
 
-def get_xp(name: str = "auto") -> Any:
-    """The array namespace for backend `name`.
 
-    `auto` is NumPy: on the CPU the matcher streams the ids through compiled radix trees,
-    which on one H200 machine beat the vectorised matcher on its GPU (28 M tokens: 0.73 s
-    against 2.82 s warm, 9.4 s on a first run; see docs/benchmarks.md), so a GPU is used
-    only when asked for. `cupy` demands CuPy.
+def get_xp(
+    name: str = "auto",
+    *,
+    units: int | None = None,
+    measured: Mapping[str, int] = GPU_WINS_FROM_UNITS,
+) -> Any:
+    """The array namespace for backend `name`; `units` is the size of the match to run.
+
+    `auto` takes CuPy where this machine's card is in `measured` and the match has at
+    least its units, else NumPy: on the CPU the matcher streams the ids through compiled
+    radix trees, which beat the first GPU matcher on an H200 (28 M tokens: 0.73 s
+    against 2.82 s warm, 9.4 s on a first run; docs/benchmarks.md). `cupy` demands CuPy.
 
     Raises:
         ConfigError: `name` is not one of `BACKENDS`.
@@ -33,7 +49,30 @@ def get_xp(name: str = "auto") -> Any:
         raise ConfigError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     if name == "cupy":
         return _cupy_namespace()
+    if name == "auto" and units is not None and measured:
+        wins_from = measured.get(_card_name() or "")
+        if wins_from is not None and units >= wins_from:
+            try:
+                return _cupy_namespace()
+            except BackendUnavailable:
+                return np
     return np
+
+
+def _card_name() -> str | None:
+    """This machine's first CUDA card's name, or None without CuPy or a card; CuPy is
+    imported only where it is installed (a probe never fails a match)."""
+    if importlib.util.find_spec("cupy") is None:
+        return None
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return None
+        name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    except Exception:  # a broken CUDA install: the CPU answers
+        return None
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def backend_name(xp: Any) -> str:

@@ -39,13 +39,57 @@ def test_auto_falls_back_to_numpy_without_cupy(monkeypatch):
     assert get_xp("auto") is np
 
 
-def test_auto_is_numpy_even_where_cupy_would_work(monkeypatch):
-    # the radix trees on the CPU beat the GPU matcher on an H200 (docs/benchmarks.md)
+def test_auto_is_numpy_where_no_card_is_measured(monkeypatch):
+    # the radix trees on the CPU beat the first GPU matcher on an H200 (docs/benchmarks.md)
     import analyzer.prefixes.backend as backend
 
     monkeypatch.setattr(backend, "_cupy_namespace", lambda: "a usable cupy")
-    assert get_xp("auto") is np
+    monkeypatch.setattr(backend, "_card_name", lambda: pytest.fail("probed a card"))
+    assert backend.GPU_WINS_FROM_UNITS == {}
+    assert get_xp("auto", units=10**12) is np
     assert get_xp("cupy") == "a usable cupy"
+
+
+MEASURED = {"NVIDIA H100 80GB HBM3": 4_000_000}
+
+
+@pytest.mark.parametrize(
+    ("card", "units", "chosen"),
+    [
+        ("NVIDIA H100 80GB HBM3", 4_000_000, "cupy"),  # from the measured size on
+        ("NVIDIA H100 80GB HBM3", 3_999_999, "numpy"),  # below it the radix tree wins
+        ("NVIDIA H100 80GB HBM3", None, "numpy"),  # a size not given: the CPU
+        ("NVIDIA H200", 10**9, "numpy"),  # a card not measured
+        (None, 10**9, "numpy"),  # no card, or no CuPy
+    ],
+)
+def test_auto_takes_a_measured_card_from_its_crossover(monkeypatch, card, units, chosen):
+    import analyzer.prefixes.backend as backend
+
+    monkeypatch.setattr(backend, "_cupy_namespace", lambda: "a usable cupy")
+    monkeypatch.setattr(backend, "_card_name", lambda: card)
+    got = get_xp("auto", units=units, measured=MEASURED)
+    assert (got is np and chosen == "numpy") or (got == "a usable cupy" and chosen == "cupy")
+
+
+def test_auto_falls_back_when_the_measured_card_cannot_be_used(monkeypatch):
+    import analyzer.prefixes.backend as backend
+
+    def unusable():
+        raise backend._Unavailable("out of memory")
+
+    monkeypatch.setattr(backend, "_cupy_namespace", unusable)
+    monkeypatch.setattr(backend, "_card_name", lambda: "NVIDIA H100 80GB HBM3")
+    assert get_xp("auto", units=10**9, measured=MEASURED) is np
+
+
+def test_card_probe_is_none_without_cupy(monkeypatch):
+    import importlib.util
+
+    import analyzer.prefixes.backend as backend
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert backend._card_name() is None
 
 
 def test_demanding_cupy_without_it_says_what_to_do(monkeypatch):
