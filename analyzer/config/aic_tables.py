@@ -291,9 +291,14 @@ def tabulated(model: str, gpu: Any, tensor_parallel: int) -> TableStep:
     gpu_name = str(getattr(gpu, "name", gpu))
     table = tabulate(source, aic_system(gpu), int(tensor_parallel), gpu_name=gpu_name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_suffix(f".{os.getpid()}.tmp")
-    scratch.write_text(json.dumps(table, indent=1) + "\n")
-    os.replace(scratch, path)
+    # a short name of its own: `KEY.PID.tmp` was past 255 bytes for a long model's KEY
+    scratch = path.with_name(f".hpa-{os.getpid()}.tmp")
+    try:
+        scratch.write_text(json.dumps(table, indent=1) + "\n")
+        os.replace(scratch, path)
+    except BaseException:  # a full disk, Ctrl-C: no half-written file is left
+        scratch.unlink(missing_ok=True)
+        raise
     return TableStep(table, where=f"aic table {path}")
 
 

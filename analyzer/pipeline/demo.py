@@ -24,6 +24,7 @@ from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import load_sql
 from analyzer.store.ingest import IngestResult, ingest
 from analyzer.store.query import run_query
+from analyzer.traces.io import is_scratch
 from analyzer.traces.synth import generate, write_jsonl
 
 MAIN_TRACE = "mixed.jsonl.gz"
@@ -84,19 +85,16 @@ SAMPLE_FILES = (
 
 
 # What a demo writes into its folder (a killed one may leave the store's write-ahead log, its
-# spill folder and the report's temporary file too): a folder holding only these is an
-# earlier demo's.
+# spill folder and the report's temporary file too, `is_scratch`): a folder holding only
+# these is an earlier demo's.
 DEMO_ENTRIES = frozenset(
-    {
-        "cases",
-        "samples",
-        "demo.duckdb",
-        "demo.duckdb.wal",
-        "demo.duckdb.tmp",
-        "report.html",
-        ".report.html.tmp",
-    }
+    {"cases", "samples", "demo.duckdb", "demo.duckdb.wal", "demo.duckdb.tmp", "report.html"}
 )
+
+
+def _demos(name: str) -> bool:
+    """Whether a demo wrote the entry `name` of its folder."""
+    return name in DEMO_ENTRIES or is_scratch(name)
 
 
 def _fresh_out(out: Path) -> Path:
@@ -106,7 +104,7 @@ def _fresh_out(out: Path) -> Path:
     Raises:
         InputFileError: `out` holds files no demo wrote, or it cannot be made."""
     if out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in DEMO_ENTRIES)
+        foreign = sorted(p.name for p in out.iterdir() if not _demos(p.name))
         if foreign:
             shown = ", ".join(foreign[:3]) + (
                 f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""

@@ -7,8 +7,6 @@ import contextlib
 import decimal
 import functools
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import duckdb
@@ -17,6 +15,7 @@ import pyarrow as pa
 
 from analyzer.errors import ConfigError, InputFileError
 from analyzer.store.db import query_arrow
+from analyzer.traces.io import scratch_file
 
 EXPORT_SUFFIXES = (".parquet", ".jsonl", ".csv")
 # How a CSV cell a spreadsheet would run as a formula starts (OWASP's list).
@@ -30,11 +29,15 @@ def check_out_folder(out: str | Path, option: str = "--out") -> Path:
     path = Path(out)
     folder = path.parent
     where = f"{option} {path}" if option else str(path)
-    if not folder.is_dir():
-        if folder.exists():
-            raise InputFileError(f"{where}: {folder} is not a folder")
-        raise InputFileError(f"{where}: no such folder {folder}; make it first")
-    if not path.is_dir():  # a folder that exists is written in, not beside (probe --out)
+    try:
+        if not folder.is_dir():
+            if folder.exists():
+                raise InputFileError(f"{where}: {folder} is not a folder")
+            raise InputFileError(f"{where}: no such folder {folder}; make it first")
+        written_in = path.is_dir()  # a folder that exists is written in, not beside (probe)
+    except OSError as exc:  # a name past 255 bytes (ENAMETOOLONG), a loop of links
+        raise InputFileError(f"{where}: cannot write ({exc.strerror or exc})") from None
+    if not written_in:
         _check_writable(folder, where)
     return path
 
@@ -44,11 +47,9 @@ def _check_writable(folder: Path, where: str) -> None:
     said before any work, not after a command has computed (and a store kept) its results.
     Tried by making a file, since access() answers yes to root wherever it is refused."""
     try:
-        handle, name = tempfile.mkstemp(prefix=".hpa-", suffix=".tmp", dir=folder)
+        _remove(scratch_file(folder))
     except OSError as exc:
         raise InputFileError(f"{where}: cannot write ({exc.strerror or exc})") from None
-    os.close(handle)
-    _remove(Path(name))
 
 
 def check_export_path(out: str | Path) -> Path:
@@ -72,14 +73,15 @@ def export_table(
 
 def write_rows(table: pa.Table, out: str | Path) -> int:
     """Write `table` to `out` in the format its suffix names, whole or not at all (a file
-    beside it, renamed over it); returns the number of rows. CSV text cells that start like
-    a spreadsheet formula get a leading apostrophe (`spreadsheet_safe`).
+    beside it, `scratch_file`, renamed over it); returns the number of rows. CSV text cells
+    that start like a spreadsheet formula get a leading apostrophe (`spreadsheet_safe`).
 
     Deterministic: the same rows give the same bytes (no timestamps in the files).
     """
     path = check_export_path(out)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = None
     try:
+        tmp = scratch_file(path.parent)
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq  # imported when written: every command imports us
 
@@ -105,7 +107,9 @@ def write_rows(table: pa.Table, out: str | Path) -> int:
     return table.num_rows
 
 
-def _remove(tmp: Path) -> None:
+def _remove(tmp: Path | None) -> None:
+    if tmp is None:  # not made
+        return
     with contextlib.suppress(OSError):  # a read-only folder refuses even this
         tmp.unlink(missing_ok=True)
 
@@ -192,22 +196,25 @@ def csv_ready(table: pa.Table) -> pa.Table:
 
 def write_atomic(out: str | Path, data: bytes | str, *, option: str = "") -> Path:
     """Write `data` (str: UTF-8) to `out` whole or not at all: a file beside it, renamed
-    over it, so a reader or a killed process never sees half a file.
+    over it (`scratch_file`), so a reader or a killed process never sees half a file.
 
     Raises:
         InputFileError: its folder does not exist (`check_out_folder`: no folder is made),
             or `out` cannot be written ("`option` PATH: cannot write (why)").
     """
     path = check_out_folder(out, option)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = None
     try:
+        tmp = scratch_file(path.parent)
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
         tmp.replace(path)
     except OSError as exc:
-        with contextlib.suppress(OSError):  # a read-only folder refuses even this
-            tmp.unlink(missing_ok=True)
+        _remove(tmp)
         where = f"{option} {path}" if option else str(path)
         raise InputFileError(f"{where}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:  # Ctrl-C: no file, not half of one
+        _remove(tmp)
+        raise
     return path
 
 

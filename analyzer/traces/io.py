@@ -1,10 +1,13 @@
 """Opening trace files: the decompressed byte stream of a .gz / .zst / plain file, read
-through a counter of the compressed bytes (for progress)."""
+through a counter of the compressed bytes (for progress); and the temporary file an output is
+written in before it is renamed over its name (`scratch_file`)."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import os
+import secrets
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -106,3 +109,30 @@ def open_binary(path: Path, counter: CountingReader) -> BinaryIO:
     if kind == "zstd":
         return io.BufferedReader(ZstdReader(buffered), 1 << 20)
     return buffered
+
+
+# The temporary file of an output: hidden, in the output's folder (a rename within one file
+# system is atomic), with a short name of its own, so that any name a folder takes (255 bytes)
+# can be written. `.NAME.tmp` was past 255 bytes for a NAME of 252 to 255.
+SCRATCH_PREFIX, SCRATCH_SUFFIX = ".hpa-", ".tmp"
+
+
+def scratch_file(folder: Path) -> Path:
+    """A new empty file in `folder` (`.hpa-XXXXXXXXXXXX.tmp`, a name no other file has), made
+    as open() makes a file (its mode 0666 less the umask: the output renamed from it is
+    readable as any other file), for the caller to write, rename and remove.
+
+    Raises:
+        OSError: no file can be made in `folder` (the system's words)."""
+    while True:
+        path = folder / f"{SCRATCH_PREFIX}{secrets.token_hex(6)}{SCRATCH_SUFFIX}"
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:  # another's: 1 in 2**48 a try
+            continue
+        return path
+
+
+def is_scratch(name: str) -> bool:
+    """Whether `name` is one `scratch_file` gives (what a killed writer may leave)."""
+    return name.startswith(SCRATCH_PREFIX) and name.endswith(SCRATCH_SUFFIX)

@@ -11,6 +11,7 @@ hash-id trace.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import os
@@ -24,6 +25,7 @@ import numpy as np
 import orjson
 
 from analyzer.errors import ConfigError, InputFileError
+from analyzer.traces.io import scratch_file
 from analyzer.traces.synth_mixed import (
     MixedConfig,
     distinct_tokens,
@@ -313,13 +315,14 @@ def _open_out(path: Path, suffix: str) -> Iterator[BinaryIO]:
 def write_jsonl(records: Iterable[dict], path: str | os.PathLike[str]) -> WriteStats:
     """Write `records` as JSON lines (orjson; numpy arrays allowed) to `path`, atomically.
 
-    The file appears only when complete (written beside it, then renamed).
+    The file appears only when complete (written beside it, `scratch_file`, then renamed).
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = None
     count = tokens = 0
     option = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
     try:
+        tmp = scratch_file(path.parent)
         with _open_out(tmp, path.suffix) as out:
             for record in records:
                 out.write(orjson.dumps(record, option=option))
@@ -327,9 +330,15 @@ def write_jsonl(records: Iterable[dict], path: str | os.PathLike[str]) -> WriteS
                 tokens += record.get("prompt_tokens") or len(record["prompt_token_ids"])
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise InputFileError(f"cannot write {path}: {exc.strerror or exc}") from None
     except BaseException:  # a generator's error, Ctrl-C: no half-written file is left
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise
     return WriteStats(count, tokens, path)
+
+
+def _remove(tmp: Path | None) -> None:
+    if tmp is not None:  # None: not made
+        with contextlib.suppress(OSError):  # a read-only folder refuses even this
+            tmp.unlink(missing_ok=True)

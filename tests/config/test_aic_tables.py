@@ -291,6 +291,18 @@ def test_tabulated_makes_and_caches_a_table_with_the_extra(monkeypatch, tmp_path
     assert cache_path("Qwen/Qwen3.5-35B-A3B", "H200", 1).exists()
 
 
+def test_a_cache_file_of_a_long_name_is_written(monkeypatch, tmp_path):
+    """A cache name the folder takes is written, its temporary file having a short name of
+    its own: `KEY.PID.tmp` was past 255 bytes for a KEY of 250 (a long model folder's)."""
+    path = tmp_path / ("k" * 250 + ".json")
+    monkeypatch.setattr(aic_tables, "cache_path", lambda model, gpu, tp: path)
+    monkeypatch.setattr(aic_tables, "aic_installed", lambda: True)
+    monkeypatch.setattr(aic_tables, "tabulate", lambda *args, gpu_name=None: _raw(QWEN))
+    tabulated("Qwen/Qwen3.5-35B-A3B", "H200", 1)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    assert _raw(path) == _raw(QWEN)
+
+
 VALIDATION = _raw(FIXTURES / "validation.json")
 
 

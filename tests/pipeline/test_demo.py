@@ -53,6 +53,17 @@ def test_a_folder_holding_other_files_is_refused_and_kept(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "report.html"]
 
 
+def test_a_folder_a_killed_demo_left_is_an_earlier_demos(tmp_path):
+    """A demo killed while it wrote its report left the report's temporary file (a short
+    name of its own, `traces.io.scratch_file`): still a demo's folder, replaced."""
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "demo.duckdb").write_text("")
+    (out / ".hpa-0123456789ab.tmp").write_text("<html")
+    assert demo._fresh_out(out) == out
+    assert [p.name for p in out.iterdir()] == ["cases"]
+
+
 def test_a_folder_that_cannot_be_made_is_one_line(tmp_path):
     (tmp_path / "f.txt").write_text("")
     out = tmp_path / "f.txt" / "demo"

@@ -6,6 +6,8 @@ a temporary file the user never asked for."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import duckdb
@@ -72,19 +74,64 @@ def test_a_folder_that_can_be_written_keeps_no_trace_of_the_check(tmp_path, stor
     assert [p.name for p in tmp_path.iterdir()] == ["m.csv"]
 
 
-def test_a_match_whose_out_file_fails_midway_stores_nothing(tmp_path):
+def test_a_match_whose_out_file_fails_midway_stores_nothing(tmp_path, monkeypatch):
     """The export is part of match's transaction, as replay's is (it ran after the commit:
-    prefix_matches and junctions stayed, with no file). A name of 252 characters is one the
-    folder takes, but not its temporary file's (`.NAME.tmp`, past 255): a real write that
-    fails once the match has computed."""
+    prefix_matches and junctions stayed, with no file). A disk that fills while the file is
+    written: a real write that fails once the match has computed."""
+    import pyarrow.csv
+
+    def full_disk(table, sink):
+        sink.write(b"request_id")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pyarrow.csv, "write_csv", full_disk)
     db = tmp_path / "m.duckdb"
     ingest([SAMPLES / "groups_1500.jsonl"], db_path=db)
     before = _tables(db)
-    out = tmp_path / ("m" * 248 + ".csv")
+    out = tmp_path / "m.csv"
     result = CliRunner().invoke(cli, ["match", "--db", str(db), "--out", str(out)])
     assert (result.exit_code, result.output) == (
         2,
-        f"Error: --out {out}: cannot write (File name too long)\n",
+        f"Error: --out {out}: cannot write (No space left on device)\n",
     )
     assert _tables(db) == before and "prefix_matches" not in before
     assert [p.name for p in tmp_path.iterdir()] == ["m.duckdb"]  # no file, no temporary one
+
+
+# Every command that writes a file, by the file it writes (report's -o is --out)
+WRITERS = [
+    (["match", "--out"], ".csv", "--out "),
+    (["match", "--out"], ".parquet", "--out "),
+    (["replay", *POLICY, "--out"], ".jsonl", "--out "),
+    (["query", "SELECT 1", "--out"], ".csv", "--out "),
+    (["metrics", "--out"], ".prom", "--out "),
+    (["report", "-o"], ".html", "--out "),
+    (["synth", "--num-requests", "3"], ".jsonl", ""),
+]
+
+
+@pytest.mark.parametrize(("args", "suffix", "option"), WRITERS)
+def test_an_out_name_of_255_bytes_is_written(tmp_path, store, args, suffix, option):
+    """A name the folder takes is written, however long: the temporary file beside it has a
+    short name of its own. Before, a name of 252 to 255 bytes failed with 'File name too
+    long', the temporary file's (`.NAME.tmp`) being past 255."""
+    out = tmp_path / ("o" * (255 - len(suffix)) + suffix)
+    db = [] if args[0] == "synth" else ["--db", str(store)]
+    result = CliRunner().invoke(cli, [*args, str(out), *db])
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it
+
+
+@pytest.mark.parametrize(("args", "suffix", "option"), WRITERS)
+def test_an_out_name_past_255_bytes_is_one_line(tmp_path, store, args, suffix, option):
+    out = tmp_path / ("o" * (256 - len(suffix)) + suffix)
+    db = [] if args[0] == "synth" else ["--db", str(store)]
+    result = CliRunner().invoke(cli, [*args, str(out), *db])
+    assert (result.exit_code, result.output) == (
+        2,
+        f"Error: {option}{out}: cannot write (File name too long)\n",
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.cli import cli
-from analyzer.errors import ConfigError
+from analyzer.errors import ConfigError, InputFileError
 from analyzer.traces.synth import SCENARIOS, generate, parse_params, write_jsonl
 
 
@@ -254,6 +254,22 @@ def test_a_generator_that_fails_midway_leaves_no_file(tmp_path):
 
     with pytest.raises(ConfigError):
         write_jsonl(records(), tmp_path / "t.jsonl")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_name_of_255_bytes_is_written(tmp_path):
+    """The temporary file has a short name of its own (`.NAME.tmp` was past 255 bytes)."""
+    out = tmp_path / ("t" * 249 + ".jsonl")
+    stats = write_jsonl([{"request_id": "a", "prompt_token_ids": [1, 2]}], out)
+    assert (stats.records, stats.prompt_tokens) == (1, 2)
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+def test_a_name_past_255_bytes_is_one_error_and_no_file(tmp_path):
+    out = tmp_path / ("t" * 250 + ".jsonl")
+    with pytest.raises(InputFileError) as caught:
+        write_jsonl([{"request_id": "a", "prompt_token_ids": [1, 2]}], out)
+    assert str(caught.value) == f"cannot write {out}: File name too long"
     assert list(tmp_path.iterdir()) == []
 
 
