@@ -18,6 +18,11 @@ what the command then says untrue, and this module closes both:
 What each commit stored is what its writer named (`transaction(con, lands=...)`): a replay
 run, a sweep, the files of an ingest, a match, a validation. A command that was stopped
 says those, or that nothing of it was stored.
+
+Files are written whole or not at all (a file beside them, renamed over them): each writer
+notes a file as it renames it (`note_written`, inside `holding()`), and the line names the
+files there. A command that writes files and never the store (synth, report, ...) says
+"written" where others say "stored".
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class _State:
     pending: int | None = None  # a signal that came while holding
     finished = False  # the command has ended: a late signal is ignored
     landed: list[str] = []
+    written: list[str] = []
 
 
 _STATE = _State()
@@ -143,6 +149,18 @@ def landed() -> tuple[str, ...]:
     return tuple(_STATE.landed)
 
 
+def note_written(path) -> None:
+    """Note that the file at `path` was written whole (renamed into place); inside
+    `holding()`, with the rename. Kept only where armed, as `note_landed`."""
+    if _STATE.driver_pid is not None:
+        _STATE.written.append(str(path))
+
+
+def written() -> tuple[str, ...]:
+    """The files this command wrote whole, in order."""
+    return tuple(_STATE.written)
+
+
 def stopped_by() -> int | None:
     """The signal that stopped this command, or None."""
     return _STATE.signum
@@ -153,17 +171,20 @@ def finish() -> None:
     _STATE.finished = True
 
 
-def message(signum: int) -> str:
-    """The one line a stopped command ends with: what stopped it and what is stored."""
+def message(signum: int, *, files_only: bool = False) -> str:
+    """The one line a stopped command ends with: what stopped it and what is stored and
+    written; `files_only`: a command that writes files and never the store."""
     if signum == signal.SIGINT:
         what = "interrupted (Ctrl-C)"
     else:
         what = f"terminated ({signal.Signals(signum).name})"
-    stored = landed()
-    if not stored:
-        return f"{what}; nothing of this command was stored"
-    named = listing(stored)
-    return f"{what} after storing {named} (whole); nothing else of this command was stored"
+    stored, files = landed(), written()
+    kept = "written" if files_only else "stored or written" if files else "stored"
+    done = [f"storing {listing(stored)}"] if stored else []
+    done += [f"writing {', '.join(files)}"] if files else []
+    if not done:
+        return f"{what}; nothing of this command was {kept}"
+    return f"{what} after {' and '.join(done)} (whole); nothing else of this command was {kept}"
 
 
 def listing(stored: tuple[str, ...]) -> str:
@@ -192,3 +213,4 @@ def reset() -> None:
     _STATE.holding = 0
     _STATE.finished = False
     _STATE.landed = []
+    _STATE.written = []

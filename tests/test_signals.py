@@ -159,6 +159,103 @@ def test_a_signal_during_a_query_statement_is_one_line(store):
     assert run.returncode == 143
 
 
+# `hpa` with a signal sent to itself once a file is written beside its name, before it is
+# renamed over it (as the rename's `holding` block begins), or as a file renamed into place
+# is noted (after it).
+_AT_RENAME = """
+import os, signal, sys
+import analyzer.interrupts as interrupts
+real = interrupts.holding
+def holding():
+    os.kill(os.getpid(), signal.{signal})
+    return real()
+interrupts.holding = holding
+from analyzer.cli import main
+main()
+"""
+_AS_WRITTEN = """
+import os, signal, sys
+import analyzer.interrupts as interrupts
+real = interrupts.note_written
+def note_written(path):
+    os.kill(os.getpid(), signal.{signal})
+    real(path)
+interrupts.note_written = note_written
+from analyzer.cli import main
+main()
+"""
+
+# Commands that write files, not the store (`cli.base.FILE_COMMANDS`)
+_FILE_COMMANDS = [
+    ["synth", "{out}/t.jsonl", "--num-requests", "5"],
+    ["report", "--db", "{db}", "--out", "{out}/r.html"],
+    ["metrics", "--db", "{db}", "--out", "{out}/m.prom"],
+    ["probe", *MODEL, "--out", "{out}/probe"],
+]
+
+
+def test_the_file_commands_are_commands():
+    from analyzer.cli import cli
+    from analyzer.cli.base import FILE_COMMANDS
+
+    assert FILE_COMMANDS <= set(cli.commands)
+
+
+@pytest.fixture(scope="module")
+def replayed(store, tmp_path_factory) -> Path:
+    db = copy(store, tmp_path_factory.mktemp("replayed"))
+    run = subprocess.run([sys.executable, "-m", "analyzer", "replay", *MODEL, "--db", str(db)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return db
+
+
+@pytest.mark.parametrize("args", _FILE_COMMANDS, ids=[a[0] for a in _FILE_COMMANDS])
+def test_ctrl_c_before_a_file_is_written_says_nothing_was_written(replayed, tmp_path, args):
+    """Each write is whole or absent (a file beside it, renamed over it): nothing of the
+    command is on disk. The line said 'nothing of this command was stored' (it stores
+    nothing)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [a.format(out=out, db=replayed) for a in args]
+    code = _AT_RENAME.format(signal="SIGINT")
+    run = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert one_line(run) == "Error: interrupted (Ctrl-C); nothing of this command was written"
+    assert run.returncode == 130
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert left == []  # no file, no temporary file
+
+
+def test_ctrl_c_after_a_file_is_written_names_it(tmp_path):
+    """probe writes three files, each whole: a signal after the first names it."""
+    out = tmp_path / "probe"
+    code = _AS_WRITTEN.format(signal="SIGINT")
+    run = subprocess.run([sys.executable, "-c", code, "probe", *MODEL, "--out", str(out)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert one_line(run) == (
+        f"Error: interrupted (Ctrl-C) after writing {out / 'probe.jsonl'} (whole); nothing "
+        "else of this command was written"
+    )
+    assert run.returncode == 130
+    assert [p.name for p in out.iterdir()] == ["probe.jsonl"]
+
+
+def test_a_store_commands_file_written_before_its_commit_is_named(store, tmp_path):
+    """match --out writes its file inside the transaction: a signal as it is noted rolls the
+    match back, and the line says the file is there and nothing was stored."""
+    db = copy(store, tmp_path)
+    out = tmp_path / "m.csv"
+    code = _AS_WRITTEN.format(signal="SIGTERM")
+    run = subprocess.run([sys.executable, "-c", code, "match", "--db", str(db), "--out",
+                          str(out)], capture_output=True, text=True)  # fmt: skip
+    assert one_line(run) == (
+        f"Error: terminated (SIGTERM) after writing {out} (whole); nothing else of this "
+        "command was stored or written"
+    )
+    assert run.returncode == 143
+    assert out.is_file() and count(db, "prefix_matches") == 0
+
+
 SEEDS = (0, 1, 2, 3)
 
 
@@ -240,8 +337,32 @@ def test_the_line_names_what_was_stored(armed, landed, start):
     assert interrupts.message(signal.SIGTERM).startswith(start)
 
 
+WRITTEN = [
+    ([], [], False, "terminated (SIGTERM); nothing of this command was stored"),
+    ([], [], True, "terminated (SIGTERM); nothing of this command was written"),
+    ([], ["o/t.jsonl"], True,
+     "terminated (SIGTERM) after writing o/t.jsonl (whole); nothing else of this command was "
+     "written"),
+    ([], ["o/a.csv", "o/b.csv"], True,
+     "terminated (SIGTERM) after writing o/a.csv, o/b.csv (whole); nothing else of this "
+     "command was written"),
+    (["replay run 3"], ["r.jsonl"], False,
+     "terminated (SIGTERM) after storing replay run 3 and writing r.jsonl (whole); nothing "
+     "else of this command was stored or written"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("landed, written, files_only, line", WRITTEN)
+def test_the_line_names_what_was_written(armed, landed, written, files_only, line):
+    interrupts.note_landed(landed)
+    for path in written:
+        interrupts.note_written(path)
+    assert interrupts.message(signal.SIGTERM, files_only=files_only) == line
+
+
 def test_a_library_caller_collects_no_notes():
     """Unarmed (no `main`): what commits store is not kept (it would grow without end)."""
     interrupts.reset()
     interrupts.note_landed(["replay run 1"])
-    assert interrupts.landed() == ()
+    interrupts.note_written("t.jsonl")
+    assert interrupts.landed() == () and interrupts.written() == ()

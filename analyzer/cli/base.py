@@ -189,6 +189,11 @@ def executor_spec(
     return ExecutorSpec(name or default, workers=workers, ray_address=ray_address, shard_tokens=k)
 
 
+# The commands that write files and never the store: a signal's line says what of them was
+# written, not stored (`interrupts.message`).
+FILE_COMMANDS = frozenset({"synth", "report", "metrics", "calibrate", "probe"})
+
+
 class _Group(click.Group):
     """Turns library errors, and errors of the machine (a full disk, ...), into one-line
     messages with an exit code."""
@@ -213,7 +218,7 @@ class _Group(click.Group):
             debug = bool(ctx.obj and ctx.obj.get("debug"))  # set by `cli`, inside invoke
             signum = interrupts.stopped_by()  # whatever DuckDB made of the signal's Stopped
             if signum is not None and not debug:
-                _stopped(signum)
+                _stopped(signum, ctx.invoked_subcommand in FILE_COMMANDS)
             if isinstance(exc, AnalyzerError) and not debug:
                 click.echo(f"Error: {exc}", err=True)
                 sys.exit(exc.exit_code)
@@ -419,8 +424,9 @@ def main() -> None:
         interrupts.disarm()
 
 
-def _stopped(signum: int) -> None:
-    """End a command a signal stopped: one line saying what the store holds of it, and
-    128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C)."""
-    click.echo(f"Error: {interrupts.message(signum)}", err=True)
+def _stopped(signum: int, files_only: bool = False) -> None:
+    """End a command a signal stopped: one line saying what the store holds of it (with
+    `files_only`: what of its files is written), and 128 + the signal's number (143 for
+    SIGTERM, 130 for Ctrl-C)."""
+    click.echo(f"Error: {interrupts.message(signum, files_only=files_only)}", err=True)
     sys.exit(128 + signum)

@@ -13,6 +13,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from analyzer import interrupts
 from analyzer.errors import ConfigError, InputFileError
 from analyzer.store.db import query_arrow
 from analyzer.traces.io import scratch_file
@@ -97,7 +98,9 @@ def write_rows(table: pa.Table, out: str | Path) -> int:
             lines = json_lines(table)  # every value converted before the file is opened
             with open(tmp, "wb") as f:
                 f.writelines(lines)
-        tmp.replace(path)
+        with interrupts.holding():  # a signal now stops the command once the file is noted
+            tmp.replace(path)
+            interrupts.note_written(path)
     except OSError as exc:
         _remove(tmp)
         raise InputFileError(f"--out {path}: cannot write ({exc.strerror or exc})") from None
@@ -207,7 +210,9 @@ def write_atomic(out: str | Path, data: bytes | str, *, option: str = "") -> Pat
     try:
         tmp = scratch_file(path.parent)
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-        tmp.replace(path)
+        with interrupts.holding():  # a signal now stops the command once the file is noted
+            tmp.replace(path)
+            interrupts.note_written(path)
     except OSError as exc:
         _remove(tmp)
         where = f"{option} {path}" if option else str(path)

@@ -4,6 +4,7 @@ written in before it is renamed over its name (`scratch_file`)."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
@@ -130,6 +131,12 @@ def scratch_file(folder: Path) -> Path:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         except FileExistsError:  # another's: 1 in 2**48 a try
             continue
+        except OSError:  # none can be made: the system's words
+            raise
+        except BaseException:  # a signal as it was made: the caller never had its name
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+            raise
         return path
 
 

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import orjson
 
+from analyzer import interrupts
 from analyzer.errors import ConfigError, InputFileError
 from analyzer.traces.io import scratch_file
 from analyzer.traces.synth_mixed import (
@@ -328,7 +329,9 @@ def write_jsonl(records: Iterable[dict], path: str | os.PathLike[str]) -> WriteS
                 out.write(orjson.dumps(record, option=option))
                 count += 1
                 tokens += record.get("prompt_tokens") or len(record["prompt_token_ids"])
-        os.replace(tmp, path)
+        with interrupts.holding():  # a signal now stops the command once the file is noted
+            os.replace(tmp, path)
+            interrupts.note_written(path)
     except OSError as exc:
         _remove(tmp)
         raise InputFileError(f"cannot write {path}: {exc.strerror or exc}") from None
