@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -16,7 +17,13 @@ import orjson
 from analyzer.errors import InputFileError
 from analyzer.traces.batches import Batch, exact_batch
 from analyzer.traces.jsonlines import LongLine, max_line_bytes, whole_lines
-from analyzer.traces.records import COUNT_FIELDS, NO_IDS_WHY, RecordError, first_bad_utf8
+from analyzer.traces.records import (
+    COUNT_FIELDS,
+    NO_IDS_WHY,
+    RecordError,
+    first_bad_utf8,
+    not_finite,
+)
 
 CSV_BATCH_ROWS = 4096
 _INT = re.compile(r"[+-]?\d+")
@@ -47,11 +54,14 @@ def _cell_value(name: str, cell: str) -> Any:
         return int(cell)
     if name in ("timestamp", "ttft_ms"):
         try:
-            return float(cell)
+            value = float(cell)
         except ValueError:
             if name == "timestamp":
                 return cell  # an RFC 3339 string; validate_record parses or rejects it
             raise RecordError(name, f"expected a number, got {cell!r}") from None
+        if not math.isfinite(value):  # nan, inf, or digits past a float (1e400)
+            raise not_finite(name, cell.strip())
+        return value
     return cell
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ import orjson
 
 from analyzer.errors import ConfigError, InputFileError
 from analyzer.traces.batches import RAW_EXCERPT_CHARS
-from analyzer.traces.records import RecordError, first_bad_utf8
+from analyzer.traces.records import RecordError, first_bad_utf8, not_finite
 
 CHUNK_BYTES = 8 << 20
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -218,7 +219,7 @@ def decoded_lines(body: bytes, first_line: int) -> Iterator[Item]:
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            obj = RecordError(None, _undecodable(raw, exc))
+            obj = non_finite_error(raw) or RecordError(None, _undecodable(raw, exc))
         else:
             if LONG_DIGITS.search(raw):
                 obj = exact_json(raw)  # orjson reads integers past 64 bits as floats
@@ -269,6 +270,50 @@ def repeated_key_error(raw: bytes) -> RecordError | None:
 
 def _repeated(key: str) -> RecordError:
     return RecordError(key, "given twice in one JSON object (which value counts is undefined)")
+
+
+class _NotFinite:
+    """A number of a JSON line that no float holds, as the line writes it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _float(text: str) -> float | _NotFinite:
+    value = float(text)
+    return value if math.isfinite(value) else _NotFinite(text)
+
+
+def non_finite_error(raw: bytes | str) -> RecordError | None:
+    """A RecordError naming the first field of JSON line `raw` (an object) whose number is no
+    finite float: NaN, Infinity, -Infinity (no JSON numbers, which orjson refuses; Python's
+    json writes them) or digits past the largest float (1e400). None where there is none, or
+    the line is not an object, or not JSON for another reason as well."""
+    try:
+        obj = json.loads(raw, parse_constant=_NotFinite, parse_float=_float)
+    except (ValueError, RecursionError):
+        return None
+    if type(obj) is not dict:
+        return None
+    found = _first_not_finite(obj, "")
+    return None if found is None else not_finite(*found)
+
+
+def _first_not_finite(value: Any, path: str) -> tuple[str, str] | None:
+    """(the JSON path, the text) of the first number in `value` no float holds, in the
+    order of the line."""
+    if isinstance(value, _NotFinite):
+        return path, value.text
+    if isinstance(value, dict):
+        items = ((f"{path}.{k}" if path else k, v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for where, v in items:
+        if (found := _first_not_finite(v, where)) is not None:
+            return found
+    return None
 
 
 def _undecodable(raw: bytes, exc: orjson.JSONDecodeError) -> str:

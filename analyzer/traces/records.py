@@ -123,6 +123,15 @@ def _count(name: str, value: Any, minimum: int) -> int:
     return value
 
 
+def not_finite(name: str | None, text: str) -> RecordError:
+    """The error of a number written `text` that is no finite float: NaN or Infinity (no JSON
+    number, RFC 8259), or digits past the largest float (1e400), which a float reads as
+    infinite."""
+    if any(c.isdigit() for c in text):
+        return RecordError(name, f"{text} is outside the range of a float (-1.8e308 to 1.8e308)")
+    return RecordError(name, f"{text} is not a finite number")
+
+
 def _number(name: str, value: Any) -> float:
     if type(value) not in (int, float):
         raise RecordError(name, f"expected a number, got {type_name(value)}")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import math
 from pathlib import Path
 
 import duckdb
@@ -21,6 +23,7 @@ import pytest
 
 from analyzer.store.ingest import ingest
 
+NAN, INF = float("nan"), float("inf")
 YEARS = (
     "s is outside years 0000-9999 (-62,167,219,200 to 253,402,300,799 s, what RFC 3339 can write)"
 )
@@ -85,6 +88,23 @@ CASES = [
         "prompt_family",
         "not valid UTF-8 (byte 0xff at byte 3)",
     ),
+    # JSON Lines write these NaN and Infinity (Python's json), which orjson refuses: the line
+    # was rejected as 'malformed JSON' with no field
+    (
+        "timestamp NaN",
+        {"timestamp": 1.0},
+        {"timestamp": NAN},
+        "timestamp",
+        "nan is not a finite number",
+    ),
+    (
+        "timestamp infinite",
+        {"timestamp": 1.0},
+        {"timestamp": INF},
+        "timestamp",
+        "inf is not a finite number",
+    ),
+    ("ttft NaN", {"ttft_ms": 1.0}, {"ttft_ms": NAN}, "ttft_ms", "nan is not a finite number"),
 ]
 FORMATS = ("jsonl fast", "jsonl per record", "parquet", "csv")
 NOT_JSON = (None, "malformed JSON (not valid UTF-8: byte 0xff at byte")  # RFC 8259: UTF-8
@@ -94,6 +114,16 @@ OTHERWISE = {
     # JSON text must be UTF-8 as a whole: the line is not JSON.
     ("string not UTF-8", "jsonl fast"): NOT_JSON,
     ("string not UTF-8", "jsonl per record"): NOT_JSON,
+    # JSON Lines say the value as the line writes it
+    **{
+        (name, fmt): (field, f"{text} is not a finite number")
+        for name, field, text in (
+            ("timestamp NaN", "timestamp", "NaN"),
+            ("timestamp infinite", "timestamp", "Infinity"),
+            ("ttft NaN", "ttft_ms", "NaN"),
+        )
+        for fmt in ("jsonl fast", "jsonl per record")
+    },
 }
 
 
@@ -114,6 +144,9 @@ def _jsonl(rows: list[dict], path: Path, per_record: bool) -> Path:
         }
         if per_record and k == 3:
             text["note"] = "an unknown field sends the batch record by record"
+        if any(isinstance(v, float) and not math.isfinite(v) for v in row.values()):
+            lines.append(json.dumps(text).encode())  # NaN, Infinity: orjson writes null
+            continue
         lines.append(
             orjson.dumps(text, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
             if not any(isinstance(v, bytes) for v in row.values())
@@ -209,7 +242,31 @@ RAW = [
         "malformed JSON",
     ),
     ("not an object", b"[1, 2]", None, "expected a JSON object, got array"),
-]
+    # numbers JSON has not (RFC 8259), which orjson refuses: the field is named
+    *(
+        (f"timestamp {text}", b'{"request_id": "r1", "prompt_token_ids": [1], "timestamp": '
+         + text.encode() + b"}", "timestamp", reason)
+        for text, reason in (
+            ("NaN", "NaN is not a finite number"),
+            ("-Infinity", "-Infinity is not a finite number"),
+            ("1e400", "1e400 is outside the range of a float (-1.8e308 to 1.8e308)"),
+            ("-1e400", "-1e400 is outside the range of a float (-1.8e308 to 1.8e308)"),
+        )
+    ),
+    (
+        "ttft_ms past a float",
+        b'{"request_id": "r1", "prompt_token_ids": [1], "ttft_ms": 2.5e999}',
+        "ttft_ms",
+        "2.5e999 is outside the range of a float (-1.8e308 to 1.8e308)",
+    ),
+    (
+        "NaN in an unknown field",
+        b'{"request_id": "r1", "prompt_token_ids": [1], "note": {"scores": [0.5, NaN]}}',
+        "note.scores[1]",
+        "NaN is not a finite number",
+    ),
+    ("NaN and not JSON", b'{"request_id": "r1", "timestamp": NaN, ', None, "malformed JSON"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("per_record", [False, True], ids=["fast", "per record"])

@@ -369,6 +369,25 @@ def test_csv(tmp_path, db):
     ]
 
 
+def test_csv_numbers_no_float_holds_name_their_field(tmp_path, db):
+    """A cell past the largest float (1e400) said 'inf is not a finite number'."""
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "request_id,timestamp,prompt_token_ids,ttft_ms\n"
+        "a,1e400,1,\n"
+        "b,-Infinity,1,\n"
+        "c,1,1,NaN\n"
+        "d,1,1,2.5\n"
+    )
+    result = ingest([path], db_path=db)
+    assert (result.num_read, result.num_stored, result.num_rejected) == (4, 1, 3)
+    assert rows(db, "SELECT line_no, field, reason FROM rejects ORDER BY line_no") == [
+        (2, "timestamp", "1e400 is outside the range of a float (-1.8e308 to 1.8e308)"),
+        (3, "timestamp", "-Infinity is not a finite number"),
+        (4, "ttft_ms", "NaN is not a finite number"),
+    ]
+
+
 def test_not_json_lines_at_all(tmp_path, db):
     path = tmp_path / "t.jsonl"
     path.write_text("request_id,prompt\nx,1 2\n")

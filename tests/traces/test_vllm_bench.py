@@ -3,6 +3,7 @@ rejects, file errors, auto-detection, and a linear calibration on the result's T
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -146,6 +147,26 @@ def test_bad_entries_are_rejected_with_their_list_and_index(tmp_path, db):
         ("input_lens[2]",),
         ("ttfts[1]",),
     ]
+
+
+def test_a_result_with_nan_stores_every_request_it_can(tmp_path, db):
+    """vllm bench writes its result with Python's json, which writes NaN (a mean of no
+    values; a TTFT it could not measure), and orjson refuses NaN: the whole file was an
+    error. Now a summary's NaN changes nothing and a request's rejects it alone."""
+    result = _result()
+    result["ttfts"][1] = math.nan
+    result["std_itl_ms"] = math.nan
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(result) + "\n")
+    assert "NaN" in path.read_text()
+    res = _ingest_cli(db, path)
+    assert res.exit_code == 0, res.output
+    assert "read 10 = stored 8 + rejected 2" in res.output
+    assert db_rows(db, "SELECT field, reason FROM rejects ORDER BY field") == [
+        (f"errors[{FAILED}]", "the request failed: aiohttp.client_exceptions."
+         "ServerDisconnectedError: Server disconnected"),
+        ("ttfts[1]", "expected non-negative seconds, got nan"),
+    ]  # fmt: skip
 
 
 def test_detection(tmp_path):

@@ -56,7 +56,7 @@ from analyzer.traces.adapters.logs import (
     text_lines,
 )
 from analyzer.traces.batches import Batch, SourceInfo
-from analyzer.traces.jsonlines import LongLine
+from analyzer.traces.jsonlines import LongLine, non_finite_error
 from analyzer.traces.records import RecordError
 
 NAME = "sglang_log"
@@ -221,7 +221,8 @@ def _json_event(scan: _Scan, line: str, event: str) -> Any:
             scan.stats.num_skipped += 1
             return None
         scan.stats.num_request_lines += 1
-        return RecordError(None, f"malformed JSON ({exc})")
+        named = non_finite_error(line[line.find("{") :]) if "{" in line else None
+        return named or RecordError(None, f"malformed JSON ({exc})")
     stamp = data.get("timestamp")
     seconds = iso_seconds(stamp) if isinstance(stamp, str) else None
     obj = data.get("obj") if isinstance(data.get("obj"), dict) else {}

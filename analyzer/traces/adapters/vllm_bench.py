@@ -23,6 +23,7 @@ different lengths, is a file error naming the field.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -34,7 +35,7 @@ import orjson
 from analyzer.errors import InputFileError
 from analyzer.traces.adapters import Adapter, hashchain
 from analyzer.traces.batches import Batch, SourceInfo, exact_batch
-from analyzer.traces.jsonlines import json_line_chunks
+from analyzer.traces.jsonlines import json_line_chunks, non_finite_error
 from analyzer.traces.records import RecordError, type_name
 
 NAME = "vllm_bench"
@@ -68,14 +69,27 @@ def read_vllm_bench(path: Path, stream: BinaryIO, progress: Callable[[], None]) 
     """Batches of canonical rows from a vllm bench result file (one run per line)."""
     scope, digest = hashchain.file_scope(path)
     for items in json_line_chunks(path, stream, progress):
-        for line_no, obj, _raw in items:
+        for line_no, obj, raw in items:
             if isinstance(obj, RecordError):
-                raise InputFileError(f"{path}:{line_no}: not a vllm bench result ({obj.reason})")
+                obj = _with_nan(path, line_no, obj, raw)
             run = _Run(path, line_no, obj, f"{scope}:{line_no}", f"vllm_bench:{digest}:{line_no}")
             for start in range(0, run.num_requests, REQUESTS_PER_BATCH):
                 stop = min(start + REQUESTS_PER_BATCH, run.num_requests)
                 yield exact_batch([run.item(i) for i in range(start, stop)])
                 progress()
+
+
+def _with_nan(path: Path, line_no: int, error: RecordError, raw: bytes) -> Any:
+    """A result line orjson refused, read as vllm bench wrote it: Python's json writes NaN
+    and Infinity (a mean of no values), which JSON has not. Each request's values are then
+    checked one by one (`_Run._record`: a NaN TTFT rejects its request alone); a summary
+    figure no request is read from changes nothing.
+
+    Raises:
+        InputFileError: the line is not JSON even so, or another error (a key given twice)."""
+    if non_finite_error(raw) is None:
+        raise InputFileError(f"{path}:{line_no}: not a vllm bench result ({error})")
+    return json.loads(raw)
 
 
 class _Run:

@@ -121,6 +121,23 @@ def test_bad_records_are_rejected_with_line_and_reason(tmp_path, db):
     ]
 
 
+def test_timestamps_no_float_holds_name_the_field(tmp_path, db):
+    """NaN and 1e400 milliseconds (which orjson refuses) were 'malformed JSON', no field."""
+    path = tmp_path / "mc.jsonl"
+    good = '"input_length": 600, "output_length": 7, "hash_ids": [1, 2]}'
+    path.write_text(
+        "".join(f'{{"timestamp": {ms}, {good}\n' for ms in ("1500", "NaN", "1e400", "Infinity"))
+    )
+    result = ingest([path], db_path=db, fmt="mooncake")
+    src = result.sources[0]
+    assert (src.num_read, src.num_stored, src.num_rejected) == (4, 1, 3)
+    assert [(r.line_no, r.field, r.reason) for r in src.rejects] == [
+        (2, "timestamp", "NaN is not a finite number"),
+        (3, "timestamp", "1e400 is outside the range of a float (-1.8e308 to 1.8e308)"),
+        (4, "timestamp", "Infinity is not a finite number"),
+    ]
+
+
 def test_auto_detection(tmp_path):
     mc = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [3]}
     assert detect_format(write_jsonl(tmp_path / "a.jsonl", ["", mc])) == "mooncake"

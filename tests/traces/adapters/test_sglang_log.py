@@ -161,6 +161,19 @@ def test_detection_and_the_cli(tmp_path, db):
     assert "read 1 = stored 1 + rejected 0 (44 prompt tokens" in res.output
 
 
+def test_a_json_finish_line_with_a_nan_names_the_field(tmp_path, db):
+    """Python's json writes NaN, which orjson refuses: the line was 'malformed JSON'."""
+    path = tmp_path / "host_0.log"
+    finished = _line(17).replace('"e2e_latency": 0.5', '"e2e_latency": NaN')
+    assert finished != _line(17)
+    path.write_text(_line(16) + "\n" + finished + "\n")
+    src = ingest([path], db_path=db, fmt="sglang_log").sources[0]
+    assert (src.num_read, src.num_stored, src.num_rejected) == (1, 0, 1)
+    assert [(r.line_no, r.field, r.reason) for r in src.rejects] == [
+        (2, "out.meta_info.e2e_latency", "NaN is not a finite number")
+    ]
+
+
 def test_a_log_without_finish_lines_is_a_one_line_error(tmp_path, db):
     quiet = tmp_path / "quiet.log"
     quiet.write_text(_line(1) + "\n" + _line(2) + "\n")
