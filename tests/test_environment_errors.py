@@ -112,6 +112,25 @@ def test_errors_of_the_machine_are_one_line(exc, message, monkeypatch):
     assert environment_error(exc) == message
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ingest", "--db", "{long}.duckdb", str(SAMPLES / "diagnostic_1088.jsonl")],
+        ["ingest", "--db", "{tmp}/db.duckdb", "{long}.jsonl"],
+        ["query", "SELECT 1", "--db", "{long}.duckdb"],
+        ["report", "--db", "{long}.duckdb", "--out", "{tmp}/r.html"],
+    ],
+)
+def test_a_name_past_the_systems_limit_is_one_line(tmp_path, args):
+    long = str(tmp_path / ("a" * 260))
+    given = [a.format(long=long, tmp=tmp_path) for a in args]
+    result = CliRunner().invoke(cli, given)
+    named = next(a for a in given if "a" * 260 in a)
+    assert result.output == f"Error: File name too long: {named}; nothing was stored\n"
+    assert result.exit_code == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_out_of_memory_is_one_line_naming_the_stage(tmp_path):
     """A real allocation the machine refuses (numpy's MemoryError for 4 EiB) in a replay, in
     a process of its own: one line naming the stage and what was stored, exit 1 (it traced

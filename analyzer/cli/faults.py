@@ -17,6 +17,8 @@ _ENVIRONMENT_ERRNOS = {
     errno.EROFS,
     errno.EACCES,
     errno.EIO,
+    errno.ENAMETOOLONG,  # a path the user gave (--db, an input) past the system's limits
+    errno.ELOOP,
 }
 
 
