@@ -113,22 +113,59 @@ def test_errors_of_the_machine_are_one_line(exc, message, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "kept"),
     [
-        ["ingest", "--db", "{long}.duckdb", str(SAMPLES / "diagnostic_1088.jsonl")],
-        ["ingest", "--db", "{tmp}/db.duckdb", "{long}.jsonl"],
-        ["query", "SELECT 1", "--db", "{long}.duckdb"],
-        ["report", "--db", "{long}.duckdb", "--out", "{tmp}/r.html"],
+        (["ingest", "--db", "{long}.duckdb", str(SAMPLES / "diagnostic_1088.jsonl")], "stored"),
+        (["ingest", "--db", "{tmp}/db.duckdb", "{long}.jsonl"], "stored"),
+        (["query", "SELECT 1", "--db", "{long}.duckdb"], "stored"),
+        (["report", "--db", "{long}.duckdb", "--out", "{tmp}/r.html"], "written"),  # files only
     ],
 )
-def test_a_name_past_the_systems_limit_is_one_line(tmp_path, args):
+def test_a_name_past_the_systems_limit_is_one_line(tmp_path, args, kept):
     long = str(tmp_path / ("a" * 260))
     given = [a.format(long=long, tmp=tmp_path) for a in args]
     result = CliRunner().invoke(cli, given)
     named = next(a for a in given if "a" * 260 in a)
-    assert result.output == f"Error: File name too long: {named}; nothing was stored\n"
+    assert result.output == f"Error: File name too long: {named}; nothing was {kept}\n"
     assert result.exit_code == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("stored", "written", "files_only", "said"),
+    [
+        ((), (), True, "nothing was written"),
+        (
+            (),
+            ("p/a.jsonl",),
+            True,
+            "written before it: p/a.jsonl (whole); nothing else was written",
+        ),
+        (
+            ("replay run 3",),
+            (),
+            False,
+            "stored before it: replay run 3 (whole); nothing else was stored",
+        ),
+        (
+            ("replay run 3",),
+            ("m.csv",),
+            False,
+            "stored before it: replay run 3; written before it: m.csv (whole); "
+            "nothing else was stored or written",
+        ),
+    ],
+)
+def test_a_machines_error_says_what_was_stored_and_written(
+    monkeypatch, stored, written, files_only, said
+):
+    from analyzer import interrupts
+
+    monkeypatch.setattr(interrupts, "landed", lambda: stored)
+    monkeypatch.setattr(interrupts, "written", lambda: written)
+    exc = OSError(errno.ENOSPC, "No space left on device", "p/b.jsonl")
+    message = environment_error(exc, files_only=files_only)
+    assert message == f"No space left on device: p/b.jsonl; {said}"
 
 
 def test_out_of_memory_is_one_line_naming_the_stage(tmp_path):

@@ -224,7 +224,12 @@ class _Group(click.Group):
                 sys.exit(exc.exit_code)
             if isinstance(exc, click.UsageError) and not debug and not _help_asked(exc):
                 _usage_error(exc)
-            message = environment_error(exc) if isinstance(exc, Exception) and not debug else None
+            files_only = ctx.invoked_subcommand in FILE_COMMANDS
+            message = (
+                environment_error(exc, files_only=files_only)
+                if isinstance(exc, Exception) and not debug
+                else None
+            )
             if message is None:
                 raise
             click.echo(f"Error: {message}", err=True)

@@ -22,16 +22,17 @@ _ENVIRONMENT_ERRNOS = {
 }
 
 
-def environment_error(exc: BaseException) -> str | None:
+def environment_error(exc: BaseException, *, files_only: bool = False) -> str | None:
     """The one-line message of an error the machine caused, or None for any other: a store
     file that is damaged (named), memory exhausted (and in which stage of the command), a
-    disk or a folder that will not be written; each says what the command stored."""
+    disk or a folder that will not be written; each says what the command stored and wrote
+    (`files_only`: a command that writes files and never the store)."""
     import duckdb
 
     from analyzer.store.faults import first_line, memory_exhausted, opened_stores
     from analyzer.store.locks import damage, damaged_store
 
-    stored = _stored_note()
+    stored = _stored_note(files_only)
     if (damaged := damage(exc)) is not None:
         return damaged_store(opened_stores()[-1] if opened_stores() else None, damaged, stored)
     if memory_exhausted(exc):
@@ -50,12 +51,16 @@ def environment_error(exc: BaseException) -> str | None:
     return None
 
 
-def _stored_note() -> str:
-    """What this command's commits stored before the error (`interrupts.landed`)."""
-    landed = interrupts.landed()
-    if not landed:
-        return "nothing was stored"
-    return f"stored before it: {interrupts.listing(landed)} (whole); nothing else was stored"
+def _stored_note(files_only: bool) -> str:
+    """What this command's commits stored and its writers wrote whole before the error
+    (`interrupts.landed`, `interrupts.written`)."""
+    stored, files = interrupts.landed(), interrupts.written()
+    kept = "written" if files_only else "stored or written" if files else "stored"
+    done = [f"stored before it: {interrupts.listing(stored)}"] if stored else []
+    done += [f"written before it: {', '.join(files)}"] if files else []
+    if not done:
+        return f"nothing was {kept}"
+    return f"{'; '.join(done)} (whole); nothing else was {kept}"
 
 
 # Where in a command an error arose, by the module of its innermost frame that says (the
