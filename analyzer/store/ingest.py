@@ -40,7 +40,7 @@ from analyzer.store.ingest_files import (
 )
 from analyzer.store.write_units import prefetched, write_units
 from analyzer.traces.adapters import chat
-from analyzer.traces.batches import Batch, Reject, SourceInfo
+from analyzer.traces.batches import Batch, Reject, SourceInfo, rejects_table
 from analyzer.traces.io import CountingReader, open_binary
 from analyzer.traces.jsonlines import max_line_bytes
 from analyzer.traces.readers import (
@@ -417,13 +417,9 @@ def _store_batch(con, batch: Batch, tally: _Tally) -> None:
 
 
 def _insert_rejects(con, rejects: list[Reject], tally: _Tally) -> None:
-    con.executemany(
-        load_sql("ingest_insert_rejects"),
-        [
-            [tally.source_id, tally.path, r.line_no, r.field, r.reason, r.raw_excerpt]
-            for r in rejects
-        ],
-    )
+    con.register("reject_rows", rejects_table(rejects, tally.source_id, tally.path))
+    con.execute(load_sql("ingest_insert_rejects"))
+    con.unregister("reject_rows")
     tally.num_rejected += len(rejects)
     tally.num_undecodable += sum(r.reason.startswith(_UNDECODABLE) for r in rejects)
     tally.num_no_ids += sum(r.reason == MISSING_IDS for r in rejects)

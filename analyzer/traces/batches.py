@@ -53,6 +53,24 @@ class Reject:
     raw_excerpt: str
 
 
+def rejects_table(rejects: list[Reject], source_id: int, path: str) -> pa.Table:
+    """`rejects` as rows of the `rejects` table, in its column order (one INSERT stores
+    them: DuckDB's executemany runs its statement once a row, 3.7 ms a reject)."""
+    n = len(rejects)
+    texts = {k: pa.array([getattr(r, k) for r in rejects], pa.string()) for k in _REJECT_TEXTS}
+    return pa.table(
+        {
+            "source_id": pa.array([source_id] * n, pa.int32()),
+            "path": pa.array([path] * n, pa.string()),
+            "line_no": pa.array([r.line_no for r in rejects], pa.int64()),
+            **texts,
+        }
+    )
+
+
+_REJECT_TEXTS = ("field", "reason", "raw_excerpt")
+
+
 @dataclass(frozen=True)
 class SourceInfo:
     """What ingest records in `sources` about a reader's format.
