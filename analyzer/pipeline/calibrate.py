@@ -18,11 +18,22 @@ error against the observed `ttft_ms`), and the best point found is polished by l
 squares (non-negative) on its own schedule's terms, replayed again, while that lowers the
 error; the parameters whose own replay matches the observations best are kept. Quality: R^2 of
 simulated vs observed TTFT and the absolute errors, over the requests with an observed TTFT.
+
+Not every point needs its whole replay (`_Scorer`): a point already scored (the parameters
+rounded as the policy takes them) is not replayed again; a replay stops once every request
+with an observed TTFT has its first token (its terms are fixed then: the decodes after it
+change none); and a replay whose answer is only "not below the error to beat" (a simplex
+trial against its worst point, a polish against the best, a grid point against the grid's
+sixth best) stops at the first token that puts the squared errors so far at or above that
+error (`_Watch`): they only add up, so no later request can bring the sum back. The points,
+their errors and the fit are the plain search's (tests/pipeline/test_calibrate_bound.py).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,6 +47,7 @@ from analyzer.pipeline.calibrate_roofline import RooflineCalibration, fit_roofli
 from analyzer.pipeline.replay import num_groups, routed_partitions
 from analyzer.sim.dispatch import make_policy
 from analyzer.sim.vllm import concurrent_replay
+from analyzer.sim.watch import stop_when_late
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow, trace_block_tokens
 from analyzer.store.export import check_out_folder, write_atomic
 
@@ -53,7 +65,7 @@ WAIT_EPS_S = 1e-9  # a host tier's wait below this is the clock's rounding (`_wi
 class Calibration:
     policy: Policy  # the input policy, concurrent, with the fitted step_base_ms/step_token_us
     num_requests: int  # requests with an observed TTFT and a first token
-    replays: int  # concurrent replays the search took
+    replays: int  # points the search scored (each a replay, unless `_Scorer` spared it)
     r2: float
     median_abs_error_ms: float
     p90_abs_error_ms: float
@@ -61,6 +73,10 @@ class Calibration:
     mean_simulated_ms: float
     sse_ms2: float  # sum of squared errors (ms^2), what the search minimises
     notes: tuple[str, ...] = ()  # what the trace changed of the policy (its block geometry)
+    # of `replays`: those replayed (up to every measured first token), and those stopped
+    # once they could not win (`_Scorer`); the rest were points scored before
+    full_replays: int = 0
+    cut_short: int = 0
 
 
 Evaluation = tuple[Calibration, np.ndarray]  # a policy's quality, and its TTFT terms
@@ -105,32 +121,72 @@ def calibrate(
 def _fit_linear(trace: LoadedTrace, policy: Policy, observed_ms: np.ndarray) -> Calibration:
     """step_base_ms and step_token_us: the grid, the searches from its best points, and the
     polish by least squares on the best one's schedule."""
-    values = json.loads(policy.to_json())
-    replays = 0
-
-    def evaluate(x: np.ndarray) -> Evaluation:
-        nonlocal replays
-        replays += 1
-        base_ms, token_us = (round(float(v), 6) for v in np.exp(x))
-        policy = make_policy({**values, "step_base_ms": base_ms, "step_token_us": token_us})
-        return _evaluate(trace, policy, observed_ms)
-
-    grid = sorted(
-        (evaluate(np.log([b, t])) for b in START_MS for t in START_US),
-        key=lambda e: e[0].sse_ms2,
-    )
-    best = min((_search(evaluate, start) for start in grid[:STARTS]), key=lambda e: e[0].sse_ms2)
+    score = _Scorer(trace, policy, observed_ms)
+    grid: list[Evaluation] = []  # those fully scored, in the grid's order
+    for b in START_MS:
+        for t in START_US:
+            # a point at or above the sixth best so far is not among the best six (the sort
+            # is stable: an equal one found earlier stays ahead of it)
+            sixth = sorted(e[0].sse_ms2 for e in grid)[STARTS - 1] if len(grid) >= STARTS else None
+            e = score(np.log([b, t]), sixth)
+            if e is not None:
+                grid.append(e)
+    grid.sort(key=lambda e: e[0].sse_ms2)
+    best = min((_search(score, start) for start in grid[:STARTS]), key=lambda e: e[0].sse_ms2)
     for _ in range(MAX_ITERATIONS):  # polish: the exact fit on the best one's schedule
-        fit = evaluate(np.log(np.maximum(_fit(best[1], observed_ms), 1e-6)))
-        if fit[0].sse_ms2 >= best[0].sse_ms2:
+        fit = score(np.log(np.maximum(_fit(best[1], observed_ms), 1e-6)), best[0].sse_ms2)
+        if fit is None or fit[0].sse_ms2 >= best[0].sse_ms2:
             break
         best = fit
-    return replace(best[0], replays=replays)
+    return replace(
+        best[0], replays=score.points, full_replays=score.full, cut_short=score.cut_short
+    )
+
+
+class _Scorer:
+    """Scores a point (log step_base_ms, log step_token_us) by its replay: its Evaluation,
+    or None when given `above` and its error is sure to be at least that (the replay stops
+    once it is). A point scored in full before is not replayed again; `points` counts every
+    point asked, as the search without this would replay each."""
+
+    spare = True  # tests: False replays every point to its end (the plain search)
+
+    def __init__(self, trace: LoadedTrace, policy: Policy, observed_ms: np.ndarray) -> None:
+        self.trace, self.observed_ms = trace, observed_ms
+        self.values = json.loads(policy.to_json())
+        self.scored: dict[tuple[float, float], Evaluation] = {}
+        self.at_least: dict[tuple[float, float], float] = {}  # errors known to be >= this
+        self.points = self.full = self.cut_short = 0
+
+    def __call__(self, x: np.ndarray, above: float | None = None) -> Evaluation | None:
+        self.points += 1
+        key = tuple(round(float(v), 6) for v in np.exp(x))
+        if not self.spare:
+            above = None
+        elif key in self.scored:
+            return self.scored[key]
+        if above is not None and self.at_least.get(key, -math.inf) >= above:
+            return None
+        base_ms, token_us = key
+        policy = make_policy({**self.values, "step_base_ms": base_ms, "step_token_us": token_us})
+        watch = _Watch(policy, self.observed_ms, above) if self.spare else None
+        try:
+            e = _evaluate(self.trace, policy, self.observed_ms, watch)
+        except _Reached:
+            self.cut_short += 1
+            self.at_least[key] = max(above, self.at_least.get(key, -math.inf))
+            return None
+        self.full += 1
+        if self.spare:
+            self.scored[key] = e
+        return e
 
 
 def _search(evaluate, start: Evaluation, evaluations: int = 60) -> Evaluation:
     """Nelder-Mead over log(step_base_ms), log(step_token_us), from the grid's best point:
-    the replay's schedule moves with the parameters, so the error is not smooth in them."""
+    the replay's schedule moves with the parameters, so the error is not smooth in them.
+    A trial is only compared with the worst point: `evaluate(x, worst)` may answer None
+    (not below it)."""
     x0 = np.log([start[0].policy.step_base_ms, start[0].policy.step_token_us])
     simplex = [(start, x0)] + [(evaluate(x), x) for x in (x0 + [0.7, 0], x0 + [0, 0.7])]
     for _ in range(evaluations):
@@ -141,8 +197,8 @@ def _search(evaluate, start: Evaluation, evaluations: int = 60) -> Evaluation:
         centre = (xb + xm) / 2
         for step in (1.0, 2.0, 0.5, -0.5):  # reflect, expand, contract out, contract in
             x = centre + step * (centre - xw)
-            trial = evaluate(x)
-            if trial[0].sse_ms2 < worst[0].sse_ms2:
+            trial = evaluate(x, worst[0].sse_ms2)
+            if trial is not None and trial[0].sse_ms2 < worst[0].sse_ms2:
                 simplex[2] = (trial, x)
                 break
         else:  # shrink towards the best
@@ -151,9 +207,14 @@ def _search(evaluate, start: Evaluation, evaluations: int = 60) -> Evaluation:
     return min(simplex, key=lambda e: e[0][0].sse_ms2)[0]
 
 
-def _evaluate(trace: LoadedTrace, policy: Policy, observed_ms: np.ndarray) -> Evaluation:
-    """One concurrent replay of `policy`: its quality and its TTFT terms."""
-    terms = _terms(trace, policy)
+def _evaluate(
+    trace: LoadedTrace, policy: Policy, observed_ms: np.ndarray, watch: _Watch | None = None
+) -> Evaluation:
+    """One concurrent replay of `policy`: its quality and its TTFT terms. With `watch`, each
+    replay stops once its measured requests have their first token (the terms of the others
+    may then stay NaN), and with the watch's limit `_Reached` is raised once the squared
+    error is sure to reach it."""
+    terms = _terms(trace, policy, watch)
     return _quality(policy, terms, observed_ms), terms
 
 
@@ -175,10 +236,10 @@ def _load(db_path) -> tuple[LoadedTrace, np.ndarray]:
     return trace, observed
 
 
-def _terms(trace: LoadedTrace, policy: Policy) -> np.ndarray:
+def _terms(trace: LoadedTrace, policy: Policy, watch: _Watch | None = None) -> np.ndarray:
     """(lead_s, steps, tokens) per request in arrival order; NaN rows for no first token.
     Each replica's replay is the one `hpa replay` runs (`concurrent_replay`: with the host
-    tier where the policy has one)."""
+    tier where the policy has one); `watch` watches its first tokens (`_evaluate`)."""
     ns, _, partitions = routed_partitions(trace, policy)
     members: dict[tuple, list[int]] = {}
     for i, key in enumerate(partitions):
@@ -186,8 +247,16 @@ def _terms(trace: LoadedTrace, policy: Policy) -> np.ndarray:
     out = np.full((trace.n, 3), np.nan)
     groups = num_groups(policy)
     for indices in members.values():
-        replay = concurrent_replay(policy, num_groups=groups)
-        results = list(replay.run(trace.sim_request(i, ns[i]) for i in indices))
+        requests = [trace.sim_request(i, ns[i]) for i in indices]
+        watching = nullcontext() if watch is None else stop_when_late(watch.on(requests, indices))
+        with watching:
+            replay = concurrent_replay(policy, num_groups=groups)
+            if watch is not None:
+                watch.replay = replay
+            try:
+                results = list(replay.run(requests))
+            except _AllIn:  # what is left of the replay changes no measured request's terms
+                results = replay.flights  # (their first_token_s and arrival_s, as results')
         terms = replay.ttft_terms()
         if replay.host_tier_modelled:
             terms = _with_waits(policy, terms, results)
@@ -213,6 +282,72 @@ def _with_waits(policy: Policy, terms: list, results: list) -> list:
         # below a nanosecond: the clock's rounding, not a wait
         out.append((lead_s + (wait_s if wait_s > WAIT_EPS_S else 0.0), steps, tokens))
     return out
+
+
+class _Reached(Exception):
+    """A watched replay's squared error has reached the watch's limit (`_Watch`)."""
+
+
+class _AllIn(Exception):
+    """Every measured request of a watched replay has had its first token (`_Watch`)."""
+
+
+class _Watch:
+    """A watch on a replay's first tokens (`sim.watch`'s hook). A request's terms are fixed
+    at its first token (when it was queued, the steps and tokens until then), so once every
+    request with an observed TTFT (measured) has had it, the rest of the replay (decodes,
+    requests without one) changes no figure of the fit: `_AllIn` stops it. With `limit_ms2`,
+    `_Reached` stops it once the squared errors of the measured first tokens so far reach the
+    limit. Each is the one `_quality` will compute (the terms `ttft_terms` and `_with_waits`
+    will give it, the same float operations); they are all >= 0, so their sum only grows.
+    The sum is taken in another order than numpy's: it stops only above the limit by more
+    than the two sums' rounding can differ (n x 2^-52 each, relative)."""
+
+    def __init__(
+        self, policy: Policy, observed_ms: np.ndarray, limit_ms2: float | None = None
+    ) -> None:
+        self.base_s, self.token_s = policy.step_base_ms / 1e3, policy.step_token_us / 1e6
+        self.observed_ms = observed_ms
+        self.limit_ms2 = limit_ms2
+        self.margin = 1.0 - 4.0 * len(observed_ms) * 2.0**-52
+        self.sum_ms2 = 0.0
+        self.replay = None  # the replay being watched (set as it is made)
+        # request id -> (its flight's place in the watched replay, its trace row)
+        self.position: dict[str, tuple[int, int]] = {}
+        self.pending = 0  # measured requests of the watched replay with no first token yet
+
+    def on(self, requests: list, indices: list[int]) -> _Watch | None:
+        """Itself, to watch the replay of `requests` (trace rows `indices`); None where their
+        ids do not tell them apart (that replay runs to its end)."""
+        self.position = {
+            r.request_id: (k, i) for k, (r, i) in enumerate(zip(requests, indices, strict=True))
+        }
+        self.pending = int(np.isfinite(self.observed_ms[indices]).sum())
+        return self if len(self.position) == len(indices) else None
+
+    def first_token(self, request_id: str, ttft_s: float) -> None:
+        k, i = self.position[request_id]
+        observed = self.observed_ms[i]
+        if not math.isfinite(observed):
+            return
+        self.pending -= 1
+        f = self.replay.flights[k]  # the flights are made in the order of the requests
+        lead_s = f.added[2] - f.arrival_s
+        steps, tokens = f.to_first
+        if self.replay.host_tier_modelled:  # as `_with_waits`
+            wait_s = (
+                f.first_token_s
+                - f.arrival_s
+                - (lead_s + self.base_s * steps + self.token_s * tokens)
+            )
+            lead_s = lead_s + (wait_s if wait_s > WAIT_EPS_S else 0.0)
+        simulated = (lead_s + self.base_s * steps + self.token_s * tokens) * 1e3
+        error = observed - simulated
+        self.sum_ms2 += error * error
+        if self.limit_ms2 is not None and self.sum_ms2 * self.margin >= self.limit_ms2:
+            raise _Reached
+        if self.pending == 0:
+            raise _AllIn
 
 
 def _fit(terms: np.ndarray, observed_ms: np.ndarray) -> tuple[float, float]:
