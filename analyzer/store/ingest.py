@@ -32,6 +32,7 @@ from analyzer.store.db import (
 )
 from analyzer.store.faults import memory_exhausted
 from analyzer.store.ingest_files import (
+    check_name,
     check_readable,
     damage,
     listed_files,
@@ -195,6 +196,7 @@ def ingest(
     for path in paths:
         if not path.is_file():
             raise InputFileError(f"{path}: {not_a_file(path)}")
+        check_name(path)
     store = Path(db_path)
     created = not store.exists() or store.stat().st_size == 0  # empty: no store (connect)
     # DuckDB caches written blocks up to its memory limit (80% of RAM by default);

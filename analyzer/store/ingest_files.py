@@ -38,6 +38,19 @@ def listed_files(path: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     return traces, others
 
 
+def check_name(path: Path) -> None:
+    """A file name the store can keep: DuckDB holds text as UTF-8, so a name with a byte
+    that is no UTF-8 (a surrogate of os.fsdecode) is refused before anything is read."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise InputFileError(
+            f"{shown}: the file name is not UTF-8 (the store keeps each file's name as "
+            "text); rename the file"
+        ) from None
+
+
 def not_a_file(path: Path) -> str:
     """Why `path`, which is no regular file, cannot be ingested."""
     try:

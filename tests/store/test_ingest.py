@@ -832,3 +832,29 @@ def test_rejects_are_stored_in_one_statement_not_one_a_row(tmp_path, db, monkeyp
     assert len(stored) == 302 and [r[0] for r in stored] == list(range(1, 303))
     assert stored[1][1] == "prompt_token_ids" and stored[0][1] is None
     assert rows(db, "SELECT DISTINCT path FROM rejects") == [(str(path),)]
+
+
+def test_a_file_name_that_is_not_utf8_is_one_line_before_anything_is_stored(tmp_path, db):
+    """A name with a byte that is no UTF-8 (Latin-1 'é' = 0xE9) could be read but not
+    stored (DuckDB keeps text as UTF-8): ingest gave a traceback at its sources row, or at
+    its first reject."""
+    from click.testing import CliRunner
+
+    from analyzer.cli import cli
+
+    folder = os.fsencode(tmp_path)
+    good = os.fsdecode(folder + b"/good.jsonl")
+    write_jsonl(Path(good), [{"request_id": "a", "prompt_token_ids": [1, 2]}])
+    bad = os.fsdecode(folder + b"/caf\xe9.jsonl")
+    write_jsonl(Path(bad), [{"request_id": "b", "prompt_token_ids": [1, 3]}, "{bad"])
+    shown = f"{tmp_path}/caf\\xe9.jsonl"
+    with pytest.raises(InputFileError) as caught:
+        ingest([good, bad], db_path=db)
+    assert str(caught.value) == (
+        f"{shown}: the file name is not UTF-8 (the store keeps each file's name as text); "
+        "rename the file"
+    )
+    assert rows(db, "SELECT count(*) FROM sources") == [(0,)]
+    result = CliRunner().invoke(cli, ["ingest", str(tmp_path), "--db", str(db)])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"Error: {str(caught.value)}"]
