@@ -230,7 +230,8 @@ def calibrate_cmd(db_path, policy_source, overrides, step_gpu, tensor_parallel, 
         p = fit.policy
         click.echo(
             f"fitted step_base_ms={p.step_base_ms:g} step_token_us={p.step_token_us:g} "
-            f"({plural(fit.replays, 'replay')})"
+            f"({plural(fit.replays, 'point')} searched: "
+            f"{plural(fit.full_replays + fit.cut_short, 'replay')}, {fit.cut_short} cut short)"
         )
         click.echo(
             f"quality over {plural(fit.num_requests, 'request')} with ttft_ms: R^2 "
