@@ -5,6 +5,7 @@ factors, and refuses a trace without observed TTFT in one line."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import fields
 from pathlib import Path
 
@@ -94,6 +95,9 @@ def test_cli_prints_the_fit_and_its_quality(observed_db):
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert lines[0].startswith("fitted step_base_ms=")
+    counts = re.search(r"\((\d+) points searched: (\d+) replays, (\d+) cut short\)$", lines[0])
+    points, replays, cut_short = map(int, counts.groups())  # repeats are not replayed
+    assert cut_short <= replays <= points and replays > 0
     assert lines[1].startswith("quality over 32 requests with ttft_ms: R^2 ")
     assert float(lines[1].split("R^2 ")[1].split(",")[0]) >= 0.99
 
