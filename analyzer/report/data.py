@@ -17,6 +17,7 @@ import polars as pl
 
 from analyzer.config.memory import policy_pool_gib
 from analyzer.config.models import load_model
+from analyzer.config.routers import COMMON_KEYS, ROUTER_OPTIONS
 from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.errors import ConfigError, StoreError
 from analyzer.report.host_data import host_tier_rows, with_host_hits
@@ -181,7 +182,7 @@ def _runs(
         left_out = {r[0]: sweep_of[r[0]] for r in rows if r[0] in sweep_of}
         rows = [r for r in rows if r[0] not in sweep_of]
     policies = [json.loads(r[1]) for r in rows]
-    named = [with_schedule_defaults(p) for p in policies]
+    named = [with_router_defaults(with_schedule_defaults(p)) for p in policies]
     labels = run_labels([r[0] for r in rows], named, [r[8] for r in rows])
     base = baseline(named)
     return pl.DataFrame(
@@ -274,6 +275,13 @@ def with_schedule_defaults(policy: dict) -> dict:
     clock keys at their defaults), so that a concurrent run is named only by what differs."""
     defaults = {key: row.default for key, row in CONCURRENT_KEYS.items()}
     return {"schedule": "serial", **defaults, **policy}
+
+
+def with_router_defaults(policy: dict) -> dict:
+    """`policy` with the router knobs it leaves out at their defaults (a live router's run
+    stores its router's, a static one none), so a run is named only by the knobs it changed."""
+    knobs = {**COMMON_KEYS, **ROUTER_OPTIONS}
+    return {**{key: row.default for key, row in knobs.items()}, **policy}
 
 
 def memory_gib(policy: dict) -> float | None:
