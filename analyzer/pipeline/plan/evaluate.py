@@ -14,6 +14,7 @@ from analyzer.executors import LOCAL
 from analyzer.pipeline.plan.load import LoadFigures, load_figures
 from analyzer.pipeline.replay import replay_rows
 from analyzer.pipeline.sweep_points import rows_from_table, rows_table
+from analyzer.sim.vllm.host_tier import host_tier_spec, slots_used, tiers_built
 from analyzer.sim.watch import LateWatch, TargetMissed, stop_when_late
 
 # progress(replays so far, what the search is doing)
@@ -103,6 +104,9 @@ class Evaluator:
         self.targets = targets
         self.outputs = np.asarray([o or 0 for o in trace.columns["output_tokens"]], dtype=np.int64)
         self.memo: dict[str, Measure] = {}
+        # Replays with a host tier that evicted nothing, by their policy less the tier's size:
+        # (the most slots a replica's tier took, the figures, whether a watch could stop it)
+        self.roomy: dict[str, tuple[int, Measure, bool]] = {}
 
     def rows(self, policy: Policy, trace=None, what: str = "") -> dict:
         """One replay's rows (of `trace`, default the plan's)."""
@@ -115,14 +119,19 @@ class Evaluator:
     def measure(self, policy: Policy, what: str = "", *, stop_early: bool = False) -> Measure:
         """The replay's figures. `stop_early` (under a TTFT target, local replays): cut
         the replay short once its TTFT p99 misses the target. A policy measured before is
-        not replayed again (a replay cut short is, when asked to run to its end)."""
-        key = _key(policy)
+        not replayed again (a replay cut short is, when asked to run to its end), nor one
+        whose host tier has the slots of one measured (`_key`), or at least the slots that
+        a larger tier measured took without evicting (`_roomy`): their replays are the same,
+        step for step."""
+        key, slots = _key(policy), _slots(policy)
         known = self.memo.get(key)
+        if known is None and slots is not None:
+            known = self._roomy(policy, slots, stop_early)
         if known is not None and not (known.stopped and not stop_early):
             return known
         watch = self._watch() if stop_early and policy.schedule == "concurrent" else None
         try:
-            with stop_when_late(watch):
+            with stop_when_late(watch), tiers_built() as tiers:
                 rows = self.rows(policy, what=what)
         except TargetMissed:
             self.replays += 1  # (rows() counts the replays that end)
@@ -134,7 +143,27 @@ class Evaluator:
             if policy.schedule == "concurrent":
                 load = load_figures(rows, self.mask, self.outputs, self.targets)
             measured = Measure(self.ratio(rows), ok, load)
+            used = slots_used(tiers) if self.executor.is_local else None
+            if slots is not None and used is not None:
+                room = (used, measured, watch is not None)
+                self.roomy.setdefault(_key(policy, sized=False), room)
         self.memo[key] = measured
+        return measured
+
+    def _roomy(self, policy: Policy, slots: int, stop_early: bool) -> Measure | None:
+        """The figures of `policy` (a host tier of `slots` a replica) where a replay with a
+        larger tier evicted nothing and took at most `slots` (`host_tier.slots_used`): its
+        own replay is that one, step for step (None: no such replay). Asked to stop early,
+        one that ran unwatched serves where its TTFT p99 met the target (a watch stops only
+        a replay whose p99 is above it), else it is replayed as asked."""
+        used, measured, watched = self.roomy.get(_key(policy, sized=False), (0, None, False))
+        if measured is None or slots < used:
+            return None
+        limit = None if self.targets is None else self.targets.ttft_p99_s
+        watch = stop_early and policy.schedule == "concurrent" and self.executor.is_local
+        if watch and limit is not None and not watched:
+            if measured.load is None or measured.load.ttft_p99_s > limit:
+                return None
         return measured
 
     def memo_of(self, policy: Policy) -> Measure | None:
@@ -186,12 +215,33 @@ class Evaluator:
         return self._sum(rows, name) / q if q else 0.0
 
 
-def _key(policy: Policy) -> str:
+def _key(policy: Policy, sized: bool = True) -> str:
     """Policies that replay alike have one key: with one replica every router sends every
-    request to it (its knobs read nothing)."""
+    request to it (its knobs read nothing), and host tiers of the same slots are one tier
+    (`host_tier_gib` 0.32 and 0.3113 on 13.4 MB slots both hold 25). `sized` False: the
+    key without the tier's size."""
     if policy.replicas == 1 and policy.routing not in ("trace",):
         policy = replace(policy, routing="round_robin", router_options=())
+    slots = _slots(policy)
+    if slots is not None:
+        size = ("host_tier_gib", "host_tier_chunks")
+        options = [(k, v) for k, v in policy.options if k not in size]
+        options += [("host_tier_chunks", slots if sized else None)]
+        policy = replace(policy, options=tuple(sorted(options)))
     return policy.to_json()
+
+
+def _slots(policy: Policy) -> int | None:
+    """The slots of the policy's host tier (None: none, or a size the engine refuses, which
+    its replay says)."""
+    options = dict(policy.options)
+    if not options.get("host_tier_gib") and options.get("host_tier_chunks") is None:
+        return None
+    try:
+        spec = host_tier_spec(policy)
+    except ConfigError:
+        return None
+    return None if spec is None else spec.num_chunks
 
 
 def _measured(families: list, family: str | None, measure_from: float) -> np.ndarray | None:

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from analyzer.config.host_tier import bandwidth_gbps, chunk_bytes, host_slots
@@ -77,6 +80,9 @@ class HostTier:
         self.stored_ever: set[int] = set()  # every key a store completed for
         self.num_evicted = 0
         self.num_failed_stores = 0
+        built = _BUILT.get()
+        if built is not None:
+            built.append(self)
 
     def lookup(self, key: int) -> int:
         ref = self.ref.get(key)
@@ -144,6 +150,34 @@ class HostTier:
         """The request finished: vLLM `on_request_finished`, once."""
         order = access.head_to_tail()
         self.policy.on_finished(order, access.inserted - access.reused, access.reused)
+
+
+_BUILT: ContextVar[list[HostTier] | None] = ContextVar("hpa_host_tiers", default=None)
+
+
+@contextmanager
+def tiers_built() -> Iterator[list[HostTier]]:
+    """The host tiers that the replays made inside build in this process, in a list (an
+    enclosing `tiers_built` gets them too)."""
+    outer, built = _BUILT.get(), []
+    token = _BUILT.set(built)
+    try:
+        yield built
+    finally:
+        _BUILT.reset(token)
+        if outer is not None:
+            outer.extend(built)
+
+
+def slots_used(tiers: list[HostTier]) -> int | None:
+    """The most slots one of `tiers` took by the replay's end where none evicted a key or
+    dropped a store for want of one (None otherwise, or no tier): a tier of at least that
+    many slots replays alike, step for step. Without an eviction no key leaves `ref`, so its
+    size at the end is the most a store ever asked for, and the capacity is read nowhere
+    else (`prepare_store`; ARC's target and ghosts move only after an eviction)."""
+    if not tiers or any(t.num_evicted or t.num_failed_stores for t in tiers):
+        return None
+    return max(len(t.ref) for t in tiers)
 
 
 def see(access: Access, keys, policy) -> None:
