@@ -591,3 +591,32 @@ def test_a_usage_error_is_one_line(args, line):
 def test_a_group_given_no_command_shows_its_help():
     result = CliRunner().invoke(cli, ["model"], prog_name="hpa")
     assert result.exit_code == 2 and result.output.startswith("Usage: hpa model [OPTIONS]")
+
+
+def test_a_latency_plans_pool_columns_print_counts_as_the_other_tables_do():
+    """`hpa plan --ttft-p99 --gpu` printed num_blocks and room_blocks as bare text ('1618',
+    '4367', left-aligned) where the serial plan's table prints '23,056'; an unbounded
+    fleet's pool stays 'null'."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from analyzer.cli.plan import _fleet_columns
+    from analyzer.report.tables import render
+
+    def fleet(blocks, room):
+        return SimpleNamespace(
+            total_gpus=6, tensor_parallel=2, replicas=3, routing="dynamo", num_blocks=blocks,
+            room_blocks=room, cost=37.9, useful_hit_ratio=0.078, load=None, sized_by="ttft p99",
+        )  # fmt: skip
+
+    plan = SimpleNamespace(candidates=[fleet(1618, 4367), fleet(23056, 4367)], cost_unit="GiB")
+    lines = render(pa.table(_fleet_columns(plan))).splitlines()
+    assert lines[0].split()[4:6] == ["num_blocks", "room_blocks"]
+    assert [line.split()[4:6] for line in lines[2:]] == [["1,618", "4,367"], ["23,056", "4,367"]]
+    assert lines[2].index("1,618") + 5 == lines[3].index("23,056") + 6  # right-aligned
+    unbounded = SimpleNamespace(candidates=[fleet(None, None)], cost_unit="GiB")
+    assert render(pa.table(_fleet_columns(unbounded))).splitlines()[2].split()[4:6] == [
+        "null",
+        "null",
+    ]

@@ -272,9 +272,9 @@ def _fleet_columns(r) -> dict:
         columns["tensor_parallel"] = [x.tensor_parallel for x in c]
     columns["replicas"] = [x.replicas for x in c]
     columns["routing"] = [x.routing for x in c]
-    columns["num_blocks"] = [_null(x.num_blocks) for x in c]
+    columns["num_blocks"] = _counts([x.num_blocks for x in c])
     if c[0].tensor_parallel is not None:
-        columns["room_blocks"] = [_null(x.room_blocks) for x in c]
+        columns["room_blocks"] = _counts([x.room_blocks for x in c])
     columns[f"total_{r.cost_unit.lower()}"] = [
         None if x.num_blocks is None else float(x.cost) for x in c
     ]
@@ -297,6 +297,12 @@ def _gpu_line(g) -> str:
         f"= {g.total_gpus} GPUs"
     )
     return line if g.fits else f"{line}; {g.message}"
+
+
+def _counts(values: list[int | None]) -> list:
+    """Block counts as every table prints a number (1,618, right-aligned); where one is
+    unbounded (None), each as text: null, 1,618."""
+    return values if None not in values else ["null" if v is None else f"{v:,}" for v in values]
 
 
 def _null(value: int | None) -> str:
