@@ -141,12 +141,14 @@ def _traffic_rows(comparison: Any) -> list[list[str]]:
 
 
 def _group_rows(comparison: Any) -> list[list[str]]:
-    """Families x revisions with the largest moves first (the total last)."""
+    """Families x revisions with the largest moves first (the total last, where the
+    comparison has one: more than one group)."""
     rows = comparison.groups.to_pylist()
     finest = [g for g in rows if g["prompt_family"] != ALL and g["model_revision"] != ALL]
     finest.sort(key=lambda g: (-abs(g["change_points"] or 0.0), g["prompt_family"]))
     out = []
-    for g in [*finest[:TOP_GROUPS], rows[-1]]:
+    total = [g for g in rows[-1:] if g["prompt_family"] == ALL]  # none with one group
+    for g in [*finest[:TOP_GROUPS], *total]:
         ratio = [
             "" if v is None else f"{v:.1%}"
             for v in (g["baseline_useful_hit_ratio"], g["current_useful_hit_ratio"])
