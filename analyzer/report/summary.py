@@ -9,6 +9,7 @@ sits, which run shown reuses the most, and what the sweeps in the store say a po
 from __future__ import annotations
 
 import html
+import math
 from datetime import UTC, datetime
 
 import polars as pl
@@ -156,26 +157,56 @@ def verdict_sentences(data: ReportData) -> list[str]:
 
 
 def _sweep_sentences(data: ReportData) -> list[str]:
-    """Per num_blocks sweep: the smallest pool within NEAR_BEST_POINTS of its best."""
+    """Per num_blocks sweep of two points or more: the smallest pool within NEAR_BEST_POINTS
+    of its best, or, where that is the largest pool swept, that the curve still rises."""
     if data.sweeps is None or data.sweeps.height == 0:
         return []
     out = []
     for (sweep_id,), points in data.sweeps.filter(pl.col("knob") == "num_blocks").group_by(
         ["sweep_id"], maintain_order=True
     ):
-        ratios = points["useful_hit_ratio"].to_list()
-        best = max(r for r in ratios if r is not None)
-        for r in points.iter_rows(named=True):
-            near = best - NEAR_BEST_POINTS / 100
-            if r["useful_hit_ratio"] is not None and r["useful_hit_ratio"] >= near:
-                memory = "" if r["memory_gib"] is None else f" ({r['memory_gib']:,.2f} GiB a cache)"
-                out.append(
-                    f"Sweep {sweep_id}: {html.escape(str(r['value']))} blocks{memory} reach "
-                    f"{pct(r['useful_hit_ratio'])}, within {NEAR_BEST_POINTS:g} point of the "
-                    f"largest pool swept ({pct(best)}): more memory buys less than that."
-                )
-                break
+        rows = [r for r in points.iter_rows(named=True) if r["useful_hit_ratio"] is not None]
+        rows.sort(key=lambda r: _blocks(r["value"]))
+        if len(rows) < 2:
+            continue
+        best = max(r["useful_hit_ratio"] for r in rows)
+        near = next(r for r in rows if r["useful_hit_ratio"] >= best - NEAR_BEST_POINTS / 100)
+        if near is rows[-1]:
+            before = rows[-2]
+            gain = (near["useful_hit_ratio"] - before["useful_hit_ratio"]) * 100
+            out.append(
+                f"Sweep {sweep_id}: the largest pool swept, {_pool(near)}, reaches "
+                f"{pct(best)}, {gain:.1f} points above {_pool(before, memory=False)} "
+                f"({pct(before['useful_hit_ratio'])}): sweep larger pools to find where more "
+                "memory stops paying."
+            )
+            continue
+        out.append(
+            f"Sweep {sweep_id}: {_pool(near)} reach "
+            f"{pct(near['useful_hit_ratio'])}, within {NEAR_BEST_POINTS:g} point of the "
+            f"largest pool swept ({pct(best)}): more memory buys less than that."
+        )
     return out
+
+
+def _blocks(value: str) -> float:
+    """A num_blocks point's value as a number (a value that is none sorts last)."""
+    try:
+        return float(value)
+    except ValueError:
+        return math.inf
+
+
+def _pool(point: dict, memory: bool = True) -> str:
+    """`8,000 blocks (187.50 GiB a cache)`: a sweep point's pool, with its memory where
+    `memory` and known."""
+    value = point["value"]
+    blocks = f"{int(_blocks(value)):,}" if _blocks(value) < math.inf else str(value)
+    text = html.escape(f"{blocks} blocks")
+    gib = point["memory_gib"]
+    if not memory or gib is None:
+        return text
+    return f"{text} ({gib:,.2f} GiB a cache)"
 
 
 def summary_section(data: ReportData) -> str:

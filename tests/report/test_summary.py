@@ -15,7 +15,7 @@ from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import run_sweeps
 from analyzer.report.data import load_report_data
 from analyzer.report.html import render_report
-from analyzer.report.summary import _lever_text, span_text, trace_sentence
+from analyzer.report.summary import _lever_text, _sweep_sentences, span_text, trace_sentence
 from analyzer.sim.dispatch import make_policy
 from tests.report.conftest import MODEL
 
@@ -139,3 +139,29 @@ def test_a_loss_no_setting_recovers_is_followed_by_the_largest_one_that_does():
     assert _lever_text(WATERFALL, "lost_eviction_tokens", 1_000) == (
         "; the lever: the pool size (num_blocks)."
     )
+
+
+@pytest.mark.parametrize(
+    ("values", "sentence"),
+    [
+        (
+            "num_blocks=160,40,80",  # still rising at the largest pool, given out of order
+            "Sweep 1: the largest pool swept, 160 blocks (1.99 GiB a cache), reaches 45.4%, "
+            "5.5 points above 80 blocks (39.9%): sweep larger pools to find where more "
+            "memory stops paying.",
+        ),
+        (
+            "num_blocks=500,1000,2000",
+            "Sweep 1: 500 blocks (6.23 GiB a cache) reach 48.9%, within 1 point of the "
+            "largest pool swept (49.7%): more memory buys less than that.",
+        ),
+    ],
+)
+def test_a_sweeps_sentence_says_where_more_memory_stops_paying_only_where_it_does(
+    db_copy, values, sentence
+):
+    """The Mooncake sweep 2,000, 8,000, 32,000 blocks (2.3%, 18.9%, 31.3%) was summed up as
+    '32000 blocks reach 31.3%, within 1 point of the largest pool swept (31.3%): more memory
+    buys less than that', of a curve still rising 12 points at its last step."""
+    run_sweeps("vllm-default", [f"model={MODEL}"], [values], db_path=db_copy, jobs=1)
+    assert _sweep_sentences(load_report_data(db_copy)) == [sentence]
