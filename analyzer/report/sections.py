@@ -155,7 +155,7 @@ def _marks(data: ReportData) -> tuple[tuple[str, float, float], ...]:
 
 def windows_section(data: ReportData) -> tuple[str, list[str]]:
     w = data.windows
-    unit = "s" if data.window_unit == "s" else " requests"
+    unit = " s" if data.window_unit == "s" else " requests"
     width = float(w["window_end"][0] - w["window_start"][0]) if w.height else 0.0
     first = (
         w.filter(pl.col("run_id") == lead_run(data, w["run_id"].unique().to_list()))
