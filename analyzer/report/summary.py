@@ -141,16 +141,22 @@ def verdict_sentences(data: ReportData) -> list[str]:
         )
     out.append(sentence + _lever_text(head, column, q))
     engine = dict(zip(data.runs["run_id"], engines_of(data), strict=True))
-    real = [r for r in overall.iter_rows(named=True) if engine[r["run_id"]] not in BOUNDS]
+    # runs of the headline's trace only: another trace's hit ratio answers no question here
+    trace = dict(zip(data.runs["run_id"], data.runs["trace_fingerprint"], strict=True))
+    real = [
+        r
+        for r in overall.iter_rows(named=True)
+        if engine[r["run_id"]] not in BOUNDS and trace[r["run_id"]] == trace[head["run_id"]]
+    ]
     if len(overall) > 1 and real:
-        best = max(real, key=lambda r: (r["hit_tokens"], -r["run_id"]))
+        best = max(real, key=lambda r: (r["hit_tokens"] / (r["prompt_tokens"] or 1), -r["run_id"]))
         if best["run_id"] != head["run_id"]:
             changes = data.runs.filter(pl.col("run_id") == best["run_id"])["policy_changes"][0]
             named = f"run {best['run_id']} ({engine[best['run_id']]}: {changes})"
+            ratio = best["hit_tokens"] / (best["prompt_tokens"] or 1)
             out.append(
-                f"Of the runs shown, {html.escape(named)} reuses the most "
-                f"({pct(best['hit_tokens'] / (best['prompt_tokens'] or 1))}, "
-                f"{(best['hit_tokens'] - head['hit_tokens']) / q * 100:+.1f} points)."
+                f"Of the runs shown, {html.escape(named)} reuses the most ({pct(ratio)}, "
+                f"{(ratio - head['hit_tokens'] / q) * 100:+.1f} points)."
             )
     out.extend(_sweep_sentences(data))
     return out

@@ -15,7 +15,13 @@ from analyzer.pipeline.replay import run_replay
 from analyzer.pipeline.sweep import run_sweeps
 from analyzer.report.data import load_report_data
 from analyzer.report.html import render_report
-from analyzer.report.summary import _lever_text, _sweep_sentences, span_text, trace_sentence
+from analyzer.report.summary import (
+    _lever_text,
+    _sweep_sentences,
+    span_text,
+    trace_sentence,
+    verdict_sentences,
+)
 from analyzer.sim.dispatch import make_policy
 from tests.report.conftest import MODEL
 
@@ -165,3 +171,24 @@ def test_a_sweeps_sentence_says_where_more_memory_stops_paying_only_where_it_doe
     buys less than that', of a curve still rising 12 points at its last step."""
     run_sweeps("vllm-default", [f"model={MODEL}"], [values], db_path=db_copy, jobs=1)
     assert _sweep_sentences(load_report_data(db_copy)) == [sentence]
+
+
+def test_the_run_that_reuses_the_most_is_one_of_the_headline_runs_trace(db_copy, tmp_path):
+    """A store that took another file after runs 1 and 2 (Mooncake's synthetic trace after
+    its conversations): run 3 replayed more requests, with more hit tokens, and the summary
+    named it the run that reuses the most, '+25.0 points' (hit tokens over other queries)."""
+    from analyzer.store.ingest import ingest
+    from tests.conftest import write_jsonl
+
+    more = [
+        {"request_id": f"x{i}", "timestamp": 700.0 + i, "prompt_token_ids": [7] * 20000}
+        for i in range(20)
+    ]
+    ingest([write_jsonl(tmp_path / "more.jsonl", more)], db_path=db_copy)
+    run_replay(make_policy({"model": MODEL}), db_path=db_copy)
+    text = " ".join(verdict_sentences(load_report_data(db_copy)))
+    assert re.search(
+        r"Of the runs shown, run 2 \(vllm: retention_interval=null\) reuses the most "
+        r"\(52\.1%, \+2\.\d points\)\.",
+        text,
+    ), text[-300:]
