@@ -222,11 +222,14 @@ def load_section(data: ReportData) -> tuple[str, list[str]]:
         return "", []
     intro = (
         "<p>Runs replayed with <code>schedule: concurrent</code>: requests arrive at their "
-        "trace timestamps (scaled by <code>time_scale</code>) and compete for one vLLM "
-        "scheduler and its cache pool. These are simulated times from vLLM's scheduler "
-        "model, not measurements: each scheduler step lasts <code>step_base_ms</code> plus "
-        "<code>step_token_us</code> per token scheduled in it. Serial runs have no clock "
-        "and are not listed.</p>"
+        "trace timestamps (scaled by <code>time_scale</code>) and compete for their own "
+        "cache's vLLM scheduler and pool (one per model revision x replica); each cache's "
+        "clock starts at its first arrival (a live router's replicas share their model "
+        "revision's), so two caches' times are not one timeline. These are simulated times "
+        "from vLLM's scheduler model, not measurements: each scheduler step lasts what the "
+        "table's scheduler step says (<code>step_base_ms</code> plus "
+        "<code>step_token_us</code> per token scheduled in it, or the roofline of the model "
+        "on the GPU named). Serial runs have no clock and are not listed.</p>"
     )
     menu = " (the menu at the top right picks the run)" if data.load.height > 1 else ""
     text = (

@@ -158,3 +158,19 @@ def test_load_figure_renders(concurrent_html, tmp_path):
         opening, div = test_browser._figure_div(run.stdout, fid)
         assert "js-plotly-plot" in opening and 'class="main-svg"' in div
     assert re.search(r'<div id="hpa-errors" data-count="0">', run.stdout)
+
+
+def test_the_load_intro_says_each_cache_has_its_own_scheduler_and_clock(concurrent_html):
+    """The intro said requests 'compete for one vLLM scheduler and its cache pool' and every
+    step lasts step_base_ms plus step_token_us per token: on the mixed sample (2 model
+    revisions, so 2 caches, each on a clock from its own first arrival) and on any run
+    priced on a GPU (the roofline), neither holds."""
+    text = concurrent_html.path.read_text(encoding="utf-8")
+    intro = re.sub(r"<[^>]+>", "", text[text.index('id="load"') :].split("</p>")[0])
+    assert "compete for one vLLM scheduler" not in intro
+    assert (
+        "compete for their own cache's vLLM scheduler and pool (one per model revision x "
+        "replica); each cache's clock starts at its first arrival (a live router's replicas "
+        "share their model revision's), so two caches' times are not one timeline"
+    ) in intro
+    assert "each scheduler step lasts what the table's scheduler step says" in intro
