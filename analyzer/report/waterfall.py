@@ -115,6 +115,23 @@ def group_label(frame: pl.DataFrame) -> list[str]:
     ]
 
 
+# A run's families x revisions drawn as bars, the largest first; beyond, the rest as one bar
+# (2,212 derived families on Mooncake made an 88,000 px figure).
+MAX_GROUP_BARS = 30
+
+
+def _capped(part: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """`part` (largest first) cut to MAX_GROUP_BARS rows, the last the sum of the others (a
+    run's bars still sum to its queried tokens), and the rows' labels."""
+    if part.height <= MAX_GROUP_BARS:
+        return part, group_label(part)
+    top, rest = part.head(MAX_GROUP_BARS - 1), part.slice(MAX_GROUP_BARS - 1)
+    summed = ["prompt_tokens", *(col for col, _, _ in segments(part.columns))]
+    other = rest.head(1).with_columns(pl.lit(rest[c].sum(), rest[c].dtype).alias(c) for c in summed)
+    names = [*group_label(top), f"the other {rest.height:,} families × revisions"]
+    return pl.concat([top, other]), names
+
+
 def waterfall_groups(
     groups: pl.DataFrame, *, share: bool = False, lead: int | None = None
 ) -> go.Figure:
@@ -129,8 +146,9 @@ def waterfall_groups(
         part = rows.filter(pl.col("run_label") == run_label).sort(
             ["prompt_tokens", "prompt_family", "model_revision"], descending=[True, False, False]
         )
+        part, names = _capped(part)
         height = max(height, bar_height(part.height, 40))
-        traces.extend(_waterfall_bars(part, group_label(part), share, k == 0))
+        traces.extend(_waterfall_bars(part, names, share, k == 0))
     fig = go.Figure(traces)
     fig.update_layout(barmode="stack")
     fig.update_yaxes(autorange="reversed", title="prompt family · model revision")

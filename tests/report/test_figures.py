@@ -233,3 +233,28 @@ def test_figures_are_pure(report_data):
     assert report_data.groups.equals(before)
     j = report_data.junctions
     assert figures.junctions(j).to_json() == figures.junctions(j).to_json()
+
+
+def test_a_run_of_many_families_draws_the_largest_and_the_rest_as_one_bar(report_data):
+    """Mooncake with --derive-families --min-family-tokens 513: 2,212 families made the
+    figure 88,000 px tall for every run (40 px a bar), a run of one family a blank page.
+    At most MAX_GROUP_BARS bars: the largest, then the others summed, so a run's bars
+    still sum to its queried tokens."""
+    groups = report_data.groups
+    run1 = groups.filter((pl.col("run_id") == 1) & ~pl.col("is_overall"))
+    many = pl.concat(
+        [
+            run1.with_columns(
+                pl.format("{}-{}", pl.col("prompt_family"), pl.lit(k)).alias("prompt_family")
+            )
+            for k in range(10)
+        ]
+    )  # 80 families x revisions, each a copy of one of run 1's 8
+    frame = pl.concat([many, groups.filter(pl.col("run_id") == 2)])
+    fig = waterfall.waterfall_groups(frame)
+    cap = waterfall.MAX_GROUP_BARS
+    first = fig.data[:SEG]
+    assert len(first[0].y) == cap
+    assert first[0].y[-1] == f"the other {80 - cap + 1:,} families × revisions"
+    assert sum(sum(t.x) for t in first) == 10 * sum(run1["prompt_tokens"].to_list())
+    assert fig.layout.height < figures.bar_height(cap + 5, 40)  # 80 bars: 3,450 px
