@@ -50,6 +50,9 @@ class BlockPool:
         # Keys evicted (their block reused), when a replay asks: what the pool would still
         # hold had it never evicted is then what it holds plus these (None: not recorded).
         self.evicted: set[int] | None = None
+        # Blocks handed out, where a replay asks (its host tier's connector: the blocks of a
+        # step); a set the replay owns and clears, so the pool holds no reference back to it.
+        self.handed_out: set[int] | None = None
         if self.bounded:
             self.ref = [0] * num_blocks
             self.primary = [-1] * num_blocks
@@ -168,6 +171,8 @@ class BlockPool:
             self.next_block += count
             self.primary.extend([-1] * count)
             self.primary_tokens.extend([0] * count)
+            if self.handed_out is not None:
+                self.handed_out.update(range(first, first + count))
             return list(range(first, first + count))
         if count > len(self.free):
             raise ValueError(f"cannot get {count} free blocks from the pool")
@@ -196,6 +201,8 @@ class BlockPool:
                     self.evicted.update(extra.get(block, ()))
                 self.remove_hashes(block)
             ref[block] = 1
+        if self.handed_out is not None:
+            self.handed_out.update(out)
         return out
 
     def touch(self, blocks: list[int]) -> None:

@@ -153,7 +153,6 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
             attention.ever,
             (groups, gid),
             branches,
-            self._scheduled_tokens,
         )
 
     def _scheduled_tokens(self, f: Flight) -> int:
@@ -389,7 +388,7 @@ class ConcurrentReplay(ReplicaClock, SleepingDecoders, StepEnds, VllmReplay):
             if not self.coord.step(req, n, hit, self.coord.hit_blocks(found), f.boundaries):
                 break
             if f.first is None:
-                shared = self.prefixes.shared(f, blocks)
+                shared = self.prefixes.shared(f, blocks, self._scheduled_tokens)
                 admission = admission._replace(shared_scheduled_tokens=shared)
             waiting.popleft()
             self.admissions += 1

@@ -74,9 +74,7 @@ class HostTierConcurrent(ConcurrentReplay):
         self.flushed: list[list[int]] = []  # finished requests' stores landing this step
         self.allocated_now: set[int] = set()  # blocks handed out in this step
         self._scheduled_any = False  # the step scheduled tokens (the model runs for them)
-        pool = self.coord.pool
-        self._new_blocks = pool.new_blocks
-        pool.new_blocks = self._took_blocks
+        self.coord.pool.handed_out = self.allocated_now  # the pool notes what it hands out
 
     def _flight(self, index, sim, arrival_s) -> Flight:
         f = super()._flight(index, sim, arrival_s)
@@ -200,7 +198,9 @@ class HostTierConcurrent(ConcurrentReplay):
         if not coord.step(req, n, hit, coord.hit_blocks(found), f.boundaries):
             return None
         if f.first is None:
-            admission = admission._replace(shared_scheduled_tokens=self.prefixes.shared(f, blocks))
+            admission = admission._replace(
+                shared_scheduled_tokens=self.prefixes.shared(f, blocks, self._scheduled_tokens)
+            )
             self.conn.explain(req, off, hit, ext)
         self.waiting.popleft()
         self._join(f, admission, start_s, hit, n, scheduled)
@@ -378,13 +378,6 @@ class HostTierConcurrent(ConcurrentReplay):
         self.admitted_now: dict[Flight, int] = {}
         self.allocated_now.clear()
         super()._start_step()
-
-    def _took_blocks(self, count: int) -> list[int]:
-        """The pool's `new_blocks`, noting the blocks this step hands out (vLLM
-        `_current_batch_allocated_block_ids`)."""
-        blocks = self._new_blocks(count)
-        self.allocated_now.update(blocks)
-        return blocks
 
     def _note_table(self) -> None:
         """A request admitted or resumed this step: vLLM's connector sees its whole table

@@ -196,7 +196,9 @@ class LruPolicy:
     at its finish all its keys get fresh ranks, tail first, so its head is the newest."""
 
     def __init__(self, tier: HostTier) -> None:
-        self.tier = tier
+        # the tier's keys: its dict, not the tier (no reference cycle, so a replay's tier is
+        # freed as the replay ends, not at the collector's next full pass)
+        self.resident = tier.ref
         self.rank: dict[int, tuple[int, int]] = {}
         self.idle: set[int] = set()
         self.heap: list[tuple[tuple[int, int], int]] = []
@@ -217,7 +219,7 @@ class LruPolicy:
     def on_access(self, keys: list[int], access: Access) -> None:
         major = self._request_rank(access)
         for key in keys:
-            if key not in self.tier.ref:
+            if key not in self.resident:
                 continue
             rank = (major, -access.position[key][0])
             if self.rank[key] >= rank:
@@ -231,7 +233,7 @@ class LruPolicy:
 
     def on_finished(self, order: list[int], inserted_only: set[int], reused: set[int]) -> None:
         for key in reversed(order):
-            if key in self.tier.ref:
+            if key in self.resident:
                 self.counter += 1
                 self.rank[key] = (self.counter, 0)
                 if key in self.idle:
@@ -276,7 +278,7 @@ class ArcPolicy:
     whose store misses move the target (once per request)."""
 
     def __init__(self, tier: HostTier) -> None:
-        self.tier = tier
+        self.resident = tier.ref  # the tier's keys (as LruPolicy keeps them)
         self.capacity = tier.capacity
         self.target = 0.0
         self.t1: OrderedDict[int, None] = OrderedDict()
@@ -324,7 +326,7 @@ class ArcPolicy:
         return
 
     def evict(self, n: int, protected: set[int]) -> list[int] | None:
-        ref = self.tier.ref
+        ref = self.resident
 
         def next_idle(entries):
             for key in entries:

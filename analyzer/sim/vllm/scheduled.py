@@ -37,8 +37,10 @@ from analyzer.sim.vllm.layout import CacheLayout
 class ScheduledPrefixes:
     """`record` each scheduled chunk; for a request about to be admitted, `scheduled_blocks`
     (before its own blocks are hashed), then `shared`: T.
-    `scheduled_tokens(flight)` is how many tokens of its sequence a request has scheduled
-    (all of them once it finished)."""
+    `shared` asks the replay's `scheduled_tokens(flight)`: how many tokens of its sequence a
+    request has scheduled (all of them once it finished); it is given at each call, not kept,
+    so that nothing here refers back to the replay (no reference cycle: a replay's state is
+    freed when it ends, not at the collector's next full pass)."""
 
     def __init__(
         self,
@@ -46,14 +48,12 @@ class ScheduledPrefixes:
         ever: set[int],
         key: tuple[int, int],
         branches: set[int] | None,
-        scheduled_tokens: Callable[[Flight], int],
     ) -> None:
         self.B = layout.block_size
         self.s = layout.block_size // layout.hash_block_size
         self.ever = ever
         self.key = key  # (groups, gid): hash id h has the full-attention key h x groups + gid
         self.branches = branches  # parents kept for whole blocks; None: every parent
-        self.scheduled_tokens = scheduled_tokens
         # parent -> (block contents sorted, each as a big-endian integer: compared by XOR)
         self.whole: dict[int, tuple[list[bytes], list[int]]] = {}
         self.moving: dict[int, list[Flight]] = {}
@@ -96,7 +96,7 @@ class ScheduledPrefixes:
             j += 1
         return j
 
-    def shared(self, f: Flight, j: int) -> int:
+    def shared(self, f: Flight, j: int, scheduled_tokens: Callable[[Flight], int]) -> int:
         """T for `f`'s prompt (tokens) whose first `j` blocks had been scheduled: the best
         part of block j any earlier request had scheduled."""
         req, B = f.req, self.B
@@ -113,7 +113,7 @@ class ScheduledPrefixes:
             whole_bytes = B // per * item
             kept = []
             for other in moving:
-                ahead = (self.scheduled_tokens(other) - j * B) // per * item
+                ahead = (scheduled_tokens(other) - j * B) // per * item
                 if ahead >= whole_bytes and other is not f:
                     self._settle(parent, other, lo, whole_bytes)  # moved on: a whole block
                     ahead = 0  # compared below, as whole blocks are

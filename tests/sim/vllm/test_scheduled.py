@@ -107,8 +107,8 @@ class _Checked:
     def scheduled_blocks(self, f, resident):
         return self.inner.scheduled_blocks(f, resident)
 
-    def shared(self, f, j):
-        got = self.inner.shared(f, j)
+    def shared(self, f, j, scheduled_tokens):
+        got = self.inner.shared(f, j, scheduled_tokens)
         mine = np.frombuffer(f.req.source.data, np.int32)[: f.req.prompt]
         want = 0
         for other in self.seen.values():
@@ -118,7 +118,7 @@ class _Checked:
             size = min(len(mine), len(theirs))
             differ = np.flatnonzero(mine[:size] != theirs[:size])
             common = int(differ[0]) if len(differ) else size
-            want = max(want, min(common, self.inner.scheduled_tokens(other)))
+            want = max(want, min(common, scheduled_tokens(other)))
         assert got == min(want, f.req.prompt), (f.index, got, want)
         return got
 
