@@ -25,3 +25,18 @@ def test_a_fleet_run_is_not_named_by_its_routers_default_knobs(db_copy):
     assert "dynamo_active_request_weight" not in changes[2] + changes[3]
     assert "router_seed" not in changes[2] + changes[3]
     assert "dynamo_overlap_credit=0.5" in changes[3]
+
+
+def test_a_run_measured_from_a_later_request_shows_its_measured_requests(db_copy):
+    """`hpa replay --measure-from 0.5` prints and stores (replay_runs) the second half's
+    figures; the report's waterfalls, runs table and summary counted every request, warm-up
+    included (Mooncake: 12,031 requests and 32.6% against the CLI's 6,016 and 35.0%)."""
+    from tests.conftest import db_rows
+
+    run_replay(make_policy({"model": MODEL}), db_path=db_copy, measure_from=0.5)
+    groups = load_report_data(db_copy).groups
+    total = groups.filter(groups["is_overall"] & (groups["run_id"] == 3)).row(0, named=True)
+    stored = db_rows(db_copy, "SELECT prompt_tokens, hit_tokens FROM replay_runs WHERE run_id = 3")
+    assert (total["prompt_tokens"], total["hit_tokens"]) == stored[0]
+    measured = "SELECT count(*) FROM replay_requests WHERE run_id = 3 AND measured"
+    assert total["num_requests"] == db_rows(db_copy, measured)[0][0] == 1250

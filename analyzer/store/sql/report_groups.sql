@@ -1,5 +1,6 @@
 -- `hpa report`: loss waterfall sums per run and per run x prompt family x model revision.
--- Rows with is_overall = true are the run totals. $runs: the run ids to include.
+-- Rows with is_overall = true are the run totals, over the measured requests (as `hpa replay`
+-- prints them). $runs: the run ids to include.
 -- Ratios of per-request figures (request-weighted means) are rounded so that the report
 -- is byte-identical whatever order DuckDB's threads added them in.
 SELECT
@@ -24,6 +25,6 @@ SELECT
     round(avg(sparse_retention_miss_tokens / greatest(prompt_tokens, 1)), 9)
         AS mean_request_sparse_loss_ratio
 FROM replay_requests
-WHERE list_contains($runs, run_id)
+WHERE list_contains($runs, run_id) AND measured  -- warm-up requests (--measure-from) are not counted
 GROUP BY GROUPING SETS ((run_id, prompt_family, model_revision), (run_id))
 ORDER BY run_id, is_overall DESC, prompt_family, model_revision;

@@ -8,6 +8,6 @@ SELECT
     coalesce(model_revision, 'no revision') AS model_revision,
     sum(host_hit_tokens)::BIGINT AS host_hit_tokens
 FROM replay_requests
-WHERE list_contains($runs, run_id)
+WHERE list_contains($runs, run_id) AND measured  -- warm-up requests (--measure-from) are not counted
 GROUP BY GROUPING SETS ((run_id, prompt_family, model_revision), (run_id))
 ORDER BY run_id, is_overall DESC, prompt_family, model_revision;
