@@ -9,7 +9,6 @@ layout, with and without a tier."""
 from __future__ import annotations
 
 import gc
-import random
 
 import pytest
 from hypothesis import given, settings
@@ -19,23 +18,7 @@ from analyzer.sim.dispatch import make_policy
 from analyzer.sim.fleet import replay_fleet
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import concurrent_replay, replay
-from tests.sim.vllm.fuzz_offload import draw_case, draw_trace
-
-
-def _case(seed: int, tier: bool) -> tuple[dict, list[SimRequest]]:
-    rng = random.Random(seed)
-    trace = draw_trace(rng)
-    _, values = draw_case(rng)
-    if not tier:
-        values = {k: v for k, v in values.items() if not k.startswith("host_")}
-    if values.get("schedule") == "concurrent" and rng.random() < 0.5:
-        values.update(replicas=2, routing=rng.choice(("round_robin", "prefix_aware")))
-    requests = [
-        SimRequest(r["request_id"], r["prompt_token_ids"], r["output_token_ids"],
-                   timestamp_s=r["timestamp"])
-        for r in trace
-    ]  # fmt: skip
-    return values, requests
+from tests.sim.vllm.fuzz_offload import fleet_case
 
 
 def _replay(values: dict, requests: list[SimRequest]) -> None:
@@ -74,13 +57,13 @@ def _left_in_cycles(run) -> list[str]:
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32), tier=st.booleans())
 def test_a_replay_leaves_no_cycle(seed, tier):
-    values, requests = _case(seed, tier)
+    values, requests = fleet_case(seed, tier=tier)
     assert _left_in_cycles(lambda: _replay(values, requests)) == []
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_a_concurrent_replay_with_a_tier_leaves_no_cycle(seed):
-    values, requests = _case(seed, tier=True)
+    values, requests = fleet_case(seed, tier=True)
     values = {**values, "schedule": "concurrent", "async_scheduling": False}
     values = {**values, "host_tier_chunks": 64}
     assert _left_in_cycles(lambda: _replay(values, requests)) == []

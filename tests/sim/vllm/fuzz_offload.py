@@ -108,12 +108,30 @@ def run_oracle(trace: list[dict], args: list[str], hash_seed: int = 0) -> list[d
     return [r for r in rows if not r.get("summary")]
 
 
-def run_hpa(trace: list[dict], hpa: dict) -> list[tuple]:
-    requests = [
+def sim_requests(trace: list[dict]) -> list[SimRequest]:
+    """The drawn trace's records as the simulator's requests."""
+    return [
         SimRequest(r["request_id"], r["prompt_token_ids"], r["output_token_ids"],
                    timestamp_s=r["timestamp"])
         for r in trace
     ]  # fmt: skip
+
+
+def fleet_case(seed: int, *, tier: bool = True) -> tuple[dict, list[SimRequest]]:
+    """(policy values, requests) of case `seed`, half of the concurrent ones on 2 replicas
+    (round robin or prefix-aware); without `tier`, no host tier."""
+    rng = random.Random(seed)
+    trace = draw_trace(rng)
+    _, values = draw_case(rng)
+    if not tier:
+        values = {k: v for k, v in values.items() if not k.startswith("host_")}
+    if values.get("schedule") == "concurrent" and rng.random() < 0.5:
+        values.update(replicas=2, routing=rng.choice(("round_robin", "prefix_aware")))
+    return values, sim_requests(trace)
+
+
+def run_hpa(trace: list[dict], hpa: dict) -> list[tuple]:
+    requests = sim_requests(trace)
     policy = make_policy(hpa)
     if policy.schedule != "concurrent":
         return [

@@ -20,7 +20,7 @@ from analyzer.sim.dispatch import make_policy
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import concurrent_replay
 from analyzer.sim.vllm.host_concurrent import HostTierConcurrent
-from tests.sim.vllm.fuzz_offload import draw_case, draw_trace
+from tests.sim.vllm.fuzz_offload import draw_case, draw_trace, sim_requests
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "oracle_offload"
 CASES = json.loads((GOLDEN / "cases.json").read_text())["cases"]
@@ -114,11 +114,7 @@ def _random_case(seed: int) -> tuple[dict, list[SimRequest]]:
     values["max_num_batched_tokens"] = rng.choice((8192, 64, 32))
     if rng.random() < 0.5 and "mamba" not in values["groups"]:  # (its page: 528 tokens)
         values.update(model="qwen3.5-4b", host_bandwidth_gbps=rng.choice((0.02, 0.2, 50)))
-    requests = [
-        SimRequest(r["request_id"], r["prompt_token_ids"], r["output_token_ids"],
-                   timestamp_s=r["timestamp"])
-        for r in trace
-    ]  # fmt: skip
+    requests = sim_requests(trace)
     return values, requests
 
 

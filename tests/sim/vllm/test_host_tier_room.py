@@ -6,8 +6,6 @@ replica and a fleet."""
 
 from __future__ import annotations
 
-import random
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,21 +14,7 @@ from analyzer.sim.fleet import replay_fleet
 from analyzer.sim.records import SimRequest
 from analyzer.sim.vllm import concurrent_replay, replay
 from analyzer.sim.vllm.host_tier import slots_used, tiers_built
-from tests.sim.vllm.fuzz_offload import draw_case, draw_trace
-
-
-def _case(seed: int) -> tuple[dict, list[SimRequest]]:
-    rng = random.Random(seed)
-    trace = draw_trace(rng)
-    _, values = draw_case(rng)
-    if values.get("schedule") == "concurrent" and rng.random() < 0.5:
-        values.update(replicas=2, routing=rng.choice(("round_robin", "prefix_aware")))
-    requests = [
-        SimRequest(r["request_id"], r["prompt_token_ids"], r["output_token_ids"],
-                   timestamp_s=r["timestamp"])
-        for r in trace
-    ]  # fmt: skip
-    return values, requests
+from tests.sim.vllm.fuzz_offload import fleet_case
 
 
 def _run(values: dict, requests: list[SimRequest], chunks: int) -> tuple[list, int | None]:
@@ -49,7 +33,7 @@ def _run(values: dict, requests: list[SimRequest], chunks: int) -> tuple[list, i
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32), more=st.integers(0, 3))
 def test_a_tier_of_the_slots_a_roomy_one_took_replays_alike(seed, more):
-    values, requests = _case(seed)
+    values, requests = fleet_case(seed)
     roomy, used = _run(values, requests, 4096)
     assert used is not None  # (the fuzzer's traces take a few hundred keys at most)
     same, again = _run(values, requests, used + more)
@@ -61,7 +45,7 @@ def test_a_tier_of_the_slots_a_roomy_one_took_replays_alike(seed, more):
 
 def test_a_tier_that_evicted_says_nothing():
     for seed in range(40):
-        values, requests = _case(seed)
+        values, requests = fleet_case(seed)
         if values["host_tier_chunks"] < _run(values, requests, 4096)[1]:
             assert _run(values, requests, values["host_tier_chunks"])[1] is None
             return
