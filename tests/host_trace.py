@@ -44,3 +44,20 @@ def host_trace_db(tmp_path: Path) -> Path:
     db = tmp_path / "h.duckdb"
     ingest([trace], db_path=db)
     return db
+
+
+def rotating_records(turns: int, *, blocks: int = 4, block: int = 528) -> list[dict]:
+    """Four documents of `blocks` blocks (`block` tokens each; 528 is qwen3.5-4b's) asked in
+    turn, 1 s apart, each turn with an 8-token tail of its own and 4 output tokens: a GPU
+    pool holding one document keeps none for its next turn, a host tier of all four gives
+    them back."""
+    docs = [list(range(10_000 * d, 10_000 * d + blocks * block)) for d in range(4)]
+    return [
+        {
+            "request_id": f"r{i}",
+            "timestamp": float(i),
+            "prompt_token_ids": docs[i % 4] + [90_000 + 10 * i + k for k in range(8)],
+            "output_tokens": 4,
+        }
+        for i in range(turns)
+    ]

@@ -24,6 +24,7 @@ from analyzer.sim.vllm import concurrent_replay
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl
+from tests.host_trace import rotating_records
 from tests.pipeline.conftest import observe_replayed_ttft
 
 BLOCK = 64
@@ -52,16 +53,7 @@ def rotating_db(tmp_path_factory) -> Path:
     """Four documents of eight blocks asked in turn, three times each, 1 s apart, with the TTFT
     the tier's concurrent replay gives at 12 ms + 40 us a token as the observed ttft_ms."""
     tmp = tmp_path_factory.mktemp("rotating_calibrate")
-    docs = [list(range(10_000 * d, 10_000 * d + 8 * BLOCK)) for d in range(4)]
-    records = [
-        {
-            "request_id": f"r{i}",
-            "timestamp": float(i),
-            "prompt_token_ids": docs[i % 4] + [90_000 + 10 * i + k for k in range(8)],
-            "output_tokens": 4,
-        }
-        for i in range(12)
-    ]
+    records = rotating_records(12, blocks=8, block=BLOCK)
     db = tmp / "t.duckdb"
     ingest([write_jsonl(tmp / "t.jsonl", records)], db_path=db)
     run_replay(make_policy({**POLICY, **TIER}), db_path=db)

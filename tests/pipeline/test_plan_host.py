@@ -17,6 +17,7 @@ from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl
+from tests.host_trace import rotating_records
 
 BLOCK = 528  # qwen3.5-4b's block
 PLAN = ("--target-useful-hit-ratio", "0.5", "--model", "qwen3.5-4b")
@@ -27,16 +28,7 @@ def rotating_db(tmp_path_factory) -> Path:
     """Four documents of four blocks asked in turn, six times each: a GPU pool holding one
     keeps none of them for its next turn, a host tier holding all four gives them back."""
     tmp = tmp_path_factory.mktemp("rotating")
-    docs = [list(range(10_000 * d, 10_000 * d + 4 * BLOCK)) for d in range(4)]
-    records = [
-        {
-            "request_id": f"r{i}",
-            "timestamp": float(i),
-            "prompt_token_ids": docs[i % 4] + [90_000 + 10 * i + k for k in range(8)],
-            "output_tokens": 4,
-        }
-        for i in range(24)
-    ]
+    records = rotating_records(24, block=BLOCK)
     db = tmp / "t.duckdb"
     ingest([write_jsonl(tmp / "t.jsonl", records)], db_path=db)
     return db

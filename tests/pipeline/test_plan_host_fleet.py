@@ -21,6 +21,7 @@ from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
 from tests.conftest import SAMPLES, write_jsonl
+from tests.host_trace import rotating_records
 
 MODEL = "qwen3.5-4b"
 SYNC = ("--set", "async_scheduling=false")  # a host tier is modelled on the synchronous loop
@@ -29,17 +30,7 @@ SYNC = ("--set", "async_scheduling=false")  # a host tier is modelled on the syn
 def _rotating(tmp: Path, n: int) -> Path:
     """Four documents of four blocks asked in turn, 1 s apart: a GPU pool of 12 blocks holds
     one of them, a 1 GiB tier all four."""
-    block = 528  # qwen3.5-4b's
-    docs = [list(range(10_000 * d, 10_000 * d + 4 * block)) for d in range(4)]
-    records = [
-        {
-            "request_id": f"r{i}",
-            "timestamp": float(i),
-            "prompt_token_ids": docs[i % 4] + [90_000 + 10 * i + k for k in range(8)],
-            "output_tokens": 4,
-        }
-        for i in range(n)
-    ]
+    records = rotating_records(n)
     return write_jsonl(tmp / "rotating.jsonl", records)
 
 

@@ -19,6 +19,7 @@ from analyzer.sim.vllm.host_tier import slots_used, tiers_built
 from analyzer.store.db import connect
 from analyzer.store.ingest import ingest
 from tests.conftest import write_jsonl
+from tests.host_trace import rotating_records
 
 MODEL = "qwen3.5-4b"
 BLOCK = 528  # its block
@@ -37,16 +38,7 @@ def trace(tmp_path_factory):
     """Four documents of four blocks asked in turn, twelve times each: a GPU pool of 12
     blocks keeps none of them for its next turn, a host tier of all four gives them back."""
     tmp = tmp_path_factory.mktemp("room")
-    docs = [list(range(10_000 * d, 10_000 * d + 4 * BLOCK)) for d in range(4)]
-    records = [
-        {
-            "request_id": f"r{i}",
-            "timestamp": float(i),
-            "prompt_token_ids": docs[i % 4] + [90_000 + 10 * i + k for k in range(8)],
-            "output_tokens": 4,
-        }
-        for i in range(48)
-    ]
+    records = rotating_records(48, block=BLOCK)
     db = tmp / "t.duckdb"
     ingest([write_jsonl(tmp / "t.jsonl", records)], db_path=db)
     con = connect(db, create=False)
