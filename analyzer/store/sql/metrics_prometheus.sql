@@ -1,6 +1,7 @@
 -- Replayed prefix-cache counters of run $run_id per prompt family x model revision
--- (`hpa metrics`). NULL labels become '(none)', as in replay_summary. hit_tokens holds a
--- host KV tier's hits; vLLM's prefix_cache_hits is the GPU's part (hit - host hit).
+-- (`hpa metrics`), over its measured requests (as `hpa replay` prints them). NULL labels
+-- become '(none)', as in replay_summary. hit_tokens holds a host KV tier's hits; vLLM's
+-- prefix_cache_hits is the GPU's part (hit - host hit).
 SELECT
     coalesce(prompt_family, '(none)') AS prompt_family,
     coalesce(model_revision, '(none)') AS model_revision,
@@ -27,6 +28,6 @@ SELECT
     sum(host_wait_steps)::BIGINT AS host_wait_steps,
     coalesce(sum(host_wait_s), 0)::DOUBLE AS host_wait_s
 FROM replay_requests
-WHERE run_id = $run_id
+WHERE run_id = $run_id AND measured  -- warm-up requests (--measure-from) are not counted
 GROUP BY ALL
 ORDER BY 1, 2;
