@@ -155,7 +155,7 @@ def _same_run_warnings(con, a: int, b: int) -> tuple[str, ...]:
 
 
 def _check_windows(con, run_id: int, windows) -> None:
-    total, stamped, lo, hi = con.execute(
+    total, stamped, lo, hi, measure_from = con.execute(
         load_sql("compare_run_span"), {"run_id": run_id}
     ).fetchone()
     if stamped == 0:
@@ -167,9 +167,15 @@ def _check_windows(con, run_id: int, windows) -> None:
         params = {"run_id": run_id, "start": w.start_s, "end": w.end_s}
         n = con.execute(load_sql("compare_window_count"), params).fetchone()[0]
         if n == 0:
+            span = f"{seconds_text(lo)}..{seconds_text(hi)} s"
+            if measure_from:  # the warm-up requests are not counted: name what is
+                raise ConfigError(
+                    f"window {w.text} holds no measured requests of run {run_id} "
+                    f"(--measure-from {measure_from:g}: its measured requests' timestamps "
+                    f"span {span})"
+                )
             raise ConfigError(
-                f"window {w.text} holds no requests of run {run_id} "
-                f"(its timestamps span {seconds_text(lo)}..{seconds_text(hi)} s)"
+                f"window {w.text} holds no requests of run {run_id} (its timestamps span {span})"
             )
 
 

@@ -302,3 +302,49 @@ def test_serial_runs_have_no_simulated_ttft(groups_db):
     result = compare(db_path=groups_db, runs=(1, 2))
     assert result.groups.column("sim_ttft_change_s").null_count == result.groups.num_rows
     assert "simulated" not in result.sentence
+
+
+@pytest.fixture(scope="module")
+def measured_db(tmp_path_factory):
+    """groups_1600's two runs (conftest) and run 3: run 2's policy measured from the 17th
+    request (--measure-from 0.5): its figures count requests 16..31 only."""
+    from tests.metrics.conftest import build_groups_db
+
+    db = build_groups_db(tmp_path_factory.mktemp("measured") / "m.duckdb", groups_records())
+    run_replay(make_policy({"block_size": 528}), db_path=db, measure_from=0.5)
+    return db
+
+
+def test_a_run_measured_from_a_later_request_is_compared_over_its_measured_requests(
+    measured_db,
+):
+    """`hpa replay --measure-from 0.5` prints and stores (replay_runs) the second half's
+    figures; compare counted every request, warm-up included (Mooncake: 'unchanged (32.6%)'
+    where replay printed 35.0% for the run measured from its middle)."""
+    from tests.conftest import db_rows
+
+    result = compare(db_path=measured_db, runs=(2, 3))
+    stored = db_rows(
+        measured_db, "SELECT prompt_tokens, hit_tokens FROM replay_runs WHERE run_id = 3"
+    )
+    (prompt, hits) = stored[0]
+    assert (result.baseline.requests, result.current.requests) == (32, 16)
+    total = result.groups.to_pylist()[-1]
+    assert total["current_useful_hit_ratio"] == pytest.approx(hits / prompt)
+    traffic = {r["measure"]: r for r in result.traffic.to_pylist()}
+    assert traffic["prompt_tokens"]["current"] == prompt
+    assert traffic["requests"]["current"] == 16
+
+
+def test_windows_of_a_run_measured_from_a_later_request_count_its_measured_requests(
+    measured_db,
+):
+    # run 3 measures requests 16..31 (16 s and later): 8..24 holds 8 of them
+    result = compare(db_path=measured_db, window="24..", baseline="8..24", runs=(3,))
+    assert (result.baseline.requests, result.current.requests) == (8, 8)
+    one_line_error(
+        run("compare", "--db", measured_db, "--run", 3, "--window", "0..8", "--baseline", "24.."),
+        2,
+        "window 0..8 holds no measured requests of run 3 (--measure-from 0.5: its measured "
+        "requests' timestamps span 16..31 s)",
+    )

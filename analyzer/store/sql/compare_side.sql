@@ -1,5 +1,5 @@
--- One side of `hpa compare`: run $run_id's requests (those with $start <= timestamp_s < $end
--- when $windowed), summed per prompt family x model revision. NULL labels become '(none)'.
+-- One side of `hpa compare`: run $run_id's measured requests (as `hpa replay` prints them;
+-- those with $start <= timestamp_s < $end when $windowed), summed per prompt family x model revision. NULL labels become '(none)'.
 -- sim_*: the simulated TTFT and queue time of a concurrent run (none for a serial one).
 -- host_*: a host KV tier's hits (part of hit_tokens), the requests that waited for a load, and
 -- what it did not give back beyond its hits (stored then evicted, never stored).
@@ -36,7 +36,7 @@ SELECT
     sum(r.host_never_stored_sparse_tokens)::BIGINT AS host_never_stored_sparse_tokens
 FROM replay_requests AS r
 LEFT JOIN requests AS q ON q.request_id = r.request_id
-WHERE r.run_id = $run_id
+WHERE r.run_id = $run_id AND r.measured  -- warm-up requests (--measure-from) are not counted
     AND (NOT $windowed OR (r.timestamp_s >= $start AND r.timestamp_s < $end))
 GROUP BY ALL
 ORDER BY 1, 2;

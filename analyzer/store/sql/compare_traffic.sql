@@ -1,4 +1,4 @@
--- The traffic shape of one side of `hpa compare`: run $run_id's requests (those with
+-- The traffic shape of one side of `hpa compare`: run $run_id's measured requests (those with
 -- $start <= timestamp_s < $end when $windowed). Prompt lengths in tokens; span in seconds
 -- of timestamp_s (NULL without timestamps); families and revisions count distinct labels.
 SELECT
@@ -14,5 +14,5 @@ SELECT
     count(DISTINCT q.conversation_id) AS conversations
 FROM replay_requests AS r
 LEFT JOIN requests AS q ON q.request_id = r.request_id
-WHERE r.run_id = $run_id
+WHERE r.run_id = $run_id AND r.measured  -- warm-up requests (--measure-from) are not counted
     AND (NOT $windowed OR (r.timestamp_s >= $start AND r.timestamp_s < $end));
