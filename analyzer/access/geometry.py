@@ -8,6 +8,9 @@ command replays the nearest geometry the trace can express and says so in one li
     trace blocks 512, block_size 544 -> 1,024 (the smallest multiple of 512 at or above
     544: a Mamba state needs at least 544 tokens of page), retention 0 stays 0
     trace blocks 64, block_size 544, prefix_match_unit 136 -> block_size 576, unit 64
+    trace blocks 64, block_size 544, retention_interval 4352 -> refused: rounding it to
+    4,608 would replay another interval than the one asked for; the error names
+    block_size=576 and the multiples of 576 nearest it (4,032 or 4,608)
 
 Memory follows the block (`config.memory.bytes_per_block`): a 1,024-token page costs
 1,024 / 544 of the preset's. Token-id traces are never changed.
@@ -36,10 +39,7 @@ def fit_policy(policy: Policy, trace_block: int | None) -> tuple[Policy, str | N
         fitted = _unit(block, trace_block, policy.prefix_match_unit)
         values["prefix_match_unit"] = None if fitted == block else fitted
         changes.append(f"prefix_match_unit {policy.prefix_match_unit} -> {fitted:,}")
-    retention = policy.retention_interval
-    if retention and retention % block:
-        values["retention_interval"] = -(-retention // block) * block
-        changes.append(f"retention_interval {retention} -> {values['retention_interval']:,}")
+    _check_retention(policy, trace_block, block)
     try:
         fitted_policy = make_policy(values)
     except ConfigError as exc:
@@ -53,6 +53,23 @@ def fit_policy(policy: Policy, trace_block: int | None) -> tuple[Policy, str | N
         f"at {block:,}-token pages)"
     )
     return fitted_policy, note
+
+
+def _check_retention(policy: Policy, trace_block: int, block: int) -> None:
+    """Refuse a retention interval the replay would have to change: one the user gave in
+    the preset's blocks is not whole blocks of the fitted `block`. Rounding it would replay
+    (and print) another interval than the one asked for, and the sweep table would show it."""
+    retention = policy.retention_interval
+    if not retention or retention % block == 0:
+        return
+    lower = retention // block * block
+    nearest = f"{lower:,} or {lower + block:,}" if lower else f"{block:,}"
+    raise ConfigError(
+        f"policy key 'retention_interval': {retention} is not whole {block:,}-token blocks, "
+        f"the blocks this trace replays in (its blocks are {trace_block:,} tokens, so "
+        f"block_size {policy.block_size} -> {block:,}); set block_size={block} and a "
+        f"multiple of {block} (e.g. {nearest}), or 0 or null"
+    )
 
 
 def _unit(block: int, trace_block: int, wanted: int) -> int:

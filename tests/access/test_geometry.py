@@ -34,11 +34,7 @@ FITS = [
     ({"model": QWEN, "prefix_match_unit": 136}, 64, {"block_size": 576, "prefix_match_unit": 64}),
     ({"model": QWEN, "prefix_match_unit": 136}, 16, {"prefix_match_unit": 32}),  # 16k | 544
     ({"model": QWEN, "prefix_match_unit": 272}, 16, SAME),
-    (
-        {"model": QWEN, "retention_interval": 1088},
-        512,
-        {"block_size": 1024, "retention_interval": 2048},
-    ),
+    ({"model": QWEN, "retention_interval": 9792}, 64, {"block_size": 576}),  # 17 x 576
     ({"block_size": 16, "groups": ["full_attention"]}, 512, {"block_size": 512}),
 ]
 
@@ -53,6 +49,42 @@ def test_the_nearest_geometry_the_trace_can_express(keys, trace_block, changes):
     else:
         assert note.startswith(f"the trace's blocks are {trace_block:,} tokens, so the replay")
         assert note.endswith(f"memory is priced at {fitted.block_size:,}-token pages)")
+
+
+def test_a_retention_interval_the_fitted_block_would_change_is_refused():
+    """(pass over WEKA, item 1: 4352 was accepted, replayed as 4,608 and the sweep table
+    still showed 4352): the error names the block the trace forces and valid multiples."""
+    with pytest.raises(ConfigError) as info:
+        fit_policy(make_policy({"model": QWEN, "retention_interval": 4352}), 64)
+    assert str(info.value) == (
+        "policy key 'retention_interval': 4352 is not whole 576-token blocks, the blocks "
+        "this trace replays in (its blocks are 64 tokens, so block_size 544 -> 576); set "
+        "block_size=576 and a multiple of 576 (e.g. 4,032 or 4,608), or 0 or null"
+    )
+    asked = make_policy({"model": QWEN, "block_size": 576, "retention_interval": 4608})
+    assert fit_policy(asked, 64) == (asked, None)  # as asked, replayed as asked
+
+
+def test_sweep_replays_and_shows_the_retention_asked_or_refuses(tmp_path):
+    db = str(tmp_path / "t.duckdb")
+    run = CliRunner().invoke
+    assert run(cli, ["ingest", str(TRACES["weka"][0]), "--db", db]).exit_code in (0, 1)
+    base = ["sweep", "--db", db, "--set", f"model={QWEN}"]
+    refused = run(cli, [*base, "--vary", "retention_interval=0,4352"])
+    assert refused.exit_code != 0 and "e.g. 4,032 or 4,608" in refused.output
+    assert "Traceback" not in refused.output
+    swept = run(cli, [*base, "--set", "block_size=576", "--vary", "retention_interval=0,4608"])
+    assert swept.exit_code == 0, swept.output
+    con = duckdb.connect(db, read_only=True)
+    stored = con.execute(
+        "select p.value, r.policy from sweep_points p join replay_runs r using (run_id) "
+        "order by r.run_id"
+    ).fetchall()
+    con.close()
+    assert [(v, json.loads(p)["retention_interval"]) for v, p in stored] == [
+        ("0", 0),
+        ("4608", 4608),
+    ]
 
 
 def test_trace_block_is_the_lcm_of_the_hash_id_requests():
