@@ -130,7 +130,9 @@ class Comparison:
         lines = []
         for rev, fit in self.fits.items():
             if fit is None:
-                lines.append(f"TTFT fit {rev}: not enough distinct fresh-prefill counts")
+                lines.append(
+                    f"TTFT fit {rev} (run {self.fit_run}): not enough distinct fresh-prefill counts"
+                )
                 continue
             line = (
                 f"TTFT fit {rev} (run {self.fit_run}): ttft_ms = {fit.a_ms:.1f} "

@@ -348,3 +348,20 @@ def test_windows_of_a_run_measured_from_a_later_request_count_its_measured_reque
         "window 0..8 holds no measured requests of run 3 (--measure-from 0.5: its measured "
         "requests' timestamps span 16..31 s)",
     )
+
+
+def test_every_fit_line_names_the_run_it_was_fitted_on(groups_db):
+    """A revision with too few distinct fresh-prefill counts printed 'TTFT fit REV: not
+    enough distinct fresh-prefill counts', without the '(run N)' of the other fit lines."""
+    import dataclasses
+
+    from analyzer.metrics.ttft import TtftFit
+
+    result = compare(db_path=groups_db, runs=(1, 2))
+    fits = {"rev-a": None, "rev-b": TtftFit(100.0, 0.02, 0.8, 16)}
+    shown = dataclasses.replace(result, ttft_source="trace ttft_ms", fits=fits)
+    assert shown.fit_lines() == [
+        "TTFT fit rev-a (run 1): not enough distinct fresh-prefill counts",
+        "TTFT fit rev-b (run 1): ttft_ms = 100.0 + 0.02000 x fresh_prefill_tokens "
+        "(R^2 0.800, n 16)",
+    ]
