@@ -182,7 +182,7 @@ def test_in_gpus_the_answer_meets_every_target_and_the_next_smaller_fleet_misses
     best = r.best
     assert best.tensor_parallel in (2, 4, 8)
     assert best.total_gpus == best.replicas * best.tensor_parallel
-    assert any(n.startswith("tensor parallel 1 not searched: L40S") for n in r.notes)
+    assert any(n.startswith("tensor parallel 1 not searched: 1 x L40S does not") for n in r.notes)
     priced = {"model": GPU_MODEL, "gpu": "L40S", "tensor_parallel": best.tensor_parallel}
     at = _replayed(db, best, FA, targets, **priced)
     assert at.meets(targets), (at, r.message)
@@ -378,3 +378,17 @@ def test_a_pool_far_above_the_trace_is_replayed_smaller(tmp_path):
     capped = [n for n in r.notes if "is replayed as 262,144" in n]
     assert capped and "(what B200 x 1 holds)" in capped[0], r.notes
     assert r.best.room_blocks == 262_144 and r.best.num_blocks <= 262_144
+
+
+def test_the_tensor_parallels_not_searched_say_how_many_gpus_do_not_hold_the_floor():
+    """The note said 'H200 x N does not hold ...' and never what N was."""
+    from analyzer.pipeline.plan.fleet import short_tp_note
+
+    assert short_tp_note([1], "H200", 131) == (
+        "tensor parallel 1 not searched: 1 x H200 does not hold the weights and the "
+        "131-block floor (a replica's heaviest requests)"
+    )
+    assert short_tp_note([1, 2, 4], "L40S", 2048) == (
+        "tensor parallel 1, 2, 4 not searched: 1 x L40S, 2 x L40S and 4 x L40S do not hold "
+        "the weights and the 2,048-block floor (a replica's heaviest requests)"
+    )

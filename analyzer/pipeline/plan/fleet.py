@@ -198,11 +198,7 @@ class FleetSearch:
             room = self.room(tp)
             (kept if room is not None and room >= floor else short).append(tp)
         if short:
-            self.notes.append(
-                f"tensor parallel {', '.join(map(str, short))} not searched: {s.gpu.name} x N "
-                f"does not hold the weights and the {floor:,}-block floor (a replica's "
-                "heaviest requests)"
-            )
+            self.notes.append(short_tp_note(short, s.gpu.name, floor))
         return kept
 
     # -- the search --------------------------------------------------------------------------
@@ -466,3 +462,15 @@ class FleetSearch:
         if t.tpot_p99_s is not None and load.tpot_p99_s is not None:
             ratios.append(load.tpot_p99_s / t.tpot_p99_s)
         return max(ratios)
+
+
+def short_tp_note(short: list[int], gpu: str, floor: int) -> str:
+    """The note on the tensor parallels not searched: how many GPUs each would be, as the
+    answer counts them ('1 x H200 does not hold ...')."""
+    fleets = [f"{tp} x {gpu}" for tp in short]
+    named = fleets[0] if len(fleets) == 1 else ", ".join(fleets[:-1]) + f" and {fleets[-1]}"
+    verb = "does" if len(fleets) == 1 else "do"
+    return (
+        f"tensor parallel {', '.join(map(str, short))} not searched: {named} {verb} not hold "
+        f"the weights and the {floor:,}-block floor (a replica's heaviest requests)"
+    )
