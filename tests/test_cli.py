@@ -453,6 +453,7 @@ def test_a_long_step_still_prints_a_line_every_few_seconds(monkeypatch):
     with base.counter("plan", "replays") as update:
         update(3, "search: num_blocks=40")
         time.sleep(0.4)  # one long replay, no count
+        update(4, end=True)  # the end: the count the answer says, however soon
     with base.progress_bar("match", "requests") as update:
         update(10, 20)
         time.sleep(0.4)
@@ -462,9 +463,10 @@ def test_a_long_step_still_prints_a_line_every_few_seconds(monkeypatch):
     lines = err.getvalue().splitlines()
     plan = [line for line in lines if line.startswith("plan: ")]
     assert plan[0] == "plan: 3 replays, 0 s: search: num_blocks=40"
-    assert len(plan) >= 3 and all(
-        re.fullmatch(r"plan: 3 replays, \d+ s: search: num_blocks=40", line) for line in plan
+    assert len(plan) >= 4 and all(
+        re.fullmatch(r"plan: 3 replays, \d+ s: search: num_blocks=40", line) for line in plan[:-1]
     )
+    assert re.fullmatch(r"plan: 4 replays, \d+ s", plan[-1])
     match = [line for line in lines if line.startswith("match: ")]
     assert match[0] == "match: 10 of 20 requests" and match[-1] == "match: 20 of 20 requests"
     assert len(match) >= 4 and all(
@@ -620,3 +622,17 @@ def test_a_latency_plans_pool_columns_print_counts_as_the_other_tables_do():
         "null",
         "null",
     ]
+
+
+def test_a_plans_last_progress_line_counts_every_replay_the_answer_counts(tmp_path, monkeypatch):
+    """The progress line came before each replay and none at the end: 'plan: 43 replays,
+    10 s' last, where the answer said [46 replays] (docs/commands.md: 'and at the end')."""
+    db = tmp_path / "p.duckdb"
+    sample = Path(__file__).parent.parent / "sample_traces" / "groups_1500.jsonl"
+    assert run("ingest", sample, "--db", db).exit_code == 0
+    every_update(monkeypatch)
+    result = run("plan", "--db", db, "--target-useful-hit-ratio", "0.3", "--set", "block_size=64")
+    assert result.exit_code == 0, result.output
+    replays = re.search(r"\[(\d+) replays", result.stdout)[1]
+    last = [line for line in result.stderr.splitlines() if line.startswith("plan: ")][-1]
+    assert re.fullmatch(rf"plan: {replays} replays, \d+ s", last), (last, replays)

@@ -385,26 +385,27 @@ def progress_bar(label: str, unit: str):
 
 @contextmanager
 def counter(label: str, unit: str):
-    """Yields update(n, what) showing a running count of steps of unknown number, and what
-    the command is doing: redrawn in place on a terminal; on a pipe or a log, lines
-    (`_Lines`) with the time so far."""
+    """Yields update(n, what, end=False) showing a running count of steps of unknown number,
+    and what the command is doing: redrawn in place on a terminal; on a pipe or a log, lines
+    (`_Lines`) with the time so far. `end`: the final count (the command's own, as its answer
+    says it), printed as the last line wherever a line was printed before."""
     started = time.monotonic()
     if not sys.stderr.isatty():
         with _Lines(label) as lines:
 
-            def line(n: int, what: str = "") -> None:
+            def line(n: int, what: str = "", end: bool = False) -> None:
                 doing = f": {what}" if what else ""
 
                 def text(elapsed: float) -> str:
                     return f"{label}: {n:,} {unit}, {elapsed:,.0f} s{doing}"
 
-                lines.update(text(time.monotonic() - started), text)
+                lines.update(text(time.monotonic() - started), text, force=end)
 
             yield line
         return
     shown = [False]
 
-    def update(n: int, what: str = "") -> None:
+    def update(n: int, what: str = "", end: bool = False) -> None:  # end: redrawn as any
         shown[0] = True
         doing = f": {what}" if what else ""
         text = f"{label}: {n:,} {unit}, {time.monotonic() - started:,.0f} s{doing}"

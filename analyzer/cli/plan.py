@@ -178,6 +178,7 @@ def plan_cmd(
             policy=policy_values(policy_source, overrides),
             **asked,
         )
+        update(r.replays, end=True)  # the last line counts what the answer counts
     if fmt == "json":
         import orjson
 
