@@ -636,3 +636,33 @@ def test_a_plans_last_progress_line_counts_every_replay_the_answer_counts(tmp_pa
     replays = re.search(r"\[(\d+) replays", result.stdout)[1]
     last = [line for line in result.stderr.splitlines() if line.startswith("plan: ")][-1]
     assert re.fullmatch(rf"plan: {replays} replays, \d+ s", last), (last, replays)
+
+
+LOAD = {
+    "num_timed": 12_031,
+    "ttft_p50_s": 6035.2184,
+    "ttft_p90_s": 10861.5,
+    "ttft_p99_s": 12003.25,
+    "queue_mean_s": 5912.0,
+    "queue_p99_s": 11990.125,
+    "num_preemptions": 1200,
+    "num_preempted_requests": 1100,
+    "recomputed_tokens": 2_500_000,
+    "in_flight_peak": 9700,
+    "in_flight_mean": 4961.84,
+    "held_blocks_peak": None,
+    "queue_first_quarter_s": 40.25,
+    "queue_last_quarter_s": 11000.5,
+}
+
+
+def test_the_load_line_prints_numbers_as_the_rest_of_the_tool():
+    """(the Mooncake pass: 'in flight peak 9,700, mean 4961.8', TTFT p50 6035.218 s)"""
+    from analyzer.cli.analysis import _load_line
+
+    figures = {**LOAD, "queue_first_quarter_s": 0.5, "queue_last_quarter_s": 0.75}
+    assert _load_line(figures) == (
+        "load: TTFT p50 6,035.218 s, p90 10,861.500 s, p99 12,003.250 s; queue mean "
+        "5,912.000 s, p99 11,990.125 s; 1,200 preemptions of 1,100 requests (2,500,000 tokens "
+        "recomputed); in flight peak 9,700, mean 4,961.8"
+    )

@@ -306,13 +306,12 @@ def _load_line(load: dict) -> str:
     peak = load["held_blocks_peak"]
     held = "" if peak is None else f"; pool blocks in use at an admission: peak {peak:,}"
     return (
-        f"load: TTFT p50 {load['ttft_p50_s']:.3f} s, p90 {load['ttft_p90_s']:.3f} s, "
-        f"p99 {load['ttft_p99_s']:.3f} s; queue mean {load['queue_mean_s']:.3f} s, "
-        f"p99 {load['queue_p99_s']:.3f} s; {plural(load['num_preemptions'], 'preemption')} "
+        f"load: TTFT p50 {load['ttft_p50_s']:,.3f} s, p90 {load['ttft_p90_s']:,.3f} s, "
+        f"p99 {load['ttft_p99_s']:,.3f} s; queue mean {load['queue_mean_s']:,.3f} s, "
+        f"p99 {load['queue_p99_s']:,.3f} s; {plural(load['num_preemptions'], 'preemption')} "
         f"of {plural(load['num_preempted_requests'], 'request')} "
         f"({plural(load['recomputed_tokens'], 'token')} recomputed); in flight peak "
-        f"{load['in_flight_peak']:,}, mean "
-        f"{load['in_flight_mean']:.1f}" + held
+        f"{load['in_flight_peak']:,}, mean {load['in_flight_mean']:,.1f}" + held
     )
 
 
