@@ -10,7 +10,9 @@ LEVERS: dict[str, str | None] = {
     "requests on one replica)",
     "lost_in_flight_tokens": "prefill throughput (max_num_batched_tokens): the prefix was "
     "still being computed when its reuser arrived",
-    "lost_granularity_tokens": "the match unit (prefix_match_unit, block_size)",
+    "lost_granularity_tokens": "the block size (block_size) or the match unit "
+    "(prefix_match_unit): vLLM matches a prefix shared inside earlier prompts in whole "
+    "blocks, a finer unit only where an earlier prompt ended",
     "lost_eviction_tokens": "the pool size (num_blocks)",
     "sparse_retention_miss_tokens": "the retention interval (retention_interval) or the "
     "prefill chunking (max_num_batched_tokens): where recurrent states are kept",

@@ -20,6 +20,7 @@ from analyzer.config.models import load_model
 from analyzer.config.routers import COMMON_KEYS, ROUTER_OPTIONS
 from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.errors import ConfigError, StoreError
+from analyzer.report.granularity import block_lever
 from analyzer.report.host_data import host_tier_rows, with_host_hits
 from analyzer.report.labels import baseline, changes_text, run_labels
 from analyzer.store.caveats import timestamp_caveats
@@ -34,7 +35,7 @@ from analyzer.store.db import (
     table_names,
     trace_fingerprint,
 )
-from analyzer.store.runs import unknown_run
+from analyzer.store.runs import load_row, unknown_run
 from analyzer.words import capped, plural
 
 # Window widths (seconds) the time-window figure may use: about 24 windows per trace.
@@ -90,6 +91,8 @@ class ReportData:
     # The runs with a host KV tier and the points of host_tier_gib sweeps (report/host_tier.py
     # host_rows), or None: none, or a store written before the tier's columns.
     host_tier: pl.DataFrame | None = None
+    # The summary's lever for the headline run's granularity loss (report/granularity.py).
+    granularity_lever: str | None = None
 
 
 def load_report_data(
@@ -126,6 +129,8 @@ def load_report_data(
         if "sweep_points" in present:
             sweeps = _sweeps(con)
         validations, validation_causes = _validations(con, present, ids)
+        summary = _summary_inputs(con, run_frame)
+        headline = run_frame.filter(pl.col("run_id") == summary[0])["policy_json"][0]
         return ReportData(
             run_frame,
             shown_labels(groups),
@@ -138,13 +143,14 @@ def load_report_data(
             junction_note,
             trace_fingerprint(con),
             left_out,
-            *_summary_inputs(con, run_frame),
+            *summary,
             None,
             shown_labels(validations),
             shown_labels(validation_causes),
             routing=shown_labels(routing),
             routing_windows=shown_labels(routing_windows),
             host_tier=host_tier_rows(con, sweeps),
+            granularity_lever=block_lever(con, summary[0], headline),
         )
     finally:
         con.close()
@@ -372,8 +378,7 @@ def _load(con, run_frame: pl.DataFrame, labels: dict[int, str]):
         return None, None
     rows, frames = [], []
     for run_id in ids:
-        row = query_arrow(con, load_sql("replay_load_summary"), {"run_id": run_id}).to_pylist()
-        rows.append({"run_id": run_id, **row[0]})
+        rows.append({"run_id": run_id, **load_row(con, run_id)})  # with `saturated`
         t_max = con.execute(load_sql("report_load_span"), {"runs": [run_id]}).fetchall()[0][0]
         width = window_width(float(t_max or 0.0))
         params = {"runs": [run_id], "width": width}

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import polars as pl
 
 from analyzer.config.engines import BOUNDS
-from analyzer.config.levers import lever
+from analyzer.config.levers import lever as levers
 from analyzer.report.blocks import count, largest_loss, overall_rows, pct
 from analyzer.report.data import ReportData
 from analyzer.report.engines import engines_of
@@ -74,9 +74,14 @@ def _where(data: ReportData, run_id: int, column: str) -> tuple[str, int] | None
     return f"{r['prompt_family']} @ {r['model_revision']}", int(r[column])
 
 
-def _lever_text(head: dict, column: str, q: int) -> str:
+def _lever_text(head: dict, column: str, q: int, granularity: str | None = None) -> str:
     """'; the lever: ...' for the largest loss, or, where no setting recovers it (unshared
-    prefixes), the largest loss one does recover and its lever."""
+    prefixes), the largest loss one does recover and its lever. `granularity`: the run's own
+    lever for its granularity loss (report/granularity.py), with the figure; else the table's."""
+
+    def lever(col: str) -> str | None:
+        return granularity if col == "lost_granularity_tokens" and granularity else levers(col)
+
     setting = lever(column)
     if setting is not None:
         return f"; the lever: {html.escape(setting)}."
@@ -139,7 +144,7 @@ def verdict_sentences(data: ReportData) -> list[str]:
             f", most of it in {html.escape(where[0])} ({count(where[1])} tokens, "
             f"{pct(where[1] / (tokens or 1))} of that loss)"
         )
-    out.append(sentence + _lever_text(head, column, q))
+    out.append(sentence + _lever_text(head, column, q, data.granularity_lever))
     engine = dict(zip(data.runs["run_id"], engines_of(data), strict=True))
     # runs of the headline's trace only: another trace's hit ratio answers no question here
     trace = dict(zip(data.runs["run_id"], data.runs["trace_fingerprint"], strict=True))

@@ -172,8 +172,9 @@ def _losing(cause_column: str, tokens: int) -> dict:
         ("lost_eviction_tokens", "; the lever: the pool size (num_blocks): `hpa plan "
          "--target-useful-hit-ratio 0.500` sizes the pool that reaches the baseline's ratio "
          "again"),
-        ("lost_granularity_tokens", "; the lever: the match unit (prefix_match_unit, "
-         "block_size)"),
+        ("lost_granularity_tokens", "; the lever: the block size (block_size) or the match "
+         "unit (prefix_match_unit): vLLM matches a prefix shared inside earlier prompts in "
+         "whole blocks, a finer unit only where an earlier prompt ended"),
         ("sparse_retention_miss_tokens", "; the lever: the retention interval "
          "(retention_interval) or the prefill chunking (max_num_batched_tokens)"),
         ("lost_routing_tokens", "; the lever: the routing policy (routing=prefix_aware"),

@@ -1,0 +1,93 @@
+"""Which vLLM setting moves a run's granularity loss, with the figure (the summary's lever).
+
+vLLM caches a prefix shared inside earlier prompts in whole blocks: a finer match unit
+(`prefix_match_unit`) adds a sub-block hit only where an earlier prompt ended (the one
+partial entry it registers, docs/definitions.md#the-loss-waterfall, L3). So on a trace whose
+prefixes are shared at fixed points inside prompts (RAGPulse's 512-token system-prompt chunks
+against qwen3.5-4b's 528-token page) no match unit moves the loss, but a block size whose
+multiples fall on those points does. L3 at block B is the shared (scheduled) prefix, capped at
+the prompt less one token, floored to B: this module floors each measured request's at every
+block size the model's page allows, from its smallest up to four times the run's, and names
+the best, or says none of them recovers it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from analyzer.config.models import load_model
+from analyzer.errors import ConfigError
+from analyzer.store.db import stored_trace_block
+
+GRANULE_TOKENS = 16  # the block sizes tried are multiples of this (and of a trace's blocks)
+RECOVERED_SHARE = 0.5  # a block named must lose at most this share of the run's loss
+
+_LEVELS = """
+SELECT least(matchable_tokens + lost_granularity_tokens, prompt_tokens - 1) AS shared,
+       lost_granularity_tokens
+FROM replay_requests WHERE run_id = ? AND measured
+"""
+
+
+def block_lever(con, run_id: int, policy_json: str) -> str | None:
+    """The lever text for run `run_id`'s granularity loss under vLLM: a block size and what
+    whole blocks of it would lose, or that no block size the model allows does better; None
+    for another engine, a run with no granularity loss, or a model the store cannot price."""
+    policy = json.loads(policy_json)
+    if policy.get("engine") != "vllm":
+        return None
+    rows = con.execute(_LEVELS, [run_id]).fetchnumpy()
+    shared = np.asarray(rows["shared"], dtype=np.int64)
+    lost = int(np.asarray(rows["lost_granularity_tokens"], dtype=np.int64).sum())
+    if not lost or not shared.size:
+        return None
+    block = int(policy["block_size"])
+    step = math.lcm(GRANULE_TOKENS, stored_trace_block(con) or 1)
+    smallest = _smallest_block(policy, step)
+    if smallest is None:
+        return None
+    first = -(-smallest // step) * step
+    sizes = np.arange(first, 4 * max(block, first) + 1, step, dtype=np.int64)
+    values, counts = np.unique(np.maximum(shared, 0), return_counts=True)
+    losses = [int(((values % size) * counts).sum()) for size in sizes]
+    best = int(np.argmin(losses))
+    size, floor_lost = int(sizes[best]), losses[best]
+    queried = int(con.execute(_QUERIED, [run_id]).fetchone()[0]) or 1
+    unit = "vLLM matches a prefix shared inside earlier prompts in whole blocks"
+    if size != block and floor_lost <= RECOVERED_SHARE * lost:
+        return (
+            f"the block size (block_size): {unit}, so a finer match unit (prefix_match_unit) "
+            "adds hits only where an earlier prompt ended; at block_size "
+            f"{size:,} whole blocks of the same shared prefixes would lose {floor_lost:,} "
+            f"tokens ({pct(floor_lost / queried)}) instead of {lost:,} ({pct(lost / queried)}) "
+            f"(`hpa replay --set block_size={size}` shows what else it changes)"
+        )
+    return (
+        f"none of vLLM's settings: {unit}, a finer match unit (prefix_match_unit) adds hits "
+        f"only where an earlier prompt ended, and no block size from {first:,} (the "
+        f"smallest the model's page allows) to {int(sizes[-1]):,} loses half of it or less; "
+        "an engine that matches any token (SGLang's "
+        "radix tree: --policy sglang) can recover it"
+    )
+
+
+_QUERIED = "SELECT sum(prompt_tokens) FROM replay_requests WHERE run_id = ? AND measured"
+
+
+def _smallest_block(policy: dict, step: int) -> int | None:
+    """The smallest block vLLM allows the run's model: a Mamba state fits in one page."""
+    if "mamba" not in policy.get("groups", []):
+        return step
+    if not policy.get("model"):
+        return int(policy["block_size"])
+    try:
+        return int(load_model(policy["model"])["block_size"])
+    except ConfigError:  # a model file gone since the run: no block figure
+        return None
+
+
+def pct(x: float) -> str:
+    return f"{x:.1%}"
