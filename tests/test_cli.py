@@ -666,3 +666,19 @@ def test_the_load_line_prints_numbers_as_the_rest_of_the_tool():
         "5,912.000 s, p99 11,990.125 s; 1,200 preemptions of 1,100 requests (2,500,000 tokens "
         "recomputed); in flight peak 9,700, mean 4,961.8"
     )
+
+
+def test_a_saturated_replay_says_so_with_the_queue_times_that_show_it():
+    """(the Mooncake pass: TTFT p50 6,035 s with the default step model, and no word that the
+    queue grew without bound, where `hpa plan` has its `saturated` column)"""
+    from analyzer.cli.analysis import _load_line
+
+    assert _load_line({**LOAD, "held_blocks_peak": 4096, "saturated": True}) == (
+        "load: TTFT p50 6,035.218 s, p90 10,861.500 s, p99 12,003.250 s; queue mean "
+        "5,912.000 s, p99 11,990.125 s; 1,200 preemptions of 1,100 requests (2,500,000 tokens "
+        "recomputed); in flight peak 9,700, mean 4,961.8; pool blocks in use at an admission: "
+        "peak 4,096; saturated: the simulated server cannot keep up, the queue grows with the "
+        "trace (the last quarter of arrivals queued 11,000.500 s on average, the first quarter "
+        "40.250 s)"
+    )
+    assert "saturated" not in _load_line({**LOAD, "saturated": False})

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from analyzer.config.routers import router
 from analyzer.config.schedule import CONCURRENT_KEYS
 from analyzer.report.blocks import (
     count,
@@ -97,9 +98,35 @@ def _run_traces(fig: go.Figure, part: pl.DataFrame, run_label: str, first: bool)
     )
 
 
-def load_figure(frame: pl.DataFrame) -> go.Figure:
+# The simulated clock's origin (sim/vllm/concurrent.py `_flights`: t0 is the earliest
+# timestamp of the requests one scheduler replays): each cache's own, where a cache is a
+# model revision x replica; a live router's replicas share their model revision's (sim/fleet).
+ARRIVAL_AXES = {
+    "revision": "simulated arrival time (s since its model revision's first request; "
+    "each revision has its own clock)",
+    "replica": "simulated arrival time (s since its replica's first request; each model "
+    "revision x replica has its own clock)",
+    "cache": "simulated arrival time (s since its cache's first request; one clock per "
+    "model revision, per replica under a static router)",
+}
+
+
+def clock_of(policy: dict) -> str:
+    """'revision' or 'replica': whose first request a run's simulated clock starts at."""
+    row = router(policy.get("routing", "trace"))
+    return "revision" if policy.get("replicas", 1) == 1 or row.live else "replica"
+
+
+def arrival_axis(policies: list[dict]) -> str:
+    """The x axis title of the runs' arrival windows: their clocks, or 'each cache's'."""
+    clocks = {clock_of(p) for p in policies}
+    return ARRIVAL_AXES[clocks.pop() if len(clocks) == 1 else "cache"]
+
+
+def load_figure(frame: pl.DataFrame, axis: str = ARRIVAL_AXES["cache"]) -> go.Figure:
     """TTFT and queue time (p50, p90) and preemptions per arrival window, one run at a time
-    (a dropdown picks the run): each point covers the requests arriving in its window."""
+    (a dropdown picks the run): each point covers the requests arriving in its window;
+    `axis`: the x axis title (`arrival_axis`: whose first request the clock starts at)."""
     fig = make_subplots(
         rows=3,
         cols=1,
@@ -120,7 +147,7 @@ def load_figure(frame: pl.DataFrame) -> go.Figure:
     fig.update_yaxes(title="seconds", row=1, col=1)
     fig.update_yaxes(title="seconds", row=2, col=1)
     fig.update_yaxes(title="count", row=3, col=1)
-    fig.update_xaxes(title="arrival time on the simulated clock (s since the first arrival)")
+    fig.update_xaxes(title=axis)
     fig.update_xaxes(title=None, row=1, col=1)
     fig.update_xaxes(title=None, row=2, col=1)
     style_figure(fig, "Queueing and time to first token over arrival time (simulated)", 820)
@@ -216,6 +243,29 @@ def _summary(data: ReportData) -> str:
     return text + "."
 
 
+def _saturated(data: ReportData) -> str:
+    """One sentence per saturated run (store.runs.is_saturated, `hpa plan`'s `saturated`):
+    its queue grows with the trace, and the queue times that show it."""
+    text = ""
+    for r in data.load.sort("run_id").iter_rows(named=True):
+        if r["saturated"]:
+            text += (
+                f" {html.escape(r['run_label'])} is saturated: the simulated server cannot "
+                "keep up, the queue grows with the trace (the last quarter of arrivals queued "
+                f"{r['queue_last_quarter_s']:,.2f} s on average, the first quarter "
+                f"{r['queue_first_quarter_s']:,.2f} s), so its times say how far behind it "
+                "fell, not what a server that keeps up would serve."
+            )
+    return text
+
+
+def _axis(data: ReportData) -> str:
+    """`arrival_axis` of the runs the load figure draws."""
+    shown = set(data.load_windows["run_id"].to_list())
+    runs = data.runs.filter(pl.col("run_id").is_in(shown))
+    return arrival_axis([json.loads(p) for p in runs["policy_json"]])
+
+
 def load_section(data: ReportData) -> tuple[str, list[str]]:
     """The Load section, or ("", []) when every run shown is serial."""
     if data.load is None or data.load_windows is None:
@@ -241,13 +291,13 @@ def load_section(data: ReportData) -> tuple[str, list[str]]:
         "flight were shared with an earlier request that had not yet scheduled them when "
         "this one was admitted, so no cache could have served them. Each point covers the "
         f"requests arriving in one window{menu}; a rising line means arrivals outpace the "
-        "scheduler and the queue builds up." + _summary(data)
+        "scheduler and the queue builds up." + _summary(data) + _saturated(data)
     )
     body = (
         '<section id="load"><h2>Load: queueing and time to first token</h2>'
         + intro
         + _table(data)
-        + figure_div(load_figure(data.load_windows), FIGURE_ID)
+        + figure_div(load_figure(data.load_windows, _axis(data)), FIGURE_ID)
         + meaning(text)
         + "</section>"
     )

@@ -108,10 +108,34 @@ def _stale_families(con) -> tuple[str, ...]:
     )
 
 
+# Saturation (`hpa plan`'s `saturated`, `hpa replay`'s load line, the report's Load section):
+# the simulated server cannot keep up when requests queue longer the later they arrive. The
+# last quarter of arrivals queued on average more than SATURATED_MIN_QUEUE_S (below it a
+# growing queue is noise, not a server falling behind) and more than SATURATED_GROWTH times
+# the first quarter did. A queue that keeps up comes and goes; one that grows linearly with the
+# trace makes the last quarter's mean about 7x the first's.
+SATURATED_MIN_QUEUE_S = 1.0
+SATURATED_GROWTH = 2.0
+
+
+def is_saturated(first_quarter_s: float, last_quarter_s: float) -> bool:
+    """Whether mean queue times of the first and last quarter of arrivals say saturated."""
+    return last_quarter_s > SATURATED_MIN_QUEUE_S and last_quarter_s > (
+        SATURATED_GROWTH * first_quarter_s
+    )
+
+
+def load_row(con, run_id: int) -> dict:
+    """replay_load_summary.sql's row for run `run_id`, with `saturated` (is_saturated)."""
+    row = query_arrow(con, load_sql("replay_load_summary"), {"run_id": int(run_id)}).to_pylist()[0]
+    first, last = row["queue_first_quarter_s"], row["queue_last_quarter_s"]
+    return {**row, "saturated": bool(row["num_timed"]) and is_saturated(first, last)}
+
+
 def load_figures(con, run_id: int) -> dict | None:
     """TTFT, queueing, preemption and in-flight figures of a concurrent run (None: serial)."""
-    row = query_arrow(con, load_sql("replay_load_summary"), {"run_id": int(run_id)}).to_pylist()
-    return row[0] if row and row[0]["num_timed"] else None
+    row = load_row(con, run_id)
+    return row if row["num_timed"] else None
 
 
 def host_wait_figures(con, run_id: int) -> dict | None:

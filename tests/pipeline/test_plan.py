@@ -228,6 +228,21 @@ def test_a_plan_under_load_says_what_load_does(tmp_path):
     assert "hpa calibrate" in r.load_warning
     quick = plan(0.5, db_path=db, policy=keys, schedule="concurrent", ttft_p99_s=3.0)
     assert quick.reachable and quick.best.replicas > 1
+    # the same setting replayed and stored is saturated by the same figures (hpa replay's
+    # load line and the report say so; they had no word for it)
+    from analyzer.pipeline.replay import run_replay
+    from analyzer.store.runs import load_figures as stored_load
+
+    setting = {**keys, "schedule": "concurrent", "num_blocks": best.num_blocks}
+    run_id = run_replay(make_policy(setting), db_path=db).run_id
+    con = connect(db, create=False)
+    try:
+        stored = stored_load(con, run_id)
+    finally:
+        con.close()
+    assert stored["saturated"] is True
+    assert stored["queue_first_quarter_s"] == pytest.approx(best.load.queue_first_quarter_s)
+    assert stored["queue_last_quarter_s"] == pytest.approx(best.load.queue_last_quarter_s)
     assert quick.best.load.ttft_p99_s <= 3.0
     m = _measure(db, quick.best, quick.best.num_blocks, **{**keys, "schedule": "concurrent"})
     assert m.meets(Targets(0.5, 3.0))

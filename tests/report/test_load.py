@@ -174,3 +174,19 @@ def test_the_load_intro_says_each_cache_has_its_own_scheduler_and_clock(concurre
         "share their model revision's), so two caches' times are not one timeline"
     ) in intro
     assert "each scheduler step lasts what the table's scheduler step says" in intro
+
+
+def test_a_saturated_run_is_named_with_the_queue_times_that_show_it(concurrent_db, concurrent_html):
+    """`hpa plan` has a `saturated` column; the Load section said nothing of a queue that grows
+    with the trace (Mooncake with the default step model: TTFT p50 6,035 s)."""
+    db, _ = concurrent_db
+    data = load_report_data(db)
+    text = re.sub(r"<[^>]+>", "", concurrent_html.path.read_text(encoding="utf-8"))
+    assert data.load["saturated"].to_list() == [True, False]  # run 4 keeps up
+    assert (
+        "run 3 · vllm · num_blocks=200, schedule=concurrent, time_scale=0.2 is saturated: the "
+        "simulated server cannot keep up, the queue grows with the trace (the last quarter of "
+        "arrivals queued 46.33 s on average, the first quarter 11.27 s), so its times say how "
+        "far behind it fell, not what a server that keeps up would serve."
+    ) in text
+    assert "run 4 · vllm · num_blocks=2000, schedule=concurrent is saturated" not in text

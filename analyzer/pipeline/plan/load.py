@@ -13,10 +13,11 @@ replica's partition) and `queue_s`, `ttft_s`. From them, over the measured reque
   of the replay, from its first arrival to its last finish (a request that was never
   scheduled is not served);
 - **saturation**: the simulated server cannot keep up when requests queue longer the later
-  they arrive. Saturated = the last quarter of arrivals queued on average more than
-  `SATURATED_MIN_QUEUE_S` and more than twice the first quarter did. A server that keeps up
-  has a queue that comes and goes; one that does not has a queue that grows with the trace
-  (linear growth makes the last quarter's mean about 7x the first's).
+  they arrive. Saturated = the last quarter of arrivals queued on average more than 1 s and
+  more than twice the first quarter did (`store.runs.is_saturated`, which `hpa replay` and
+  the report apply to a stored run too). A server that keeps up has a queue that comes and
+  goes; one that does not has a queue that grows with the trace (linear growth makes the
+  last quarter's mean about 7x the first's).
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-# Below this mean queueing time (seconds) a growing queue is noise, not a server falling behind.
-SATURATED_MIN_QUEUE_S = 1.0
-SATURATED_GROWTH = 2.0
+from analyzer.store.runs import is_saturated
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ def load_figures(
         ttft_p99_s=float(np.quantile(done, 0.99)),
         queue_mean_s=_mean(queue),
         max_in_flight=in_flight,
-        saturated=last > SATURATED_MIN_QUEUE_S and last > SATURATED_GROWTH * first,
+        saturated=is_saturated(first, last),
         queue_first_quarter_s=first,
         queue_last_quarter_s=last,
         arrivals_per_s=rate,

@@ -2,9 +2,16 @@
 -- seconds): TTFT and queueing quantiles, preemptions, recomputed tokens, and requests in
 -- flight (arrival to finish) per (model revision, replica) partition, each on its own clock:
 -- the peak, and the mean over the partition's span; and the most pool blocks in use at an
--- admission (bounded pools). NULL times: a serial run.
+-- admission (bounded pools); the mean queue time of the first and the last quarter of the
+-- arrivals (in arrival order, n // 4 requests, at least one: `hpa plan`'s saturation test,
+-- store.runs.is_saturated). NULL times: a serial run.
 WITH req AS (
-    SELECT * FROM replay_requests WHERE run_id = $run_id AND measured
+    SELECT
+        *,
+        row_number() OVER (ORDER BY arrival_seq) AS arrival_rank,
+        greatest(1, count(*) OVER () // 4) AS quarter,
+        count(*) OVER () AS measured_requests
+    FROM replay_requests WHERE run_id = $run_id AND measured
 ),
 events AS (
     SELECT model_revision, replica, arrival_s AS t_s, 1 AS delta FROM req
@@ -40,5 +47,9 @@ SELECT
     sum(recomputed_tokens) AS recomputed_tokens,
     (SELECT max(in_flight) FROM running) AS in_flight_peak,
     (SELECT sum(busy_s) / nullif(sum(span_s), 0) FROM spans) AS in_flight_mean,
-    max(held_blocks) AS held_blocks_peak
+    max(held_blocks) AS held_blocks_peak,
+    coalesce(avg(queue_s) FILTER (WHERE arrival_rank <= quarter), 0)::DOUBLE
+        AS queue_first_quarter_s,
+    coalesce(avg(queue_s) FILTER (WHERE arrival_rank > measured_requests - quarter), 0)::DOUBLE
+        AS queue_last_quarter_s
 FROM req;
