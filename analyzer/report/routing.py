@@ -23,6 +23,7 @@ from analyzer.report.blocks import count, figure_div, html_table, meaning, pct
 from analyzer.report.data import ReportData
 from analyzer.report.figures import MENU_ROW, style_figure
 from analyzer.report.labels import figure_label
+from analyzer.report.load import ARRIVAL_AXES
 from analyzer.words import plural
 
 FIGURE_ID = "fig-routing"
@@ -40,7 +41,7 @@ STATIC = {
     "session": "static: a conversation's requests to one replica",
 }
 CLOCKS = {
-    "arrival": "arrival time on the simulated clock (s since the first arrival)",
+    "arrival": ARRIVAL_AXES["replica"],  # a static router's replicas: one clock each
     "trace": "arrival time in the trace (s since the first request)",
     "order": "arrival (request #)",
 }
@@ -148,7 +149,9 @@ def _replica_traces(fig, part: pl.DataFrame, replica: str, k: int, run: tuple) -
 def _layout_of(clock: str, live: bool) -> dict:
     """The axis and panel titles that change with the run shown."""
     return {
-        "xaxis2.title.text": CLOCKS[clock],
+        "xaxis2.title.text": ARRIVAL_AXES["revision"]
+        if clock == "arrival" and live
+        else CLOCKS[clock],
         "yaxis2.title.text": LOAD_AXES[live],
         "annotations[1].text": LOAD_TITLES[live],
     }
