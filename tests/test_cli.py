@@ -682,3 +682,44 @@ def test_a_saturated_replay_says_so_with_the_queue_times_that_show_it():
         "40.250 s)"
     )
     assert "saturated" not in _load_line({**LOAD, "saturated": False})
+
+
+def test_replay_shows_the_largest_families_and_says_how_to_see_them_all(tmp_path):
+    """(the Mooncake pass: 2,212 derived families printed 2,217 lines, one a family)"""
+    import orjson
+
+    sample = Path(__file__).parent.parent / "sample_traces" / "groups_1600.jsonl"
+    records = [orjson.loads(line) for line in sample.read_text().splitlines()]
+    for i, r in enumerate(records):  # 32 families: f00..f31, the later ones longer
+        r["prompt_family"] = f"f{i:02d}"
+        r["prompt_token_ids"] = r["prompt_token_ids"] + list(range(900_000, 900_000 + i))
+    db = tmp_path / "f.duckdb"
+    assert run("ingest", write_jsonl(tmp_path / "f.jsonl", records), "--db", db).exit_code == 0
+    result = run("replay", "--db", db, "--set", "block_size=528")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    rows = lines[2:22]
+    assert [row.split()[0] for row in rows] == [f"f{i:02d}" for i in range(31, 11, -1)]
+    hidden = [r for r in records if int(r["prompt_family"][1:]) < 12]
+    queried = sum(len(r["prompt_token_ids"]) for r in hidden)
+    assert lines[22] == (
+        f"... and 12 more families x revisions ({queried:,} queried tokens): "
+        'hpa query "SELECT * FROM replay_summary WHERE run_id = 1 ORDER BY prompt_tokens DESC, '
+        'prompt_family, model_revision" lists every one'
+    )
+    assert lines[23].startswith("run 1: 32 requests replayed in ")
+    listed = run(
+        "query",
+        "--db",
+        db,
+        "SELECT * FROM replay_summary WHERE run_id = 1 ORDER BY "
+        "prompt_tokens DESC, prompt_family, model_revision",
+        "--format",
+        "json",
+    )
+    assert listed.exit_code == 0
+    assert [orjson.loads(x)["prompt_family"] for x in listed.stdout.splitlines()][:2] == [
+        "f31",
+        "f30",
+    ]
+    assert len(listed.stdout.splitlines()) == 32  # every one, one JSON object a line

@@ -22,7 +22,7 @@ from analyzer.cli.base import (
     with_step,
     workers_option,
 )
-from analyzer.cli.text import say
+from analyzer.cli.text import FAMILY_ROWS, more_families_line, say
 from analyzer.config.host_tier import NEVER_STORED, never_stored_words
 from analyzer.errors import ConfigError
 from analyzer.words import plural
@@ -44,7 +44,8 @@ from analyzer.words import plural
     is_flag=True,
     help="Label requests without a prompt_family by the first junction on their "
     "prompt path at >= --min-family-tokens tokens (their shared system "
-    "prompt) as j<position>-<id>, or 'unshared'; source derived:first_junction.",
+    "prompt) as j<position>-<id>, or 'below-min-family-tokens' (no junction that "
+    "deep: a shorter shared prefix, or none); source derived:first_junction.",
 )
 @click.option(
     "--min-family-tokens",
@@ -194,6 +195,44 @@ def replay(
         click.echo(f"wrote {out}")
 
 
+def _largest_families(groups, causes):
+    """(groups, causes, line) of compare's tables as printed: the FAMILY_ROWS families with
+    the most queried tokens (both sides; ties by name) with their rows, in the tables' order,
+    and the overall roll-up; the line says how many families x revisions are left out (None
+    when none is). `--format json` lists every one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    sizes: dict[str, int] = {}
+    hidden_rows: dict[str, int] = {}
+    for r in groups.to_pylist():
+        if r["prompt_family"] == ALL or r["model_revision"] == ALL:
+            continue  # a roll-up: its members are counted
+        tokens = (r["baseline_prompt_tokens"] or 0) + (r["current_prompt_tokens"] or 0)
+        sizes[r["prompt_family"]] = sizes.get(r["prompt_family"], 0) + tokens
+        hidden_rows[r["prompt_family"]] = hidden_rows.get(r["prompt_family"], 0) + 1
+    if len(sizes) <= FAMILY_ROWS:
+        return groups, causes, None
+    ranked = sorted(sizes, key=lambda f: (-sizes[f], f))
+    kept = pa.array([*ranked[:FAMILY_ROWS], ALL])
+    left = ranked[FAMILY_ROWS:]
+    line = more_families_line(
+        sum(hidden_rows[f] for f in left),
+        sum(sizes[f] for f in left),
+        "--format json lists every one",
+        sides=", both sides",
+    )
+    return (
+        groups.filter(pc.is_in(groups["prompt_family"], kept)),
+        causes.filter(pc.is_in(causes["prompt_family"], kept)),
+        line,
+    )
+
+
+# compare's roll-up label (metrics.attribution.ALL)
+ALL = "(all)"
+
+
 def _caches_line(policy, num_caches: int) -> str:
     """How many caches the run replayed, and their memory: each pool is one cache's."""
     from analyzer.config.memory import policy_pool_gib
@@ -219,7 +258,16 @@ def _print_replay(policy, result, render) -> None:
         "useful_hit_ratio",
         "sparse_loss_ratio",
     ]
-    click.echo(render(result.summary.select(cols)), nl=False)
+    summary = result.summary  # largest first (replay_run_summary.sql): the first are shown
+    click.echo(render(summary.slice(0, FAMILY_ROWS).select(cols)), nl=False)
+    if summary.num_rows > FAMILY_ROWS:
+        rest = summary.slice(FAMILY_ROWS).column("prompt_tokens").to_pylist()
+        query = (
+            f"SELECT * FROM replay_summary WHERE run_id = {result.run_id} "
+            "ORDER BY prompt_tokens DESC, prompt_family, model_revision"
+        )
+        where = f'hpa query "{query}" lists every one'
+        click.echo(more_families_line(len(rest), sum(rest), where))
     click.echo(
         f"run {result.run_id}: {plural(result.num_requests, 'request')} replayed in "
         f"{result.seconds:.2f} s; policy {(result.policy or policy).to_json()}"
@@ -399,7 +447,10 @@ def compare_cmd(
     ]
     if result.groups.column("sim_ttft_change_s").null_count < result.groups.num_rows:
         cols += ["baseline_sim_ttft_s", "current_sim_ttft_s", "sim_queue_change_s"]
-    click.echo(render(result.groups.select(cols)), nl=False)
+    groups, causes, more = _largest_families(result.groups, result.causes)
+    click.echo(render(groups.select(cols)), nl=False)
+    if more:
+        say(more)
     click.echo(
         "\nshares of each side's queried tokens; change_points = current - baseline; "
         "contribution_points (to the overall change) = rate_effect_points (the group's own "
@@ -409,14 +460,14 @@ def compare_cmd(
         i
         for i, (b, c) in enumerate(
             zip(
-                result.causes.column("baseline_tokens").to_pylist(),
-                result.causes.column("current_tokens").to_pylist(),
+                causes.column("baseline_tokens").to_pylist(),
+                causes.column("current_tokens").to_pylist(),
                 strict=True,
             )
         )
         if b or c
     ]
-    click.echo(render(result.causes.take(nonzero)), nl=False)
+    click.echo(render(causes.take(nonzero)), nl=False)
     click.echo("")
     for line in result.host_lines():
         say(line)

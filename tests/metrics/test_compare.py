@@ -365,3 +365,34 @@ def test_every_fit_line_names_the_run_it_was_fitted_on(groups_db):
         "TTFT fit rev-b (run 1): ttft_ms = 100.0 + 0.02000 x fresh_prefill_tokens "
         "(R^2 0.800, n 16)",
     ]
+
+
+def test_the_tables_show_the_largest_families_and_say_how_to_see_them_all(tmp_path):
+    """As `hpa replay`: the 20 families with the most queried tokens (both sides), the
+    overall row, and one line for the others (a table of 2,212 derived families printed a
+    line each, and each cause of each)."""
+    records = groups_records(prompt_family=[f"f{i:02d}" for i in range(32)])
+    for i, r in enumerate(records):  # the later families longer
+        r["prompt_token_ids"] = r["prompt_token_ids"] + list(range(900_000, 900_000 + i))
+    db = tmp_path / "f.duckdb"
+    ingest([write_jsonl(tmp_path / "f.jsonl", records)], db_path=db)
+    for keys in ({"retention_interval": None, "max_num_batched_tokens": 2048}, {}):
+        run_replay(make_policy({"block_size": 528, **keys}), db_path=db)
+    said = run("compare", "--db", db, "--run", 1, "--run", 2)
+    assert said.exit_code == 0, said.output
+    lines = said.stdout.splitlines()
+    top = [f"f{i:02d}" for i in range(12, 32)]
+    start = next(k for k, line in enumerate(lines) if line.startswith("prompt_family")) + 2
+    assert [line.split()[0] for line in lines[start : start + 21]] == [*top, "(all)"]
+    hidden = sum(len(r["prompt_token_ids"]) for r in records[:12])
+    assert lines[start + 21] == (
+        f"... and 12 more families x revisions ({2 * hidden:,} queried tokens, both sides): "
+        "--format json lists every one"
+    )
+    causes = lines[lines.index(lines[start + 21]) + 1 :]
+    assert not any(line.startswith(("f00 ", "f11 ")) for line in causes)
+    assert any(line.startswith("f31 ") for line in causes)
+    every = orjson.loads(
+        run("compare", "--db", db, "--run", 1, "--run", 2, "--format", "json").stdout
+    )
+    assert len(every["groups"]) == 33
