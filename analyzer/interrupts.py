@@ -1,13 +1,16 @@
 """A command stopped by a signal (SIGTERM, or Ctrl-C's SIGINT) says what the store holds of it.
 
 The CLI installs `on_signal` for both. It notes the signal and raises `Stopped`, which
-unwinds like an error: open transactions roll back, workers stop. Two places would make
-what the command then says untrue, and this module closes both:
+unwinds like an error: open transactions roll back, workers stop. Three places would make
+what the command then says untrue, or say nothing, and this module closes them:
 
 - A commit. The store's `transaction` commits inside `holding()`: a signal that comes while
   DuckDB commits waits until the commit has ended and what it stored is noted (`landed`),
   then stops the command. Without it, the signal would arrive after a commit DuckDB had
   made and the command would say "nothing stored".
+- An import. An extension module's initialisation may run Python code and not survive an
+  exception raised in it (DuckDB's aborts the process): a signal that comes while a module
+  is imported is sent again a moment later (`on_signal`).
 - DuckDB. Python runs a signal's handler between two of its own instructions, so a long
   statement would run to its end first: a thread woken by the signal (`watch_signals`)
   interrupts the statements of the connections `watch`ed, except while holding. DuckDB
@@ -90,7 +93,27 @@ def on_signal(signum: int, frame) -> None:
     if _STATE.holding:
         _STATE.pending = signum
         return
+    if _importing(frame):
+        # An extension module's initialisation may run Python code (DuckDB's builds its
+        # enums so) and not survive an exception raised in it: DuckDB's aborts the process
+        # (SIGABRT, no line said). The signal is sent again a moment later, once imported.
+        again = threading.Timer(RESEND_S, os.kill, (os.getpid(), signum))
+        again.daemon = True
+        again.start()
+        return
     raise Stopped(signum)
+
+
+RESEND_S = 0.02  # a signal that came during an import is sent again after this
+
+
+def _importing(frame) -> bool:
+    """Whether `frame` runs inside an import (Python's import machinery is on its stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextmanager

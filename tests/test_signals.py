@@ -366,3 +366,34 @@ def test_a_library_caller_collects_no_notes():
     interrupts.note_landed(["replay run 1"])
     interrupts.note_written("t.jsonl")
     assert interrupts.landed() == () and interrupts.written() == ()
+
+
+def test_a_signal_during_an_import_is_sent_again_once_imported(monkeypatch):
+    """Under load a SIGTERM landed in DuckDB's import, whose module initialisation runs
+    Python code (its enums) and aborts on an exception: the process died of SIGABRT with a
+    nanobind traceback and no line. The handler raises nowhere inside the import machinery;
+    it sends the signal again a moment later."""
+    from analyzer import interrupts
+
+    sent = []
+
+    class _Timer:
+        def __init__(self, delay_s, call, args):
+            sent.append((delay_s, call, args))
+
+        def start(self):
+            pass
+
+    monkeypatch.setattr(interrupts.threading, "Timer", _Timer)
+    monkeypatch.setattr(interrupts._STATE, "driver_pid", os.getpid())
+    monkeypatch.setattr(interrupts._STATE, "finished", False)
+    monkeypatch.setattr(interrupts._STATE, "holding", 0)
+    monkeypatch.setattr(interrupts._STATE, "signum", None)
+    importing = {"on_signal": interrupts.on_signal, "SIGTERM": signal.SIGTERM, "sys": sys}
+    exec(  # a frame of Python's import machinery, as an extension's init is called from
+        compile("on_signal(SIGTERM, sys._getframe())", "<frozen importlib._bootstrap>", "exec"),
+        importing,
+    )
+    assert sent == [(interrupts.RESEND_S, os.kill, (os.getpid(), signal.SIGTERM))]
+    with pytest.raises(interrupts.Stopped):  # anywhere else it stops the command at once
+        interrupts.on_signal(signal.SIGTERM, sys._getframe())
