@@ -11,7 +11,10 @@ labelled by the shallowest junction on its prompt's path whose position is at le
 `min_family_tokens` tokens, i.e. the end of the system prompt it shares with other
 requests, as `j<position>-<first 8 hex digits of the junction id>` (the whole id when
 two anchors would otherwise share a label); a request with no such junction is
-`unshared`.
+`below-min-family-tokens` (NO_FAMILY_LABEL): it may share a prefix with other requests, only
+one that ends before `min_family_tokens` (or none). Derivations before hpa said so wrote
+`unshared`, which read as the waterfall's cause (no common prefix at all); such a store keeps
+that label until families are derived again or cleared (every derivation rewrites them all).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ def namespace_seed(namespace: tuple) -> int:
     digest = hashlib.blake2b(repr(tuple(namespace)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
 
+
+NO_FAMILY_LABEL = "below-min-family-tokens"  # match_derive_families.sql writes it
 
 # Units of owner sequences fetched and hashed at once (a batch holds at least one owner).
 ID_BATCH_UNITS = 1 << 16

@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 
 from analyzer.pipeline.match import match_prefixes
-from analyzer.prefixes.labels import family_labels
+from analyzer.prefixes.labels import NO_FAMILY_LABEL, family_labels
 from analyzer.prefixes.memory import Request
 
 from .helpers import store
@@ -42,7 +42,11 @@ def test_first_junction_labels_the_system_prompt(tmp_path):
     a, b = fam["a1"][0], fam["b1"][0]
     assert a.startswith("j40-") and b.startswith("j50-") and a != b
     assert fam["a2"][0] == fam["a3"][0] == a and fam["b2"][0] == b
-    assert fam["lone"] == ("unshared", FAMILY_SOURCE)
+    assert (
+        fam["lone"]
+        == ("below-min-family-tokens", FAMILY_SOURCE)
+        == (NO_FAMILY_LABEL, FAMILY_SOURCE)
+    )
     assert fam["given"] == ("chat", "trace")
     assert {fam[k][1] for k in ("a1", "a2", "b1", "b2", "a3")} == {FAMILY_SOURCE}
     assert (summary.num_derived, summary.num_families) == (6, 3)
@@ -53,8 +57,24 @@ def test_min_family_tokens_skips_shallow_junctions_and_rederives(tmp_path):
     match_prefixes(db, backend="numpy", derive_families=True, min_family_tokens=1)
     match_prefixes(db, backend="numpy", derive_families=True, min_family_tokens=45)
     fam = _families(db)
-    # family a's junctions are at 40 and 41 tokens: below 45, so a1 is unshared now
-    assert fam["a1"][0] == "unshared" and fam["b1"][0].startswith("j50-")
+    # family a's junctions are at 40 and 41 tokens: below 45, so a1 has no family now, though
+    # it shares 40 tokens with a2 and a3 (pass over the traces, item 4: it was 'unshared')
+    assert fam["a1"][0] == NO_FAMILY_LABEL and fam["b1"][0].startswith("j50-")
+
+
+def test_a_store_labelled_unshared_before_the_rename_is_relabelled(tmp_path):
+    """A store derived before hpa wrote below-min-family-tokens holds 'unshared': it stays
+    readable, and the next derivation rewrites every derived label."""
+    db = store(tmp_path / "f.duckdb", _trace())
+    match_prefixes(db, backend="numpy", derive_families=True, min_family_tokens=45)
+    con = duckdb.connect(str(db))
+    con.execute(
+        f"UPDATE requests SET prompt_family = 'unshared' WHERE prompt_family = '{NO_FAMILY_LABEL}'"
+    )
+    con.close()
+    assert _families(db)["a1"] == ("unshared", FAMILY_SOURCE)
+    match_prefixes(db, backend="numpy", derive_families=True, min_family_tokens=45)
+    assert "unshared" not in {family for family, _ in _families(db).values()}
 
 
 def test_without_the_flag_families_stay(tmp_path):

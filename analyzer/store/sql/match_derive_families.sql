@@ -1,9 +1,10 @@
 -- Derived prompt families (rule derived:first_junction, see analyzer/prefixes/labels.py):
 -- every request without a family from the trace (or with an earlier derived one) gets the
 -- label of the shallowest junction on its prompt path at >= $min_tokens tokens, or
--- 'unshared'. Needs match_junction_nodes and match_junction_paths registered.
+-- 'below-min-family-tokens' (labels.NO_FAMILY_LABEL: it may share a shorter prefix, or none;
+-- hpa wrote 'unshared' before). Needs match_junction_nodes and match_junction_paths registered.
 UPDATE requests
-SET prompt_family = coalesce(a.label, 'unshared'),
+SET prompt_family = coalesce(a.label, 'below-min-family-tokens'),
     prompt_family_source = 'derived:first_junction'
 FROM (
     SELECT r.arrival_seq, d.label
