@@ -174,7 +174,8 @@ def sweep_cmd(
     "--max-requests",
     type=click.IntRange(min=1),
     default=None,
-    help="With --gpu: the search replays the trace's first N requests [default: 2000].",
+    help="The search replays the trace's first N requests (arrival order) [default: every "
+    "request; with --gpu 2000].",
 )
 @click.option(
     "--max-replays",

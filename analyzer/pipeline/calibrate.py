@@ -99,23 +99,58 @@ def calibrate(
         check_out_folder(out)  # before the fit, which may take minutes
     values = {**policy_values(policy_source, list(overrides)), "schedule": "concurrent"}
     policy = make_policy(values)  # a bad policy fails before the trace is read
-    if policy.step_time == "linear" and roofline:
+    roofline = dict(roofline or {})
+    only_roofline = sorted(k for k in roofline if k != "max_requests")
+    if policy.step_time == "linear" and only_roofline:
         raise ConfigError(
-            f"{', '.join('--' + k.replace('_', '-') for k in sorted(roofline))}: the roofline's "
+            f"{', '.join('--' + k.replace('_', '-') for k in only_roofline)}: the roofline's "
             "fit only; name a GPU (--gpu) to fit the roofline's efficiency factors"
         )
     trace, observed_ms = _load(db_path)
     fitted, note = fit_policy(policy, trace_block_tokens(trace.columns["block_size"]))
     notes = (note,) if note else ()
     if fitted.step_time != "linear":
-        result = fit_roofline(trace, fitted, observed_ms, notes=notes, **(roofline or {}))
+        result = fit_roofline(trace, fitted, observed_ms, notes=notes, **roofline)
         if out is not None:
             write_atomic(out, json.dumps(result.as_dict(), indent=2) + "\n", option="--out")
         return result
+    limit = roofline.get("max_requests")
+    if limit is not None and limit < trace.n:
+        kept = _before_the_cut(trace, observed_ms, limit, fitted.time_scale)
+        if not np.isfinite(kept).any():
+            raise ConfigError(
+                f"none of the first {limit:,} requests had its first token (ttft_ms) before "
+                "the next request arrived (--max-requests); calibrate fits the step time to "
+                "observed TTFT: give more requests"
+            )
+        notes += (
+            f"fitted on the first {limit:,} of {trace.n:,} requests (--max-requests), over "
+            f"the {int(np.isfinite(kept).sum()):,} of them with a ttft_ms whose first token "
+            "came before the next request arrived",
+        )
+        trace, observed_ms = trace.take(list(range(limit))), kept
     result = replace(_fit_linear(trace, fitted, observed_ms), notes=notes)
     if out is not None:
         _write(out, result.policy)
     return result
+
+
+def _before_the_cut(
+    trace: LoadedTrace, observed_ms: np.ndarray, limit: int, time_scale: float
+) -> np.ndarray:
+    """The first `limit` requests' observed TTFTs, NaN where the first token came after
+    request `limit` (the first one left out) arrived, on the replay's clock (arrivals
+    `time_scale` apart): a replay of the first `limit` cannot see what the later requests
+    did to the steps until then (they share the steps' token budget)."""
+    stamps = trace.columns["timestamp_s"]
+    kept = observed_ms[:limit].copy()
+    if any(t is None for t in stamps[: limit + 1]):
+        return np.full(limit, np.nan)  # (a concurrent replay refuses such a trace anyway)
+    cut_s = stamps[limit] * time_scale
+    for i in range(limit):
+        if not stamps[i] * time_scale + kept[i] / 1e3 <= cut_s:  # NaN stays NaN
+            kept[i] = np.nan
+    return kept
 
 
 def _fit_linear(trace: LoadedTrace, policy: Policy, observed_ms: np.ndarray) -> Calibration:

@@ -210,6 +210,43 @@ def test_roofline_options_need_a_gpu(observed_db):
     )
 
 
+def test_max_requests_fits_the_first_requests(observed_db):
+    """--max-requests bounds the linear fit too: the first N requests in arrival order (a
+    prefix keeps their queueing), said in a note; the TTFTs made by TRUTH are still its."""
+    r = CliRunner().invoke(
+        cli,
+        ["calibrate", "--db", str(observed_db), "--max-requests", "16"]
+        + ["--set", "block_size=64", "--set", "time_scale=0.05"]
+        + ["--set", "async_scheduling=false"],
+    )
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].startswith("note: fitted on the first 16 of 32 requests (--max-requests)")
+    assert lines[1].startswith("fitted step_base_ms=")
+    assert lines[2].startswith("quality over ")
+    assert float(lines[2].split("R^2 ")[1].split(",")[0]) >= 0.99
+
+
+def test_max_requests_without_a_ttft_among_them(tmp_path):
+    db = tmp_path / "d.duckdb"
+    records = [
+        {"request_id": f"r{i}", "timestamp": float(i), "prompt_token_ids": [1, 2, 3, i]}
+        | ({"ttft_ms": 50.0} if i >= 2 else {})
+        for i in range(4)
+    ]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    ingest([tmp_path / "t.jsonl"], db_path=db)
+    r = CliRunner().invoke(
+        cli, ["calibrate", "--db", str(db), "--max-requests", "2", "--set", "block_size=16"]
+    )
+    assert r.exit_code == 2
+    assert r.output == (
+        "Error: none of the first 2 requests had its first token (ttft_ms) before the next "
+        "request arrived (--max-requests); calibrate fits the step time to observed TTFT: "
+        "give more requests\n"
+    )
+
+
 def test_the_help_describes_the_search_the_manual_describes():
     """(--help said the linear step is 'fitted by least squares and the replay is repeated
     with the fit until they settle', a search calibrate no longer makes; docs/commands.md
