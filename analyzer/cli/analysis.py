@@ -262,11 +262,10 @@ def _print_replay(policy, result, render) -> None:
     click.echo(render(summary.slice(0, FAMILY_ROWS).select(cols)), nl=False)
     if summary.num_rows > FAMILY_ROWS:
         rest = summary.slice(FAMILY_ROWS).column("prompt_tokens").to_pylist()
-        query = (
-            f"SELECT * FROM replay_summary WHERE run_id = {result.run_id} "
-            "ORDER BY prompt_tokens DESC, prompt_family, model_revision"
+        where = (
+            f'hpa query "SELECT * FROM replay_summary WHERE run_id = {result.run_id} '
+            'ORDER BY prompt_tokens DESC, prompt_family, model_revision" lists every one'
         )
-        where = f'hpa query "{query}" lists every one'
         click.echo(more_families_line(len(rest), sum(rest), where))
     click.echo(
         f"run {result.run_id}: {plural(result.num_requests, 'request')} replayed in "

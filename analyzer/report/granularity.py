@@ -20,16 +20,10 @@ import numpy as np
 
 from analyzer.config.models import load_model
 from analyzer.errors import ConfigError
-from analyzer.store.db import stored_trace_block
+from analyzer.store.db import load_sql, stored_trace_block
 
 GRANULE_TOKENS = 16  # the block sizes tried are multiples of this (and of a trace's blocks)
 RECOVERED_SHARE = 0.5  # a block named must lose at most this share of the run's loss
-
-_LEVELS = """
-SELECT least(matchable_tokens + lost_granularity_tokens, prompt_tokens - 1) AS shared,
-       lost_granularity_tokens
-FROM replay_requests WHERE run_id = ? AND measured
-"""
 
 
 def block_lever(con, run_id: int, policy_json: str) -> str | None:
@@ -39,7 +33,7 @@ def block_lever(con, run_id: int, policy_json: str) -> str | None:
     policy = json.loads(policy_json)
     if policy.get("engine") != "vllm":
         return None
-    rows = con.execute(_LEVELS, [run_id]).fetchnumpy()
+    rows = con.execute(load_sql("report_granularity_shared"), [run_id]).fetchnumpy()
     shared = np.asarray(rows["shared"], dtype=np.int64)
     lost = int(np.asarray(rows["lost_granularity_tokens"], dtype=np.int64).sum())
     if not lost or not shared.size:
@@ -55,7 +49,7 @@ def block_lever(con, run_id: int, policy_json: str) -> str | None:
     losses = [int(((values % size) * counts).sum()) for size in sizes]
     best = int(np.argmin(losses))
     size, floor_lost = int(sizes[best]), losses[best]
-    queried = int(con.execute(_QUERIED, [run_id]).fetchone()[0]) or 1
+    queried = int(con.execute(load_sql("report_granularity_queried"), [run_id]).fetchone()[0]) or 1
     unit = "vLLM matches a prefix shared inside earlier prompts in whole blocks"
     if size != block and floor_lost <= RECOVERED_SHARE * lost:
         return (
@@ -72,9 +66,6 @@ def block_lever(con, run_id: int, policy_json: str) -> str | None:
         "an engine that matches any token (SGLang's "
         "radix tree: --policy sglang) can recover it"
     )
-
-
-_QUERIED = "SELECT sum(prompt_tokens) FROM replay_requests WHERE run_id = ? AND measured"
 
 
 def _smallest_block(policy: dict, step: int) -> int | None:
