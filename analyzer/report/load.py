@@ -100,7 +100,7 @@ def _run_traces(fig: go.Figure, part: pl.DataFrame, run_label: str, first: bool)
 
 # The simulated clock's origin (sim/vllm/concurrent.py `_flights`: t0 is the earliest
 # timestamp of the requests one scheduler replays): each cache's own, where a cache is a
-# model revision x replica; a live router's replicas share their model revision's (sim/fleet).
+# model revision x replica; a live router's replicas share their model revision's (sim/fleet.py).
 ARRIVAL_AXES = {
     "revision": "simulated arrival time (s since its model revision's first request; "
     "each revision has its own clock)",
