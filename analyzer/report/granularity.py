@@ -62,9 +62,7 @@ def block_lever(con, run_id: int, policy_json: str) -> str | None:
     return (
         f"none of vLLM's settings: {unit}, a finer match unit (prefix_match_unit) adds hits "
         f"only where an earlier prompt ended, and no block size from {first:,} (the "
-        f"smallest the model's page allows) to {int(sizes[-1]):,} loses half of it or less; "
-        "an engine that matches any token (SGLang's "
-        "radix tree: --policy sglang) can recover it"
+        f"smallest the model's page allows) to {int(sizes[-1]):,} loses half of it or less"
     )
 
 
