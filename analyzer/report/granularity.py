@@ -14,16 +14,17 @@ the best, or says none of them recovers it.
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 
-from analyzer.config.models import load_model
-from analyzer.errors import ConfigError
+from analyzer.config.block_floor import (
+    RECOVERED_SHARE,
+    block_sizes,
+    floor_losses,
+    size_step,
+    smallest_block,
+)
 from analyzer.store.db import load_sql, stored_trace_block
-
-GRANULE_TOKENS = 16  # the block sizes tried are multiples of this (and of a trace's blocks)
-RECOVERED_SHARE = 0.5  # a block named must lose at most this share of the run's loss
 
 
 def block_lever(con, run_id: int, policy_json: str) -> str | None:
@@ -39,14 +40,13 @@ def block_lever(con, run_id: int, policy_json: str) -> str | None:
     if not lost or not shared.size:
         return None
     block = int(policy["block_size"])
-    step = math.lcm(GRANULE_TOKENS, stored_trace_block(con) or 1)
-    smallest = _smallest_block(policy, step)
+    step = size_step(stored_trace_block(con))
+    smallest = smallest_block(policy.get("groups", []), policy.get("model"), block, step)
     if smallest is None:
         return None
-    first = -(-smallest // step) * step
-    sizes = np.arange(first, 4 * max(block, first) + 1, step, dtype=np.int64)
-    values, counts = np.unique(np.maximum(shared, 0), return_counts=True)
-    losses = [int(((values % size) * counts).sum()) for size in sizes]
+    sizes = block_sizes(smallest, block, step)
+    first = int(sizes[0])
+    losses = floor_losses(shared, sizes)
     best = int(np.argmin(losses))
     size, floor_lost = int(sizes[best]), losses[best]
     queried = int(con.execute(load_sql("report_granularity_queried"), [run_id]).fetchone()[0]) or 1
@@ -64,18 +64,6 @@ def block_lever(con, run_id: int, policy_json: str) -> str | None:
         f"only where an earlier prompt ended, and no block size from {first:,} (the "
         f"smallest the model's page allows) to {int(sizes[-1]):,} loses half of it or less"
     )
-
-
-def _smallest_block(policy: dict, step: int) -> int | None:
-    """The smallest block vLLM allows the run's model: a Mamba state fits in one page."""
-    if "mamba" not in policy.get("groups", []):
-        return step
-    if not policy.get("model"):
-        return int(policy["block_size"])
-    try:
-        return int(load_model(policy["model"])["block_size"])
-    except ConfigError:  # a model file gone since the run: no block figure
-        return None
 
 
 def pct(x: float) -> str:
