@@ -25,6 +25,7 @@ from analyzer.pipeline.plan.answer import (
     unreachable_above_bound,
 )
 from analyzer.pipeline.plan.ask import PlanAsk
+from analyzer.pipeline.plan.block_check import block_check
 from analyzer.pipeline.plan.evaluate import Evaluator, Progress, Targets
 from analyzer.pipeline.plan.fleet import MAX_REPLICAS, FleetSearch
 from analyzer.pipeline.plan.host import HostTierAnswer, check_budget, host_line, smallest_tier
@@ -113,10 +114,13 @@ class Planner:
     def run(self) -> PlanResult:
         ceilings = self._ceilings()
         framing = Framing(self.ask, self.block, self.search, self.cost_unit, self._policy())
-        if self.ask.target > ceilings.bound:
-            return self._result(ceilings, unreachable_above_bound(framing, ceilings), [])
         if self.ask.latency:
+            if self.ask.target > ceilings.bound:
+                return self._result(ceilings, unreachable_above_bound(framing, ceilings), [])
             return self._run_fleet(framing, ceilings)
+        if self.ask.target > ceilings.bound:
+            message = unreachable_above_bound(framing, ceilings)
+            return self._result(ceilings, message, [], check=self._block_check())
         answer = answer_for(framing, ceilings, self._search(self._settings()))
         host = None
         if self.host_budget_gib is not None:
@@ -126,8 +130,14 @@ class Planner:
             answer.message,
             answer.candidates,
             load_warning=answer.load_warning,
+            check=None if answer.candidates else self._block_check(),
             host_tier=host,
         )
+
+    def _block_check(self) -> str | None:
+        """The line on a block size that recovers the granularity loss (`block_check.py`)."""
+        make, base, rows = self._policy, self.base, self.block_rows
+        return block_check(self.ev, rows, make, base, self.trace_block, self.ask.target)
 
     def _host_tier(self, framing: Framing, ceilings: _Ceilings, without: list) -> HostTierAnswer:
         """The same settings searched with the whole host budget on every cache; where the
@@ -166,6 +176,7 @@ class Planner:
                 attention["block_size"] = unit
             policies += [make(**attention), make(retention_interval=None, prefix_match_unit=unit)]
         rows = self.ev.ceilings(policies)
+        self.block_rows = rows[0]  # attention only, at the block (the first unit: None)
         each = [
             _Ceilings(
                 bound=self.ev.ratio(attention),

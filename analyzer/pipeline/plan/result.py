@@ -108,6 +108,7 @@ class PlanResult:
     block_size: int | None = None  # tokens per block in every replay (fitted to the trace)
     tpot_p99_target_s: float | None = None
     # A latency plan: the answer and the fleet one step smaller, each replayed to its end.
+    # A hit-ratio plan that missed: the block size that recovers the granularity loss.
     check: str | None = None
     best_unit: int | None = None  # the match unit of the ceilings (None: the block)
     unit_bounds: tuple[tuple[int | None, float], ...] = ()  # the other units' bounds

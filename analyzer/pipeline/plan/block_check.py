@@ -1,0 +1,71 @@
+"""A plan's line on the block size, where the target is missed at the policy's: vLLM matches a
+prefix shared inside earlier prompts in whole blocks, so where prefixes are shared at fixed
+points inside prompts (RAGPulse's 512-token chunks against qwen3.5-4b's 528-token page) a
+block size whose multiples fall on those points recovers what no pool, retention or match unit
+does. The sizes the model allows are floored as the report's lever floors them
+(`config/block_floor.py`), from the plan's own attention-only ceiling replay; the best one is
+replayed once (the model's groups, every state kept, an unbounded pool) to say whether the
+target is within reach there. The plan does not search block sizes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from analyzer.config.block_floor import (
+    RECOVERED_SHARE,
+    block_sizes,
+    floor_losses,
+    size_step,
+    smallest_block,
+)
+from analyzer.config.policy import Policy
+from analyzer.pipeline.plan.evaluate import Evaluator
+
+
+def block_check(
+    ev: Evaluator,
+    rows: dict,
+    make: Callable[..., Policy],
+    base: dict,
+    trace_block: int | None,
+    target: float,
+) -> str | None:
+    """The line (None: no block size the model allows loses half the granularity loss or
+    less). `rows`: the attention-only ceiling replay at the plan's block; `make(**keys)`:
+    the plan's policy with `keys`; `base`: its policy values (groups, model, block_size)."""
+    block = int(base["block_size"])
+    prompt = np.asarray(rows["prompt_tokens"], dtype=np.int64)
+    lost_each = np.asarray(rows["lost_granularity_tokens"], dtype=np.int64)
+    matchable = np.asarray(rows["matchable_tokens"], dtype=np.int64)
+    shared = np.minimum(matchable + lost_each, prompt - 1)
+    if ev.mask is not None:
+        prompt, lost_each, shared = prompt[ev.mask], lost_each[ev.mask], shared[ev.mask]
+    lost, queried = int(lost_each.sum()), int(prompt.sum())
+    if not lost or not queried:
+        return None
+    step = size_step(trace_block)
+    smallest = smallest_block(list(base["groups"]), base.get("model"), block, step)
+    if smallest is None:
+        return None
+    sizes = block_sizes(smallest, block, step)
+    losses = floor_losses(shared, sizes)
+    best = int(np.argmin(losses))
+    size, floor_lost = int(sizes[best]), losses[best]
+    if size == block or floor_lost > RECOVERED_SHARE * lost:
+        return None
+    policy = make(block_size=size, retention_interval=None, prefix_match_unit=None)
+    ratio = ev.measure(policy, f"block_size={size:,}, every state kept, unbounded")
+    reach = (
+        f"reaches {ratio.useful_hit_ratio:.3f}, the target within reach: add --set "
+        f"block_size={size} to this plan to size its pool"
+        if ratio.meets(ev.targets)
+        else f"reaches {ratio.useful_hit_ratio:.3f}, still short of the target"
+    )
+    return (
+        f"block size: match granularity loses {lost / queried:.1%} of the prompt tokens in "
+        f"whole {block:,}-token blocks, and would lose {floor_lost / queried:.1%} in whole "
+        f"{size:,}-token blocks; one replay at block_size {size:,} (the model's groups, every "
+        f"state kept, an unbounded pool) {reach}"
+    )
