@@ -71,6 +71,23 @@ def write_jsonl(path: Path, records: list) -> Path:
     return path
 
 
+def shared_head_db(tmp_path: Path, head_tokens: int = 1_024) -> Path:
+    """A store of ten requests, 1 s apart, sharing a head of `head_tokens` (1,024: two
+    512-token chunks, a RAGPulse system prompt) inside 2,000 tokens of their own: what
+    whole blocks keep of a prefix shared inside earlier prompts."""
+    from analyzer.store.ingest import ingest
+
+    head = list(range(1, head_tokens + 1))
+    records = [
+        {"request_id": f"r{i}", "timestamp": float(i),
+         "prompt_token_ids": head + [100_000 + 3_000 * i + k for k in range(2_000)]}
+        for i in range(10)
+    ]  # fmt: skip
+    db = tmp_path / "c.duckdb"
+    ingest([write_jsonl(tmp_path / "c.jsonl", records)], db_path=db)
+    return db
+
+
 def db_rows(db: Path, sql: str) -> list[tuple]:
     """All rows of `sql` run on the database file `db`."""
     con = duckdb.connect(str(db))

@@ -10,8 +10,7 @@ from click.testing import CliRunner
 
 from analyzer.cli import cli
 from analyzer.pipeline.plan import plan
-from analyzer.store.ingest import ingest
-from tests.conftest import write_jsonl
+from tests.conftest import shared_head_db
 
 LINE = (
     "block size: match granularity loses 14.8% of the prompt tokens in whole 528-token "
@@ -20,22 +19,8 @@ LINE = (
 )
 
 
-def _chunked(tmp_path, head_tokens: int = 1_024):
-    """Ten requests sharing a head of `head_tokens` (two 512-token chunks: a RAGPulse system
-    prompt) inside longer prompts; qwen3.5-4b's 528-token pages keep 528 of 1,024."""
-    head = list(range(1, head_tokens + 1))
-    records = [
-        {"request_id": f"r{i}", "timestamp": float(i),
-         "prompt_token_ids": head + [100_000 + 3_000 * i + k for k in range(2_000)]}
-        for i in range(10)
-    ]  # fmt: skip
-    db = tmp_path / "c.duckdb"
-    ingest([write_jsonl(tmp_path / "c.jsonl", records)], db_path=db)
-    return db
-
-
 def test_a_missed_target_names_the_block_size_that_reaches_it(tmp_path):
-    db = _chunked(tmp_path)
+    db = shared_head_db(tmp_path)
     r = plan(0.2, db_path=db, model="qwen3.5-4b")
     assert not r.reachable and r.unbounded_ratio < 0.2
     assert r.check == (
@@ -50,15 +35,15 @@ def test_a_missed_target_names_the_block_size_that_reaches_it(tmp_path):
 
 
 def test_above_the_bound_the_line_says_the_block_size_falls_short_too(tmp_path):
-    r = plan(0.4, db_path=_chunked(tmp_path), model="qwen3.5-4b")
+    r = plan(0.4, db_path=shared_head_db(tmp_path), model="qwen3.5-4b")
     assert r.message.startswith("unreachable: target 0.400 is above the attention-only bound")
     assert r.check == LINE + ", still short of the target"
 
 
 def test_no_line_where_the_block_loses_nothing_or_the_target_is_met(tmp_path):
     (tmp_path / "a").mkdir()
-    whole = plan(0.2, db_path=_chunked(tmp_path / "a", head_tokens=1_056), model="qwen3.5-4b")
+    whole = plan(0.2, db_path=shared_head_db(tmp_path / "a", head_tokens=1_056), model="qwen3.5-4b")
     assert whole.check is None  # two whole 528-token pages: no granularity loss
     (tmp_path / "b").mkdir()
-    met = plan(0.1, db_path=_chunked(tmp_path / "b"), model="qwen3.5-4b")
+    met = plan(0.1, db_path=shared_head_db(tmp_path / "b"), model="qwen3.5-4b")
     assert met.reachable and met.check is None

@@ -23,6 +23,7 @@ from analyzer.report.summary import (
     verdict_sentences,
 )
 from analyzer.sim.dispatch import make_policy
+from tests.conftest import shared_head_db
 from tests.report.conftest import MODEL
 
 
@@ -199,17 +200,7 @@ def test_the_run_that_reuses_the_most_is_one_of_the_headline_runs_trace(db_copy,
 def _chunked(tmp_path, *sweep):
     """Ten requests sharing two 512-token chunks (a RAGPulse system prompt) inside longer
     prompts, replayed with qwen3.5-4b (528-token pages): the shared 1,024 tokens lose 496."""
-    from analyzer.store.ingest import ingest
-    from tests.conftest import write_jsonl
-
-    head = list(range(1, 1025))
-    records = [
-        {"request_id": f"r{i}", "timestamp": float(i),
-         "prompt_token_ids": head + [100_000 + 3_000 * i + k for k in range(2_000)]}
-        for i in range(10)
-    ]  # fmt: skip
-    db = tmp_path / "c.duckdb"
-    ingest([write_jsonl(tmp_path / "c.jsonl", records)], db_path=db)
+    db = shared_head_db(tmp_path)
     run_replay(make_policy({"model": "qwen3.5-4b"}), db_path=db)
     return load_report_data(db)
 
@@ -242,17 +233,7 @@ def test_a_granularity_loss_no_block_size_recovers_names_no_engine(tmp_path):
     no block size the model allows keeps any of them. The text named SGLang's radix tree as
     the engine that recovers them, which on a hybrid model keeps states at chunk ends and
     lost as much in the demo's own runs; it names no engine now."""
-    from analyzer.store.ingest import ingest
-    from tests.conftest import write_jsonl
-
-    head = list(range(1, 501))
-    records = [
-        {"request_id": f"r{i}", "timestamp": float(i),
-         "prompt_token_ids": head + [100_000 + 3_000 * i + k for k in range(1_200)]}
-        for i in range(6)
-    ]  # fmt: skip
-    db = tmp_path / "h.duckdb"
-    ingest([write_jsonl(tmp_path / "h.jsonl", records)], db_path=db)
+    db = shared_head_db(tmp_path, 500)
     run_replay(make_policy({"model": "qwen3-next-80b-a3b"}), db_path=db)
     assert load_report_data(db).granularity_lever == (
         "none of vLLM's settings: vLLM matches a prefix shared inside earlier prompts in whole "
