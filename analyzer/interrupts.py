@@ -201,13 +201,22 @@ def message(signum: int, *, files_only: bool = False) -> str:
         what = "interrupted (Ctrl-C)"
     else:
         what = f"terminated ({signal.Signals(signum).name})"
-    stored, files = landed(), written()
-    kept = "written" if files_only else "stored or written" if files else "stored"
-    done = [f"storing {listing(stored)}"] if stored else []
-    done += [f"writing {', '.join(files)}"] if files else []
+    stored, files, kept = so_far(files_only=files_only)
+    done = [f"storing {stored}"] if stored else []
+    done += [f"writing {files}"] if files else []
     if not done:
         return f"{what}; nothing of this command was {kept}"
     return f"{what} after {' and '.join(done)} (whole); nothing else of this command was {kept}"
+
+
+def so_far(*, files_only: bool = False) -> tuple[str, str, str]:
+    """What this command stored (`listing` of `landed`, or ""), the files it wrote whole
+    (or ""), and the word for the rest of it: "stored", "written" (`files_only`: a command
+    that writes files and never the store) or "stored or written" (a store command that
+    also wrote a file)."""
+    stored, files = landed(), written()
+    kept = "written" if files_only else "stored or written" if files else "stored"
+    return listing(stored) if stored else "", ", ".join(files), kept
 
 
 def listing(stored: tuple[str, ...]) -> str:

@@ -54,10 +54,9 @@ def environment_error(exc: BaseException, *, files_only: bool = False) -> str | 
 def _stored_note(files_only: bool) -> str:
     """What this command's commits stored and its writers wrote whole before the error
     (`interrupts.landed`, `interrupts.written`)."""
-    stored, files = interrupts.landed(), interrupts.written()
-    kept = "written" if files_only else "stored or written" if files else "stored"
-    done = [f"stored before it: {interrupts.listing(stored)}"] if stored else []
-    done += [f"written before it: {', '.join(files)}"] if files else []
+    stored, files, kept = interrupts.so_far(files_only=files_only)
+    done = [f"stored before it: {stored}"] if stored else []
+    done += [f"written before it: {files}"] if files else []
     if not done:
         return f"nothing was {kept}"
     return f"{'; '.join(done)} (whole); nothing else was {kept}"
