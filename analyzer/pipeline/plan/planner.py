@@ -122,6 +122,8 @@ class Planner:
             message = unreachable_above_bound(framing, ceilings)
             return self._result(ceilings, message, [], check=self._block_check())
         answer = answer_for(framing, ceilings, self._search(self._settings()))
+        # the block size's line where the ratio falls short, not where the memory does
+        ratio_short = not answer.candidates and ceilings.dense < self.ask.target
         host = None
         if self.host_budget_gib is not None:
             host = self._host_tier(framing, ceilings, answer.candidates)
@@ -130,7 +132,7 @@ class Planner:
             answer.message,
             answer.candidates,
             load_warning=answer.load_warning,
-            check=None if answer.candidates else self._block_check(),
+            check=self._block_check() if ratio_short else None,
             host_tier=host,
         )
 
