@@ -11,6 +11,7 @@ trace's blocks.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,3 +53,61 @@ def smallest_block(groups: list, model: str | None, block: int, step: int) -> in
         return int(load_model(model)["block_size"])
     except ConfigError:  # a model file gone since the run: no block figure
         return None
+
+
+@dataclass(frozen=True)
+class BestBlock:
+    """The block size whose whole blocks lose least of a run's shared prefixes."""
+
+    block: int  # the run's block
+    lost_tokens: int  # what whole blocks of `block` lose (the run's granularity loss)
+    queried_tokens: int
+    size: int  # the best size tried
+    size_lost_tokens: int  # what whole blocks of `size` would lose
+    first: int  # the sizes tried, from `first` (the smallest the model's page allows)
+    last: int  # to `last`
+
+    @property
+    def recovers(self) -> bool:
+        """Another size loses at most `RECOVERED_SHARE` of the run's loss."""
+        return self.size != self.block and self.size_lost_tokens <= RECOVERED_SHARE * (
+            self.lost_tokens
+        )
+
+
+def best_block(
+    matchable: np.ndarray,
+    lost_granularity: np.ndarray,
+    prompt: np.ndarray,
+    *,
+    block: int,
+    groups: list,
+    model: str | None,
+    trace_block: int | None,
+) -> BestBlock | None:
+    """The best block for the requests of a replay at `block` (per request: its matchable
+    and granularity-lost tokens, L3 and L2b - L3, and its prompt tokens): their shared
+    prefixes are L2b capped at the prompt less one token. None: no granularity loss, or no
+    figure of the model's smallest page."""
+    matchable, lost_granularity, prompt = (
+        np.asarray(a, dtype=np.int64) for a in (matchable, lost_granularity, prompt)
+    )
+    lost = int(lost_granularity.sum())
+    if not lost:
+        return None
+    step = size_step(trace_block)
+    smallest = smallest_block(list(groups), model, block, step)
+    if smallest is None:
+        return None
+    sizes = block_sizes(smallest, block, step)
+    losses = floor_losses(np.minimum(matchable + lost_granularity, prompt - 1), sizes)
+    best = int(np.argmin(losses))
+    return BestBlock(
+        block=block,
+        lost_tokens=lost,
+        queried_tokens=int(prompt.sum()),
+        size=int(sizes[best]),
+        size_lost_tokens=losses[best],
+        first=int(sizes[0]),
+        last=int(sizes[-1]),
+    )

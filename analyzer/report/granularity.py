@@ -15,15 +15,7 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
-from analyzer.config.block_floor import (
-    RECOVERED_SHARE,
-    block_sizes,
-    floor_losses,
-    size_step,
-    smallest_block,
-)
+from analyzer.config.block_floor import best_block
 from analyzer.store.db import load_sql, stored_trace_block
 
 
@@ -34,24 +26,22 @@ def block_lever(con, run_id: int, policy_json: str) -> str | None:
     policy = json.loads(policy_json)
     if policy.get("engine") != "vllm":
         return None
-    rows = con.execute(load_sql("report_granularity_shared"), [run_id]).fetchnumpy()
-    shared = np.asarray(rows["shared"], dtype=np.int64)
-    lost = int(np.asarray(rows["lost_granularity_tokens"], dtype=np.int64).sum())
-    if not lost or not shared.size:
+    rows = con.execute(load_sql("report_granularity_requests"), [run_id]).fetchnumpy()
+    best = best_block(
+        rows["matchable_tokens"],
+        rows["lost_granularity_tokens"],
+        rows["prompt_tokens"],
+        block=int(policy["block_size"]),
+        groups=policy.get("groups", []),
+        model=policy.get("model"),
+        trace_block=stored_trace_block(con),
+    )
+    if best is None:
         return None
-    block = int(policy["block_size"])
-    step = size_step(stored_trace_block(con))
-    smallest = smallest_block(policy.get("groups", []), policy.get("model"), block, step)
-    if smallest is None:
-        return None
-    sizes = block_sizes(smallest, block, step)
-    first = int(sizes[0])
-    losses = floor_losses(shared, sizes)
-    best = int(np.argmin(losses))
-    size, floor_lost = int(sizes[best]), losses[best]
-    queried = int(con.execute(load_sql("report_granularity_queried"), [run_id]).fetchone()[0]) or 1
+    queried = best.queried_tokens or 1
+    lost, size, floor_lost = best.lost_tokens, best.size, best.size_lost_tokens
     unit = "vLLM matches a prefix shared inside earlier prompts in whole blocks"
-    if size != block and floor_lost <= RECOVERED_SHARE * lost:
+    if best.recovers:
         return (
             f"the block size (block_size): {unit}, so a finer match unit (prefix_match_unit) "
             "adds hits only where an earlier prompt ended; at block_size "
@@ -61,8 +51,8 @@ def block_lever(con, run_id: int, policy_json: str) -> str | None:
         )
     return (
         f"none of vLLM's settings: {unit}, a finer match unit (prefix_match_unit) adds hits "
-        f"only where an earlier prompt ended, and no block size from {first:,} (the "
-        f"smallest the model's page allows) to {int(sizes[-1]):,} loses half of it or less"
+        f"only where an earlier prompt ended, and no block size from {best.first:,} (the "
+        f"smallest the model's page allows) to {best.last:,} loses half of it or less"
     )
 
 

@@ -13,13 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from analyzer.config.block_floor import (
-    RECOVERED_SHARE,
-    block_sizes,
-    floor_losses,
-    size_step,
-    smallest_block,
-)
+from analyzer.config.block_floor import best_block
 from analyzer.config.policy import Policy
 from analyzer.pipeline.plan.evaluate import Evaluator
 
@@ -30,31 +24,25 @@ def block_check(
     make: Callable[..., Policy],
     base: dict,
     trace_block: int | None,
-    target: float,
 ) -> str | None:
     """The line (None: no block size the model allows loses half the granularity loss or
     less). `rows`: the attention-only ceiling replay at the plan's block; `make(**keys)`:
     the plan's policy with `keys`; `base`: its policy values (groups, model, block_size)."""
-    block = int(base["block_size"])
-    prompt = np.asarray(rows["prompt_tokens"], dtype=np.int64)
-    lost_each = np.asarray(rows["lost_granularity_tokens"], dtype=np.int64)
-    matchable = np.asarray(rows["matchable_tokens"], dtype=np.int64)
-    shared = np.minimum(matchable + lost_each, prompt - 1)
+    columns = ("matchable_tokens", "lost_granularity_tokens", "prompt_tokens")
+    each = [np.asarray(rows[c], dtype=np.int64) for c in columns]
     if ev.mask is not None:
-        prompt, lost_each, shared = prompt[ev.mask], lost_each[ev.mask], shared[ev.mask]
-    lost, queried = int(lost_each.sum()), int(prompt.sum())
-    if not lost or not queried:
+        each = [a[ev.mask] for a in each]
+    best = best_block(
+        *each,
+        block=int(base["block_size"]),
+        groups=base["groups"],
+        model=base.get("model"),
+        trace_block=trace_block,
+    )
+    if best is None or not best.queried_tokens or not best.recovers:
         return None
-    step = size_step(trace_block)
-    smallest = smallest_block(list(base["groups"]), base.get("model"), block, step)
-    if smallest is None:
-        return None
-    sizes = block_sizes(smallest, block, step)
-    losses = floor_losses(shared, sizes)
-    best = int(np.argmin(losses))
-    size, floor_lost = int(sizes[best]), losses[best]
-    if size == block or floor_lost > RECOVERED_SHARE * lost:
-        return None
+    block, size, queried = best.block, best.size, best.queried_tokens
+    lost, floor_lost = best.lost_tokens, best.size_lost_tokens
     policy = make(block_size=size, retention_interval=None, prefix_match_unit=None)
     ratio = ev.measure(policy, f"block_size={size:,}, every state kept, unbounded")
     reach = (

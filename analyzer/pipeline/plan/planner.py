@@ -114,13 +114,13 @@ class Planner:
     def run(self) -> PlanResult:
         ceilings = self._ceilings()
         framing = Framing(self.ask, self.block, self.search, self.cost_unit, self._policy())
-        if self.ask.latency:
-            if self.ask.target > ceilings.bound:
-                return self._result(ceilings, unreachable_above_bound(framing, ceilings), [])
-            return self._run_fleet(framing, ceilings)
         if self.ask.target > ceilings.bound:
-            message = unreachable_above_bound(framing, ceilings)
-            return self._result(ceilings, message, [], check=self._block_check())
+            check = None if self.ask.latency else self._block_check()
+            return self._result(
+                ceilings, unreachable_above_bound(framing, ceilings), [], check=check
+            )
+        if self.ask.latency:
+            return self._run_fleet(framing, ceilings)
         answer = answer_for(framing, ceilings, self._search(self._settings()))
         # the block size's line where the ratio falls short, not where the memory does
         ratio_short = not answer.candidates and ceilings.dense < self.ask.target
@@ -139,7 +139,7 @@ class Planner:
     def _block_check(self) -> str | None:
         """The line on a block size that recovers the granularity loss (`block_check.py`)."""
         make, base, rows = self._policy, self.base, self.block_rows
-        return block_check(self.ev, rows, make, base, self.trace_block, self.ask.target)
+        return block_check(self.ev, rows, make, base, self.trace_block)
 
     def _host_tier(self, framing: Framing, ceilings: _Ceilings, without: list) -> HostTierAnswer:
         """The same settings searched with the whole host budget on every cache; where the
