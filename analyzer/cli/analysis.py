@@ -195,44 +195,6 @@ def replay(
         click.echo(f"wrote {out}")
 
 
-def _largest_families(groups, causes):
-    """(groups, causes, line) of compare's tables as printed: the FAMILY_ROWS families with
-    the most queried tokens (both sides; ties by name) with their rows, in the tables' order,
-    and the overall roll-up; the line says how many families x revisions are left out (None
-    when none is). `--format json` lists every one."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    sizes: dict[str, int] = {}
-    hidden_rows: dict[str, int] = {}
-    for r in groups.to_pylist():
-        if r["prompt_family"] == ALL or r["model_revision"] == ALL:
-            continue  # a roll-up: its members are counted
-        tokens = (r["baseline_prompt_tokens"] or 0) + (r["current_prompt_tokens"] or 0)
-        sizes[r["prompt_family"]] = sizes.get(r["prompt_family"], 0) + tokens
-        hidden_rows[r["prompt_family"]] = hidden_rows.get(r["prompt_family"], 0) + 1
-    if len(sizes) <= FAMILY_ROWS:
-        return groups, causes, None
-    ranked = sorted(sizes, key=lambda f: (-sizes[f], f))
-    kept = pa.array([*ranked[:FAMILY_ROWS], ALL])
-    left = ranked[FAMILY_ROWS:]
-    line = more_families_line(
-        sum(hidden_rows[f] for f in left),
-        sum(sizes[f] for f in left),
-        "--format json lists every one",
-        sides=", both sides",
-    )
-    return (
-        groups.filter(pc.is_in(groups["prompt_family"], kept)),
-        causes.filter(pc.is_in(causes["prompt_family"], kept)),
-        line,
-    )
-
-
-# compare's roll-up label (metrics.attribution.ALL)
-ALL = "(all)"
-
-
 def _caches_line(policy, num_caches: int) -> str:
     """How many caches the run replayed, and their memory: each pool is one cache's."""
     from analyzer.config.memory import policy_pool_gib
@@ -415,7 +377,7 @@ def compare_cmd(
     revision: each cause's share of that side's queried tokens, the change in points, and
     the estimated TTFT change (ttft_ms = a + b x fresh_prefill_tokens fitted per revision).
     """
-    from analyzer.pipeline.compare import compare
+    from analyzer.pipeline.compare import compare, largest_families
     from analyzer.report.tables import render
 
     result = compare(db_path=db_path, window=window, baseline=baseline, runs=runs)
@@ -446,10 +408,13 @@ def compare_cmd(
     ]
     if result.groups.column("sim_ttft_change_s").null_count < result.groups.num_rows:
         cols += ["baseline_sim_ttft_s", "current_sim_ttft_s", "sim_queue_change_s"]
-    groups, causes, more = _largest_families(result.groups, result.causes)
+    groups, causes, hidden, hidden_tokens = largest_families(
+        result.groups, result.causes, FAMILY_ROWS
+    )
     click.echo(render(groups.select(cols)), nl=False)
-    if more:
-        say(more)
+    if hidden:
+        where = "--format json lists every one"
+        say(more_families_line(hidden, hidden_tokens, where, sides=", both sides"))
     click.echo(
         "\nshares of each side's queried tokens; change_points = current - baseline; "
         "contribution_points (to the overall change) = rate_effect_points (the group's own "

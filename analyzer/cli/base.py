@@ -217,14 +217,14 @@ class _Group(click.Group):
             interrupts.finish()  # a signal from now on changes nothing
             debug = bool(ctx.obj and ctx.obj.get("debug"))  # set by `cli`, inside invoke
             signum = interrupts.stopped_by()  # whatever DuckDB made of the signal's Stopped
+            files_only = ctx.invoked_subcommand in FILE_COMMANDS
             if signum is not None and not debug:
-                _stopped(signum, ctx.invoked_subcommand in FILE_COMMANDS)
+                _stopped(signum, files_only)
             if isinstance(exc, AnalyzerError) and not debug:
                 click.echo(f"Error: {exc}", err=True)
                 sys.exit(exc.exit_code)
             if isinstance(exc, click.UsageError) and not debug and not _help_asked(exc):
                 _usage_error(exc)
-            files_only = ctx.invoked_subcommand in FILE_COMMANDS
             message = (
                 environment_error(exc, files_only=files_only)
                 if isinstance(exc, Exception) and not debug

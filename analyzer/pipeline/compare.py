@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 
 from analyzer.errors import ConfigError
+from analyzer.metrics.attribution import ALL
 from analyzer.metrics.compare import (
     Comparison,
     SideRows,
@@ -222,3 +223,31 @@ def _ttft_model(con, run_id: int):
     policy = _policy(con, run_id)
     revisions = [r[0] for r in con.execute(load_sql("compare_revisions"), params).fetchall()]
     return fitted_ttft(points, policy.get("model"), revisions)
+
+
+def largest_families(groups, causes, most: int):
+    """(groups, causes, hidden rows, their queried tokens) of a comparison's tables as a
+    command prints them: the `most` families with the most queried tokens over both sides
+    (ties by name) and the "(all)" roll-ups; (groups, causes, 0, 0) where none is left out."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    sizes: dict[str, int] = {}
+    rows: dict[str, int] = {}
+    for r in groups.to_pylist():
+        if r["prompt_family"] == ALL or r["model_revision"] == ALL:
+            continue  # a roll-up: its members are counted
+        tokens = (r["baseline_prompt_tokens"] or 0) + (r["current_prompt_tokens"] or 0)
+        sizes[r["prompt_family"]] = sizes.get(r["prompt_family"], 0) + tokens
+        rows[r["prompt_family"]] = rows.get(r["prompt_family"], 0) + 1
+    if len(sizes) <= most:
+        return groups, causes, 0, 0
+    ranked = sorted(sizes, key=lambda f: (-sizes[f], f))
+    kept = pa.array([*ranked[:most], ALL])
+    left = ranked[most:]
+    return (
+        groups.filter(pc.is_in(groups["prompt_family"], kept)),
+        causes.filter(pc.is_in(causes["prompt_family"], kept)),
+        sum(rows[f] for f in left),
+        sum(sizes[f] for f in left),
+    )
