@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import decimal
 import functools
 import math
@@ -13,10 +12,9 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from analyzer import interrupts
 from analyzer.errors import ConfigError, InputFileError
 from analyzer.store.db import query_arrow
-from analyzer.traces.io import scratch_file
+from analyzer.traces.io import discard, scratch_file, written_whole
 
 EXPORT_SUFFIXES = (".parquet", ".jsonl", ".csv")
 # How a CSV cell a spreadsheet would run as a formula starts (OWASP's list).
@@ -48,7 +46,7 @@ def _check_writable(folder: Path, where: str) -> None:
     said before any work, not after a command has computed (and a store kept) its results.
     Tried by making a file, since access() answers yes to root wherever it is refused."""
     try:
-        _remove(scratch_file(folder))
+        discard(scratch_file(folder))
     except OSError as exc:
         raise InputFileError(f"{where}: cannot write ({exc.strerror or exc})") from None
 
@@ -80,9 +78,7 @@ def write_rows(table: pa.Table, out: str | Path) -> int:
     Deterministic: the same rows give the same bytes (no timestamps in the files).
     """
     path = check_export_path(out)
-    tmp = None
-    try:
-        tmp = scratch_file(path.parent)
+    with written_whole(path, lambda why: f"--out {path}: cannot write ({why})") as tmp:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq  # imported when written: every command imports us
 
@@ -98,23 +94,7 @@ def write_rows(table: pa.Table, out: str | Path) -> int:
             lines = json_lines(table)  # every value converted before the file is opened
             with open(tmp, "wb") as f:
                 f.writelines(lines)
-        with interrupts.holding():  # a signal now stops the command once the file is noted
-            tmp.replace(path)
-            interrupts.note_written(path)
-    except OSError as exc:
-        _remove(tmp)
-        raise InputFileError(f"--out {path}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:  # a value no format takes, Ctrl-C: no file, not half of one
-        _remove(tmp)
-        raise
     return table.num_rows
-
-
-def _remove(tmp: Path | None) -> None:
-    if tmp is None:  # not made
-        return
-    with contextlib.suppress(OSError):  # a read-only folder refuses even this
-        tmp.unlink(missing_ok=True)
 
 
 def json_lines(table: pa.Table) -> list[bytes]:
@@ -206,20 +186,9 @@ def write_atomic(out: str | Path, data: bytes | str, *, option: str = "") -> Pat
             or `out` cannot be written ("`option` PATH: cannot write (why)").
     """
     path = check_out_folder(out, option)
-    tmp = None
-    try:
-        tmp = scratch_file(path.parent)
+    where = f"{option} {path}" if option else str(path)
+    with written_whole(path, lambda why: f"{where}: cannot write ({why})") as tmp:
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-        with interrupts.holding():  # a signal now stops the command once the file is noted
-            tmp.replace(path)
-            interrupts.note_written(path)
-    except OSError as exc:
-        _remove(tmp)
-        where = f"{option} {path}" if option else str(path)
-        raise InputFileError(f"{where}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:  # Ctrl-C: no file, not half of one
-        _remove(tmp)
-        raise
     return path
 
 

@@ -1,6 +1,6 @@
 """Opening trace files: the decompressed byte stream of a .gz / .zst / plain file, read
 through a counter of the compressed bytes (for progress); and the temporary file an output is
-written in before it is renamed over its name (`scratch_file`)."""
+written in before it is renamed over its name (`scratch_file`, `written_whole`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ import gzip
 import io
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
+
+from analyzer import interrupts
+from analyzer.errors import InputFileError
 
 COMPRESSED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 
@@ -143,3 +147,34 @@ def scratch_file(folder: Path) -> Path:
 def is_scratch(name: str) -> bool:
     """Whether `name` is one `scratch_file` gives (what a killed writer may leave)."""
     return name.startswith(SCRATCH_PREFIX) and name.endswith(SCRATCH_SUFFIX)
+
+
+@contextlib.contextmanager
+def written_whole(path: Path, cannot: Callable[[str], str]) -> Iterator[Path]:
+    """Yields a new scratch file beside `path` to write; when the block ends, renames it over
+    `path` and notes the file as written (`interrupts.note_written`, inside `holding()`: a
+    signal then stops the command once the file is named). Any error removes it, Ctrl-C
+    included: no file is left, nor half of one.
+
+    Raises:
+        InputFileError: the system refused a write, `cannot(why)` its message."""
+    tmp = None
+    try:
+        tmp = scratch_file(path.parent)
+        yield tmp
+        with interrupts.holding():
+            os.replace(tmp, path)
+            interrupts.note_written(path)
+    except OSError as exc:
+        discard(tmp)
+        raise InputFileError(cannot(exc.strerror or str(exc))) from None
+    except BaseException:
+        discard(tmp)
+        raise
+
+
+def discard(tmp: Path | None) -> None:
+    """Remove the scratch file `tmp` (None: none was made)."""
+    if tmp is not None:
+        with contextlib.suppress(OSError):  # a read-only folder refuses even this
+            tmp.unlink(missing_ok=True)

@@ -11,7 +11,6 @@ hash-id trace.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gzip
 import os
@@ -24,9 +23,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import orjson
 
-from analyzer import interrupts
-from analyzer.errors import ConfigError, InputFileError
-from analyzer.traces.io import scratch_file
+from analyzer.errors import ConfigError
+from analyzer.traces.io import written_whole
 from analyzer.traces.synth_mixed import (
     MixedConfig,
     distinct_tokens,
@@ -316,32 +314,15 @@ def _open_out(path: Path, suffix: str) -> Iterator[BinaryIO]:
 def write_jsonl(records: Iterable[dict], path: str | os.PathLike[str]) -> WriteStats:
     """Write `records` as JSON lines (orjson; numpy arrays allowed) to `path`, atomically.
 
-    The file appears only when complete (written beside it, `scratch_file`, then renamed).
+    The file appears only when complete (written beside it, then renamed: `written_whole`).
     """
     path = Path(path)
-    tmp = None
     count = tokens = 0
     option = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
-    try:
-        tmp = scratch_file(path.parent)
+    with written_whole(path, lambda why: f"cannot write {path}: {why}") as tmp:
         with _open_out(tmp, path.suffix) as out:
             for record in records:
                 out.write(orjson.dumps(record, option=option))
                 count += 1
                 tokens += record.get("prompt_tokens") or len(record["prompt_token_ids"])
-        with interrupts.holding():  # a signal now stops the command once the file is noted
-            os.replace(tmp, path)
-            interrupts.note_written(path)
-    except OSError as exc:
-        _remove(tmp)
-        raise InputFileError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:  # a generator's error, Ctrl-C: no half-written file is left
-        _remove(tmp)
-        raise
     return WriteStats(count, tokens, path)
-
-
-def _remove(tmp: Path | None) -> None:
-    if tmp is not None:  # None: not made
-        with contextlib.suppress(OSError):  # a read-only folder refuses even this
-            tmp.unlink(missing_ok=True)
