@@ -8,12 +8,15 @@ command replays the nearest geometry the trace can express and says so in one li
     trace blocks 512, block_size 544 -> 1,024 (the smallest multiple of 512 at or above
     544: a Mamba state needs at least 544 tokens of page), retention 0 stays 0
     trace blocks 64, block_size 544, prefix_match_unit 136 -> block_size 576, unit 64
+    trace blocks 512, block_size 544, retention_interval 1024 -> block_size 1,024, 1024 kept
     trace blocks 64, block_size 544, retention_interval 4352 -> refused: rounding it to
-    4,608 would replay another interval than the one asked for; the error names
-    block_size=576 and the multiples of 576 nearest it (4,032 or 4,608)
+    4,608 would replay another interval than the one asked for; the error names the
+    multiples of 576 nearest it (4,032 or 4,608)
 
-Memory follows the block (`config.memory.bytes_per_block`): a 1,024-token page costs
-1,024 / 544 of the preset's. Token-id traces are never changed.
+A retention interval is whole blocks of the block the replay runs in, so it is checked here,
+once that block is known (not against the preset's: 1024 is no multiple of 544, yet valid on
+Mooncake). Memory follows the block (`config.memory.bytes_per_block`): a 1,024-token page
+costs 1,024 / 544 of the preset's. Token-id traces are never changed.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from analyzer.sim.dispatch import make_policy
 
 def fit_policy(policy: Policy, trace_block: int | None) -> tuple[Policy, str | None]:
     """(`policy` in the nearest geometry a trace of `trace_block`-token blocks can express,
-    a one-line note of what changed; None when nothing had to)."""
+    a one-line note of what changed; None when nothing had to). Raises ConfigError for a
+    retention interval that is not whole blocks of the block it replays in."""
     unit = policy.prefix_match_unit or policy.block_size
     if trace_block is None or unit % trace_block == 0:
+        check_retention(policy)
         return policy, None
     block = -(-policy.block_size // trace_block) * trace_block
     values = json.loads(policy.to_json())
@@ -39,7 +44,7 @@ def fit_policy(policy: Policy, trace_block: int | None) -> tuple[Policy, str | N
         fitted = _unit(block, trace_block, policy.prefix_match_unit)
         values["prefix_match_unit"] = None if fitted == block else fitted
         changes.append(f"prefix_match_unit {policy.prefix_match_unit} -> {fitted:,}")
-    _check_retention(policy, trace_block, block)
+    check_retention(policy, trace_block, block)
     try:
         fitted_policy = make_policy(values)
     except ConfigError as exc:
@@ -55,20 +60,32 @@ def fit_policy(policy: Policy, trace_block: int | None) -> tuple[Policy, str | N
     return fitted_policy, note
 
 
-def _check_retention(policy: Policy, trace_block: int, block: int) -> None:
-    """Refuse a retention interval the replay would have to change: one the user gave in
-    the preset's blocks is not whole blocks of the fitted `block`. Rounding it would replay
-    (and print) another interval than the one asked for, and the sweep table would show it."""
+def check_retention(
+    policy: Policy, trace_block: int | None = None, block: int | None = None
+) -> None:
+    """Refuse a retention interval that is not whole blocks of the block the replay runs in:
+    the policy's, or `block` where a trace of `trace_block`-token blocks changed it. Rounding
+    it would replay (and print) another interval than the one asked for, and the sweep
+    table would show it. The one check of whole blocks (`config.policy` refuses only what
+    no block makes valid): `fit_policy` makes it, and a command that replays the policy's
+    own block without fitting it (`hpa probe`, a dataset's sweep on workers) calls it."""
     retention = policy.retention_interval
+    if block is None:
+        if retention and retention % policy.block_size:
+            raise ConfigError(
+                f"policy key 'retention_interval': {retention} must be a multiple of "
+                f"block_size {policy.block_size} on a model with a sparse group"
+            )
+        return
     if not retention or retention % block == 0:
         return
     lower = retention // block * block
-    nearest = f"{lower:,} or {lower + block:,}" if lower else f"{block:,}"
+    nearest = f"{lower:,} or {lower + block:,}" if lower else f"{block:,} or {2 * block:,}"
     raise ConfigError(
         f"policy key 'retention_interval': {retention} is not whole {block:,}-token blocks, "
         f"the blocks this trace replays in (its blocks are {trace_block:,} tokens, so "
-        f"block_size {policy.block_size} -> {block:,}); set block_size={block} and a "
-        f"multiple of {block} (e.g. {nearest}), or 0 or null"
+        f"block_size {policy.block_size} -> {block:,}); give a multiple of {block:,} "
+        f"(e.g. {nearest}), or 0 or null"
     )
 
 

@@ -36,6 +36,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from analyzer.access.geometry import check_retention
 from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.errors import ConfigError, InputFileError
@@ -170,11 +171,12 @@ def write_probe(
     served model name put in each body (default: the policy's model preset).
 
     Raises:
-        ConfigError: no model name. InputFileError: `out_dir`'s parent folder does not
-            exist, or `out_dir` cannot be written.
+        ConfigError: no model name, or a retention interval that is not whole blocks.
+            InputFileError: `out_dir`'s parent folder does not exist, or `out_dir` cannot
+            be written.
     """
     out = check_out_folder(out_dir)
-
+    check_retention(policy)  # its requests are token ids: the policy's own block
     model = model if model is not None else policy.model
     if not model:
         raise ConfigError("--model: give the served model name (the policy names no model)")

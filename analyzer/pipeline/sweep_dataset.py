@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from analyzer.access.geometry import check_retention
 from analyzer.access.trace import dataset_trace
 from analyzer.access.workers import map_partitions
 from analyzer.config.policy import Policy
@@ -99,6 +100,8 @@ def dataset_sweeps(
     planned = sweep_points(base, known, grid)
     knobs = [knob for knob, _ in planned]
     sweeps = [[(label, make_policy(vals)) for label, vals in pts] for _, pts in planned]
+    for _, policy in (point for points in sweeps for point in points):
+        check_retention(policy)  # the block these replays run in is the policy's own
     computed: list = [None] * len(sweeps)
     _run_auto(spec, dataset, base, [i for i, a in enumerate(auto) if a], sweeps, computed)
     _run_rest(spec, dataset, knobs, sweeps, computed, progress)

@@ -58,11 +58,13 @@ def test_a_retention_interval_the_fitted_block_would_change_is_refused():
         fit_policy(make_policy({"model": QWEN, "retention_interval": 4352}), 64)
     assert str(info.value) == (
         "policy key 'retention_interval': 4352 is not whole 576-token blocks, the blocks "
-        "this trace replays in (its blocks are 64 tokens, so block_size 544 -> 576); set "
-        "block_size=576 and a multiple of 576 (e.g. 4,032 or 4,608), or 0 or null"
+        "this trace replays in (its blocks are 64 tokens, so block_size 544 -> 576); give a "
+        "multiple of 576 (e.g. 4,032 or 4,608), or 0 or null"
     )
     asked = make_policy({"model": QWEN, "block_size": 576, "retention_interval": 4608})
     assert fit_policy(asked, 64) == (asked, None)  # as asked, replayed as asked
+    fitted, _ = fit_policy(make_policy({"model": QWEN, "retention_interval": 4608}), 64)
+    assert fitted == asked  # without block_size=576: the interval is judged by 576 alone
 
 
 def test_sweep_replays_and_shows_the_retention_asked_or_refuses(tmp_path):

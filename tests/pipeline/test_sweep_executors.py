@@ -176,6 +176,29 @@ def test_a_failing_sweep_point_is_named_and_stores_nothing(traces, tmp_path):
     ]
 
 
+def test_a_retention_interval_is_whole_blocks_before_any_worker_runs(traces, tmp_path):
+    """(a dataset's points replay their own block: the interval is checked against it, as
+    `make_policy` did before it left that to the block the replay runs in)"""
+    _, data = traces["synth"]
+    out = tmp_path / "out.duckdb"
+    with pytest.raises(ConfigError) as info:
+        run_sweeps(
+            "vllm-default",
+            ["block_size=32"],
+            ["retention_interval=0,48"],
+            db_path=out,
+            executor=PROCESSES,
+            dataset=data,
+        )
+    assert str(info.value) == (
+        "policy key 'retention_interval': 48 must be a multiple of block_size 32 on a model "
+        "with a sparse group"
+    )
+    assert db_rows(out, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'sweeps'") == [
+        (0,)
+    ]
+
+
 @pytest.mark.parametrize("command", ["sweep", "plan"])
 def test_a_bad_dataset_is_a_one_line_error(tmp_path, command):
     args = {

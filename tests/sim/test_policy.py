@@ -132,12 +132,17 @@ BAD = [
         "policy key 'groups': 'gdn' is not one of full_attention, sliding_window, mamba",
     ),
     (
-        {"block_size": 544, "retention_interval": 100},
-        "policy key 'retention_interval': 100 must be a multiple of block_size 544",
+        {"block_size": 544, "groups": ["full_attention"], "retention_interval": 1088},
+        "policy key 'retention_interval': 1088 needs a sparse group (mamba or sliding_window) "
+        "to retain; give 0 or null",
     ),
     (
         {"block_size": 544, "retention_interval": -1},
         "policy key 'retention_interval': expected an integer >= 0 or null, got -1",
+    ),
+    (
+        {"block_size": 544, "retention_interval": 1.5},
+        "policy key 'retention_interval': expected an integer >= 0 or null, got 1.5",
     ),
     (
         {"block_size": 544, "prefix_match_unit": 100},
