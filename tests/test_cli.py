@@ -707,7 +707,8 @@ def test_replay_shows_the_largest_families_and_says_how_to_see_them_all(tmp_path
         'hpa query "SELECT * FROM replay_summary WHERE run_id = 1 ORDER BY prompt_tokens DESC, '
         'prompt_family, model_revision" lists every one'
     )
-    assert lines[23].startswith("run 1: 32 requests replayed in ")
+    assert lines[23].startswith("prompt tokens: ")  # over every family, the hidden ones too
+    assert lines[24].startswith("run 1: 32 requests replayed in ")
     listed = run(
         "query",
         "--db",

@@ -187,7 +187,7 @@ def replay(
                 )
     outcomes = session.outcomes
     for policy, result in zip(policies, outcomes, strict=True):
-        _print_replay(policy, result, render)
+        _print_replay(policy, result, render, measure_from)
     if len(outcomes) > 1:
         click.echo("\nside by side (measured requests):")
         click.echo(render(side_by_side(names, outcomes)), nl=False)
@@ -209,7 +209,9 @@ def _caches_line(policy, num_caches: int) -> str:
     return f"caches: {num_caches}, one per {per}{memory}"
 
 
-def _print_replay(policy, result, render) -> None:
+def _print_replay(policy, result, render, measure_from: float) -> None:
+    from analyzer.pipeline.replay import where_tokens_went
+
     cols = [
         "prompt_family",
         "model_revision",
@@ -229,6 +231,7 @@ def _print_replay(policy, result, render) -> None:
             'ORDER BY prompt_tokens DESC, prompt_family, model_revision" lists every one'
         )
         click.echo(more_families_line(len(rest), sum(rest), where))
+    click.echo(where_tokens_went(result, measure_from))
     click.echo(
         f"run {result.run_id}: {plural(result.num_requests, 'request')} replayed in "
         f"{result.seconds:.2f} s; policy {(result.policy or policy).to_json()}"

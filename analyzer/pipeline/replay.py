@@ -29,6 +29,7 @@ from analyzer.config.host_tier import NEVER_STORED
 from analyzer.config.models import load_model
 from analyzer.config.policy import Policy
 from analyzer.executors import LOCAL, ExecutorSpec, as_spec
+from analyzer.metrics.outcome import outcome_line
 from analyzer.metrics.waterfall import build_levels, sparse_split_net
 from analyzer.sim.dispatch import hit_alignment, load_policy, replay, replay_from_shared
 from analyzer.sim.fleet import replay_fleet
@@ -320,6 +321,12 @@ def replay_rows(
     rows["fresh_prefill_tokens"] = prompt_tokens - rows["hit_tokens"]
     rows.update(route_load_columns(routed.loads if routed is not None else None, trace.n))
     return rows
+
+
+def where_tokens_went(outcome: ReplayOutcome, measure_from: float) -> str:
+    """The line `hpa replay` prints under a run's table: its hits and loss causes as shares
+    of the (measured) prompt tokens (metrics.outcome)."""
+    return outcome_line(outcome.summary.to_pylist(), measured_only=measure_from > 0)
 
 
 def replays_host_tier(policy: Policy) -> bool:
