@@ -364,8 +364,9 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     _check_version(con, path)
-    con.execute(load_sql("schema"))
-    con.execute(load_sql("meta_set_schema_version"), {"version": SCHEMA_VERSION})
+    with transaction(con):  # tables and version together (a kill between: no meta row)
+        con.execute(load_sql("schema"))
+        con.execute(load_sql("meta_set_schema_version"), {"version": SCHEMA_VERSION})
     _recover_ingest(con)
     if "replay_runs" in table_names(con):
         # Replay tables gain columns over time (ALTER ... IF NOT EXISTS): a store written

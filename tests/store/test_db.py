@@ -97,3 +97,29 @@ def test_under_each_cap_the_last_is_final_and_other_errors_pass():
 
     with pytest.raises(OSError, match="disk gone"):
         under_each_cap(broken, ("48MB", None))
+
+
+def test_the_tables_and_their_schema_version_land_together(tmp_path, monkeypatch):
+    """A store cut between creating its tables and writing its version (a kill there, under
+    load, in test_faults) showed a read-only `hpa query` an empty meta that the next writer
+    filled: an open that fails before the version is written leaves no table behind."""
+    from analyzer.store import db as store_db
+
+    path = tmp_path / "t.duckdb"
+    duckdb.connect(str(path)).close()  # a DuckDB file holding nothing yet: kept on failure
+    real = store_db.load_sql
+
+    def failing(name):
+        if name == "meta_set_schema_version":
+            raise KeyboardInterrupt
+        return real(name)
+
+    monkeypatch.setattr(store_db, "load_sql", failing)
+    with pytest.raises(KeyboardInterrupt):
+        connect(path)
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert con.execute("SHOW TABLES").fetchall() == []
+    monkeypatch.setattr(store_db, "load_sql", real)
+    connect(path).close()
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM meta").fetchall() == [(1,)]
