@@ -338,9 +338,9 @@ def window_width(span: float) -> float:
 def _windows(
     con, ids: list[int], labels: dict[int, str], bin_s: float | None = None
 ) -> tuple[pl.DataFrame, str]:
-    """Per-window sums; windows of `bin_s` seconds (default: a round width giving about
-    TARGET_WINDOWS), or of arrival order without timestamps. `window_t0_s` is the first
-    window's start in the trace's own seconds (wall-clock when they are)."""
+    """Per-window sums of the measured requests; windows of `bin_s` seconds (default: a round
+    width giving about TARGET_WINDOWS), or of arrival order without timestamps. `window_t0_s`
+    is the first window's start in the trace's own seconds (wall-clock when they are)."""
     t_min, t_max, n = con.execute(load_sql("report_window_span"), {"runs": ids}).fetchall()[0]
     if t_min is None:  # no timestamps: windows of arrival order
         by_seq, t0, width, unit = True, 0.0, float(max(1, -(-int(n) // TARGET_WINDOWS))), "requests"
@@ -355,8 +355,11 @@ def _windows(
     params = {"runs": ids, "by_seq": by_seq, "t0": t0, "width": width}
     frame = pl.from_arrow(query_arrow(con, load_sql("report_windows"), params))
     queries = pl.col("prompt_tokens").cast(pl.Float64)
-    frame = frame.with_columns(
-        (pl.col("window_idx") * width).alias("window_start"),
+    frame = frame.with_columns(  # the window a warm-up ends in starts at its measured part
+        pl.max_horizontal(
+            pl.col("window_idx") * width,
+            pl.when(pl.col("warmup_requests") > 0).then((pl.col("measured_from") - t0).round(6)),
+        ).alias("window_start"),
         (pl.col("window_idx") * width + width).alias("window_end"),
         pl.lit(t0).alias("window_t0_s"),
         (pl.col("hit_tokens") / queries).round(9).alias("useful_hit_ratio"),

@@ -61,8 +61,10 @@ MEANING = (
     "the requests arriving in one window{menu}{hidden}. A replica whose hit ratio stays "
     "below the others' while its load keeps up with theirs serves prefixes that another "
     "replica holds, or prefixes no one shares: its tokens lost to routing tell which. TTFT "
-    "and queue time are simulated (concurrent runs only), over the measured requests as in "
-    "the Load section."
+    "and queue time are simulated (concurrent runs only). The table and the figure count "
+    "the measured requests, as the Load section: a run's warm-up requests "
+    "(<code>--measure-from</code>) are in neither, and its windows start at its first "
+    "measured request."
 )
 
 
@@ -80,10 +82,10 @@ def _live(part: pl.DataFrame) -> bool:
     return bool(part["num_seen"].sum())
 
 
-def _filled(part: pl.DataFrame, last: int) -> pl.DataFrame:
-    """One replica's windows 0..`last`, a window without its requests null (a gap in the
-    hit line; 0 requests routed)."""
-    full = pl.DataFrame({"window_idx": pl.int_range(0, last + 1, eager=True)})
+def _filled(part: pl.DataFrame, first: int, last: int) -> pl.DataFrame:
+    """One replica's windows `first`..`last` (its run's: a warm-up, --measure-from, is in
+    none), a window without its requests null (a gap in the hit line; 0 requests routed)."""
+    full = pl.DataFrame({"window_idx": pl.int_range(first, last + 1, eager=True)})
     width = float(part["window_width"][0])
     return full.join(part, on="window_idx", how="left").with_columns(
         (pl.col("window_idx") * width).alias("window_start"),
@@ -204,10 +206,10 @@ def routing_figure(windows: pl.DataFrame) -> go.Figure:
     for run_id in sorted(set(windows["run_id"].to_list())):
         part = windows.filter(pl.col("run_id") == run_id)
         label, clock, live = part["run_label"][0], part["clock"][0], _live(part)
-        last = int(part["window_idx"].max())
+        first, last = int(part["window_idx"].min()), int(part["window_idx"].max())
         replicas = sorted(set(part["replica"].to_list()), key=replica_key)
         for k, replica in enumerate(replicas):
-            rows = _filled(part.filter(pl.col("replica") == replica), last)
+            rows = _filled(part.filter(pl.col("replica") == replica), first, last)
             _replica_traces(fig, rows, replica, k, (run_id, label, live))
         runs.append((label, 2 * len(replicas), _layout_of(clock, live)))
     fig.update_yaxes(tickformat=".0%", rangemode="tozero", title="hit ratio", row=1, col=1)

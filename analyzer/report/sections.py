@@ -153,10 +153,32 @@ def _marks(data: ReportData) -> tuple[tuple[str, float, float], ...]:
     return tuple((name, w.start_s, w.end_s) for name, w in sides)
 
 
+def _warm_up_text(data: ReportData) -> str:
+    """What the chart leaves out of the runs replayed with a warm-up (--measure-from): the
+    lead run's when it has one, else the first such run's ("" when none has)."""
+    w = data.windows
+    warm = w.filter(pl.col("warmup_requests") > 0).select("run_id", "run_label", "warmup_requests")
+    warm = warm.unique().sort("run_id")
+    if warm.height == 0:
+        return ""
+    ids = warm["run_id"].to_list()
+    row = warm.row(ids.index(lead_run(data, ids)), named=True)
+    others = f"; {plural(warm.height - 1, 'other run')} had one too" if warm.height > 1 else ""
+    return (
+        f" In {html.escape(row['run_label'])} the first "
+        f"{plural(row['warmup_requests'], 'request')} replayed as warm-up "
+        f"(<code>--measure-from</code>{others}): as in every other figure of this report they "
+        f"are not counted. No point holds them, their span is shaded &quot;"
+        f"{time_chart.WARM_UP}&quot;, and the window it ends in starts at the first measured "
+        "request."
+    )
+
+
 def windows_section(data: ReportData) -> tuple[str, list[str]]:
     w = data.windows
     unit = " s" if data.window_unit == "s" else " requests"
-    width = float(w["window_end"][0] - w["window_start"][0]) if w.height else 0.0
+    # the widest window is a whole one (a run's first may start where its warm-up ended)
+    width = float((w["window_end"] - w["window_start"]).max()) if w.height else 0.0
     first = (
         w.filter(pl.col("run_id") == lead_run(data, w["run_id"].unique().to_list()))
         if w.height
@@ -180,7 +202,7 @@ def windows_section(data: ReportData) -> tuple[str, list[str]]:
         "arrived in it: hit tokens of those requests divided by their queried tokens (a "
         "delta, like vLLM's counters over the same window, never a running total divided "
         "by an older one). A dip in the top panel with a rise in the bottom one is a period "
-        "when shared prefixes were lost to missing sparse state." + extra
+        "when shared prefixes were lost to missing sparse state." + extra + _warm_up_text(data)
     )
     body = (
         '<section id="windows"><h2>Useful hits and sparse losses over time</h2>'

@@ -1,6 +1,8 @@
 """The report's time chart: useful-hit and sparse-loss ratios per window of arrival time,
 one line per run (at most MAX_SERIES drawn when the page opens, a picker for the rest),
-on a wall-clock UTC axis when the timestamps are, with breaks where windows are empty."""
+on a wall-clock UTC axis when the timestamps are, with breaks where windows are empty.
+A run's warm-up requests (`hpa replay --measure-from`) are in no window: their span is
+shaded and labelled WARM_UP, so the axis still starts at the trace's first request."""
 
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ def _run_groups_menu(run_ids: list[int]) -> list[dict]:
 
 # Shaded spans of arrival time (`hpa report --baseline`, `--window`): name -> colour
 MARK_COLOURS = {"baseline": "#8c8c8c", "incident": "#d62728"}
+WARM_UP = "warm-up (not measured)"  # the span of a run's warm-up requests
+WARM_UP_COLOUR = "#b8860b"
 
 
 def windows(
@@ -81,6 +85,8 @@ def windows(
     for k, run_label in enumerate(runs["run_label"].to_list()):
         part = _with_gaps(frame.filter(pl.col("run_label") == run_label).sort("window_idx"))
         _add_run(fig, part, k, run_label, axis)
+    for name, end in warm_ups(frame, axis.t0):
+        _shade(fig, name, axis.x(axis.t0), axis.x(end), WARM_UP_COLOUR)
     for name, start_s, end_s in marks if unit == "s" else ():
         _shade(fig, name, *(axis.x(t) for t in _clipped(start_s, end_s, frame, axis.t0)))
     for row, col in ((1, "useful_hit_ratio"), (2, "sparse_loss_ratio")):
@@ -174,9 +180,31 @@ def _add_run(fig: go.Figure, part: pl.DataFrame, k: int, run_label: str, axis: _
         )
 
 
-def _shade(fig: go.Figure, name: str, x0, x1) -> None:
+def warm_ups(frame: pl.DataFrame, t0: float) -> list[tuple[str, float]]:
+    """(label, where the measured requests start) of each warm-up span of the runs in
+    `frame` (report_windows.sql's warmup_requests, measured_from; on the windows' clock),
+    one per distinct start: WARM_UP alone when every run shown shares it, else prefixed
+    with the runs whose it is. Runs measured from their first request have none."""
+    runs = frame.filter(pl.col("warmup_requests") > 0).select("run_id", "measured_from")
+    starts: dict[float, list[int]] = {}
+    for run_id, start in runs.unique().sort("run_id").iter_rows():
+        if start > t0:
+            starts.setdefault(float(start), []).append(run_id)
+    every = frame["run_id"].n_unique()
+    return [
+        (WARM_UP if len(ids) == every else f"{_runs_named(ids)}: {WARM_UP}", start)
+        for start, ids in sorted(starts.items())
+    ]
+
+
+def _runs_named(ids: list[int]) -> str:
+    """'run 3' or 'runs 2, 3'."""
+    return f"run{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
+
+
+def _shade(fig: go.Figure, name: str, x0, x1, colour: str | None = None) -> None:
     """A named span of arrival time, shaded on both panels and labelled on the top one."""
-    colour = MARK_COLOURS.get(name, "#8c8c8c")
+    colour = colour or MARK_COLOURS.get(name, "#8c8c8c")
     fig.add_vrect(
         x0=x0, x1=x1, fillcolor=colour, opacity=0.13, line_width=0, layer="below",
         row="all", col=1,
@@ -235,10 +263,11 @@ def _with_gaps(part: pl.DataFrame) -> pl.DataFrame:
     if hi - lo + 1 == part.height:
         return part
     full = pl.DataFrame({"window_idx": pl.int_range(lo, hi + 1, eager=True)})
-    width = float(part["window_end"][0] - part["window_start"][0])
+    # the widest window is a whole one (the first may start where a warm-up ended)
+    width = float((part["window_end"] - part["window_start"]).max())
     joined = full.join(part, on="window_idx", how="left")
     return joined.with_columns(
-        (pl.col("window_idx") * width).alias("window_start"),
-        (pl.col("window_idx") * width + width).alias("window_end"),
+        pl.col("window_start").fill_null(pl.col("window_idx") * width),
+        pl.col("window_end").fill_null(pl.col("window_idx") * width + width),
         pl.col("num_requests").fill_null(0),
     )

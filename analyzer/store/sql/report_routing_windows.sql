@@ -4,7 +4,8 @@
 -- trace's timestamp_s, a request without one at $t0, as the time windows; 'order' the
 -- arrival order), the requests routed there, their prompt and hit tokens, and the mean
 -- waiting + running requests a live router saw on the replica at its picks (NULL when the
--- routing was static).
+-- routing was static). Measured requests, as the load and time windows (warm-up requests,
+-- --measure-from, are in no window).
 WITH req AS (
     SELECT
         *,
@@ -14,7 +15,7 @@ WITH req AS (
             ELSE arrival_seq
         END AS t_s
     FROM replay_requests
-    WHERE run_id = $run_id
+    WHERE run_id = $run_id AND measured  -- warm-up requests (--measure-from) are not counted
 )
 SELECT
     replica,
