@@ -316,13 +316,13 @@ def _steps_line(policy) -> str:
 def _load_line(load: dict) -> str:
     """The concurrent schedule's figures in one line (simulated seconds), ending with the
     saturation `hpa plan` names (store.runs.is_saturated) and the queue times that show it."""
+    from analyzer.store.runs import saturation_words
+
     peak = load["held_blocks_peak"]
     held = "" if peak is None else f"; pool blocks in use at an admission: peak {peak:,}"
     if load.get("saturated"):
-        held += (
-            "; saturated: the simulated server cannot keep up, the queue grows with the trace "
-            f"(the last quarter of arrivals queued {load['queue_last_quarter_s']:,.3f} s on "
-            f"average, the first quarter {load['queue_first_quarter_s']:,.3f} s)"
+        held += "; saturated: " + saturation_words(
+            load["queue_first_quarter_s"], load["queue_last_quarter_s"]
         )
     return (
         f"load: TTFT p50 {load['ttft_p50_s']:,.3f} s, p90 {load['ttft_p90_s']:,.3f} s, "

@@ -29,6 +29,7 @@ from analyzer.report.blocks import (
 )
 from analyzer.report.data import ReportData
 from analyzer.report.figures import MENU_ROW, run_dropdown, style_figure
+from analyzer.store.runs import saturation_words
 from analyzer.words import plural
 
 FIGURE_ID = "fig-load"
@@ -250,11 +251,10 @@ def _saturated(data: ReportData) -> str:
     for r in data.load.sort("run_id").iter_rows(named=True):
         if r["saturated"]:
             text += (
-                f" {html.escape(r['run_label'])} is saturated: the simulated server cannot "
-                "keep up, the queue grows with the trace (the last quarter of arrivals queued "
-                f"{r['queue_last_quarter_s']:,.2f} s on average, the first quarter "
-                f"{r['queue_first_quarter_s']:,.2f} s), so its times say how far behind it "
-                "fell, not what a server that keeps up would serve."
+                f" {html.escape(r['run_label'])} is saturated: "
+                + saturation_words(r["queue_first_quarter_s"], r["queue_last_quarter_s"])
+                + ", so its times say how far behind it fell, not what a server that keeps up "
+                "would serve."
             )
     return text
 

@@ -125,6 +125,17 @@ def is_saturated(first_quarter_s: float, last_quarter_s: float) -> bool:
     )
 
 
+def saturation_words(first_quarter_s: float, last_quarter_s: float) -> str:
+    """What a saturated run is, in the words `hpa replay`, `hpa plan` and the report share:
+    'the simulated server cannot keep up, the queue grows with the trace (the last quarter
+    of arrivals queued 46.332 s on average, the first quarter 11.269 s)'."""
+    return (
+        "the simulated server cannot keep up, the queue grows with the trace (the last "
+        f"quarter of arrivals queued {last_quarter_s:,.3f} s on average, the first quarter "
+        f"{first_quarter_s:,.3f} s)"
+    )
+
+
 def load_row(con, run_id: int) -> dict:
     """replay_load_summary.sql's row for run `run_id`, with `saturated` (is_saturated)."""
     row = query_arrow(con, load_sql("replay_load_summary"), {"run_id": int(run_id)}).to_pylist()[0]

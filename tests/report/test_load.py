@@ -186,7 +186,7 @@ def test_a_saturated_run_is_named_with_the_queue_times_that_show_it(concurrent_d
     assert (
         "run 3 · vllm · num_blocks=200, schedule=concurrent, time_scale=0.2 is saturated: the "
         "simulated server cannot keep up, the queue grows with the trace (the last quarter of "
-        "arrivals queued 46.33 s on average, the first quarter 11.27 s), so its times say how "
+        "arrivals queued 46.332 s on average, the first quarter 11.269 s), so its times say how "
         "far behind it fell, not what a server that keeps up would serve."
     ) in text
     assert "run 4 · vllm · num_blocks=2000, schedule=concurrent is saturated" not in text

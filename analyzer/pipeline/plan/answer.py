@@ -11,6 +11,7 @@ from analyzer.pipeline.plan.evaluate import Measure
 from analyzer.pipeline.plan.fleet import Fleet, FleetOutcome, FleetSearch, Shape
 from analyzer.pipeline.plan.result import Candidate
 from analyzer.pipeline.plan.search import Outcome, Search
+from analyzer.store.runs import saturation_words
 from analyzer.words import plural
 
 
@@ -163,12 +164,10 @@ def _load_warning(plan: Framing, best: Candidate | None) -> str | None:
     else:
         step = f"steps priced on the {p.gpu} by the {p.step_time}"
     return (
-        f"saturated: the simulated server cannot keep up: the last quarter of arrivals "
-        f"queued {load.queue_last_quarter_s:,.1f} s on average, the first quarter "
-        f"{load.queue_first_quarter_s:,.1f} s ({load.arrivals_per_s:,.2f} requests/s "
-        f"{_busiest(best.replicas)} at time_scale {p.time_scale:g}; {step}: fit it to the "
-        f"trace's observed TTFT with `hpa calibrate`); more replicas (--ttft-p99) or a larger "
-        f"time_scale ask what would keep up"
+        f"saturated: {saturation_words(load.queue_first_quarter_s, load.queue_last_quarter_s)}"
+        f"; {load.arrivals_per_s:,.2f} requests/s {_busiest(best.replicas)} at time_scale "
+        f"{p.time_scale:g}; {step}: fit it to the trace's observed TTFT with `hpa calibrate`; "
+        "more replicas (--ttft-p99) or a larger time_scale ask what would keep up"
     )
 
 
