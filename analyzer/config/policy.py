@@ -12,7 +12,6 @@ from __future__ import annotations
 import difflib
 import json
 import textwrap
-import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from analyzer.config.engines import BOUNDS, ENGINE_NAMES, ENGINES
 from analyzer.config.hardware import GPU_NAMES, GPUS, batch_defaults
 from analyzer.config.models import load_model
 from analyzer.config.options import OPTIONS, resolve
+from analyzer.config.policy_files import parse_policy_text, read_policy_file
 from analyzer.config.routers import ROUTER_KEYS, ROUTER_NAMES, resolve_router, router
 from analyzer.config.schedule import (
     CONCURRENT_KEYS,
@@ -457,7 +457,7 @@ def parse_override(item: str) -> tuple[str, Any]:
 
 
 def policy_values(source: str | None, overrides: list[str] = ()) -> dict[str, Any]:
-    """The policy keys of a preset name or a JSON/TOML file, then `--set` overrides."""
+    """The policy keys of a preset name or a JSON/TOML/YAML file, then `--set` overrides."""
     values: dict[str, Any] = {}
     if source is not None:
         values = read_source(source)
@@ -473,21 +473,17 @@ def presets() -> list[str]:
 
 
 def read_source(source: str) -> dict[str, Any]:
-    """The policy keys of a file (`.toml`, else JSON) or, when no such file exists, of the
-    preset of that name."""
+    """The policy keys of a file (`.toml`, `.yaml`/`.yml`, else JSON: config.policy_files)
+    or, when no such file exists, of the preset of that name."""
     path = Path(source)
     if not path.exists() and source not in presets():
         raise ConfigError(
             f"policy {source!r}: no such file or preset; presets: {', '.join(presets())}"
         )
-    try:
-        if path.exists():
-            text, toml = path.read_text(), path.suffix == ".toml"
-        else:
-            text, toml = preset_text("policies", source), False
-        data = tomllib.loads(text) if toml else json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"policy {source}: cannot read ({exc})") from None
+    if path.exists():
+        data = read_policy_file(path)
+    else:
+        data = parse_policy_text(preset_text("policies", source), source)
     if not isinstance(data, dict):
         raise ConfigError(f"policy {source}: expected an object of policy keys")
     for key in data:  # the file's own keys, named with it
