@@ -68,7 +68,7 @@ def check_retention(
     it would replay (and print) another interval than the one asked for, and the sweep
     table would show it. The one check of whole blocks (`config.policy` refuses only what
     no block makes valid): `fit_policy` makes it, and a command that replays the policy's
-    own block without fitting it (`hpa probe`, a dataset's sweep on workers) calls it."""
+    own block without fitting it (`hpa probe`, whose requests are token ids) calls it."""
     retention = policy.retention_interval
     if block is None:
         if retention and retention % policy.block_size:

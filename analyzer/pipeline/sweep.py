@@ -36,12 +36,12 @@ from analyzer.pipeline.one_pass import (
 from analyzer.pipeline.sweep_dataset import dataset_sweeps
 from analyzer.pipeline.sweep_points import (
     SweepOutcome,
+    fitted_sweeps,
     parse_vary,
     point_rows,
     point_table,
     rows_from_table,
     store_sweep,
-    sweep_points,
 )
 from analyzer.sim.dispatch import make_policy
 from analyzer.store.caveats import block_size_caveat
@@ -157,12 +157,7 @@ def _planned(trace, one, base, base_policy, parsed, grid: bool, trace_block):
         (key, auto_capacities(trace, base_policy, one) if vals == ["auto"] else vals)
         for key, vals in parsed
     ]
-    planned = []
-    for knob, points in sweep_points(base, resolved, grid):
-        fitted = [(label, fit_policy(make_policy(vals), trace_block)) for label, vals in points]
-        notes = tuple(note for _, (_, note) in fitted if note)
-        planned.append((knob, [(label, policy) for label, (policy, _) in fitted], notes))
-    return planned
+    return fitted_sweeps(base, resolved, grid, trace_block)
 
 
 def _counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[], None]:

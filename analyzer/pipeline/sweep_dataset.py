@@ -8,9 +8,12 @@ Every task's worker reads the whole trace from the dataset itself, once per task
 one sweep point (a replay); a whole `num_blocks` sweep of an LRU full-attention-only
 policy from one stack-distance pass, as the store's path computes it on its driver
 (`num_blocks=auto` chooses its capacities from that same curve, in the same worker); or
-one plan setting's search (plan.py). The driver stores the rows in the store path's order,
-so the tables are the store path's; only `replay_runs.trace_fingerprint` says where the
-trace came from (`dataset:` + the files' names and sizes, as `hpa replay --dataset`).
+one plan setting's search (plan.py). The driver fits every policy to the trace's blocks
+first, as the store path does (`access.geometry.fit_policy`, from the dataset's one
+`block_size` column: a 544-token preset replays 1,024-token blocks on a 512-token trace,
+with the same note), and stores the rows in the store path's order, so the tables are the
+store path's; only `replay_runs.trace_fingerprint` says where the trace came from
+(`dataset:` + the files' names and sizes, as `hpa replay --dataset`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.access.geometry import check_retention
+from analyzer.access.geometry import fit_policy
 from analyzer.access.trace import dataset_trace
 from analyzer.access.workers import map_partitions
 from analyzer.config.policy import Policy
@@ -28,23 +31,28 @@ from analyzer.executors import ExecutorSpec
 from analyzer.pipeline.one_pass import OnePass, auto_capacities, one_pass_points, uses_one_pass
 from analyzer.pipeline.sweep_points import (
     SweepOutcome,
+    fitted_sweeps,
     point_table,
     rows_from_table,
     rows_table,
     store_sweep,
-    sweep_points,
 )
 from analyzer.sim.dispatch import make_policy
+from analyzer.store.caveats import block_size_caveat
+from analyzer.store.db import stored_trace_block
 from analyzer.store.sequences import check_requests
 
 
 @dataclass(frozen=True)
 class CurveSweep:
     """A num_blocks sweep given by one stack-distance pass: its points' policies, or None
-    (`num_blocks=auto`: the capacities chosen from the curve) with the base policy values."""
+    (`num_blocks=auto`: the capacities chosen from the curve of the fitted base `policy`,
+    the points made from the base policy values and fitted to `trace_block`)."""
 
     base: dict[str, Any]
     policies: tuple[Policy, ...] | None = None
+    policy: Policy | None = None
+    trace_block: int | None = None
 
 
 def run_task(dataset: str, task: Policy | CurveSweep):
@@ -55,8 +63,9 @@ def run_task(dataset: str, task: Policy | CurveSweep):
         return point_table(trace, task)
     one = OnePass()
     if task.policies is None:
-        values = auto_capacities(trace, make_policy(task.base), one)
-        policies = [p for _, p in _auto_points(task.base, values)]
+        values = auto_capacities(trace, task.policy, one)
+        ((_, points, _),) = _auto_points(task.base, values, task.trace_block)
+        policies = [p for _, p in points]
     else:
         values, policies = [p.num_blocks for p in task.policies], list(task.policies)
     computed = one_pass_points(trace, policies, one)
@@ -72,10 +81,10 @@ def run_tasks(
     )
 
 
-def _auto_points(base: dict[str, Any], values: list[int]) -> list[tuple[str, Policy]]:
-    """An auto sweep's (label, policy) per capacity, built as the store path builds them."""
-    ((_, points),) = sweep_points(base, [("num_blocks", values)], False)
-    return [(label, make_policy(vals)) for label, vals in points]
+def _auto_points(base: dict[str, Any], values: list[int], trace_block: int | None) -> list:
+    """An auto sweep, [(knob, [(label, policy) per capacity], notes)], fitted to the
+    trace's blocks as the store path fits them."""
+    return fitted_sweeps(base, [("num_blocks", values)], False, trace_block)
 
 
 def dataset_sweeps(
@@ -90,41 +99,43 @@ def dataset_sweeps(
     measure_from: float = 0.0,
     name: str | None = None,
 ) -> list[SweepOutcome]:
-    """`run_sweeps` for a dataset on a non-local executor. Every known point is validated
-    first; the auto sweeps' tasks run first (their curves fix the number of points), then
+    """`run_sweeps` for a dataset on a non-local executor. Every known point is made and
+    fitted to the trace's blocks first (the base policy too: the auto sweeps' curves are
+    its); the auto sweeps' tasks run first (their curves fix the number of points), then
     every other task at once; nothing is stored until all are back, then each sweep in
-    order (sweep and run ids as the store path's)."""
+    order (sweep and run ids, policies and notes as the store path's)."""
     check_requests(con)  # the driver's check, as `hpa replay --dataset` does
+    trace_block = stored_trace_block(con)  # from one column, as the store path reads it
+    base_policy, base_note = fit_policy(make_policy(base), trace_block)
     auto = [False] if grid else [vals == ["auto"] for _, vals in parsed]
     known = [(key, [] if vals == ["auto"] else vals) for key, vals in parsed]
-    planned = sweep_points(base, known, grid)
-    knobs = [knob for knob, _ in planned]
-    sweeps = [[(label, make_policy(vals)) for label, vals in pts] for _, pts in planned]
-    for _, policy in (point for points in sweeps for point in points):
-        check_retention(policy)  # the block these replays run in is the policy's own
-    computed: list = [None] * len(sweeps)
-    _run_auto(spec, dataset, base, [i for i, a in enumerate(auto) if a], sweeps, computed)
+    planned = fitted_sweeps(base, known, grid, trace_block)
+    computed: list = [None] * len(planned)
+    curve = CurveSweep(base, policy=base_policy, trace_block=trace_block)
+    _run_auto(spec, dataset, curve, [i for i, a in enumerate(auto) if a], planned, computed)
+    knobs, sweeps = [knob for knob, _, _ in planned], [points for _, points, _ in planned]
     _run_rest(spec, dataset, knobs, sweeps, computed, progress)
+    mixed = block_size_caveat(con)
     outcomes = []
-    base_policy = make_policy(base)
-    for knob, points, results in zip(knobs, sweeps, computed, strict=True):
+    for (knob, points, fitted), results in zip(planned, computed, strict=True):
         started = time.perf_counter()
         outcome = store_sweep(
             con, base_policy, knob, points, results, fingerprint, measure_from, name
         )
         outcome.seconds = sum(s for _, s, _ in results) + time.perf_counter() - started
+        outcome.notes = tuple(dict.fromkeys(n for n in (mixed, base_note, *fitted) if n))
         outcomes.append(outcome)
     return outcomes
 
 
-def _run_auto(spec, dataset, base, chosen: list[int], sweeps: list, computed: list) -> None:
+def _run_auto(spec, dataset, curve: CurveSweep, chosen: list[int], planned, computed) -> None:
     """The `num_blocks=auto` sweeps, one task each: fills in their points and results."""
     if not chosen:
         return
     labels = ["sweep num_blocks=auto: one stack-distance pass" for _ in chosen]
-    tasks = [CurveSweep(base) for _ in chosen]
+    tasks = [curve for _ in chosen]
     for i, (values, results) in zip(chosen, run_tasks(spec, dataset, tasks, labels), strict=True):
-        sweeps[i] = _auto_points(base, values)
+        (planned[i],) = _auto_points(curve.base, values, curve.trace_block)
         computed[i] = [(rows_from_table(t), s, exact) for t, s, exact in results]
 
 

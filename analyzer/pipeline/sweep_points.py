@@ -1,6 +1,7 @@
 """What a sweep is made of, shared by the store path (`pipeline.sweep`) and the dataset path
-(`pipeline.sweep_dataset`): `--vary` parsing, the points of one knob or a grid, one point's
-replay (here or in a worker, as an Arrow table) and the sweep's stored rows."""
+(`pipeline.sweep_dataset`): `--vary` parsing, the points of one knob or a grid and their
+policies fitted to the trace's blocks, one point's replay (here or in a worker, as an Arrow
+table) and the sweep's stored rows."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from analyzer.access.geometry import fit_policy
 from analyzer.config.memory import policy_pool_gib
 from analyzer.config.policy import KEYS, Policy, unknown_key
 from analyzer.errors import ConfigError
 from analyzer.pipeline.replay import num_caches, replay_rows
+from analyzer.sim.dispatch import make_policy
 from analyzer.store.db import stores, transaction
 from analyzer.store.host_tier import has_host_tier
 from analyzer.store.runs import store_run
@@ -150,6 +153,21 @@ def sweep_points(
             points.append((label, {**base, **dict(zip(keys, combo, strict=True))}))
         return [(" x ".join(keys), points)]
     return [(k, [(_label(v), {**base, k: v}) for v in vals]) for k, vals in varies]
+
+
+def fitted_sweeps(
+    base: dict[str, Any], varies: list[tuple[str, list[Any]]], grid: bool, trace_block: int | None
+) -> list[tuple[str, list[tuple[str, Policy]], tuple[str, ...]]]:
+    """[(knob, [(value label, policy), ...], notes), ...]: `sweep_points` with each point's
+    policy made and fitted to a trace of `trace_block`-token blocks (None: token ids) by
+    `access.geometry.fit_policy`, and the notes of what that changed. Both paths make their
+    points here, before anything replays: a bad value is one line and no run."""
+    planned = []
+    for knob, points in sweep_points(base, varies, grid):
+        fitted = [(label, fit_policy(make_policy(vals), trace_block)) for label, vals in points]
+        notes = tuple(note for _, (_, note) in fitted if note)
+        planned.append((knob, [(label, policy) for label, (policy, _) in fitted], notes))
+    return planned
 
 
 def store_sweep(

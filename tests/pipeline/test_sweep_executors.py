@@ -37,17 +37,21 @@ SWEEP_TABLES = (
     "SELECT * FROM replay_summary ORDER BY ALL",
 )
 FULL_ATTENTION = ['groups=["full_attention"]', "block_size=16"]
+QWEN = "model=qwen3-next-80b-a3b"  # a 544-token block: no whole number of 512-token blocks
+MOONCAKE = Path(__file__).parents[1] / "fixtures" / "external" / "mooncake"  # two slices
 
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
-    """(ingested database, the same requests as a 3-file Parquet dataset) per trace."""
+    """(ingested database, the same requests as a 3-file Parquet dataset) per trace:
+    namespaced (token ids and 16-token hash blocks), synth (token ids), mooncake (512-token
+    hash blocks only)."""
     root = tmp_path_factory.mktemp("sweep-datasets")
     namespaced = write_jsonl(root / "namespaced.jsonl", namespaced_records())
     synth = root / "synth.jsonl"
     write_synth(generate("mixed", seed=2, num_requests=200), synth)
     made = {}
-    for name, path in (("namespaced", namespaced), ("synth", synth)):
+    for name, path in (("namespaced", namespaced), ("synth", synth), ("mooncake", MOONCAKE)):
         db = root / f"{name}.duckdb"
         ingest([path], db_path=db)
         made[name] = (db, export_dataset(db, root / f"{name}-data"))
@@ -159,18 +163,65 @@ def test_plan_over_a_dataset_creates_no_store(traces, tmp_path, executor):
     assert not absent.exists()
 
 
-def test_a_failing_sweep_point_is_named_and_stores_nothing(traces, tmp_path):
-    _, data = traces["namespaced"]  # its hash-id requests have 16-token blocks
+@pytest.mark.parametrize(
+    ("trace", "overrides", "varies", "changed"),
+    [
+        # Mooncake's 512-token blocks: qwen3-next replays 1,024-token ones, where 1024 is a
+        # whole retention interval (not of the preset's 544)
+        ("mooncake", [QWEN], ["num_blocks=200,400", "retention_interval=0,1024"], "544 -> 1,024"),
+        # the auto sweep's capacities from the fitted base policy's curve, in its worker
+        ("mooncake", FULL_ATTENTION, ["num_blocks=auto", "num_blocks=30,60"], "16 -> 512"),
+        # a unit finer than the trace's 16-token blocks: matched in whole ones
+        ("namespaced", ["block_size=32"], ["prefix_match_unit=8"], "prefix_match_unit 8 -> 16"),
+        ("synth", [QWEN], ["num_blocks=40,80"], None),  # token ids: the preset's own block
+    ],
+)
+def test_a_dataset_sweep_fits_its_policies_to_the_trace_as_the_store_sweep_does(
+    traces, tmp_path, trace, overrides, varies, changed
+):
+    """Same notes, stored policies and figures, every point (an auto sweep's too) fitted to
+    the trace's blocks by the driver before any worker runs."""
+    db, data = traces[trace]
+    ref = shutil.copyfile(db, tmp_path / "ref.duckdb")
     out = tmp_path / "out.duckdb"
-    with pytest.raises(ConfigError, match=r"^sweep point prefix_match_unit=8: .*16"):
-        run_sweeps(
-            "vllm-default",
-            ["block_size=32"],
-            ["num_blocks=40,80", "prefix_match_unit=8"],
-            db_path=out,
-            executor=PROCESSES,
-            dataset=data,
+    expected = run_sweeps("vllm-default", overrides, varies, db_path=ref, executor="local")
+    with driver_never_loads():
+        got = run_sweeps(
+            "vllm-default", overrides, varies, db_path=out, executor=PROCESSES, dataset=data
         )
+    assert [s.notes for s in got] == [s.notes for s in expected]
+    assert points(got) == points(expected)
+    assert sweep_tables(out) == sweep_tables(ref)
+    notes = [note for s in got for note in s.notes]
+    if changed is None:
+        assert notes == []
+    else:
+        assert len(notes) == len(got) and all(changed in note for note in notes)
+        assert all(note.startswith("the trace's blocks are ") for note in notes)
+    assert sum(p.hit_tokens for s in got for p in s.points) > 0
+
+
+def test_a_failing_sweep_point_is_named_and_stores_nothing(tmp_path):
+    """A point that fails in its worker, for what only the trace says (a request with no
+    arrival time cannot replay concurrently): named as the store path names it, and none
+    of the sweeps stored, though the other points replayed."""
+    records = namespaced_records()
+    del records[5]["timestamp"]
+    db = tmp_path / "t.duckdb"
+    ingest([write_jsonl(tmp_path / "t.jsonl", records)], db_path=db)
+    data = export_dataset(db, tmp_path / "data")
+    args = ("vllm-default", ["block_size=32"], ["num_blocks=40,80", "schedule=serial,concurrent"])
+    with pytest.raises(ConfigError) as store:
+        run_sweeps(*args, db_path=db, executor=PROCESSES)
+    out = tmp_path / "out.duckdb"
+    with pytest.raises(ConfigError) as info:
+        run_sweeps(*args, db_path=out, executor=PROCESSES, dataset=data)
+    assert str(info.value) == str(store.value)
+    assert str(info.value).startswith("sweep point schedule=concurrent: replay partition ")
+    assert str(info.value).endswith(
+        "request 'r0005' has no timestamp; schedule 'concurrent' needs every request's "
+        "arrival time (use schedule 'serial')"
+    )
     assert db_rows(out, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'sweeps'") == [
         (0,)
     ]
