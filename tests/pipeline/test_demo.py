@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from click.testing import CliRunner
 
 from analyzer.cli import cli
@@ -29,6 +31,18 @@ def test_demo_end_to_end(tmp_path, monkeypatch):
     for policy in ("vllm default", "retention null", "eagle drop", "round robin x2", "marconi"):
         assert policy in result.stdout
     assert "replay_tokens" in result.stdout
+    # the policy table is the whole waterfall: per policy, hits and causes add up
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("policy  "))
+    header = re.split(r"\s{2,}", lines[at])
+    for line in lines[at + 2 : at + 2 + len(demo.POLICIES)]:
+        row = dict(zip(header, re.split(r"\s{2,}", line), strict=True))
+        tokens = {k: int(v.replace(",", "")) for k, v in row.items() if k.endswith("_tokens")}
+        parts = [v for k, v in tokens.items() if k.startswith("lost_") or k in PARTS]
+        assert sum(parts) == tokens["prompt_tokens"], row["policy"]
+
+
+PARTS = ("hit_tokens", "unshared_tokens", "sparse_retention_miss_tokens")
 
 
 def test_samples_are_found_from_any_folder_of_a_clone_install(tmp_path, monkeypatch):
