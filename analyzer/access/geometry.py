@@ -39,12 +39,17 @@ def fit_policy(policy: Policy, trace_block: int | None) -> tuple[Policy, str | N
     block = -(-policy.block_size // trace_block) * trace_block
     values = json.loads(policy.to_json())
     values["block_size"] = block
-    changes = [f"block_size {policy.block_size} -> {block:,}"]
+    # only what changed is named (a match unit finer than a block that is already whole
+    # trace blocks changes the unit alone)
+    changes = [f"block_size {policy.block_size} -> {block:,}"] if block != policy.block_size else []
     if policy.prefix_match_unit is not None:
         fitted = _unit(block, trace_block, policy.prefix_match_unit)
         values["prefix_match_unit"] = None if fitted == block else fitted
         changes.append(f"prefix_match_unit {policy.prefix_match_unit} -> {fitted:,}")
-    check_retention(policy, trace_block, block)
+    if block == policy.block_size:
+        check_retention(policy)  # the policy's own block, today's line
+    else:
+        check_retention(policy, trace_block, block)
     try:
         fitted_policy = make_policy(values)
     except ConfigError as exc:

@@ -49,6 +49,8 @@ def test_the_nearest_geometry_the_trace_can_express(keys, trace_block, changes):
     else:
         assert note.startswith(f"the trace's blocks are {trace_block:,} tokens, so the replay")
         assert note.endswith(f"memory is priced at {fitted.block_size:,}-token pages)")
+        # the note names what changed, and only that ("block_size 544 -> 544" was named)
+        assert ("block_size " in note) == ("block_size" in changes), note
 
 
 def test_a_retention_interval_the_fitted_block_would_change_is_refused():
