@@ -42,13 +42,8 @@ from analyzer.words import capped, plural
 NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 TARGET_WINDOWS = 24
 SWEEP_COLUMNS = (
-    "sweep_id",
-    "knob",
-    "value",
-    "run_id",
-    "useful_hit_ratio",
-    "sparse_loss_ratio",
-    "memory_gib",
+    *("sweep_id", "knob", "value", "run_id"),
+    *("useful_hit_ratio", "sparse_loss_ratio", "memory_gib"),
 )
 
 
@@ -188,7 +183,12 @@ def _runs(
         left_out = {r[0]: sweep_of[r[0]] for r in rows if r[0] in sweep_of}
         rows = [r for r in rows if r[0] not in sweep_of]
     policies = [json.loads(r[1]) for r in rows]
-    named = [with_router_defaults(with_schedule_defaults(p)) for p in policies]
+    # runs measured over other requests (--measure-from) are told apart as a key would be
+    warm = any(r[9] for r in rows)
+    named = [
+        with_router_defaults(with_schedule_defaults(p)) | ({"measure_from": r[9]} if warm else {})
+        for p, r in zip(policies, rows, strict=True)
+    ]
     labels = run_labels([r[0] for r in rows], named, [r[8] for r in rows])
     base = baseline(named)
     return pl.DataFrame(
@@ -205,6 +205,7 @@ def _runs(
             "memory_gib": [memory_gib(p) for p in policies],
             "num_caches": [r[7] for r in rows],
             "concurrent": [p.get("schedule") == "concurrent" for p in policies],
+            "measure_from": [r[9] for r in rows],
         },
         schema_overrides={"memory_gib": pl.Float64},
     ), left_out

@@ -95,6 +95,9 @@ def policy_section(data: ReportData) -> tuple[str, list[str]]:
     policies = [json.loads(p) for p in data.runs["policy_json"].to_list()]
     if any("schedule" in p for p in policies):  # a serial run's schedule keys: its defaults
         policies = [with_schedule_defaults(p) for p in policies]
+    warm = data.runs["measure_from"].to_list()
+    if any(warm):  # not a policy key, but what the runs' figures count (as in their labels)
+        policies = [{**p, "measure_from": w} for p, w in zip(policies, warm, strict=True)]
     keys = sorted({k for p in policies for k in p})
     head = ["policy key"] + [f"run {i}" for i in data.runs["run_id"].to_list()]
     cells = []
@@ -118,10 +121,15 @@ def policy_section(data: ReportData) -> tuple[str, list[str]]:
     first = overall.row(0, named=True)
     q0 = first["prompt_tokens"] or 1
     lines = []
+    measured = dict(zip(data.runs["run_id"], warm, strict=True))
     for r in list(overall.iter_rows(named=True))[1:]:
         q = r["prompt_tokens"] or 1
         delta = (r["hit_tokens"] / q - first["hit_tokens"] / q0) * 100
-        lines.append(f"{html.escape(r['run_label'])}: {delta:+.2f} points")
+        other = measured[r["run_id"]] != measured[first["run_id"]]
+        lines.append(
+            f"{html.escape(r['run_label'])}: {delta:+.2f} points"
+            + (" (over other requests: its --measure-from differs)" if other else "")
+        )
     changes = "; ".join(lines) if lines else "only one run is shown"
     text = (
         "The same trace under each policy, side by side: a higher green bar means more "

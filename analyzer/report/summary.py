@@ -146,12 +146,14 @@ def verdict_sentences(data: ReportData) -> list[str]:
         )
     out.append(sentence + _lever_text(head, column, q, data.granularity_lever))
     engine = dict(zip(data.runs["run_id"], engines_of(data), strict=True))
-    # runs of the headline's trace only: another trace's hit ratio answers no question here
-    trace = dict(zip(data.runs["run_id"], data.runs["trace_fingerprint"], strict=True))
+    # runs of the headline's trace and measured requests only (--measure-from): another
+    # trace's, or another set of requests', hit ratio answers no question here
+    runs = data.runs.select("run_id", "trace_fingerprint", "measure_from").rows()
+    measured = {run: (trace, warm) for run, trace, warm in runs}
     real = [
         r
         for r in overall.iter_rows(named=True)
-        if engine[r["run_id"]] not in BOUNDS and trace[r["run_id"]] == trace[head["run_id"]]
+        if engine[r["run_id"]] not in BOUNDS and measured[r["run_id"]] == measured[head["run_id"]]
     ]
     if len(overall) > 1 and real:
         best = max(real, key=lambda r: (r["hit_tokens"] / (r["prompt_tokens"] or 1), -r["run_id"]))
