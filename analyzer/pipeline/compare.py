@@ -140,8 +140,9 @@ def _policy(con, run_id: int) -> dict:
 
 
 def _same_run_warnings(con, a: int, b: int) -> tuple[str, ...]:
-    """A warning when the two runs are one: the same run, or two replays of the trace with
-    the same policy, measured part and hpa version (nothing can differ between them)."""
+    """A warning when the two runs are one (the same run, or two replays of the trace with
+    the same policy, measured part and hpa version: nothing can differ between them), or
+    when they count different requests (their --measure-from)."""
     if a == b:
         return (f"run {a} is compared with itself: nothing can differ",)
     (pa_, *ra), (pb, *rb) = (
@@ -151,6 +152,12 @@ def _same_run_warnings(con, a: int, b: int) -> tuple[str, ...]:
         return (
             f"runs {a} and {b} replayed the same trace with the same policy: they are one "
             "replay, nothing can differ",
+        )
+    if ra[0] != rb[0]:  # measure_from: the sides count different requests
+        return (
+            f"runs {a} and {b} count different requests (--measure-from {ra[0]:g} and "
+            f"{rb[0]:g}): the change mixes the requests each leaves out with what the runs "
+            "replayed differently",
         )
     return ()
 
