@@ -9,6 +9,11 @@ at that page (split-on-divergence, as SGLang's RadixCache and Marconi's tree do)
 The tree only holds topology and per-node fields the engines read (`state`, timestamps, locks);
 what a state means, what is refreshed and what is evicted is the engine's business.
 Units: `end` and edge lengths are in pages (multiply by the page size for tokens).
+
+A child links to its parent and the parent to its children: reference cycles, which only the
+collector's full pass would free. A tree cuts them itself as it goes (`RadixTree.__del__`),
+so a replay's tree is freed as its cache is; a parent link costs a plain attribute read (a
+weak one would cost a call at every step of a walk up).
 """
 
 from __future__ import annotations
@@ -85,9 +90,20 @@ class RadixTree:
         self.next_uid = 1
         self.root = Node(None, [], 0, 0)
         self.num_pages = 0
-        # called as on_split(upper, lower) after every split, for a cache whose LRU
-        # stamps a split (SGLang's unified cache); None: the stamps stay as they were
-        self.on_split: Callable[[Node, Node], None] | None = None
+        # a weakref.WeakMethod of the owner's method called as (upper, lower) after every
+        # split, for a cache whose LRU stamps a split (SGLang's unified cache; weak: the
+        # cache holds the tree); None: the stamps stay as they were
+        self.on_split: Callable[[], Callable[[Node, Node], None] | None] | None = None
+
+    def __del__(self) -> None:
+        """Cut the links of the nodes left (children emptied, parents cleared) so each goes
+        as its last reference does, without the collector and without a recursive free."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            node.children.clear()
+            node.parent = None
 
     def walk(self, keys: Sequence[int]) -> tuple[list[Node], int, Node | None]:
         """Match `keys` from the root without changing the tree.
@@ -125,8 +141,9 @@ class RadixTree:
         node.pages = node.pages[k:]
         node.parent = upper
         upper.children[node.pages[0]] = node
-        if self.on_split is not None:
-            self.on_split(upper, node)
+        hook = self.on_split and self.on_split()
+        if hook is not None:
+            hook(upper, node)
         return upper
 
     def insert(self, keys: Sequence[int]) -> tuple[list[Node], int]:

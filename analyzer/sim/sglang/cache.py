@@ -20,6 +20,7 @@ RadixCache, hit = full match, no state pool.
 from __future__ import annotations
 
 import heapq
+import weakref
 from collections.abc import Sequence
 
 from analyzer.sim.common.tree import Node, RadixTree
@@ -42,7 +43,7 @@ class MambaRadixCache:
         self.clock = 0
         self.full_heap: list[tuple[int, int, Node]] = []
         self.state_heap: list[tuple[int, int, Node]] = []
-        self.tree.on_split = self._stamp_split
+        self.tree.on_split = weakref.WeakMethod(self._stamp_split)  # (a strong one: a cycle)
 
     # --- stamps -----------------------------------------------------------------------
     def tick(self) -> int:
