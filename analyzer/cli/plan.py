@@ -185,7 +185,7 @@ def plan_cmd(
         click.echo(orjson.dumps(r.as_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
         _print_plan(r)
-    if not r.reachable:
+    if not (r.reachable or (r.at_block is not None and r.at_block.reachable)):
         sys.exit(1)
 
 
@@ -228,6 +228,9 @@ def _print_plan(r) -> None:
     click.echo(f"{r.message} [{plural(r.replays, 'replay')}{short}]")
     if r.check:
         click.echo(r.check)
+    if r.at_block is not None:
+        click.echo(f"\nplan at block_size {r.at_block.block_size:,} (every other key as asked):")
+        _print_plan(r.at_block)
     if r.host_tier is not None:
         click.echo(r.host_tier.message)
         if r.host_tier.check:

@@ -1,8 +1,9 @@
 """The plan's block-size line: where the target is missed at the policy's block and whole
 blocks of another size the model allows would recover the granularity loss (the report's
 floor, `config/block_floor.py`), one replay at that size says whether the target is within
-reach there (pass over RAGPulse: `hpa plan --target-useful-hit-ratio 0.2 --model qwen3.5-4b`
-said unreachable, and `--set block_size=1024` reached it)."""
+reach there, and where it is the plan is made again at that size (pass over RAGPulse: `hpa
+plan --target-useful-hit-ratio 0.2 --model qwen3.5-4b` said unreachable, and `--set
+block_size=1024` reached it)."""
 
 from __future__ import annotations
 
@@ -19,25 +20,35 @@ LINE = (
 )
 
 
-def test_a_missed_target_names_the_block_size_that_reaches_it(tmp_path):
+def test_a_missed_target_names_the_block_size_that_reaches_it_and_plans_there(tmp_path):
     db = shared_head_db(tmp_path)
     r = plan(0.2, db_path=db, model="qwen3.5-4b")
     assert not r.reachable and r.unbounded_ratio < 0.2
     assert r.check == (
-        LINE + ", the target within reach: add --set block_size=1024 to this plan to size its pool"
+        LINE + ", the target within reach: the plan at block_size 1,024 follows (--set "
+        "block_size=1024 makes it alone)"
     )
-    assert plan(0.2, db_path=db, model="qwen3.5-4b", policy={"block_size": 1024}).reachable
-    out = CliRunner().invoke(
-        cli, ["plan", "--db", str(db), "--target-useful-hit-ratio", "0.2", "--model", "qwen3.5-4b"]
+    # the plan at that size is the plan --set block_size=1024 makes, replay for replay
+    alone = plan(0.2, db_path=db, model="qwen3.5-4b", policy={"block_size": 1024})
+    assert alone.reachable and alone.at_block is None
+    assert r.at_block == alone
+    assert r.as_dict()["at_block"] == alone.as_dict()
+    args = ["plan", "--db", str(db), "--target-useful-hit-ratio", "0.2", "--model", "qwen3.5-4b"]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output  # reached, at the block size it names
+    first, _, second = out.output.partition(
+        "\nplan at block_size 1,024 (every other key as asked):\n"
     )
-    assert out.exit_code == 1, out.output  # unreachable at the policy's block
-    assert out.output.rstrip().endswith(r.check)
+    assert first.rstrip().endswith(r.check)
+    lone = CliRunner().invoke(cli, [*args, "--set", "block_size=1024"])
+    assert (lone.exit_code, lone.output) == (0, second)
 
 
 def test_above_the_bound_the_line_says_the_block_size_falls_short_too(tmp_path):
     r = plan(0.4, db_path=shared_head_db(tmp_path), model="qwen3.5-4b")
     assert r.message.startswith("unreachable: target 0.400 is above the attention-only bound")
     assert r.check == LINE + ", still short of the target"
+    assert r.at_block is None  # no second plan where the size falls short too
 
 
 def test_no_line_where_the_block_loses_nothing_or_the_target_is_met(tmp_path):

@@ -25,7 +25,7 @@ from analyzer.pipeline.plan.answer import (
     unreachable_above_bound,
 )
 from analyzer.pipeline.plan.ask import PlanAsk
-from analyzer.pipeline.plan.block_check import block_check
+from analyzer.pipeline.plan.block_check import block_check, plan_at_block
 from analyzer.pipeline.plan.evaluate import Evaluator, Progress, Targets
 from analyzer.pipeline.plan.fleet import MAX_REPLICAS, FleetSearch
 from analyzer.pipeline.plan.host import HostTierAnswer, check_budget, host_line, smallest_tier
@@ -51,10 +51,10 @@ class Planner:
     """One plan over one trace: `run()` takes its steps in order."""
 
     def __init__(
-        self, ask: PlanAsk, trace, executor: ExecutorSpec, progress: Progress | None
+        self, ask: PlanAsk, trace, executor: ExecutorSpec, progress: Progress | None, nested=False
     ) -> None:
         ask.check()
-        self.ask, self.trace, self.spec = ask, trace, executor
+        self.ask, self.trace, self.spec, self.nested = ask, trace, executor, nested
         searched = FLEET_SEARCHED if ask.latency else SEARCHED
         values = {k: v for k, v in (ask.policy or {}).items() if k not in searched}
         self.model = ask.model if ask.model is not None else values.get("model")
@@ -115,10 +115,8 @@ class Planner:
         ceilings = self._ceilings()
         framing = Framing(self.ask, self.block, self.search, self.cost_unit, self._policy())
         if self.ask.target > ceilings.bound:
-            check = None if self.ask.latency else self._block_check()
-            return self._result(
-                ceilings, unreachable_above_bound(framing, ceilings), [], check=check
-            )
+            check = {} if self.ask.latency else self._block_check()
+            return self._result(ceilings, unreachable_above_bound(framing, ceilings), [], **check)
         if self.ask.latency:
             return self._run_fleet(framing, ceilings)
         answer = answer_for(framing, ceilings, self._search(self._settings()))
@@ -132,14 +130,17 @@ class Planner:
             answer.message,
             answer.candidates,
             load_warning=answer.load_warning,
-            check=self._block_check() if ratio_short else None,
             host_tier=host,
+            **(self._block_check() if ratio_short else {}),
         )
 
-    def _block_check(self) -> str | None:
-        """The line on a block size that recovers the granularity loss (`block_check.py`)."""
-        make, base, rows = self._policy, self.base, self.block_rows
-        return block_check(self.ev, rows, make, base, self.trace_block)
+    def _block_check(self) -> dict:
+        """The line on a block size that recovers the granularity loss, and the plan at that
+        size where it reaches the target (`block_check.py`)."""
+        found = block_check(self.ev, self.block_rows, self._policy, self.base, self.trace_block)
+        if found is None:
+            return {}
+        return {"check": found.line, "at_block": plan_at_block(self, found)}
 
     def _host_tier(self, framing: Framing, ceilings: _Ceilings, without: list) -> HostTierAnswer:
         """The same settings searched with the whole host budget on every cache; where the

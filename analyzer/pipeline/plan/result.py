@@ -114,6 +114,8 @@ class PlanResult:
     unit_bounds: tuple[tuple[int | None, float], ...] = ()  # the other units' bounds
     replays_cut_short: int = 0  # replays stopped once their TTFT p99 missed the target
     host_tier: Any = None  # --host-memory-budget: a host.HostTierAnswer
+    # A hit-ratio plan short at its block: the plan at the block size that reaches it.
+    at_block: PlanResult | None = None
 
     @property
     def best(self) -> Candidate | None:
@@ -152,4 +154,5 @@ class PlanResult:
             "replays": self.replays,
             "replays_cut_short": self.replays_cut_short,
             "host_tier": None if self.host_tier is None else self.host_tier.as_dict(),
+            "at_block": None if self.at_block is None else self.at_block.as_dict(),
         }
