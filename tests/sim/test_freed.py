@@ -104,3 +104,11 @@ def test_marconi_s_alpha_tuning_frees_the_trees_it_tried():
     engine = MarconiReplay(make_policy({**values, "marconi_bootstrap": 1}))
     assert _left_in_cycles(lambda: list(engine.run(requests))) == []
     assert engine.tuning is not None  # a clone of the tree replayed per alpha, then dropped
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_fleet_behind_sglang_s_router_leaves_no_cycle(seed):
+    """The router's own radix tree (tree.rs's, a child linked to its parent) goes with it."""
+    values, requests = fleet_case(seed, tier=False)
+    values = {**values, "routing": "sglang", "replicas": 2, "schedule": "concurrent"}
+    assert _left_in_cycles(lambda: _replay(values, requests)) == []

@@ -80,6 +80,16 @@ class Tree:
         self.size: dict[int, int] = {}  # tenant -> units held (tenant_char_count)
         self.clock = 0
 
+    def __del__(self) -> None:
+        """Cut the nodes' links (a child's parent, a parent's children) so each node goes
+        with its last reference, not at the collector's next pass (sim/common/tree.py)."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            node.children.clear()
+            node.parent = None
+
     def _tick(self) -> int:
         self.clock += 1
         return self.clock
