@@ -24,6 +24,18 @@ from collections.abc import Callable, Sequence
 COPIED_FIELDS = ("state", "stamp", "state_stamp", "lock", "state_lock", "mamba", "mamba_stamp")
 
 
+def cut_links(root) -> None:
+    """Cut the links of a tree's nodes (children emptied, parents cleared) so each goes as its
+    last reference does, without the collector and without a recursive free: what a tree's
+    `__del__` does (this one's, and SGLang's router's)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        node.children.clear()
+        node.parent = None
+
+
 class Node:
     """One edge of the tree: `pages` (page keys), ending `end` pages below the root.
 
@@ -96,14 +108,7 @@ class RadixTree:
         self.on_split: Callable[[], Callable[[Node, Node], None] | None] | None = None
 
     def __del__(self) -> None:
-        """Cut the links of the nodes left (children emptied, parents cleared) so each goes
-        as its last reference does, without the collector and without a recursive free."""
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children.values())
-            node.children.clear()
-            node.parent = None
+        cut_links(self.root)
 
     def walk(self, keys: Sequence[int]) -> tuple[list[Node], int, Node | None]:
         """Match `keys` from the root without changing the tree.

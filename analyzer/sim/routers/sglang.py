@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.sim.common.tree import cut_links
 from analyzer.sim.routers import option
 from analyzer.sim.routers.base import FleetView, Request, Router, Ties
 
@@ -81,14 +82,7 @@ class Tree:
         self.clock = 0
 
     def __del__(self) -> None:
-        """Cut the nodes' links (a child's parent, a parent's children) so each node goes
-        with its last reference, not at the collector's next pass (sim/common/tree.py)."""
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children.values())
-            node.children.clear()
-            node.parent = None
+        cut_links(self.root)  # each node goes with its last reference, not at a GC pass
 
     def _tick(self) -> int:
         self.clock += 1
