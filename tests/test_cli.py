@@ -578,7 +578,10 @@ def test_an_unknown_key_in_a_policy_file_names_the_file(tmp_path):
          "for help)"),
         (["plan"],
          "Error: Missing option '--target-useful-hit-ratio'. ('hpa plan --help' for help)"),
-        (["model", "show"], "Error: Missing argument 'MODEL'. ('hpa model show --help' for help)"),
+        (["model", "show"],
+         "Error: Missing argument 'MODEL': a preset (nemotron-nano-9b-v2, qwen3-next-80b-a3b, "
+         "qwen3.5-4b, qwen3.6-27b), a preset-layout .json or a Hugging Face config.json. ('hpa "
+         "model show --help' for help)"),
         (["replay", "--nosuch"],
          "Error: No such option '--nosuch'. Did you mean '--out'? ('hpa replay --help' for help)"),
         (["frobnicate"], "Error: No such command 'frobnicate'. ('hpa --help' for help)"),

@@ -13,7 +13,7 @@ def model_group() -> None:
 
 
 @model_group.command("show")
-@click.argument("model")
+@click.argument("model", required=False)
 @json_format_option("json: one JSON object with every figure.")
 @click.option(
     "--gpu",
@@ -31,11 +31,18 @@ def model_group() -> None:
     type=click.IntRange(min=1),
     help="GPUs the model is split over, for --gpu.",
 )
-def show_cmd(model: str, fmt: str, gpu: str | None, tensor_parallel: int) -> None:
+def show_cmd(model: str | None, fmt: str, gpu: str | None, tensor_parallel: int) -> None:
     """Print what hpa derives for MODEL (a preset name, a preset-layout .json or a Hugging
     Face config.json): vLLM 0.33's cache groups, block size, bytes per block and per state,
     KV bytes per token, the weights' bytes and the model's compute figures."""
     from analyzer.config.model_show import model_show, show_lines, step_shown
+    from analyzer.config.models import model_names
+
+    if model is None:  # click's own line would not say what MODEL may be
+        raise click.UsageError(
+            f"Missing argument 'MODEL': a preset ({', '.join(model_names())}), a "
+            "preset-layout .json or a Hugging Face config.json."
+        )
 
     step = step_shown(model, gpu, tensor_parallel) if gpu is not None else None
     shown = model_show(model, step)
