@@ -19,7 +19,7 @@ from typing import Any
 from analyzer.config.bundled import preset_names, preset_text
 from analyzer.config.engines import BOUNDS, ENGINE_NAMES, ENGINES
 from analyzer.config.hardware import GPU_NAMES, GPUS, batch_defaults
-from analyzer.config.models import load_model
+from analyzer.config.models import load_model, model_names
 from analyzer.config.options import OPTIONS, resolve
 from analyzer.config.policy_files import parse_policy_text, read_policy_file
 from analyzer.config.routers import ROUTER_KEYS, ROUTER_NAMES, resolve_router, router
@@ -283,7 +283,10 @@ def build_policy(values: dict[str, Any]) -> Policy:
     if block_size is None and model is not None:
         block_size = model["block_size"]
     if block_size is None:
-        raise ConfigError("policy key 'block_size': required (or give 'model' with a preset)")
+        raise ConfigError(
+            "policy key 'block_size': required, or give 'model' (a preset: "
+            f"{', '.join(model_names())}; or a config.json), e.g. --set model={model_names()[0]}"
+        )
     policy = Policy(
         engine=_choice("engine", v["engine"], ENGINE_NAMES),
         groups=groups,

@@ -161,7 +161,9 @@ def test_cli_replay_errors(diag_db, tmp_path):
     result = run("replay", "--db", diag_db)
     assert result.exit_code == 2
     assert result.stderr == (
-        "Error: policy key 'block_size': required (or give 'model' with a preset)\n"
+        "Error: policy key 'block_size': required, or give 'model' (a preset: "
+        "nemotron-nano-9b-v2, qwen3-next-80b-a3b, qwen3.5-4b, qwen3.6-27b; or a config.json), "
+        "e.g. --set model=nemotron-nano-9b-v2\n"
     )
 
 

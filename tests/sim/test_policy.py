@@ -96,7 +96,12 @@ def test_schema_examples_are_valid_policies():
 
 BAD = [
     ({"block_size": 544, "colour": "red"}, "unknown policy key 'colour'; known: engine, groups,"),
-    ({}, "policy key 'block_size': required (or give 'model' with a preset)"),
+    (
+        {},
+        "policy key 'block_size': required, or give 'model' (a preset: nemotron-nano-9b-v2, "
+        "qwen3-next-80b-a3b, qwen3.5-4b, qwen3.6-27b; or a config.json), e.g. --set "
+        "model=nemotron-nano-9b-v2",
+    ),
     ({"block_size": 544, "engine": "lmcache"}, "policy key 'engine': 'lmcache' is not one of vllm"),
     (
         {"block_size": 544, "trtllm_interval": 1024},
