@@ -198,8 +198,9 @@ def calibrate_cmd(db_path, policy_source, overrides, step_gpu, tensor_parallel, 
 
     Without a GPU: the linear step (step_base_ms, step_token_us). Each request's simulated
     TTFT is linear in the two for a given schedule: the search starts from the best points
-    of a 5 x 5 grid, refines them by a simplex search over the replays' squared error, and
-    polishes the best by least squares on its own schedule.
+    of a 5 x 5 grid, iterates the least squares on each one's own schedule (a replay at the
+    parameters that fit the last one best), and where that does not settle refines the two
+    best by a simplex search over the replays' squared error.
 
     With a host KV tier (--set host_tier_gib=..., and async_scheduling false) each replica
     replays with its tier, as hpa replay does: the tier's hits are not computed, and a

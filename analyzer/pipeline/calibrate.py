@@ -12,21 +12,22 @@ they scheduled, and what was left of the step it arrived in; with a host KV tier
 engine waited beyond its steps for a load to land joins that lead, `_with_waits`). Each
 replica is replayed as `hpa replay` replays it (`concurrent_replay`: with its host tier where
 the policy has one). But the schedule moves with the clock, so the error is not smooth in
-the parameters: each of the best points of a coarse 5 x 5 grid starts a simplex search
-(Nelder-Mead over their logarithms, `_search`, each point a replay scored by the squared
-error against the observed `ttft_ms`), and the best point found is polished by least
-squares (non-negative) on its own schedule's terms, replayed again, while that lowers the
-error; the parameters whose own replay matches the observations best are kept. Quality: R^2 of
-simulated vs observed TTFT and the absolute errors, over the requests with an observed TTFT.
+the parameters: `calibrate_search` searches them (a grid, the fixed-point iteration of the
+least squares on each point's schedule from its best points, and simplex searches where that
+does not settle), each point a replay scored by the squared error against the observed
+`ttft_ms`; the parameters whose own replay matches the observations best are kept.
+Quality: R^2 of simulated vs observed TTFT and the absolute errors, over the requests with
+an observed TTFT.
 
 Not every point needs its whole replay (`_Scorer`): a point already scored (the parameters
 rounded as the policy takes them) is not replayed again; a replay stops once every request
 with an observed TTFT has its first token (its terms are fixed then: the decodes after it
 change none); and a replay whose answer is only "not below the error to beat" (a simplex
-trial against its worst point, a polish against the best, a grid point against the grid's
-sixth best) stops at the first token that puts the squared errors so far at or above that
-error (`_Watch`): they only add up, so no later request can bring the sum back. The points,
-their errors and the fit are the plain search's (tests/pipeline/test_calibrate_bound.py).
+trial against its worst point, an iteration's step against its current point, a grid point
+against the grid's sixth best) stops at the first token that puts the squared errors so far
+at or above that error (`_Watch`): they only add up, so no later request can bring the sum
+back. The points, their errors and the fit are the plain search's
+(tests/pipeline/test_calibrate_bound.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from analyzer.access.trace import LoadedTrace, load_trace
 from analyzer.config.policy import Policy, policy_values
 from analyzer.errors import ConfigError
 from analyzer.pipeline.calibrate_roofline import RooflineCalibration, fit_roofline
+from analyzer.pipeline.calibrate_search import point_key, search_linear
 from analyzer.pipeline.replay import num_groups, routed_partitions
 from analyzer.sim.dispatch import make_policy
 from analyzer.sim.vllm import concurrent_replay
@@ -51,13 +53,6 @@ from analyzer.sim.watch import stop_when_late
 from analyzer.store.db import DEFAULT_DB, connect, load_sql, query_arrow, trace_block_tokens
 from analyzer.store.export import check_out_folder, write_atomic
 
-MAX_ITERATIONS = 8
-START_MS = (1.0, 3.0, 10.0, 30.0, 100.0)  # step_base_ms of the starting grid
-START_US = (5.0, 15.0, 50.0, 150.0, 500.0)  # step_token_us of the starting grid
-# searches, from the grid's best points: under async scheduling (vLLM's default) the error has
-# more local minima than synchronously; 3 stopped at R^2 0.92 on the groups sample, 6 find it
-STARTS = 6
-SETTLED = 1e-3  # the simplex's size in log units (0.1%) at which the search stops
 WAIT_EPS_S = 1e-9  # a host tier's wait below this is the clock's rounding (`_with_waits`)
 
 
@@ -154,25 +149,9 @@ def _before_the_cut(
 
 
 def _fit_linear(trace: LoadedTrace, policy: Policy, observed_ms: np.ndarray) -> Calibration:
-    """step_base_ms and step_token_us: the grid, the searches from its best points, and the
-    polish by least squares on the best one's schedule."""
+    """step_base_ms and step_token_us, by `calibrate_search.search_linear` over the replays."""
     score = _Scorer(trace, policy, observed_ms)
-    grid: list[Evaluation] = []  # those fully scored, in the grid's order
-    for b in START_MS:
-        for t in START_US:
-            # a point at or above the sixth best so far is not among the best six (the sort
-            # is stable: an equal one found earlier stays ahead of it)
-            sixth = sorted(e[0].sse_ms2 for e in grid)[STARTS - 1] if len(grid) >= STARTS else None
-            e = score(np.log([b, t]), sixth)
-            if e is not None:
-                grid.append(e)
-    grid.sort(key=lambda e: e[0].sse_ms2)
-    best = min((_search(score, start) for start in grid[:STARTS]), key=lambda e: e[0].sse_ms2)
-    for _ in range(MAX_ITERATIONS):  # polish: the exact fit on the best one's schedule
-        fit = score(np.log(np.maximum(_fit(best[1], observed_ms), 1e-6)), best[0].sse_ms2)
-        if fit is None or fit[0].sse_ms2 >= best[0].sse_ms2:
-            break
-        best = fit
+    best = search_linear(score)
     return replace(
         best[0], replays=score.points, full_replays=score.full, cut_short=score.cut_short
     )
@@ -195,7 +174,7 @@ class _Scorer:
 
     def __call__(self, x: np.ndarray, above: float | None = None) -> Evaluation | None:
         self.points += 1
-        key = tuple(round(float(v), 6) for v in np.exp(x))
+        key = point_key(x)
         if not self.spare:
             above = None
         elif key in self.scored:
@@ -215,31 +194,6 @@ class _Scorer:
         if self.spare:
             self.scored[key] = e
         return e
-
-
-def _search(evaluate, start: Evaluation, evaluations: int = 60) -> Evaluation:
-    """Nelder-Mead over log(step_base_ms), log(step_token_us), from the grid's best point:
-    the replay's schedule moves with the parameters, so the error is not smooth in them.
-    A trial is only compared with the worst point: `evaluate(x, worst)` may answer None
-    (not below it)."""
-    x0 = np.log([start[0].policy.step_base_ms, start[0].policy.step_token_us])
-    simplex = [(start, x0)] + [(evaluate(x), x) for x in (x0 + [0.7, 0], x0 + [0, 0.7])]
-    for _ in range(evaluations):
-        simplex.sort(key=lambda e: e[0][0].sse_ms2)
-        (_, xb), (_, xm), (worst, xw) = simplex
-        if np.abs(xw - xb).max() < SETTLED:
-            break
-        centre = (xb + xm) / 2
-        for step in (1.0, 2.0, 0.5, -0.5):  # reflect, expand, contract out, contract in
-            x = centre + step * (centre - xw)
-            trial = evaluate(x, worst[0].sse_ms2)
-            if trial is not None and trial[0].sse_ms2 < worst[0].sse_ms2:
-                simplex[2] = (trial, x)
-                break
-        else:  # shrink towards the best
-            halves = [(xb + x) / 2 for _, x in simplex[1:]]
-            simplex = [simplex[0]] + [(evaluate(x), x) for x in halves]
-    return min(simplex, key=lambda e: e[0][0].sse_ms2)[0]
 
 
 def _evaluate(
@@ -383,23 +337,6 @@ class _Watch:
             raise _Reached
         if self.pending == 0:
             raise _AllIn
-
-
-def _fit(terms: np.ndarray, observed_ms: np.ndarray) -> tuple[float, float]:
-    """Non-negative least squares of observed - lead on (steps, tokens): (base ms, token us)."""
-    ok = np.isfinite(observed_ms) & np.isfinite(terms[:, 0])
-    if ok.sum() < 2:
-        raise ConfigError("calibrate needs at least 2 requests with an observed TTFT")
-    y = observed_ms[ok] / 1e3 - terms[ok, 0]
-    x = terms[ok, 1:]
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    if coef[0] < 0 or coef[1] < 0:  # one parameter at 0: the other alone
-        k = 1 if coef[0] < 0 else 0
-        col = x[:, k]
-        best = max(float(col @ y) / float(col @ col), 0.0) if col @ col else 0.0
-        coef = np.zeros(2)
-        coef[k] = best
-    return round(float(coef[0]) * 1e3, 6), round(float(coef[1]) * 1e6, 6)
 
 
 def _quality(policy: Policy, terms: np.ndarray, observed_ms: np.ndarray) -> Calibration:

@@ -122,8 +122,7 @@ def test_calibrate_fits_a_tier_replay_and_misses_without_its_tier(rotating_db):
     overrides = [*OVERRIDES, "host_tier_gib=1", "host_bandwidth_gbps=0.1"]
     fit = calibrate(None, overrides, db_path=rotating_db)
     assert fit.r2 > 0.999 and fit.num_requests == 12
-    assert fit.policy.step_base_ms == pytest.approx(12.0, rel=0.01)
-    assert fit.policy.step_token_us == pytest.approx(40.0, rel=0.01)
+    assert (fit.policy.step_base_ms, fit.policy.step_token_us) == (12.0, 40.0)
     assert fit.policy.option("host_tier_gib") == 1.0
     trace, observed = module._load(rotating_db)
     untiered = make_policy({**json.loads(fit.policy.to_json()), "host_tier_gib": 0})
