@@ -213,6 +213,7 @@ def line_bodies(
 def decoded_lines(body: bytes, first_line: int) -> Iterator[Item]:
     """(line_no, decoded object or RecordError, raw line) of each non-blank line of `body`.
     An object that gives a key twice is a RecordError (a parser keeps one value silently)."""
+    long_digits = has_long_digits(body)  # a line has them only if its body has
     for offset, raw in enumerate(body.split(b"\n")[:-1]):
         if not raw.strip():
             continue
@@ -221,16 +222,24 @@ def decoded_lines(body: bytes, first_line: int) -> Iterator[Item]:
         except orjson.JSONDecodeError as exc:
             obj = non_finite_error(raw) or RecordError(None, _undecodable(raw, exc))
         else:
-            if LONG_DIGITS.search(raw):
+            if long_digits and has_long_digits(raw):
                 obj = exact_json(raw)  # orjson reads integers past 64 bits as floats
             # Every key ends in a quote and a colon: no more of those than keys, no repeat.
-            elif type(obj) is dict and len(KEY_MARK.findall(raw)) > len(obj):
-                obj = repeated_key_error(raw) or obj
+            elif type(obj) is dict and (marks := len(KEY_MARK.findall(raw))) > len(obj):
+                if marks > num_keys(obj):  # nested objects' keys counted too
+                    obj = repeated_key_error(raw) or obj
         yield first_line + offset, obj, raw
 
 
-# 20 digits or more: maybe an integer past 64 bits (or digits in a string: read exactly too).
-LONG_DIGITS = re.compile(rb"\d{20}")
+def has_long_digits(data: bytes) -> bool:
+    """Whether `data` holds 20 digits in a row: maybe an integer past 64 bits (or digits in a
+    string: read exactly too). The digits are mapped to one byte and the run searched for,
+    12x faster than the pattern \\d{20} (3 MB of WEKA ids: 2.9 ms against 35)."""
+    return _DIGIT_RUN in data.translate(_DIGITS_AS_ZERO)
+
+
+_DIGITS_AS_ZERO = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))  # "0"-"9": "0"
+_DIGIT_RUN = b"0" * 20
 
 
 def exact_json(raw: bytes) -> Any:
@@ -242,9 +251,30 @@ def exact_json(raw: bytes) -> Any:
         return _repeated(repeated.key)
 
 
-# A key's end: its closing quote, then a colon (blanks between allowed). A string value may
-# hold one too; each object key has exactly one.
-KEY_MARK = re.compile(rb'"[ \t]*:')
+# A key's end: its closing quote, then a colon (JSON's blanks between allowed; a newline
+# ends the line). A string value may hold one too; each object key has exactly one.
+KEY_MARK = re.compile(rb'"[ \t\r]*:')
+
+
+def num_keys(value: Any) -> int:
+    """How many keys the objects of decoded JSON `value` hold, nested ones included. A list
+    is walked only if it holds an object or a list (its elements' types looked at in C: a
+    WEKA conversation's 2,000-id lists cost 10 ns an id, where reading the line again with
+    the standard library cost 11 ns a byte)."""
+    count, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        if type(item) is dict:
+            count += len(item)
+            todo.extend(item.values())
+        elif type(item) is list:
+            kinds = list(map(type, item))
+            if kinds.count(int) < len(kinds) and not _CONTAINERS.isdisjoint(kinds):
+                todo.extend(item)
+    return count
+
+
+_CONTAINERS = frozenset((dict, list))
 
 
 class _Repeated(Exception):

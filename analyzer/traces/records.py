@@ -98,12 +98,33 @@ def type_name(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
+class Int64Ids(list):
+    """A list of ids its maker proved ints (no bool) in [INT64_MIN, INT64_MAX] as it built it
+    (`hashchain.chained`): `validate_record` takes it as block_hash_ids without checking each
+    id again (the WEKA trace's 94 M ids). Whoever adds to one adds such ints only."""
+
+    __slots__ = ()
+
+
+def _ints_within(values: list, lo: int, hi: int) -> bool:
+    """Whether every element of `values` is an int (a bool is not) in [lo, hi): the verdict
+    of a loop over `type(v) is int and lo <= v < hi`, taken at C speed (types counted, then
+    min and max: 40 ns an id, where the loop took 60)."""
+    if list(map(type, values)).count(int) != len(values):
+        return False
+    return not values or (lo <= min(values) and max(values) < hi)
+
+
 def _int_list(name: str, value: Any, lo: int, hi: int) -> list[int]:
     if not isinstance(value, list):
         raise RecordError(name, f"expected an array of integers, got {type_name(value)}")
     if not value:
         raise RecordError(name, "empty array (a request needs at least one token)")
-    for i, v in enumerate(value):
+    if type(value) is Int64Ids and lo <= INT64_MIN and INT64_MAX < hi:
+        return value
+    if _ints_within(value, lo, hi):
+        return value
+    for i, v in enumerate(value):  # the first id that fails, for its reason
         if type(v) is not int:
             raise RecordError(f"{name}[{i}]", f"expected an integer, got {type_name(v)}")
         if not lo <= v < hi:

@@ -7,8 +7,19 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from analyzer.traces.records import RecordError, parse_timestamp, validate_record
+from analyzer.traces.batches import exact_batch
+from analyzer.traces.records import (
+    INT64_MAX,
+    INT64_MIN,
+    Int64Ids,
+    RecordError,
+    parse_timestamp,
+    type_name,
+    validate_record,
+)
 
 SCHEMA = json.loads(
     (Path(__file__).parents[2] / "analyzer" / "schemas" / "trace.schema.json").read_text()
@@ -248,3 +259,53 @@ def test_rfc3339_date_times_are_read_exactly(text, seconds):
 def test_what_rfc3339_does_not_allow_is_rejected(text):
     with pytest.raises(RecordError, match="is not an RFC 3339 date-time"):
         parse_timestamp(text)
+
+
+# Id lists are checked at C speed (types counted, min and max), and one by one only to name
+# the first bad id: the verdict and the reason are those of the loop over every id.
+_ID_LISTS = {  # field: (lowest, past the highest, as the reason writes it)
+    "prompt_token_ids": (0, 2**31, "2^31"),
+    "output_token_ids": (0, 2**31, "2^31"),
+    "block_hash_ids": (INT64_MIN, INT64_MAX + 1, "2^63"),
+}
+_ids = (
+    st.integers(-2, 2**31 + 1)
+    | st.integers(INT64_MIN - 2, INT64_MAX + 2)
+    | st.sampled_from([True, False, 1.0, 2.5, "3", None, [1], {"a": 1}])
+)
+
+
+def _one_by_one(name: str, values: list) -> tuple[str, str] | None:
+    lo, hi, bound = _ID_LISTS[name]
+    for i, v in enumerate(values):
+        if type(v) is not int:
+            return f"{name}[{i}]", f"expected an integer, got {type_name(v)}"
+        if not lo <= v < hi:
+            return f"{name}[{i}]", f"{v} is outside [{lo}, {bound})"
+    return None
+
+
+@given(st.sampled_from(sorted(_ID_LISTS)), st.lists(_ids, min_size=1, max_size=12))
+def test_id_lists_are_checked_as_one_by_one(name, values):
+    others = {"block_hash_ids": {"block_size": 16}, "output_token_ids": {"prompt_token_ids": [1]}}
+    record = {"request_id": "r", name: values, **others.get(name, {})}
+    try:
+        row = validate_record(record, 1)
+    except RecordError as err:
+        assert (err.field, err.reason) == _one_by_one(name, values)
+    else:
+        assert _one_by_one(name, values) is None and row[name] == values
+
+
+def test_int64_ids_are_taken_as_their_maker_checked_them():
+    ids = Int64Ids([INT64_MIN, 5, INT64_MAX])
+    plain = {"request_id": "r", "block_hash_ids": list(ids), "block_size": 4}
+    made = exact_batch([(1, {**plain, "block_hash_ids": ids}, b"")])
+    assert made.rows.equals(exact_batch([(1, plain, b"")]).rows) and not made.rejects
+    for record, field, reason in (  # only as int64 block ids, and never when empty
+        ({"prompt_token_ids": Int64Ids([1, 2**40])}, "prompt_token_ids[1]", "1099511627776 "),
+        ({"block_hash_ids": Int64Ids(), "block_size": 4}, "block_hash_ids", "empty array"),
+    ):
+        with pytest.raises(RecordError) as info:
+            validate_record({"request_id": "r", **record}, 1)
+        assert info.value.field == field and info.value.reason.startswith(reason)

@@ -11,12 +11,14 @@ different prefix or in another namespace never matches (collisions: about 2^-64 
 from __future__ import annotations
 
 import hashlib
+import struct
 from pathlib import Path
 from typing import Any
 
-from analyzer.traces.records import INT64_MAX, INT64_MIN
+from analyzer.traces.records import INT64_MAX, INT64_MIN, Int64Ids
 
 Memo = dict[tuple[int, int], int]
+Chain = tuple[list[int], list[int]]  # local ids, their chained ids
 
 
 def int64(data: bytes) -> int:
@@ -41,24 +43,62 @@ def seed(namespace: str | bytes) -> int:
     )
 
 
-def chained(start: int, local: Any, memo: Memo | None = None) -> Any:
+def chained(start: int, local: Any, memo: Memo | None = None, previous: Chain | None = None) -> Any:
     """Global chained ids of a list of local int64 ids; anything else is returned as is, for
     `validate_record` to reject with its reason. `memo` (prev, local) -> id saves rehashing
-    the prefixes a file repeats; leave it out where memory must not grow with the file."""
-    if not isinstance(local, list) or not all(
-        type(h) is int and INT64_MIN <= h <= INT64_MAX for h in local
-    ):
+    the prefixes a file repeats; leave it out where memory must not grow with the file.
+    `previous`: (local ids, their global ids) of a list chained before from the same
+    `start`: the prefix `local` shares with it takes those ids as they are (an id is a
+    function of its whole prefix), and only the rest is looked up or hashed (a WEKA request
+    mostly extends the one before: 11.2 M ids, 0.55 M past that prefix)."""
+    if not isinstance(local, list) or list(map(type, local)).count(int) != len(local):
         return local
-    ids, prev = [], start
-    for h in local:
+    shared = 0 if previous is None else shared_prefix(local, previous[0])
+    rest = local[shared:]  # the shared prefix's ids are int64: equal to `previous`'s
+    if rest and not (INT64_MIN <= min(rest) and max(rest) <= INT64_MAX):
+        return local
+    ids = Int64Ids(previous[1][:shared]) if shared else Int64Ids()
+    prev, append = ids[-1] if shared else start, ids.append
+    # int64(prev's 8 bytes + h's) inline, from a copy of an empty blake2b (a new one costs
+    # 100 ns more): 590 ns an id with a memo, 410 without, where calling int64 took 940, 770
+    if memo is None:
+        for h in rest:
+            state = _EMPTY.copy()
+            state.update(_PACK(prev, h))
+            prev = _UNPACK(state.digest())[0]
+            append(prev)
+        return ids
+    for h in rest:
         key = (prev, h)
-        found = memo.get(key) if memo is not None else None
-        if found is None:
-            found = int64(
-                prev.to_bytes(8, "little", signed=True) + h.to_bytes(8, "little", signed=True)
-            )
-            if memo is not None:
-                memo[key] = found
-        ids.append(found)
-        prev = found
+        prev = memo.get(key)
+        if prev is None:
+            state = _EMPTY.copy()
+            state.update(_PACK(*key))
+            prev = memo[key] = _UNPACK(state.digest())[0]
+        append(prev)
     return ids
+
+
+_EMPTY = hashlib.blake2b(digest_size=8)  # copied, never updated
+_PACK, _UNPACK = struct.Struct("<qq").pack, struct.Struct("<q").unpack
+
+
+def shared_prefix(a: list, b: list) -> int:
+    """How many leading elements `a` and `b` share (==): the first difference is found by
+    halving, each half compared at C speed, so the cost is that of one comparison pass."""
+    n = min(len(a), len(b))
+    lo, hi = 0, n  # a[:lo] == b[:lo]; a difference, if any, lies in [lo, hi)
+    if a[:n] == b[:n]:
+        return n
+    while hi - lo > _SCAN:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while a[lo] == b[lo]:
+        lo += 1
+    return lo
+
+
+_SCAN = 16  # below this many elements, `shared_prefix` steps one by one

@@ -30,6 +30,7 @@ Canonical record, per request (sub-agents flattened in place):
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -91,6 +92,7 @@ class _Conversation:
         self.seed = hashchain.seed(hashlib.sha256(raw).digest())
         self.start_s = _start_s(obj, self.key, path)
         self.memo: hashchain.Memo = {}  # bounded by the conversation, read whole anyway
+        self.last: dict[str, hashchain.Chain] = {}  # each (sub-)conversation's last ids
 
     def flatten(self, ordinal: int) -> list[Item]:
         """(line_no, canonical record or RecordError, raw excerpt) of every request."""
@@ -145,7 +147,7 @@ class _Conversation:
             out["timestamp"] = self._timestamp(rec, where, offset_s)
             if "ttft" in rec:
                 out["ttft_ms"] = _seconds(rec["ttft"], f"{where}.ttft") * 1000.0
-            out["block_hash_ids"] = self._global_ids(rec["hash_ids"], rec["in"], rid)
+            out["block_hash_ids"] = self._global_ids(rec["hash_ids"], rec["in"], rid, conversation)
         except RecordError as err:
             return err
         out.update(block_size=BLOCK_SIZE, prompt_tokens=rec["in"])
@@ -162,12 +164,15 @@ class _Conversation:
             raise RecordError(f"{where}.t", "missing (seconds from the conversation start)")
         return self.start_s + offset_s + _seconds(rec["t"], f"{where}.t")
 
-    def _global_ids(self, local: Any, in_tokens: Any, rid: str) -> Any:
+    def _global_ids(self, local: Any, in_tokens: Any, rid: str, conversation: str) -> Any:
         """Chained, file-namespaced ids, plus a request-unique id for a partial tail block.
+        The prefix shared with the conversation's previous request reuses its ids.
 
         Anything malformed is passed through for `validate_record` to reject with its reason.
         """
-        ids = hashchain.chained(self.seed, local, self.memo)
+        ids = hashchain.chained(self.seed, local, self.memo, self.last.get(conversation))
+        if ids is not local:  # chained (what it cannot chain comes back as it is)
+            self.last[conversation] = (local, ids)  # a tail id appended below: never reused
         if not isinstance(ids, list) or type(in_tokens) is not int:
             return ids
         if in_tokens % BLOCK_SIZE and len(ids) == in_tokens // BLOCK_SIZE:
@@ -196,7 +201,11 @@ def _start_s(obj: dict[str, Any], key: str, path: Path) -> float:
 
 
 def _excerpt(where: str, req: Any) -> str:
-    return f"{where}: {orjson.dumps(req).decode()}"
+    try:
+        text = orjson.dumps(req).decode()
+    except TypeError:  # an integer past 64 bits, which orjson cannot write
+        text = json.dumps(req, separators=(",", ":"), ensure_ascii=False)
+    return f"{where}: {text}"
 
 
 ADAPTER = Adapter(NAME, read_weka, SOURCE, record=looks_like)

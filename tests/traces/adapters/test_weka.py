@@ -4,6 +4,8 @@ sub-agents, rejects and auto-detection, on whole conversations of the public cor
 from __future__ import annotations
 
 import gzip
+import io
+import json
 import math
 import shutil
 from datetime import UTC, datetime
@@ -12,13 +14,16 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from analyzer.cli import cli
 from analyzer.errors import InputFileError
 from analyzer.store.ingest import ingest
-from analyzer.traces.adapters import weka
+from analyzer.traces.adapters import hashchain, weka
 from analyzer.traces.readers import detect_format
 from tests.conftest import db_rows
+from tests.traces.adapters.test_hashchain import conversations, plain_chain
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "external" / "weka_claude_code"
 NAMES = ("trace_0021", "trace_0026", "trace_0291")
@@ -246,3 +251,41 @@ def test_auto_detection(tmp_path):
     mooncake = {"timestamp": 0, "input_length": 10, "hash_ids": [3]}
     assert detect_format(_write(tmp_path / "m.jsonl", [mooncake])) == "mooncake"
     assert not weka.looks_like(None, b'{"request_id": "r", "requests": []}')
+
+
+def _read(data: bytes) -> tuple[list, list]:
+    batches = list(weka.read_weka(Path("c.json"), io.BytesIO(data), lambda: None))
+    rejects = [(r.line_no, r.field, r.reason, r.raw_excerpt) for b in batches for r in b.rejects]
+    return [row for b in batches for row in b.rows.to_pylist()], rejects
+
+
+@given(conversations(), st.data())
+def test_reused_prefixes_store_what_the_plain_chain_does(lists, data):
+    """Each request's ids reuse those of the prefix it shares with its (sub-)conversation's
+    request before: the rows and rejects are those of chaining every id from the seed."""
+    requests: list = []
+    for local in lists:
+        size = len(local) * BLOCK if isinstance(local, list) else 100
+        req = {"t": 1.0, "in": max(1, size - data.draw(st.integers(0, 63))), "hash_ids": local}
+        agent = data.draw(st.sampled_from([None, "a", "b"]))
+        if agent is None:
+            requests.append(req)
+        elif requests and requests[-1].get("agent_id") == agent:
+            requests[-1]["requests"].append(req)
+        else:
+            requests.append({"t": 2.0, "type": "subagent", "agent_id": agent, "requests": [req]})
+    conv = {"id": "h", "hash_id_scope": "local", "requests": requests}
+    line = json.dumps(conv).encode() + b"\n"  # ints past 64 bits too
+    got = _read(line)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hashchain, "chained", plain_chain)
+        assert got == _read(line)
+
+
+def test_the_corpus_stores_what_the_plain_chain_does():
+    for name in NAMES:  # sub-agents, compactions: prefixes shared with requests not the last
+        data = gzip.decompress((FIXTURES / f"{name}.json.gz").read_bytes())
+        got = _read(data)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(hashchain, "chained", plain_chain)
+            assert got == _read(data) and got[0]
