@@ -364,7 +364,7 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     _check_version(con, path)
-    with transaction(con):  # tables and version together (a kill between: no meta row)
+    with transaction(con, held=False):  # tables and version together (a kill: no meta row)
         con.execute(load_sql("schema"))
         con.execute(load_sql("meta_set_schema_version"), {"version": SCHEMA_VERSION})
     _recover_ingest(con)
@@ -376,18 +376,16 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 _OPEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> depth
 _LANDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> what it stores
-# connection -> the settings `connect` opened it with
-_OPENED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# read-only connections whose instance may attach their store again writable
-_SWAPPABLE: weakref.WeakSet = weakref.WeakSet()
+_OPENED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> its settings
+_SWAPPABLE: weakref.WeakSet = weakref.WeakSet()  # read-only, may reattach the store writable
 
 
 @contextmanager
-def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+def transaction(con: duckdb.DuckDBPyConnection, *, held: bool = True) -> Iterator[None]:
     """One all-or-nothing write: committed when the outermost block ends, rolled back if it
     raises (a killed process commits nothing either). A block inside another is part of it.
     What a block stores is named by `stores` inside it; the commit and the note of what
-    it stored are not cut short by a signal (`analyzer.interrupts`)."""
+    it stored are not cut short by a signal (`analyzer.interrupts`; none waits if not `held`)."""
     depth = _OPEN.get(con, 0)
     if depth:
         _OPEN[con] = depth + 1
@@ -410,6 +408,9 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     finally:
         _OPEN.pop(con, None)
         stored = _LANDS.pop(con, [])
+    if not held:  # the store's own schema as it opens: no command's write
+        con.commit()
+        return
     with interrupts.holding():
         con.commit()
         interrupts.note_landed(stored)
@@ -487,8 +488,7 @@ def table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
 
 def column_names(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
     """The columns of `table` (empty when there is no such table)."""
-    rows = con.execute(load_sql("column_names"), {"table_name": table}).fetchall()
-    return {r[0] for r in rows}
+    return {r[0] for r in con.execute(load_sql("column_names"), {"table_name": table}).fetchall()}
 
 
 def query_arrow(con: duckdb.DuckDBPyConnection, sql: str, params=None) -> pa.Table:
