@@ -87,14 +87,13 @@ def engine_section(data: ReportData) -> tuple[str, list[str]]:
     overall = data.groups.filter(pl.col("is_overall")).sort("run_id")
     labels = overall["run_label"].to_list()  # they name the engine (or the user's name)
     rows = list(overall.iter_rows(named=True))
-    best_bound = max(
-        (r["hit_tokens"] for r, e in zip(rows, engines, strict=True) if e in BOUNDS),
-        default=None,
-    )
+    # ratios, not tokens: runs may count different requests (--measure-from)
+    ratio = [r["hit_tokens"] / (r["prompt_tokens"] or 1) for r in rows]
+    best_bound = max((x for x, e in zip(ratio, engines, strict=True) if e in BOUNDS), default=None)
     cells = []
-    for label, engine, r in zip(labels, engines, rows, strict=True):
+    for label, engine, r, x in zip(labels, engines, rows, ratio, strict=True):
         q = r["prompt_tokens"] or 1
-        of_bound = "" if not best_bound else f"{r['hit_tokens'] / best_bound:.1%}"
+        of_bound = "" if not best_bound else f"{x / best_bound:.1%}"
         cells.append(
             [
                 label,
@@ -115,9 +114,9 @@ def engine_section(data: ReportData) -> tuple[str, list[str]]:
         "fresh prefill tokens",
         "hits as share of the best bound",
     ]
-    best = max(zip(labels, engines, rows, strict=True), key=lambda t: t[2]["hit_tokens"])
-    best_real = [t for t in zip(labels, engines, rows, strict=True) if t[1] not in BOUNDS]
-    top = max(best_real, key=lambda t: t[2]["hit_tokens"]) if best_real else best
+    best = max(zip(labels, engines, ratio, strict=True), key=lambda t: t[2])
+    best_real = [t for t in zip(labels, engines, ratio, strict=True) if t[1] not in BOUNDS]
+    top = max(best_real, key=lambda t: t[2]) if best_real else best
     text = (
         "Every design sees the same requests in the same order; only where it keeps "
         "recurrent state (or how it rebuilds it) and what it evicts differ. Green is reused, "
@@ -129,9 +128,9 @@ def engine_section(data: ReportData) -> tuple[str, list[str]]:
         "purple is shared prefix below the run's block or match unit, which a design with "
         "finer blocks reuses; grey no cache of this run could have served. "
         f"Among the engines (bounds aside), {html.escape(top[0])} reuses the most "
-        f"({top[2]['hit_tokens'] / (top[2]['prompt_tokens'] or 1):.1%} of queried tokens)"
+        f"({top[2]:.1%} of queried tokens)"
         + (
-            f"; the best bound reaches {best_bound / (top[2]['prompt_tokens'] or 1):.1%}."
+            f"; the best bound reaches {best_bound:.1%}."
             if best_bound
             else "; add an oracle run (engine oracle) to see the ceiling."
         )

@@ -95,3 +95,30 @@ def test_a_run_of_other_requests_is_not_said_to_reuse_more(tmp_path):
     assert ratios[1] > ratios[0]  # what the summary used to call the run that reuses the most
     assert data.headline_run == 1
     assert "Of the runs shown" not in " ".join(verdict_sentences(data))
+
+
+def test_the_engine_section_compares_ratios(tmp_path):
+    """Engines measured over different requests: the one that reuses the most is by share of
+    its own queried tokens (by tokens, the run counting more requests won a tie)."""
+    from analyzer.report.engines import engine_section
+    from analyzer.store.ingest import ingest
+    from tests.conftest import write_jsonl
+
+    records = [
+        {
+            "request_id": f"r{i}",
+            "timestamp": float(i),
+            "prompt_token_ids": [1_000 * i + k for k in range(64)] if i < 20 else list(range(64)),
+        }
+        for i in range(40)
+    ]
+    db = tmp_path / "engines.duckdb"
+    ingest([write_jsonl(tmp_path / "e.jsonl", records)], db_path=db)
+    run_replay(make_policy(POLICY), db_path=db)
+    run_replay(make_policy({**POLICY, "engine": "sglang"}), db_path=db, measure_from=0.5)
+    data = load_report_data(db)
+    hits = data.runs["hit_tokens"].to_list()
+    assert hits[0] == hits[1]  # the first half has no hit: the same hits, fewer queries
+    body, _ = engine_section(data)
+    share = hits[1] / data.runs["prompt_tokens"].to_list()[1]
+    assert f"run 2 · sglang · measure_from=0.5 reuses the most ({share:.1%} of" in body
