@@ -72,9 +72,10 @@ def test_the_policies_table_and_sentence_name_them(runs_db):
     assert said.endswith("; run 4 · vllm · num_blocks=800: +0.00 points")
 
 
-def test_a_run_of_other_requests_is_not_said_to_reuse_more(tmp_path):
-    """The Mooncake case: the same policy measured from the half where prompts repeat has
-    the higher ratio, from the requests it leaves out, not from a setting."""
+def _later_repeats(tmp_path, second: dict):
+    """40 requests, 1 s apart: the first 20 unique, the last 20 one prompt (each after the
+    first hits); run 1 under POLICY from the first request, run 2 under POLICY with
+    `second` from the 21st (--measure-from 0.5). Its report data."""
     from analyzer.store.ingest import ingest
     from tests.conftest import write_jsonl
 
@@ -89,8 +90,14 @@ def test_a_run_of_other_requests_is_not_said_to_reuse_more(tmp_path):
     db = tmp_path / "later.duckdb"
     ingest([write_jsonl(tmp_path / "l.jsonl", records)], db_path=db)
     run_replay(make_policy(POLICY), db_path=db)
-    run_replay(make_policy(POLICY), db_path=db, measure_from=0.5)
-    data = load_report_data(db)
+    run_replay(make_policy({**POLICY, **second}), db_path=db, measure_from=0.5)
+    return load_report_data(db)
+
+
+def test_a_run_of_other_requests_is_not_said_to_reuse_more(tmp_path):
+    """The Mooncake case: the same policy measured from the half where prompts repeat has
+    the higher ratio, from the requests it leaves out, not from a setting."""
+    data = _later_repeats(tmp_path, {})
     ratios = [r["hit_tokens"] / r["prompt_tokens"] for r in data.runs.iter_rows(named=True)]
     assert ratios[1] > ratios[0]  # what the summary used to call the run that reuses the most
     assert data.headline_run == 1
@@ -101,22 +108,8 @@ def test_the_engine_section_compares_ratios(tmp_path):
     """Engines measured over different requests: the one that reuses the most is by share of
     its own queried tokens (by tokens, the run counting more requests won a tie)."""
     from analyzer.report.engines import engine_section
-    from analyzer.store.ingest import ingest
-    from tests.conftest import write_jsonl
 
-    records = [
-        {
-            "request_id": f"r{i}",
-            "timestamp": float(i),
-            "prompt_token_ids": [1_000 * i + k for k in range(64)] if i < 20 else list(range(64)),
-        }
-        for i in range(40)
-    ]
-    db = tmp_path / "engines.duckdb"
-    ingest([write_jsonl(tmp_path / "e.jsonl", records)], db_path=db)
-    run_replay(make_policy(POLICY), db_path=db)
-    run_replay(make_policy({**POLICY, "engine": "sglang"}), db_path=db, measure_from=0.5)
-    data = load_report_data(db)
+    data = _later_repeats(tmp_path, {"engine": "sglang"})
     hits = data.runs["hit_tokens"].to_list()
     assert hits[0] == hits[1]  # the first half has no hit: the same hits, fewer queries
     body, _ = engine_section(data)
