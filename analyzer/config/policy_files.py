@@ -28,6 +28,14 @@ class _Twice(ValueError):
         self.key, self.line = key, line
 
 
+class _Unreadable(ValueError):
+    """Text its format does not parse: the parser's words, and the 1-based line if known."""
+
+    def __init__(self, problem: str, line: int | None):
+        super().__init__(problem)
+        self.problem, self.line = problem, line
+
+
 def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
@@ -80,12 +88,6 @@ def _yaml(text: str) -> Any:
         raise _Unreadable(exc.problem or str(exc), mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:
         raise _Unreadable(str(exc), None) from None
-
-
-class _Unreadable(ValueError):
-    def __init__(self, problem: str, line: int | None):
-        super().__init__(problem)
-        self.problem, self.line = problem, line
 
 
 # suffix -> (format's name, parser); any other suffix is read as JSON
