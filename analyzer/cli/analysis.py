@@ -155,7 +155,7 @@ def replay(
     revision), then prints the summary. `--policy a,b,c` replays several policies (each
     with the --set overrides) one after another and prints them side by side.
     """
-    from analyzer.pipeline.replay import load_policies, replay_session, run_replay
+    from analyzer.pipeline.replay import check_geometry, load_policies, replay_session, run_replay
     from analyzer.report.tables import render
     from analyzer.store.export import check_export_path
     from analyzer.store.runs import check_measure_from, check_name, side_by_side
@@ -173,6 +173,7 @@ def replay(
         check_export_path(out)
     # every run stored, or none, when the block ends (the store open to readers till then)
     with replay_session(db_path, dataset) as session:
+        check_geometry(session, policies)
         for policy, policy_name in zip(policies, names, strict=True):
             run_name = name if name is None or len(names) == 1 else f"{name} · {policy_name}"
             with progress_bar("replay", "requests") as update:

@@ -323,6 +323,14 @@ def replay_rows(
     return rows
 
 
+def check_geometry(session: ReplaySession, policies: list[Policy]) -> None:
+    """Each of `policies` fitted to the session's trace blocks before any of them replays:
+    one the trace cannot express fails before the others' replays are spent (ConfigError)."""
+    block = stored_trace_block(session.con)
+    for policy in policies:
+        fit_policy(policy, block)
+
+
 def where_tokens_went(outcome: ReplayOutcome, measure_from: float) -> str:
     """The line `hpa replay` prints under a run's table: its hits and loss causes as shares
     of the (measured) prompt tokens (metrics.outcome)."""

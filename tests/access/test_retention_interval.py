@@ -173,3 +173,24 @@ def _stored(db: str) -> list[tuple[str, int]]:
     finally:
         con.close()
     return [(v, json.loads(p)["retention_interval"]) for v, p in rows]
+
+
+def test_several_policies_are_fitted_before_any_replays(dbs, tmp_path, monkeypatch):
+    """`hpa replay --policy a,b`: b, which the trace's blocks cannot express (1088 is whole
+    544s, not the 1,024s the hash trace replays in), is refused before a's replay runs."""
+    from analyzer.pipeline import replay as pipeline_replay
+
+    replayed = []
+    real = pipeline_replay.replay_rows
+    monkeypatch.setattr(
+        pipeline_replay, "replay_rows", lambda *a, **k: replayed.append(1) or real(*a, **k)
+    )
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"model": QWEN}))
+    b.write_text(json.dumps({"model": QWEN, "retention_interval": 1088}))
+    args = ["replay", "--db", dbs["hashes"], "--policy", f"{a},{b}"]
+    result = CliRunner().invoke(cli, args)
+    error = _trace_error(1088, 512, 1024, "1,024 or 2,048")
+    assert (result.exit_code, result.stderr, replayed) == (2, f"Error: {error}\n", [])
+    result = CliRunner().invoke(cli, ["replay", "--db", dbs["hashes"], "--policy", f"{a},{a}"])
+    assert result.exit_code == 0 and len(replayed) == 2, result.output
