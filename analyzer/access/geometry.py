@@ -46,10 +46,7 @@ def fit_policy(policy: Policy, trace_block: int | None) -> tuple[Policy, str | N
         fitted = _unit(block, trace_block, policy.prefix_match_unit)
         values["prefix_match_unit"] = None if fitted == block else fitted
         changes.append(f"prefix_match_unit {policy.prefix_match_unit} -> {fitted:,}")
-    if block == policy.block_size:
-        check_retention(policy)  # the policy's own block, today's line
-    else:
-        check_retention(policy, trace_block, block)
+    check_retention(policy, trace_block, block)
     try:
         fitted_policy = make_policy(values)
     except ConfigError as exc:
@@ -69,13 +66,14 @@ def check_retention(
     policy: Policy, trace_block: int | None = None, block: int | None = None
 ) -> None:
     """Refuse a retention interval that is not whole blocks of the block the replay runs in:
-    the policy's, or `block` where a trace of `trace_block`-token blocks changed it. Rounding
+    the policy's, or `block` where a trace of `trace_block`-token blocks changed it (a
+    `block` equal to the policy's is the policy's, with its line). Rounding
     it would replay (and print) another interval than the one asked for, and the sweep
     table would show it. The one check of whole blocks (`config.policy` refuses only what
     no block makes valid): `fit_policy` makes it, and a command that replays the policy's
     own block without fitting it (`hpa probe`, whose requests are token ids) calls it."""
     retention = policy.retention_interval
-    if block is None:
+    if block is None or block == policy.block_size:
         if retention and retention % policy.block_size:
             raise ConfigError(
                 f"policy key 'retention_interval': {retention} must be a multiple of "

@@ -146,7 +146,7 @@ def simplex(evaluate, start: Evaluation, evaluations: int = 60) -> Evaluation:
     the replay's schedule moves with the parameters, so the error is not smooth in them.
     A trial is only compared with the worst point: `evaluate(x, worst)` may answer None
     (not below it)."""
-    x0 = np.log([start[0].policy.step_base_ms, start[0].policy.step_token_us])
+    x0 = _at(start)
     points = [(start, x0)] + [(evaluate(x), x) for x in (x0 + [0.7, 0], x0 + [0, 0.7])]
     for _ in range(evaluations):
         points.sort(key=lambda e: e[0][0].sse_ms2)
