@@ -87,13 +87,16 @@ def calibrate_quality(db: Path, overrides: list[str]) -> float:
     return module._evaluate(trace, policy, observed)[0].sse_ms2
 
 
-def test_cli_prints_the_fit_and_its_quality(observed_db):
-    r = CliRunner().invoke(
-        cli,
-        ["calibrate", "--db", str(observed_db), "--policy", "vllm-concurrent"]
-        + ["--set", "block_size=64", "--set", "time_scale=0.05"]
-        + ["--set", "async_scheduling=false"],
+def _calibrate(db, *args: str):
+    """`hpa calibrate` on the observed store, in its geometry and synchronous, with `args`."""
+    sets = ["block_size=64", "time_scale=0.05", "async_scheduling=false"]
+    return CliRunner().invoke(
+        cli, ["calibrate", "--db", str(db), *args, *(x for k in sets for x in ("--set", k))]
     )
+
+
+def test_cli_prints_the_fit_and_its_quality(observed_db):
+    r = _calibrate(observed_db, "--policy", "vllm-concurrent")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert lines[0].startswith("fitted step_base_ms=")
@@ -215,12 +218,7 @@ def test_roofline_options_need_a_gpu(observed_db):
 def test_max_requests_fits_the_first_requests(observed_db):
     """--max-requests bounds the linear fit too: the first N requests in arrival order (a
     prefix keeps their queueing), said in a note; the TTFTs made by TRUTH are still its."""
-    r = CliRunner().invoke(
-        cli,
-        ["calibrate", "--db", str(observed_db), "--max-requests", "16"]
-        + ["--set", "block_size=64", "--set", "time_scale=0.05"]
-        + ["--set", "async_scheduling=false"],
-    )
+    r = _calibrate(observed_db, "--max-requests", "16")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert lines[0].startswith("note: fitted on the first 16 of 32 requests (--max-requests)")
