@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections import ChainMap
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,7 +145,7 @@ class _Tally:
 
     source_id: int
     path: str
-    first_seen: MutableMapping[str, tuple[int, int]]
+    first_seen: dict[str, tuple[int, int]]
     sources: dict[int, str]
     num_read: int = 0
     num_stored: int = 0
@@ -334,8 +333,9 @@ def _ingest_file(
     source_id = con.execute(load_sql("ingest_next_source_id")).fetchall()[0][0]
     sources = {sid: p for sid, p, _, _ in known.values()}
     sources[source_id] = str(path)
-    seen = ChainMap({}, first_seen)  # merged once read whole (a copy a file was quadratic)
-    tally = _Tally(source_id, str(path), seen, sources, reject_cut=reject_cut)
+    # the command's own map (a file that fails fails the command, which stores nothing):
+    # a copy a file, merged back, was quadratic in files, a ChainMap slower a record
+    tally = _Tally(source_id, str(path), first_seen, sources, reject_cut=reject_cut)
     _read_into(con, path, chat.reader_or(READERS[fmt], fmt, text), tally, progress)
     _check_parseable(path, fmt, tally)
     sha = digest()
@@ -356,7 +356,6 @@ def _ingest_file(
         **chat.provenance(fmt, text),
     }
     con.execute(load_sql("ingest_insert_source"), row)
-    first_seen.update(seen.maps[0])
     known[sha] = (source_id, str(path), fmt, tally.num_stored)
     return SourceResult(
         str(path),
